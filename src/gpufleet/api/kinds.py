@@ -1,0 +1,846 @@
+"""Parsers from manifest documents to the typed objects of :mod:`gpufleet.api.objects`, one per kind.
+
+Every parser takes a :class:`FieldReader` and returns an object or None; problems go to the reader's
+collector with file, line, object and field. A parser keeps whatever is valid: one bad container limit does
+not lose the pod's other fields, and the caller decides whether an object with errors is kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any, cast
+
+from gpufleet.api.objects import (
+    CPU,
+    GPU,
+    GPU_FRACTION_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
+    KAI_FRACTION_ANNOTATION,
+    KAI_MEMORY_ANNOTATION,
+    NO_GPU,
+    Admission,
+    BorrowWithinCohort,
+    ClusterQueue,
+    Cohort,
+    FlavorFungibility,
+    FlavorQuotas,
+    GpuDemand,
+    Job,
+    KueueWorkload,
+    LabelSelector,
+    LocalQueue,
+    Namespace,
+    Node,
+    NodePool,
+    NodePoolGpu,
+    NodeSelectorTerm,
+    ObjectMeta,
+    Pod,
+    PodSetAssignment,
+    PodSetSpec,
+    PodsReadyPolicy,
+    PodTemplate,
+    PreemptionPolicy,
+    PreferredTerm,
+    PriorityClass,
+    Quota,
+    Requirement,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceList,
+    SchedulerConfig,
+    SourceRef,
+    Taint,
+    Toleration,
+    Topology,
+    WorkloadPriorityClass,
+)
+from gpufleet.api.quantity import QuantityError, int_value, milli_value, parse_quantity
+from gpufleet.api.reader import FieldReader
+from gpufleet.gpu.mig import GEOMETRIES, MigError, parse_layout, profile_from_resource_name
+from gpufleet.gpu.sharing import DevicePluginConfig
+
+SHARED_GPU = "nvidia.com/gpu.shared"
+FRACTION_RESOURCE = "gpufleet.io/gpu-milli"  # quota resource charged by fractional pods, in thousandths
+BYTE_RESOURCES = ("memory", "ephemeral-storage")
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+# ---- quantities in canonical units ----------------------------------------------------------------------------
+
+def is_native(resource: str) -> bool:
+    return resource in (CPU, "memory", "ephemeral-storage", "pods") or resource.startswith("hugepages-")
+
+
+def canonical_amount(resource: str, q: Fraction) -> int:
+    """An amount in gpufleet's canonical unit for ``resource`` (millicores, bytes, or a whole count)."""
+    if resource == CPU:
+        return milli_value(q)
+    if resource in BYTE_RESOURCES or resource.startswith("hugepages-"):
+        return int_value(q)
+    return int_value(q)
+
+
+def format_amount(resource: str, amount: int) -> str:
+    """The inverse of :func:`canonical_amount`, in the notation users write."""
+    if resource == CPU:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if resource in BYTE_RESOURCES or resource.startswith("hugepages-"):
+        for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if amount and amount % size == 0:
+                return f"{amount // size}{suffix}"
+        return str(amount)
+    return str(amount)
+
+
+def _resource_list(r: FieldReader, key: str) -> tuple[ResourceList, dict[str, Fraction]]:
+    """Canonical amounts, and the exact quantities (to spot a fractional extended resource)."""
+    out: ResourceList = {}
+    exact: dict[str, Fraction] = {}
+    section = r.obj(key)
+    if section is None:
+        return out, exact
+    for name in section.value:
+        resource = str(name)
+        q = section.quantity(resource)
+        if q is None:
+            continue
+        exact[resource] = q
+        if not is_native(resource) and q.denominator != 1:
+            fix = ("extended resources are whole numbers; to share a GPU, set the annotation "
+                   f'{GPU_FRACTION_ANNOTATION}: "{float(q):g}" and drop this resource') if resource == GPU else (
+                "extended resources are whole numbers; request a whole count")
+            section.error(f"{resource} must be a whole number, got {section.raw(resource)!r}", resource, fix=fix)
+            continue
+        out[resource] = canonical_amount(resource, q)
+    return out, exact
+
+
+# ---- metadata ---------------------------------------------------------------------------------------------------
+
+def parse_timestamp(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        stamp = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return stamp.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def parse_meta(r: FieldReader, *, namespaced: bool) -> ObjectMeta | None:
+    m = r.obj("metadata", required=True)
+    if m is None:
+        return None
+    name = m.text("name", required=True)
+    if name is None:
+        return None
+    if not _NAME_RE.match(name) or len(name) > 253:
+        m.error(f"name {name!r} is not a valid Kubernetes object name", "name",
+                fix="use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
+    namespace = (m.text("namespace") or "default") if namespaced else None
+    r.name = f"{namespace}/{name}" if namespace else name
+    m.name = r.name
+    created = m.raw("creationTimestamp")
+    stamp = parse_timestamp(created)
+    if created is not None and stamp is None:
+        m.error(f"creationTimestamp {created!r} is not an RFC 3339 time", "creationTimestamp",
+                fix="write it like 2026-01-31T12:00:00Z")
+    return ObjectMeta(
+        name=name,
+        namespace=namespace,
+        labels=m.string_map("labels"),
+        annotations=m.string_map("annotations"),
+        creation_timestamp=stamp,
+        uid=m.text("uid"),
+        source=SourceRef(r.doc.file, r.doc.line),
+    )
+
+
+# ---- shared pieces ----------------------------------------------------------------------------------------------
+
+def parse_taint(r: FieldReader) -> Taint | None:
+    key = r.text("key", required=True)
+    effect = r.enum("effect", ("NoSchedule", "PreferNoSchedule", "NoExecute"), "NoSchedule")
+    if key is None:
+        return None
+    return Taint(key, r.text("value", "") or "", cast(Any, effect))
+
+
+def parse_toleration(r: FieldReader) -> Toleration:
+    operator = r.enum("operator", ("Equal", "Exists"), "Equal")
+    effect = r.text("effect", "") or ""
+    if effect and effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        r.error(f"effect {effect!r} is not NoSchedule, PreferNoSchedule or NoExecute", "effect")
+    return Toleration(r.text("key", "") or "", cast(Any, operator), r.text("value", "") or "", effect)
+
+
+_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def parse_requirement(r: FieldReader) -> Requirement | None:
+    key = r.text("key", required=True)
+    op = r.text("operator", required=True)
+    if key is None or op is None:
+        return None
+    if op not in _OPS:
+        r.error(f"operator {op!r} is not one of {', '.join(_OPS)}", "operator")
+        return None
+    values = tuple(r.string_list("values"))
+    if op in ("In", "NotIn") and not values:
+        r.error(f"operator {op} needs at least one value", "values")
+    if op in ("Exists", "DoesNotExist") and values:
+        r.error(f"operator {op} takes no values", "values", fix="remove values")
+    if op in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+        r.error(f"operator {op} needs exactly one integer value", "values")
+        return None
+    return Requirement(key, cast(Any, op), values)
+
+
+def parse_term(r: FieldReader) -> NodeSelectorTerm:
+    reqs = r.each("matchExpressions", parse_requirement)
+    if r.has("matchFields"):
+        for item in r.items("matchFields"):
+            req = parse_requirement(item)
+            if req is not None and req.key == "metadata.name":
+                reqs.append(Requirement("kubernetes.io/hostname", req.operator, req.values))
+            elif req is not None:
+                item.error("only metadata.name is supported in matchFields", "key")
+    return NodeSelectorTerm(tuple(reqs))
+
+
+def parse_label_selector(r: FieldReader | None) -> LabelSelector | None:
+    if r is None:
+        return None
+    labels = r.string_map("matchLabels")
+    return LabelSelector(tuple(sorted(labels.items())), tuple(r.each("matchExpressions", parse_requirement)))
+
+
+# ---- pods and templates ----------------------------------------------------------------------------------------
+
+def _container_resources(c: FieldReader, requests: ResourceList, limits: ResourceList) -> None:
+    res = c.obj("resources")
+    if res is None:
+        return
+    req, _ = _resource_list(res, "requests")
+    lim, _ = _resource_list(res, "limits")
+    for resource in set(req) | set(lim):
+        if is_native(resource):
+            continue
+        if resource in req and resource not in lim:
+            res.error(f"{resource} is requested without a limit", "requests", resource,
+                      fix=f"set limits.{resource} equal to requests.{resource} (extended resources are not "
+                      "overcommitted)")
+        elif resource in req and req[resource] != lim[resource]:
+            res.error(f"{resource} requests ({req[resource]}) differ from limits ({lim[resource]})",
+                      "limits", resource, fix=f"make requests.{resource} and limits.{resource} equal")
+    for resource, amount in lim.items():
+        # Kubernetes defaults a missing request to the limit.
+        requests[resource] = requests.get(resource, 0) + req.get(resource, amount)
+        limits[resource] = limits.get(resource, 0) + amount
+    for resource, amount in req.items():
+        if resource not in lim:
+            requests[resource] = requests.get(resource, 0) + amount
+
+
+def _gpu_demand(r: FieldReader, requests: ResourceList, annotations: dict[str, str]) -> GpuDemand:
+    gpu_resources = {k: v for k, v in requests.items()
+                     if k.startswith("nvidia.com/") and v > 0}
+    fraction_text = annotations.get(GPU_FRACTION_ANNOTATION, annotations.get(KAI_FRACTION_ANNOTATION))
+    memory_text = annotations.get(GPU_MEMORY_ANNOTATION, annotations.get(KAI_MEMORY_ANNOTATION))
+    fraction_key = GPU_FRACTION_ANNOTATION if GPU_FRACTION_ANNOTATION in annotations else KAI_FRACTION_ANNOTATION
+    memory_mib: int | None = None
+    if memory_text is not None:
+        memory_key = GPU_MEMORY_ANNOTATION if GPU_MEMORY_ANNOTATION in annotations else KAI_MEMORY_ANNOTATION
+        try:
+            q = parse_quantity(memory_text)
+            # KAI's gpu-memory is a plain number of MiB; ours is a quantity ("20Gi").
+            plain = re.fullmatch(r"\d+", memory_text.strip()) is not None
+            memory_mib = int(q) if plain and memory_key == KAI_MEMORY_ANNOTATION else int_value(q / 2**20)
+            if memory_mib <= 0:
+                raise QuantityError("GPU memory must be positive")
+        except QuantityError as exc:
+            r.error(f"annotation {memory_key}: {exc}", "metadata", "annotations", memory_key,
+                    fix=f'write it like {memory_key}: "20Gi"')
+            memory_mib = None
+    milli = 0
+    if fraction_text is not None:
+        try:
+            f = parse_quantity(fraction_text)
+        except QuantityError:
+            f = Fraction(-1)
+        if not 0 < f <= 1:
+            r.error(f"annotation {fraction_key}: the fraction must be in (0, 1], got {fraction_text!r}",
+                    "metadata", "annotations", fraction_key,
+                    fix="write a share of one GPU such as \"0.5\"; for more than one GPU request nvidia.com/gpu")
+            fraction_text = None
+        else:
+            milli = max(1, round(f * 1000))
+    if len(gpu_resources) > 1:
+        r.error(f"a pod asks for one kind of GPU device, got {', '.join(sorted(gpu_resources))}", "spec",
+                "containers", fix="split the pod, or ask for one resource kind")
+        return NO_GPU
+    if fraction_text is not None or (memory_mib is not None and not gpu_resources):
+        if gpu_resources:
+            r.error(f"a fractional pod must not also request {next(iter(gpu_resources))}", "spec", "containers",
+                    fix=f"drop the {next(iter(gpu_resources))} request and keep the {fraction_key} annotation")
+            return NO_GPU
+        return GpuDemand(kind="fraction", count=1, milli=milli, memory_mib=memory_mib)
+    if not gpu_resources:
+        return NO_GPU
+    resource, count = next(iter(gpu_resources.items()))
+    if resource == GPU:
+        return GpuDemand(kind="gpu", count=count, resource=resource, memory_mib=memory_mib)
+    if resource == SHARED_GPU:
+        return GpuDemand(kind="shared", count=count, resource=resource, memory_mib=memory_mib)
+    profile = profile_from_resource_name(resource.removesuffix(".shared"))
+    if profile is not None:
+        if not any(g.has_profile(profile) for g in GEOMETRIES.values()):
+            r.error(f"{resource}: no MIG-capable GPU has the profile {profile}", "spec", "containers",
+                    fix="use a profile of your GPU model, e.g. nvidia.com/mig-3g.40gb on A100-80GB "
+                    "(see `gpufleet mig layouts MODEL`)")
+            return NO_GPU
+        return GpuDemand(kind="mig", count=count, resource=resource, mig_profile=profile, memory_mib=memory_mib)
+    return NO_GPU
+
+
+def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotations: dict[str, str],
+                       spec: FieldReader | None) -> PodTemplate:
+    requests: ResourceList = {}
+    limits: ResourceList = {}
+    node_selector: dict[str, str] = {}
+    required: list[NodeSelectorTerm] = []
+    preferred: list[PreferredTerm] = []
+    tolerations: list[Toleration] = []
+    priority_class: str | None = None
+    priority: int | None = None
+    scheduler = "default-scheduler"
+    restart = "Always"
+    if spec is not None:
+        containers = list(spec.items("containers", required=True))
+        for c in containers:
+            _container_resources(c, requests, limits)
+        for c in spec.items("initContainers"):
+            init_req: ResourceList = {}
+            init_lim: ResourceList = {}
+            _container_resources(c, init_req, init_lim)
+            for k, v in init_req.items():
+                requests[k] = max(requests.get(k, 0), v)
+        node_selector = spec.string_map("nodeSelector")
+        affinity = spec.obj("affinity")
+        node_aff = affinity.obj("nodeAffinity") if affinity else None
+        if node_aff is not None:
+            req = node_aff.obj("requiredDuringSchedulingIgnoredDuringExecution")
+            if req is not None:
+                required = req.each("nodeSelectorTerms", parse_term, required=True)
+            for item in node_aff.items("preferredDuringSchedulingIgnoredDuringExecution"):
+                weight = item.integer("weight", 1, minimum=1) or 1
+                pref = item.obj("preference", required=True)
+                if pref is not None:
+                    preferred.append(PreferredTerm(weight, parse_term(pref)))
+        tolerations = spec.each("tolerations", parse_toleration)
+        priority_class = spec.text("priorityClassName")
+        priority = spec.integer("priority")
+        scheduler = spec.text("schedulerName", "default-scheduler") or "default-scheduler"
+        restart = spec.enum("restartPolicy", ("Always", "OnFailure", "Never"), "Always")
+    gpu = _gpu_demand(r, requests, meta_annotations)
+    if gpu.kind == "fraction" and gpu.milli:
+        # Quota for a fractional pod is charged in thousandths of a GPU on a resource of its own.
+        requests[FRACTION_RESOURCE] = gpu.milli
+    return PodTemplate(
+        labels=meta_labels, annotations=meta_annotations, requests=requests, limits=limits,
+        node_selector=node_selector, required_affinity=tuple(required), preferred_affinity=tuple(preferred),
+        tolerations=tuple(tolerations), priority_class_name=priority_class, priority=priority,
+        scheduler_name=scheduler, gpu=gpu, restart_policy=restart,
+    )
+
+
+def parse_pod(r: FieldReader) -> Pod | None:
+    meta = parse_meta(r, namespaced=True)
+    if meta is None:
+        return None
+    spec = r.obj("spec", required=True)
+    template = parse_pod_template(r, meta.labels, meta.annotations, spec)
+    status = r.obj("status")
+    phase = status.enum("phase", ("Pending", "Running", "Succeeded", "Failed", "Unknown"), "Pending") \
+        if status else "Pending"
+    return Pod(meta, template, node_name=spec.text("nodeName") if spec else None, phase=cast(Any, phase))
+
+
+def _template_of(r: FieldReader, key: str = "template") -> PodTemplate | None:
+    t = r.obj(key, required=True)
+    if t is None:
+        return None
+    m = t.obj("metadata")
+    labels = m.string_map("labels") if m else {}
+    annotations = m.string_map("annotations") if m else {}
+    return parse_pod_template(t, labels, annotations, t.obj("spec", required=True))
+
+
+def parse_job(r: FieldReader) -> Job | None:
+    meta = parse_meta(r, namespaced=True)
+    spec = r.obj("spec", required=True)
+    if meta is None or spec is None:
+        return None
+    template = _template_of(spec)
+    if template is None:
+        return None
+    min_par = meta.annotations.get("kueue.x-k8s.io/job-min-parallelism")
+    return Job(
+        meta, template,
+        parallelism=spec.integer("parallelism", 1, minimum=0) or 0,
+        completions=spec.integer("completions", minimum=0),
+        backoff_limit=spec.integer("backoffLimit", 6, minimum=0) or 0,
+        suspend=spec.flag("suspend"),
+        min_parallelism=int(min_par) if min_par and min_par.isdigit() else None,
+    )
+
+
+# ---- nodes -------------------------------------------------------------------------------------------------------
+
+def parse_node(r: FieldReader) -> Node | None:
+    from gpufleet.api.inventory import parse_inventory_annotation
+
+    meta = parse_meta(r, namespaced=False)
+    if meta is None:
+        return None
+    spec = r.obj("spec")
+    status = r.obj("status")
+    capacity, _ = _resource_list(status, "capacity") if status else ({}, {})
+    allocatable, _ = _resource_list(status, "allocatable") if status else ({}, {})
+    if not allocatable:
+        allocatable = dict(capacity)
+    if not capacity:
+        capacity = dict(allocatable)
+    if not allocatable:
+        r.error("node has no status.allocatable (nor status.capacity): nothing can be placed on it", "status",
+                fix="add status.allocatable with cpu, memory, pods and the GPU resources it offers")
+    allocatable.setdefault("pods", 110)
+    ready = True
+    if status is not None:
+        for cond in status.items("conditions"):
+            if cond.text("type") == "Ready":
+                ready = cond.text("status") == "True"
+    meta.labels.setdefault("kubernetes.io/hostname", meta.name)
+    gpus = parse_inventory_annotation(r, meta.annotations)
+    return Node(
+        meta=meta, capacity=capacity, allocatable=allocatable,
+        taints=tuple(spec.each("taints", parse_taint)) if spec else (),
+        unschedulable=spec.flag("unschedulable") if spec else False,
+        ready=ready, gpus=gpus, pool=meta.labels.get("gpufleet.io/node-pool"),
+    )
+
+
+def parse_namespace(r: FieldReader) -> Namespace | None:
+    meta = parse_meta(r, namespaced=False)
+    return Namespace(meta) if meta else None
+
+
+def parse_priority_class(r: FieldReader) -> PriorityClass | None:
+    meta = parse_meta(r, namespaced=False)
+    value = r.integer("value", required=True)
+    if meta is None or value is None:
+        return None
+    return PriorityClass(meta, value, r.flag("globalDefault"),
+                         r.text("preemptionPolicy", "PreemptLowerPriority") or "PreemptLowerPriority")
+
+
+# ---- Kueue kinds ------------------------------------------------------------------------------------------------
+
+def _quota_amount(r: FieldReader, key: str, resource: str) -> int | None:
+    q = r.quantity(key)
+    if q is None:
+        return None
+    if not is_native(resource) and q.denominator != 1:
+        r.error(f"{key} for {resource} must be a whole number, got {r.raw(key)!r}", key)
+        return None
+    return canonical_amount(resource, q)
+
+
+def parse_resource_groups(r: FieldReader, *, has_cohort: bool, owner: str) -> list[ResourceGroup]:
+    groups: list[ResourceGroup] = []
+    seen_resources: dict[str, int] = {}
+    seen_flavors: dict[str, int] = {}
+    for gi, g in enumerate(r.items("resourceGroups")):
+        covered = tuple(g.string_list("coveredResources"))
+        if not covered:
+            g.error("coveredResources is empty", "coveredResources", fix="list the resources this group covers")
+        for res in covered:
+            if res in seen_resources:
+                g.error(f"resource {res} is already covered by resourceGroups[{seen_resources[res]}]",
+                        "coveredResources", fix="a resource may appear in one resource group only")
+            seen_resources[res] = gi
+        flavors: list[FlavorQuotas] = []
+        for f in g.items("flavors", required=True):
+            fname = f.text("name", required=True)
+            if fname is None:
+                continue
+            if fname in seen_flavors:
+                f.error(f"flavor {fname} already appears in resourceGroups[{seen_flavors[fname]}]", "name",
+                        fix="a flavor may appear in one resource group only")
+            seen_flavors[fname] = gi
+            quotas: dict[str, Quota] = {}
+            for q in f.items("resources", required=True):
+                rname = q.text("name", required=True)
+                if rname is None:
+                    continue
+                if covered and rname not in covered:
+                    q.error(f"resource {rname} is not in this group's coveredResources", "name",
+                            fix=f"add {rname} to coveredResources or remove it here")
+                nominal = _quota_amount(q, "nominalQuota", rname)
+                if nominal is None and not q.has("nominalQuota"):
+                    q.error("missing required field nominalQuota", "nominalQuota", fix="add nominalQuota")
+                bl = _quota_amount(q, "borrowingLimit", rname)
+                ll = _quota_amount(q, "lendingLimit", rname)
+                if not has_cohort and (bl is not None or ll is not None):
+                    q.error(f"borrowingLimit and lendingLimit need a cohort; {owner} has none",
+                            "borrowingLimit" if bl is not None else "lendingLimit",
+                            fix="set spec.cohort or remove the limit")
+                if ll is not None and nominal is not None and ll > nominal:
+                    q.error("lendingLimit is larger than nominalQuota", "lendingLimit",
+                            fix="lend at most the nominal quota")
+                quotas[rname] = Quota(nominal or 0, bl, ll)
+            missing = [c for c in covered if c not in quotas]
+            if missing:
+                f.error(f"flavor {fname} does not list covered resource(s) {', '.join(missing)}", "resources",
+                        fix="every flavor lists every covered resource (nominalQuota 0 is allowed)")
+            flavors.append(FlavorQuotas(fname, quotas))
+        groups.append(ResourceGroup(covered, flavors))
+    return groups
+
+
+def parse_resource_flavor(r: FieldReader) -> ResourceFlavor | None:
+    meta = parse_meta(r, namespaced=False)
+    if meta is None:
+        return None
+    spec = r.obj("spec")
+    if spec is None:
+        return ResourceFlavor(meta)
+    return ResourceFlavor(meta, spec.string_map("nodeLabels"), tuple(spec.each("nodeTaints", parse_taint)),
+                          tuple(spec.each("tolerations", parse_toleration)), spec.text("topologyName"))
+
+
+def parse_pods_ready(r: FieldReader | None) -> PodsReadyPolicy | None:
+    if r is None:
+        return None
+    timeout = _duration(r, "timeout", 300.0)
+    rq = r.obj("requeuingStrategy")
+    return PodsReadyPolicy(
+        enable=r.flag("enable", True),
+        timeout_s=timeout,
+        block_admission=r.flag("blockAdmission"),
+        backoff_base_s=float(rq.integer("backoffBaseSeconds", 60, minimum=0) or 0) if rq else 60.0,
+        backoff_max_s=float(rq.integer("backoffMaxSeconds", 3600, minimum=0) or 0) if rq else 3600.0,
+        backoff_limit_count=rq.integer("backoffLimitCount", minimum=0) if rq else None,
+        requeue_timestamp=cast(Any, rq.enum("timestamp", ("Eviction", "Creation"), "Eviction") if rq else "Eviction"),
+    )
+
+
+_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
+
+
+def parse_duration(text: str) -> float | None:
+    """A Go duration ("30m", "1h30m", "45s", "500ms") or a plain number of seconds; None if malformed."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    if re.fullmatch(r"\d+(\.\d+)?d", text):
+        return float(text[:-1]) * 86400
+    m = _DURATION_RE.match(text)
+    if not text or m is None or not any(m.groups()):
+        return None
+    h, mi, s, ms = (float(x) if x else 0.0 for x in m.groups())
+    return h * 3600 + mi * 60 + s + ms / 1000
+
+
+def _duration(r: FieldReader, key: str, default: float) -> float:
+    raw = r.raw(key)
+    if raw is None:
+        return default
+    value = parse_duration(str(raw))
+    if value is None:
+        r.error(f"{raw!r} is not a duration", key, fix="write a duration such as 30m, 1h or 90s")
+        return default
+    return value
+
+
+def parse_cluster_queue(r: FieldReader) -> ClusterQueue | None:
+    meta = parse_meta(r, namespaced=False)
+    spec = r.obj("spec", required=True)
+    if meta is None or spec is None:
+        return None
+    cohort = spec.text("cohort") or spec.text("cohortName")
+    ns_sel = spec.obj("namespaceSelector")
+    if not spec.has("namespaceSelector"):
+        spec.warning("namespaceSelector is not set, so this ClusterQueue admits workloads from no namespace "
+                     "(Kueue semantics)", "namespaceSelector",
+                     fix="write namespaceSelector: {} to admit every namespace")
+    pre = spec.obj("preemption")
+    preemption = PreemptionPolicy()
+    if pre is not None:
+        bwc = pre.obj("borrowWithinCohort")
+        preemption = PreemptionPolicy(
+            within_cluster_queue=cast(Any, pre.enum("withinClusterQueue",
+                                                    ("Never", "LowerPriority", "LowerOrNewerEqualPriority"), "Never")),
+            reclaim_within_cohort=cast(Any, pre.enum("reclaimWithinCohort", ("Never", "LowerPriority", "Any"),
+                                                     "Never")),
+            borrow_within_cohort=BorrowWithinCohort(
+                cast(Any, bwc.enum("policy", ("Never", "LowerPriority"), "Never")),
+                bwc.integer("maxPriorityThreshold")) if bwc else BorrowWithinCohort(),
+        )
+        if preemption.reclaim_within_cohort == "Never" and preemption.borrow_within_cohort.policy != "Never":
+            pre.error("borrowWithinCohort needs reclaimWithinCohort other than Never", "borrowWithinCohort",
+                      fix="set reclaimWithinCohort: LowerPriority or Any")
+    ff = spec.obj("flavorFungibility")
+    fungibility = FlavorFungibility(
+        cast(Any, ff.enum("whenCanBorrow", ("Borrow", "TryNextFlavor"), "Borrow")),
+        cast(Any, ff.enum("whenCanPreempt", ("Preempt", "TryNextFlavor"), "TryNextFlavor")),
+    ) if ff else FlavorFungibility()
+    fs = spec.obj("fairSharing")
+    weight = _weight(fs)
+    return ClusterQueue(
+        meta=meta,
+        resource_groups=parse_resource_groups(spec, has_cohort=cohort is not None, owner=f"ClusterQueue {meta.name}"),
+        cohort=cohort,
+        namespace_selector=parse_label_selector(ns_sel) if ns_sel is not None else None,
+        queueing_strategy=cast(Any, spec.enum("queueingStrategy", ("StrictFIFO", "BestEffortFIFO"), "BestEffortFIFO")),
+        preemption=preemption,
+        flavor_fungibility=fungibility,
+        fair_weight=weight,
+        stop_policy=spec.enum("stopPolicy", ("None", "Hold", "HoldAndDrain"), "None"),
+        pods_ready=parse_pods_ready(spec.obj("waitForPodsReady")),
+    )
+
+
+def _weight(fs: FieldReader | None) -> float:
+    if fs is None or not fs.has("weight"):
+        return 1.0
+    q = fs.quantity("weight")
+    return float(q) if q is not None else 1.0
+
+
+def parse_cohort(r: FieldReader) -> Cohort | None:
+    meta = parse_meta(r, namespaced=False)
+    if meta is None:
+        return None
+    spec = r.obj("spec")
+    if spec is None:
+        return Cohort(meta)
+    parent = spec.text("parentName") or spec.text("parent")
+    groups = parse_resource_groups(spec, has_cohort=parent is not None, owner=f"Cohort {meta.name}")
+    return Cohort(meta, parent, groups, _weight(spec.obj("fairSharing")))
+
+
+def parse_local_queue(r: FieldReader) -> LocalQueue | None:
+    meta = parse_meta(r, namespaced=True)
+    spec = r.obj("spec", required=True)
+    if meta is None or spec is None:
+        return None
+    cq = spec.text("clusterQueue", required=True)
+    return LocalQueue(meta, cq) if cq else None
+
+
+def parse_workload_priority_class(r: FieldReader) -> WorkloadPriorityClass | None:
+    meta = parse_meta(r, namespaced=False)
+    value = r.integer("value", required=True)
+    if meta is None or value is None:
+        return None
+    return WorkloadPriorityClass(meta, value, r.text("description", "") or "")
+
+
+def parse_workload(r: FieldReader) -> KueueWorkload | None:
+    meta = parse_meta(r, namespaced=True)
+    spec = r.obj("spec", required=True)
+    if meta is None or spec is None:
+        return None
+    pod_sets: list[PodSetSpec] = []
+    for ps in spec.items("podSets", required=True):
+        template = _template_of(ps)
+        if template is None:
+            continue
+        pod_sets.append(PodSetSpec(ps.text("name", "main") or "main", ps.integer("count", 1, minimum=0) or 0, template,
+                                   ps.integer("minCount", minimum=0)))
+    admission: Admission | None = None
+    status = r.obj("status")
+    adm = status.obj("admission") if status else None
+    if adm is not None:
+        cq = adm.text("clusterQueue", required=True)
+        assignments = []
+        for a in adm.items("podSetAssignments"):
+            usage_reader = a.obj("resourceUsage")
+            usage: ResourceList = {}
+            if usage_reader is not None:
+                for res in usage_reader.value:
+                    q = usage_reader.quantity(str(res))
+                    if q is not None:
+                        usage[str(res)] = canonical_amount(str(res), q)
+            assignments.append(PodSetAssignment(a.text("name", "main") or "main", a.string_map("flavors"), usage,
+                                                a.integer("count", 0) or 0))
+        if cq:
+            admission = Admission(cq, assignments)
+    return KueueWorkload(
+        meta=meta, queue_name=spec.text("queueName"), pod_sets=pod_sets, priority=spec.integer("priority"),
+        priority_class_name=spec.text("priorityClassName"), priority_class_source=spec.text("priorityClassSource"),
+        active=spec.flag("active", True), admission=admission,
+    )
+
+
+def parse_topology(r: FieldReader) -> Topology | None:
+    meta = parse_meta(r, namespaced=False)
+    spec = r.obj("spec", required=True)
+    if meta is None or spec is None:
+        return None
+    levels = []
+    for lv in spec.items("levels", required=True):
+        label = lv.text("nodeLabel", required=True)
+        if label:
+            levels.append(label)
+    return Topology(meta, tuple(levels))
+
+
+def parse_configuration(r: FieldReader) -> SchedulerConfig:
+    fs = r.obj("fairSharing")
+    strategies: tuple[Any, ...] = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+    if fs is not None and fs.has("preemptionStrategies"):
+        given = fs.string_list("preemptionStrategies")
+        bad = [s for s in given if s not in strategies]
+        if bad:
+            fs.error(f"unknown preemption strategy {', '.join(bad)}", "preemptionStrategies",
+                     fix="use LessThanOrEqualToFinalShare and/or LessThanInitialShare")
+        strategies = tuple(s for s in given if s in strategies)
+    pods_ready = parse_pods_ready(r.obj("waitForPodsReady"))
+    return SchedulerConfig(
+        fair_sharing=fs.flag("enable") if fs else False,
+        fair_sharing_strategies=strategies,
+        pods_ready=pods_ready or PodsReadyPolicy(),
+        source=SourceRef(r.doc.file, r.doc.line),
+    )
+
+
+# ---- gpufleet NodePool ------------------------------------------------------------------------------------------
+
+def parse_sharing(r: FieldReader | None) -> DevicePluginConfig:
+    if r is None:
+        return DevicePluginConfig()
+    strategy = r.enum("migStrategy", ("none", "single", "mixed"), "none")
+    ts = r.obj("timeSlicing")
+    replicas: dict[str, int] = {}
+    rename = False
+    fail_gt1 = False
+    if ts is not None:
+        rename = ts.flag("renameByDefault")
+        fail_gt1 = ts.flag("failRequestsGreaterThanOne")
+        if ts.has("replicas"):
+            n = ts.integer("replicas", minimum=2)
+            if n is not None:
+                replicas["nvidia.com/gpu"] = n
+        for item in ts.items("resources"):
+            name = item.text("name", required=True)
+            n = item.integer("replicas", required=True, minimum=2)
+            if name and n:
+                replicas[name] = n
+    return DevicePluginConfig(cast(Any, strategy), replicas, rename, fail_gt1)
+
+
+def parse_node_pool(r: FieldReader) -> NodePool | None:
+    from gpufleet.gpu.catalog import DEFAULT_CATALOG
+
+    meta = parse_meta(r, namespaced=False)
+    spec = r.obj("spec", required=True)
+    if meta is None or spec is None:
+        return None
+    count = spec.integer("count", required=True, minimum=0)
+    cpu = spec.quantity("cpu")
+    memory = spec.quantity("memory")
+    if cpu is None:
+        spec.error("missing required field cpu", "cpu", fix="add cpu, e.g. cpu: 64")
+    if memory is None:
+        spec.error("missing required field memory", "memory", fix="add memory, e.g. memory: 512Gi")
+    gpu_r = spec.obj("gpu")
+    gpu: NodePoolGpu | None = None
+    sharing = parse_sharing(spec.obj("sharing"))
+    if gpu_r is not None:
+        model = gpu_r.text("model", required=True) or ""
+        gcount = gpu_r.integer("count", required=True, minimum=1) or 0
+        mem_q = gpu_r.quantity("memory")
+        memory_mib = int_value(mem_q / 2**20) if mem_q is not None else None
+        found = DEFAULT_CATALOG.find(model)
+        if model and found is None and memory_mib is None:
+            gpu_r.error(f"unknown GPU model {model!r} and no memory given", "model",
+                        fix="add gpu.memory (e.g. 32Gi) or use one of: " + ", ".join(m.key for m in DEFAULT_CATALOG))
+        layout = None
+        mig_text = gpu_r.raw("migLayout")
+        if mig_text is not None:
+            geometry = GEOMETRIES.get(found.key) if found else None
+            if geometry is None:
+                gpu_r.error(f"{model} does not support MIG", "migLayout",
+                            fix="remove migLayout or use a MIG-capable model (A30, A100, H100, H200)")
+            else:
+                text = ",".join(str(x) for x in mig_text) if isinstance(mig_text, list) else str(mig_text)
+                try:
+                    layout = parse_layout(text, geometry)
+                except MigError as exc:
+                    gpu_r.error(str(exc), "migLayout",
+                                fix=f"list profiles of {geometry.model} (see `gpufleet mig layouts {geometry.model}`)")
+            if sharing.mig_strategy == "none" and layout is not None:
+                spec.warning("a MIG layout with migStrategy none: the device plugin exposes whole GPUs",
+                             "sharing", "migStrategy", fix="set sharing.migStrategy: mixed or single")
+        elif sharing.mig_strategy != "none":
+            spec.error(f"migStrategy {sharing.mig_strategy} without gpu.migLayout", "sharing", "migStrategy",
+                       fix="add gpu.migLayout, e.g. \"3g.40gb:2,1g.10gb\"")
+        gpu = NodePoolGpu(found.key if found else model, gcount, memory_mib, layout,
+                          cast(Any, gpu_r.enum("nvlink", ("auto", "all", "pairs", "none"), "auto")))
+    topology: dict[str, tuple[str, ...]] = {}
+    per_domain: dict[str, int] = {}
+    for t in spec.items("topology"):
+        label = t.text("nodeLabel", required=True)
+        values = t.string_list("values")
+        size = t.integer("nodesPerDomain", minimum=1)
+        if label and not values and size is None:
+            t.error("a topology level needs values or nodesPerDomain", "values",
+                    fix="e.g. {nodeLabel: example.com/rack, nodesPerDomain: 4}")
+        if label:
+            topology[label] = tuple(values)
+            if size is not None:
+                per_domain[label] = size
+    for problem in sharing.validate():
+        spec.error(problem, "sharing")
+    return NodePool(
+        meta=meta, count=count or 0, name_prefix=spec.text("namePrefix", meta.name) or meta.name, gpu=gpu,
+        cpu_milli=milli_value(cpu) if cpu is not None else 0,
+        memory_bytes=int_value(memory) if memory is not None else 0,
+        pods=spec.integer("pods", 110, minimum=1) or 110, sharing=sharing,
+        node_labels=spec.string_map("labels"), taints=tuple(spec.each("taints", parse_taint)),
+        topology=topology, nodes_per_domain=per_domain,
+    )
+
+
+Parser = Callable[[FieldReader], Any]
+
+KUEUE_GROUPS = ("kueue.x-k8s.io", "gpufleet.io")
+
+PARSERS: dict[tuple[str, str], Parser] = {
+    ("", "Node"): parse_node,
+    ("", "Pod"): parse_pod,
+    ("", "Namespace"): parse_namespace,
+    ("scheduling.k8s.io", "PriorityClass"): parse_priority_class,
+    ("batch", "Job"): parse_job,
+    ("config.kueue.x-k8s.io", "Configuration"): parse_configuration,
+    ("gpufleet.io", "NodePool"): parse_node_pool,
+}
+for _group in KUEUE_GROUPS:
+    PARSERS[(_group, "ResourceFlavor")] = parse_resource_flavor
+    PARSERS[(_group, "ClusterQueue")] = parse_cluster_queue
+    PARSERS[(_group, "LocalQueue")] = parse_local_queue
+    PARSERS[(_group, "Cohort")] = parse_cohort
+    PARSERS[(_group, "WorkloadPriorityClass")] = parse_workload_priority_class
+    PARSERS[(_group, "Workload")] = parse_workload
+    PARSERS[(_group, "Topology")] = parse_topology

@@ -1,0 +1,227 @@
+"""Load a set of manifests into one validated bundle of typed objects.
+
+:func:`load_manifests` reads files, folders and stdin, parses every known kind, expands NodePools into
+Nodes, and checks what no single object can check alone: duplicate names, ClusterQueues naming flavors that
+do not exist, cohort cycles, LocalQueues naming missing ClusterQueues, pods asking for MIG profiles that no
+node of their chosen model has. All problems are collected; objects with errors are left out, every valid
+object is kept; unknown kinds are warned about and left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from gpufleet.api.errors import Problems
+from gpufleet.api.kinds import PARSERS
+from gpufleet.api.nodepool import expand_node_pool
+from gpufleet.api.objects import (
+    PRODUCT_LABEL,
+    ClusterQueue,
+    Cohort,
+    Job,
+    KueueWorkload,
+    LocalQueue,
+    Namespace,
+    Node,
+    NodePool,
+    Pod,
+    PriorityClass,
+    ResourceFlavor,
+    SchedulerConfig,
+    Topology,
+    WorkloadPriorityClass,
+)
+from gpufleet.api.reader import FieldReader
+from gpufleet.api.source import Document, load_paths, load_text
+from gpufleet.gpu.catalog import DEFAULT_CATALOG
+from gpufleet.gpu.mig import geometry_for
+
+
+@dataclass(slots=True)
+class Manifests:
+    nodes: list[Node] = field(default_factory=list)
+    node_pools: list[NodePool] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    namespaces: list[Namespace] = field(default_factory=list)
+    priority_classes: list[PriorityClass] = field(default_factory=list)
+    flavors: list[ResourceFlavor] = field(default_factory=list)
+    cluster_queues: list[ClusterQueue] = field(default_factory=list)
+    local_queues: list[LocalQueue] = field(default_factory=list)
+    cohorts: list[Cohort] = field(default_factory=list)
+    workload_priority_classes: list[WorkloadPriorityClass] = field(default_factory=list)
+    workloads: list[KueueWorkload] = field(default_factory=list)
+    topologies: list[Topology] = field(default_factory=list)
+    config: SchedulerConfig | None = None
+    problems: Problems = field(default_factory=Problems)
+    documents: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(v) for k, v in (
+            ("Node", self.nodes), ("NodePool", self.node_pools), ("Pod", self.pods), ("Job", self.jobs),
+            ("Namespace", self.namespaces), ("PriorityClass", self.priority_classes),
+            ("ResourceFlavor", self.flavors), ("ClusterQueue", self.cluster_queues),
+            ("LocalQueue", self.local_queues), ("Cohort", self.cohorts),
+            ("WorkloadPriorityClass", self.workload_priority_classes), ("Workload", self.workloads),
+            ("Topology", self.topologies)) if v}
+
+
+_TARGET: dict[str, str] = {
+    "Node": "nodes", "NodePool": "node_pools", "Pod": "pods", "Job": "jobs", "Namespace": "namespaces",
+    "PriorityClass": "priority_classes", "ResourceFlavor": "flavors", "ClusterQueue": "cluster_queues",
+    "LocalQueue": "local_queues", "Cohort": "cohorts", "WorkloadPriorityClass": "workload_priority_classes",
+    "Workload": "workloads", "Topology": "topologies",
+}
+
+
+def _group_of(api_version: str) -> str:
+    return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def _parse_document(doc: Document, out: Manifests) -> None:
+    problems = out.problems
+    data = doc.data
+    kind = data.get("kind") if isinstance(data, dict) else None
+    api_version = data.get("apiVersion") if isinstance(data, dict) else None
+    r = FieldReader(doc, problems, kind=str(kind) if kind else None, name=None)
+    if not kind or not api_version:
+        r.error("a manifest needs apiVersion and kind", "kind" if not kind else "apiVersion",
+                fix="start the document with apiVersion: ... and kind: ...")
+        return
+    parser = PARSERS.get((_group_of(str(api_version)), str(kind)))
+    if parser is None:
+        r.warning(f"{api_version} {kind} is not a kind gpufleet reads; it is left out", "kind",
+                  fix="remove it, or check apiVersion and kind spelling")
+        return
+    before = len(problems.errors)
+    obj = parser(r)
+    if obj is None or len(problems.errors) > before:
+        return  # an object with errors is not kept; its errors say why
+    if isinstance(obj, SchedulerConfig):
+        if out.config is not None:
+            r.error("more than one Kueue Configuration", "kind", fix="keep a single Configuration document")
+            return
+        out.config = obj
+        return
+    getattr(out, _TARGET[str(kind)]).append(obj)
+
+
+def _check_duplicates(out: Manifests) -> None:
+    for attr in _TARGET.values():
+        seen: dict[tuple[str, str], Any] = {}
+        for obj in list(getattr(out, attr)):
+            meta = obj.meta
+            key = (type(obj).__name__, meta.key)
+            if key in seen:
+                first = seen[key].meta.source
+                out.problems.error(
+                    f"duplicate name: {meta.key} is already defined at {first}",
+                    file=meta.source.file if meta.source else None, line=meta.source.line if meta.source else None,
+                    kind=type(obj).__name__, name=meta.key, field="metadata.name",
+                    fix="rename one of them or remove the duplicate")
+                getattr(out, attr).remove(obj)
+            else:
+                seen[key] = obj
+
+
+def _error_at(out: Manifests, obj: Any, message: str, field_: str, fix: str) -> None:
+    src = obj.meta.source
+    out.problems.error(message, file=src.file if src else None, line=src.line if src else None,
+                       kind=type(obj).__name__, name=obj.meta.key, field=field_, fix=fix)
+
+
+def _check_references(out: Manifests) -> None:
+    flavors = {f.name for f in out.flavors}
+    bad_cqs = []
+    for cq in out.cluster_queues:
+        missing = sorted({f.name for g in cq.resource_groups for f in g.flavors} - flavors)
+        if missing:
+            _error_at(out, cq, f"ClusterQueue {cq.name} names flavor(s) {', '.join(missing)} that do not exist",
+                      "spec.resourceGroups", f"define a ResourceFlavor named {missing[0]} or fix the name")
+            bad_cqs.append(cq)
+    for cq in bad_cqs:
+        out.cluster_queues.remove(cq)
+    cqs = {cq.name for cq in out.cluster_queues}
+    for lq in out.local_queues:
+        if lq.cluster_queue not in cqs:
+            src = lq.meta.source
+            out.problems.warning(
+                f"LocalQueue {lq.key} points to ClusterQueue {lq.cluster_queue}, which is not defined (or invalid); "
+                "its workloads stay pending", file=src.file if src else None, line=src.line if src else None,
+                kind="LocalQueue", name=lq.key, field="spec.clusterQueue",
+                fix=f"define ClusterQueue {lq.cluster_queue} or fix the name")
+    _check_cohort_cycles(out)
+    _check_mig_requests(out)
+
+
+def _check_cohort_cycles(out: Manifests) -> None:
+    parent = {c.name: c.parent for c in out.cohorts}
+    reported: set[str] = set()
+    for start in parent:
+        path: list[str] = []
+        node: str | None = start
+        while node is not None and node in parent and node not in path:
+            path.append(node)
+            node = parent[node]
+        if node is not None and node in path:
+            cycle = path[path.index(node):]
+            if not reported.intersection(cycle):
+                reported.update(cycle)
+                cohort = next(c for c in out.cohorts if c.name == node)
+                _error_at(out, cohort, "cycle of cohorts: " + " -> ".join([*cycle, node]), "spec.parentName",
+                          "break the cycle: one cohort of it must have no parentName or a parent outside it")
+    out.cohorts = [c for c in out.cohorts if c.name not in reported]
+
+
+def _check_mig_requests(out: Manifests) -> None:
+    """A pod pinned to a GPU model (nodeSelector on the product label) must ask for a profile that model has."""
+    templates = [(p, p.template) for p in out.pods] + [(j, j.template) for j in out.jobs]
+    for obj, t in templates:
+        if t.gpu.kind != "mig" or t.gpu.mig_profile is None:
+            continue
+        product = t.node_selector.get(PRODUCT_LABEL)
+        if product is None:
+            continue
+        model = DEFAULT_CATALOG.find(product)
+        if model is None:
+            continue
+        geometry = geometry_for(model.key)
+        if geometry is None or not geometry.has_profile(t.gpu.mig_profile):
+            valid = ", ".join(p.name for p in geometry.profiles) if geometry else "none (no MIG support)"
+            _error_at(out, obj, f"{model.key} has no MIG profile {t.gpu.mig_profile}", "spec.containers.resources",
+                      f"use one of its profiles: {valid}")
+
+
+def _expand_pools(out: Manifests) -> None:
+    for pool in out.node_pools:
+        src = pool.meta.source
+        for i, data in enumerate(expand_node_pool(pool)):
+            doc = Document(data=data, file=src.file if src else "<nodepool>", line=src.line if src else 0, index=i)
+            r = FieldReader(doc, out.problems, kind="Node", name=None)
+            node = PARSERS[("", "Node")](r)
+            if node is not None:
+                out.nodes.append(node)
+
+
+def build(documents: Sequence[Document], problems: Problems | None = None) -> Manifests:
+    out = Manifests(problems=problems or Problems(), documents=len(documents))
+    for doc in documents:
+        _parse_document(doc, out)
+    _check_duplicates(out)
+    _check_references(out)
+    _expand_pools(out)
+    _check_duplicates(out)
+    return out
+
+
+def load_manifests(paths: Sequence[str], *, stdin: TextIO | None = None) -> Manifests:
+    problems = Problems()
+    documents = load_paths(paths, problems, stdin=stdin)
+    return build(documents, problems)
+
+
+def load_manifest_text(text: str, file: str = "<text>") -> Manifests:
+    problems = Problems()
+    return build(load_text(text, file, problems), problems)

@@ -1,0 +1,132 @@
+"""The GPU devices of one node and who holds them.
+
+A physical GPU is offered in exactly one way, set by the device plugin's configuration on its node:
+
+* ``whole``: advertised as ``nvidia.com/gpu``; held entirely by one pod, or shared by fractional pods
+  (KAI-style ``gpu-fraction``) whose thousandths sum to at most 1000 and whose memory to at most the GPU's;
+* ``replicas``: time-sliced into ``replicas`` interchangeable slots (``nvidia.com/gpu`` or
+  ``nvidia.com/gpu.shared``), one pod per slot, no memory isolation;
+* ``mig``: partitioned into MIG instances (``nvidia.com/mig-<profile>``), one pod per instance.
+
+Device IDs follow the device plugin: the GPU UUID, ``UUID::i`` for a replica, the MIG UUID for an
+instance; a node without a published inventory gets stable logical IDs (``NODE/gpu-0``, ``NODE/gpu-0::3``,
+``NODE/gpu-0/3g.40gb@4``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpufleet.gpu.mig import MigPlacement
+
+GpuMode = Literal["whole", "replicas", "mig"]
+
+
+class InvariantError(RuntimeError):
+    """An allocation or release that would break a device or capacity invariant (a bug, never user input)."""
+
+
+@dataclass(slots=True)
+class MigSlot:
+    placement: MigPlacement
+    device_id: str
+    resource: str  # nvidia.com/mig-3g.40gb
+    memory_mib: int
+    compute_slices: int
+    holder: str | None = None
+
+
+@dataclass(slots=True)
+class GpuSlot:
+    """One physical GPU of a node."""
+
+    index: int
+    device_id: str  # GPU UUID or logical id
+    model: str
+    memory_mib: int
+    mode: GpuMode
+    resource: str  # what the device plugin advertises for it (for mig: the parent, informational)
+    replicas: int = 1
+    holder: str | None = None  # whole mode: the pod holding all of it
+    fractions: dict[str, tuple[int, int]] = field(default_factory=dict)  # pod -> (milli, memory MiB)
+    replica_holders: list[str | None] = field(default_factory=list)
+    mig: list[MigSlot] = field(default_factory=list)
+    healthy: bool = True
+
+    # ---- derived views -------------------------------------------------------------------------------------
+    @property
+    def used_milli(self) -> int:
+        if self.mode == "whole":
+            return 1000 if self.holder is not None else sum(m for m, _ in self.fractions.values())
+        if self.mode == "replicas":
+            held = sum(1 for h in self.replica_holders if h is not None)
+            return (1000 * held) // self.replicas
+        total = sum(s.compute_slices for s in self.mig) or 1
+        return 1000 * sum(s.compute_slices for s in self.mig if s.holder is not None) // total
+
+    @property
+    def free_milli(self) -> int:
+        """Thousandths of this GPU not held (the fragmentation view of a whole-mode GPU)."""
+        return 1000 - self.used_milli
+
+    @property
+    def used_memory_mib(self) -> int:
+        if self.mode == "whole":
+            return self.memory_mib if self.holder is not None else sum(m for _, m in self.fractions.values())
+        return 0
+
+    @property
+    def is_free(self) -> bool:
+        """Nothing at all is held on it."""
+        if self.mode == "whole":
+            return self.holder is None and not self.fractions
+        if self.mode == "replicas":
+            return all(h is None for h in self.replica_holders)
+        return all(s.holder is None for s in self.mig)
+
+    def free_replicas(self) -> list[int]:
+        return [i for i, h in enumerate(self.replica_holders) if h is None]
+
+    def replica_id(self, i: int) -> str:
+        return f"{self.device_id}::{i}"
+
+    def holders(self) -> set[str]:
+        out: set[str] = set()
+        if self.holder is not None:
+            out.add(self.holder)
+        out.update(self.fractions)
+        out.update(h for h in self.replica_holders if h is not None)
+        out.update(s.holder for s in self.mig if s.holder is not None)
+        return out
+
+
+def fraction_need(milli: int, memory_mib: int | None, gpu_memory_mib: int) -> tuple[int, int]:
+    """(thousandths, MiB) a fractional pod takes on a GPU with ``gpu_memory_mib``.
+
+    A share means that share of the GPU's compute and memory (the openb trace's and KAI's reading); a pod
+    that declares only memory takes the compute share its memory is of the GPU, so packing stays honest.
+    """
+    by_memory = -(-1000 * memory_mib // gpu_memory_mib) if memory_mib else 0
+    share = max(milli, by_memory)
+    memory = max(memory_mib or 0, (share * gpu_memory_mib) // 1000)
+    return share, memory
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """Which devices of a node a pod holds; enough to release them exactly."""
+
+    kind: Literal["whole", "replica", "mig", "fraction"]
+    gpu: int  # GPU index
+    slot: int = 0  # replica index or MIG slot index
+    milli: int = 0
+    memory_mib: int = 0
+
+
+def grant_device_id(gpu: GpuSlot, grant: DeviceGrant) -> str:
+    if grant.kind == "replica":
+        return gpu.replica_id(grant.slot)
+    if grant.kind == "mig":
+        return gpu.mig[grant.slot].device_id
+    return gpu.device_id

@@ -1,0 +1,224 @@
+"""Workloads: the unit of admission, built from Pods, pod groups, Jobs and Kueue Workload objects.
+
+* a Pod with no group label is a workload of one pod;
+* Pods labelled ``kueue.x-k8s.io/pod-group-name`` (with ``kueue.x-k8s.io/pod-group-total-count``) form one
+  workload named after the group; identical pods form one pod set (Kueue's role hash);
+* a Job is a workload of ``min(parallelism, completions)`` identical pods;
+* a ``kueue.x-k8s.io`` Workload is taken as written, its ``status.admission`` holding quota when present.
+
+The workload's priority follows Kueue: WorkloadPriorityClass (label ``kueue.x-k8s.io/priority-class``), then
+the pod's PriorityClass, then the global-default PriorityClass, else 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpufleet.api.errors import Problems
+from gpufleet.api.manifests import Manifests
+from gpufleet.api.objects import (
+    GPUFLEET_QUEUE_LABEL,
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    POD_GROUP_COUNT_ANNOTATION,
+    POD_GROUP_LABEL,
+    Admission,
+    ObjectMeta,
+    PodTemplate,
+    ResourceList,
+)
+
+WorkloadKind = Literal["Pod", "PodGroup", "Job", "Workload"]
+
+
+@dataclass(slots=True)
+class WorkloadPod:
+    key: str  # namespace/name
+    template: PodTemplate
+    pod_set: str
+    node_name: str | None = None  # already bound (from the manifest's spec.nodeName)
+    phase: str = "Pending"
+
+
+@dataclass(slots=True)
+class PodSet:
+    name: str
+    count: int
+    template: PodTemplate
+    min_count: int | None = None
+
+    @property
+    def requests(self) -> ResourceList:
+        return self.template.requests
+
+
+@dataclass(slots=True)
+class Workload:
+    key: str  # namespace/name
+    namespace: str
+    name: str
+    kind: WorkloadKind
+    queue: str | None  # LocalQueue name
+    priority: int
+    created: float
+    pod_sets: list[PodSet]
+    pods: list[WorkloadPod]
+    priority_class: str | None = None
+    admission: Admission | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    backoff_limit: int = 0
+    expected_pods: int | None = None  # a pod group's declared total count
+    order: int = 0  # input order, the last tie-breaker
+
+    @property
+    def size(self) -> int:
+        return sum(ps.count for ps in self.pod_sets)
+
+    @property
+    def complete(self) -> bool:
+        """A pod group is composed only once all its pods exist (Kueue without fast admission)."""
+        return self.expected_pods is None or len(self.pods) >= self.expected_pods
+
+    def total_requests(self) -> ResourceList:
+        out: ResourceList = {}
+        for ps in self.pod_sets:
+            for r, v in ps.requests.items():
+                out[r] = out.get(r, 0) + v * ps.count
+        return out
+
+    @property
+    def gpu_equivalent(self) -> float:
+        return sum(ps.template.gpu.gpu_equivalent * ps.count for ps in self.pod_sets)
+
+
+class PriorityResolver:
+    def __init__(self, manifests: Manifests) -> None:
+        self.wpc = {w.meta.name: w.value for w in manifests.workload_priority_classes}
+        self.pc = {p.meta.name: p.value for p in manifests.priority_classes}
+        defaults = [p.value for p in manifests.priority_classes if p.global_default]
+        self.default = min(defaults) if defaults else 0
+
+    def resolve(self, labels: dict[str, str], template: PodTemplate) -> tuple[int, str | None]:
+        wpc = labels.get(KUEUE_PRIORITY_LABEL)
+        if wpc is not None and wpc in self.wpc:
+            return self.wpc[wpc], wpc
+        if template.priority_class_name and template.priority_class_name in self.pc:
+            return self.pc[template.priority_class_name], template.priority_class_name
+        if template.priority is not None:
+            return template.priority, None
+        return self.default, None
+
+
+def queue_of(labels: dict[str, str]) -> str | None:
+    return labels.get(KUEUE_QUEUE_LABEL) or labels.get(GPUFLEET_QUEUE_LABEL)
+
+
+def _role_key(t: PodTemplate) -> tuple[object, ...]:
+    return (tuple(sorted(t.requests.items())), tuple(sorted(t.node_selector.items())), t.required_affinity,
+            t.tolerations, t.gpu)
+
+
+def _created(meta: ObjectMeta, order: int) -> float:
+    return meta.creation_timestamp if meta.creation_timestamp is not None else float(order)
+
+
+def build_workloads(manifests: Manifests, problems: Problems | None = None) -> list[Workload]:
+    """Every workload of the manifests, in input order."""
+    problems = problems if problems is not None else manifests.problems
+    prio = PriorityResolver(manifests)
+    out: list[Workload] = []
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    order = 0
+    for i, pod in enumerate(manifests.pods):
+        group = pod.meta.labels.get(POD_GROUP_LABEL)
+        if group is not None:
+            groups[(pod.meta.namespace or "default", group)].append(i)
+            continue
+        t = pod.template
+        priority, pclass = prio.resolve(pod.meta.labels, t)
+        out.append(Workload(
+            key=pod.key, namespace=pod.meta.namespace or "default", name=pod.meta.name, kind="Pod",
+            queue=queue_of(pod.meta.labels), priority=priority, priority_class=pclass,
+            created=_created(pod.meta, order), pod_sets=[PodSet("main", 1, t)],
+            pods=[WorkloadPod(pod.key, t, "main", pod.node_name, pod.phase)],
+            labels=pod.meta.labels, annotations=pod.meta.annotations, order=order))
+        order += 1
+    for (ns, group), indices in groups.items():
+        members = [manifests.pods[i] for i in indices]
+        first = members[0]
+        counts = {m.meta.annotations.get(POD_GROUP_COUNT_ANNOTATION) for m in members}
+        total: int | None = None
+        if len(counts) != 1 or None in counts or not str(next(iter(counts))).isdigit():
+            src = first.meta.source
+            problems.error(
+                f"pod group {ns}/{group}: every member needs the same {POD_GROUP_COUNT_ANNOTATION} annotation",
+                file=src.file if src else None, line=src.line if src else None, kind="Pod", name=first.key,
+                field=f"metadata.annotations.{POD_GROUP_COUNT_ANNOTATION}",
+                fix=f'set {POD_GROUP_COUNT_ANNOTATION}: "{len(members)}" on every pod of the group')
+            continue
+        total = int(str(next(iter(counts))))
+        queues = {queue_of(m.meta.labels) for m in members}
+        if len(queues) > 1:
+            src = first.meta.source
+            problems.error(f"pod group {ns}/{group}: members name different queues ({', '.join(map(str, queues))})",
+                           file=src.file if src else None, line=src.line if src else None, kind="Pod",
+                           name=first.key, field=f"metadata.labels.{KUEUE_QUEUE_LABEL}",
+                           fix="give every pod of the group the same queue label")
+            continue
+        sets: dict[tuple[object, ...], PodSet] = {}
+        pods: list[WorkloadPod] = []
+        for m in members:
+            key = _role_key(m.template)
+            if key not in sets:
+                sets[key] = PodSet(f"role-{len(sets)}", 0, m.template)
+            sets[key].count += 1
+            pods.append(WorkloadPod(m.key, m.template, sets[key].name, m.node_name, m.phase))
+        priority, pclass = prio.resolve(first.meta.labels, first.template)
+        created = min(_created(m.meta, order) for m in members)
+        out.append(Workload(
+            key=f"{ns}/{group}", namespace=ns, name=group, kind="PodGroup", queue=queues.pop(),
+            priority=priority, priority_class=pclass, created=created, pod_sets=list(sets.values()), pods=pods,
+            labels=first.meta.labels, annotations=first.meta.annotations, expected_pods=total, order=order))
+        order += 1
+    for job in manifests.jobs:
+        n = job.pod_count
+        if job.suspend and queue_of(job.meta.labels) is None:
+            continue
+        t = job.template
+        labels = {**t.labels, **job.meta.labels}
+        priority, pclass = prio.resolve(labels, t)
+        ns = job.meta.namespace or "default"
+        pods = [WorkloadPod(f"{ns}/{job.meta.name}-{i}", t, "main") for i in range(n)]
+        out.append(Workload(
+            key=job.meta.key, namespace=ns, name=job.meta.name, kind="Job", queue=queue_of(job.meta.labels),
+            priority=priority, priority_class=pclass, created=_created(job.meta, order),
+            pod_sets=[PodSet("main", n, t, job.min_parallelism)], pods=pods, labels=labels,
+            annotations={**t.annotations, **job.meta.annotations}, backoff_limit=job.backoff_limit, order=order))
+        order += 1
+    for wl in manifests.workloads:
+        ns = wl.meta.namespace or "default"
+        pod_sets = [PodSet(ps.name, ps.count, ps.template, ps.min_count) for ps in wl.pod_sets]
+        pods = [WorkloadPod(f"{ns}/{wl.meta.name}-{ps.name}-{i}", ps.template, ps.name)
+                for ps in pod_sets for i in range(ps.count)]
+        if wl.priority is not None:
+            priority, pclass = wl.priority, wl.priority_class_name
+        elif wl.priority_class_name in prio.wpc:
+            priority, pclass = prio.wpc[wl.priority_class_name or ""], wl.priority_class_name
+        elif wl.priority_class_name in prio.pc:
+            priority, pclass = prio.pc[wl.priority_class_name or ""], wl.priority_class_name
+        else:
+            priority, pclass = prio.resolve(wl.meta.labels, pod_sets[0].template) if pod_sets else (0, None)
+        out.append(Workload(
+            key=wl.meta.key, namespace=ns, name=wl.meta.name, kind="Workload", queue=wl.queue_name,
+            priority=priority, priority_class=pclass, created=_created(wl.meta, order), pod_sets=pod_sets,
+            pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations, order=order))
+        order += 1
+    return out
+
+
+def index_by_key(workloads: Iterable[Workload]) -> dict[str, Workload]:
+    return {w.key: w for w in workloads}
