@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, cast
 
@@ -18,6 +19,7 @@ from gpufleet.api.objects import (
     GPU,
     GPU_FRACTION_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
+    GPU_MODEL_ANNOTATION,
     KAI_FRACTION_ANNOTATION,
     KAI_MEMORY_ANNOTATION,
     NO_GPU,
@@ -251,7 +253,35 @@ def _container_resources(c: FieldReader, requests: ResourceList, limits: Resourc
             requests[resource] = requests.get(resource, 0) + amount
 
 
+def _gpu_models(r: FieldReader, annotations: dict[str, str]) -> tuple[str, ...]:
+    from gpufleet.gpu.catalog import DEFAULT_CATALOG
+
+    text = annotations.get(GPU_MODEL_ANNOTATION)
+    if not text:
+        return ()
+    models = []
+    for name in re.split(r"[|,]", text):
+        name = name.strip()
+        if not name:
+            continue
+        found = DEFAULT_CATALOG.find(name)
+        if found is None:
+            r.warning(f"annotation {GPU_MODEL_ANNOTATION}: {name} is not in the GPU catalog; only nodes whose model "
+                      "is named exactly so will match", "metadata", "annotations", GPU_MODEL_ANNOTATION,
+                      fix="use a catalog model: " + ", ".join(m.key for m in DEFAULT_CATALOG))
+        models.append(found.key if found else name)
+    return tuple(models)
+
+
 def _gpu_demand(r: FieldReader, requests: ResourceList, annotations: dict[str, str]) -> GpuDemand:
+    demand = _gpu_demand_kind(r, requests, annotations)
+    models = _gpu_models(r, annotations)
+    if models and demand.kind != "none":
+        return replace(demand, models=models)
+    return demand
+
+
+def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[str, str]) -> GpuDemand:
     gpu_resources = {k: v for k, v in requests.items()
                      if k.startswith("nvidia.com/") and v > 0}
     fraction_text = annotations.get(GPU_FRACTION_ANNOTATION, annotations.get(KAI_FRACTION_ANNOTATION))

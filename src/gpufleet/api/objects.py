@@ -28,6 +28,7 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 GPU_FRACTION_ANNOTATION = "gpufleet.io/gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpufleet.io/gpu-memory"
+GPU_MODEL_ANNOTATION = "gpufleet.io/gpu-model"  # allowed GPU models, "A100-SXM4-80GB|H100-SXM5-80GB"
 KAI_FRACTION_ANNOTATION = "gpu-fraction"
 KAI_MEMORY_ANNOTATION = "gpu-memory"
 GPU_INVENTORY_ANNOTATION = "gpufleet.io/gpus"
@@ -168,6 +169,7 @@ class GpuDemand:
     mig_profile: str | None = None
     milli: int = 0  # fraction of one GPU in thousandths (fraction kind)
     memory_mib: int | None = None  # declared GPU memory need (any kind)
+    models: tuple[str, ...] = ()  # allowed GPU model keys (annotation gpufleet.io/gpu-model); empty = any
 
     @property
     def wants_gpu(self) -> bool:

@@ -1,0 +1,155 @@
+"""The contracts between the scheduling core and its drivers: decisions, pod requests, placers, policies.
+
+A scheduling cycle is ``policy.cycle(now) -> Decisions``. The policy owns its working state (queues, quota
+usage, and the :class:`~gpufleet.cluster.state.ClusterState` when nodes are known) and applies what it decides
+to that state as it goes, so one cycle's later decisions see its earlier ones. The returned
+:class:`Decisions` tell the driver what to carry out: the simulator starts pods and timers, the live driver
+writes Bindings and Evictions. Workloads that the driver finishes, evicts or times out are reported back
+through the policy's ``finish``/``evicted`` methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpufleet.api.objects import PodTemplate, Taint, Toleration
+from gpufleet.cluster.state import ClusterState, Placement
+from gpufleet.cluster.workloads import Workload
+
+# ---- decisions ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodAssignment:
+    pod: str  # namespace/name
+    node: str | None  # None in quota-only mode
+    devices: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pod": self.pod, "node": self.node, "devices": list(self.devices)}
+
+
+@dataclass(slots=True)
+class AdmittedWorkload:
+    workload: str
+    cluster_queue: str | None  # None when the workload runs without quota (no queue)
+    flavors: dict[str, str] = field(default_factory=dict)  # resource -> flavor
+    pods: list[PodAssignment] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "clusterQueue": self.cluster_queue, "flavors": dict(self.flavors),
+                "pods": [p.to_json() for p in self.pods]}
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptedWorkload:
+    workload: str
+    preemptor: str
+    reason: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | InCohortFairSharing
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "preemptor": self.preemptor, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWorkload:
+    workload: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "reason": self.reason}
+
+
+@dataclass(slots=True)
+class Decisions:
+    admitted: list[AdmittedWorkload] = field(default_factory=list)
+    preempted: list[PreemptedWorkload] = field(default_factory=list)
+    pending: list[PendingWorkload] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"admitted": [a.to_json() for a in self.admitted],
+                "preempted": [p.to_json() for p in self.preempted],
+                "pending": [p.to_json() for p in self.pending]}
+
+    def __bool__(self) -> bool:
+        return bool(self.admitted or self.preempted)
+
+
+# ---- placement ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """One pod to place, with what its admission adds: the flavor's node labels, taints and tolerations."""
+
+    key: str
+    template: PodTemplate
+    node_labels: tuple[tuple[str, str], ...] = ()  # ResourceFlavor nodeLabels the node must carry
+    flavor_taints: tuple[Taint, ...] = ()  # ResourceFlavor nodeTaints (informational for placement)
+    extra_tolerations: tuple[Toleration, ...] = ()  # ResourceFlavor tolerations added to the pod
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """Kueue TAS: keep a gang inside one domain of ``level`` (required) or as few as possible (preferred)."""
+
+    topology: str  # Topology object name
+    level: str  # node label of the level
+    required: bool
+
+
+class Placer(Protocol):
+    """Puts pods on nodes and devices of a ClusterState, all or none."""
+
+    cluster: ClusterState
+
+    def place(self, pods: Sequence[PodRequest], topology: TopologyRequest | None = None) -> list[Placement] | None:
+        """Place every pod (allocating in the cluster) or none of them (the cluster unchanged)."""
+        ...
+
+    def explain(self, pod: PodRequest) -> str:
+        """Why the pod fits no node, kube-scheduler style ("0/18 nodes are available: ...")."""
+        ...
+
+    def find_victims(self, pods: Sequence[PodRequest], candidates: Sequence[str],
+                     topology: TopologyRequest | None = None) -> list[str] | None:
+        """A smallest prefix-then-fill-back subset of ``candidates`` (placed pod keys, in preference order)
+        whose removal lets ``pods`` be placed; None when even all of them are not enough. The cluster is left
+        unchanged."""
+        ...
+
+
+# ---- policies -------------------------------------------------------------------------------------------------
+
+
+class Policy(Protocol):
+    """A scheduler the simulator or the live driver runs, cycle after cycle."""
+
+    name: str
+    cluster: ClusterState | None
+
+    def submit(self, workload: Workload, now: float) -> None:
+        """A new workload arrives (pending)."""
+        ...
+
+    def finish(self, workload: str, now: float) -> None:
+        """The workload is over (succeeded, failed for good, or deleted): release its pods and quota."""
+        ...
+
+    def evicted(self, workload: str, now: float, *, requeue: bool = True, reason: str = "Preempted") -> None:
+        """The driver has stopped the workload's pods (after a preemption or a timeout): release them and,
+        when ``requeue``, put the workload back in its queue (with Kueue's backoff after a PodsReadyTimeout)."""
+        ...
+
+    def cycle(self, now: float) -> Decisions:
+        """One scheduling cycle; admissions are applied to the policy's state before it returns."""
+        ...
+
+    def pending_count(self) -> int:
+        ...
+
+    def next_wakeup(self, now: float) -> float | None:
+        """The next time something becomes possible without an event (a backoff ends), if any."""
+        ...
