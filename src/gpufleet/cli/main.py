@@ -16,9 +16,18 @@ from gpufleet.api.errors import ManifestError
 from gpufleet.api.manifests import Manifests, load_manifests
 from gpufleet.api.nodepool import expand_node_pool
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
-from gpufleet.gpu.mig import MigError, MigGeometry, enumerate_maximal_layouts, geometry_for, layout_mix, parse_layout, validate_layout
+from gpufleet.gpu.mig import (
+    MigError,
+    MigGeometry,
+    enumerate_maximal_layouts,
+    geometry_for,
+    layout_mix,
+    parse_layout,
+    validate_layout,
+)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="gpufleet: GPUs as first-class citizens of Kubernetes.")
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="gpufleet: GPUs as first-class citizens of Kubernetes.")
 nodes_app = typer.Typer(no_args_is_help=True, help="Node views of NodePools.")
 mig_app = typer.Typer(no_args_is_help=True, help="MIG geometry: layouts and checks.")
 app.add_typer(nodes_app, name="nodes")
@@ -74,7 +83,8 @@ def nodes_render(files: Files) -> None:
 @mig_app.command("layouts")
 def mig_layouts(
     model: Annotated[str, typer.Argument(help="GPU model, e.g. A100-SXM4-40GB")],
-    profiles: Annotated[str | None, typer.Option(help="Comma-separated profiles to use (default: all without +me)")] = None,
+    profiles: Annotated[str | None,
+                        typer.Option(help="Comma-separated profiles to use (default: all without +me)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """List every maximal MIG layout of a model."""

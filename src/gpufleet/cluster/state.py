@@ -222,6 +222,13 @@ class ClusterState:
         ns = self.nodes.get(node)
         if ns is None:
             raise InvariantError(f"node {node} does not exist")
+        for g in grants:
+            if not 0 <= g.gpu < len(ns.gpus):
+                raise InvariantError(f"{node} has no GPU {g.gpu} (pod {pod})")
+            gpu = ns.gpus[g.gpu]
+            if (g.kind == "mig" and not 0 <= g.slot < len(gpu.mig)) or (
+                    g.kind == "replica" and not 0 <= g.slot < len(gpu.replica_holders)):
+                raise InvariantError(f"{node} GPU {g.gpu} has no {g.kind} slot {g.slot} (pod {pod})")
         ids = tuple(grant_device_id(ns.gpus[g.gpu], g) for g in grants)
         placement = Placement(pod, node, dict(requests), tuple(grants), ids)
         self._apply(placement)
@@ -261,7 +268,7 @@ class ClusterState:
                 self._revoke(ns, p.pod, g)
             raise
         for resource, amount in p.requests.items():
-            if resource != FRACTION_RESOURCE:
+            if resource != FRACTION_RESOURCE and amount:
                 ns.used[resource] = ns.used.get(resource, 0) + amount
         ns.used["pods"] = ns.used.get("pods", 0) + 1
         ns.pods.add(p.pod)
@@ -272,10 +279,13 @@ class ClusterState:
         ns = self.nodes[p.node]
         for g in reversed(p.grants):
             self._revoke(ns, p.pod, g)
-        for resource, amount in p.requests.items():
+        for resource, amount in (*p.requests.items(), ("pods", 1)):
             if resource != FRACTION_RESOURCE:
-                ns.used[resource] = ns.used.get(resource, 0) - amount
-        ns.used["pods"] = ns.used.get("pods", 0) - 1
+                left = ns.used.get(resource, 0) - amount
+                if left:
+                    ns.used[resource] = left
+                else:
+                    ns.used.pop(resource, None)  # keep usage maps free of zeros so states compare equal
         ns.pods.discard(p.pod)
         del self.placements[p.pod]
         self._changed(ns)

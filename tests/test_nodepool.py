@@ -1,0 +1,123 @@
+"""NodePool expansion: what a cluster would show for each device-plugin setting, and the inventory annotation."""
+
+from __future__ import annotations
+
+import json
+
+from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION
+from gpufleet.cli.demo import casestudy_dir, load_casestudy
+from gpufleet.cluster.state import ClusterState
+from gpufleet.gpu.mig import geometry_for, validate_layout
+from tests.conftest import REPO, manifests
+
+
+def test_casestudy_validates_and_offers_what_the_guide_describes() -> None:
+    m = load_casestudy()
+    assert not m.problems.errors, [str(e) for e in m.problems.errors]
+    by_pool: dict[str, dict[str, int]] = {}
+    for node in m.nodes:
+        pool = by_pool.setdefault(node.pool or "", {})
+        for res, amount in node.allocatable.items():
+            pool[res] = pool.get(res, 0) + amount
+    assert len(m.nodes) == 4 + 8 + 6
+    assert by_pool["h100-training"]["nvidia.com/gpu"] == 16
+    assert by_pool["l40s-dev"]["nvidia.com/gpu.shared"] == 48
+    assert by_pool["a100-mig-halves"]["nvidia.com/mig-3g.40gb"] + by_pool["a100-mig-balanced"][
+        "nvidia.com/mig-3g.40gb"] == 14
+    assert by_pool["a100-mig-balanced"]["nvidia.com/mig-1g.10gb"] == 4
+    assert {cq.name for cq in m.cluster_queues} == {"production", "research", "dev"}
+    assert {lq.key for lq in m.local_queues} == {"research/research", "production/production", "data-science/dev"}
+
+
+def test_examples_casestudy_is_the_packaged_one() -> None:
+    example = REPO / "examples" / "casestudy"
+    for f in casestudy_dir().glob("*.yaml"):
+        assert (example / f.name).read_text() == f.read_text()
+
+
+def test_time_sliced_pool_labels_and_capacity() -> None:
+    m = load_casestudy()
+    node = next(n for n in m.nodes if n.pool == "l40s-dev")
+    assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-L40S"  # renamed: no -SHARED
+    assert node.labels["nvidia.com/gpu.replicas"] == "8"
+    assert node.labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert node.allocatable["nvidia.com/gpu.shared"] == 8 and "nvidia.com/gpu" not in node.allocatable
+
+
+def test_topology_labels_by_domain_size() -> None:
+    m = load_casestudy()
+    racks = [n.labels["topology.gpufleet.io/rack"] for n in m.nodes if n.pool == "h100-training"]
+    assert racks == ["h100-training-rack-0", "h100-training-rack-0", "h100-training-rack-1", "h100-training-rack-1"]
+
+
+POOL = """apiVersion: gpufleet.io/v1alpha1
+kind: NodePool
+metadata: {name: p}
+spec:
+  count: 3
+  namePrefix: gpu
+  cpu: "64"
+  memory: 512Gi
+  gpu: {model: H100-SXM5-80GB, count: 8}
+  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+  labels: {team: ml}
+  topology:
+  - {nodeLabel: example.com/block, values: [b0, b1, b2]}
+"""
+
+
+def test_inventory_annotation_round_trips_into_cluster_state() -> None:
+    m = manifests(POOL)
+    assert not m.problems.errors
+    node = m.nodes[1]
+    assert node.name == "gpu-1" and node.labels["team"] == "ml" and node.labels["example.com/block"] == "b1"
+    assert node.taints[0].key == "nvidia.com/gpu"
+    inv = json.loads(node.meta.annotations[GPU_INVENTORY_ANNOTATION])
+    assert inv["model"] == "H100-SXM5-80GB" and len(inv["gpus"]) == 8
+    assert len(inv["nvlinks"]) == 28  # NVSwitch board: every pair connected
+    state = ClusterState.from_nodes(m.nodes)
+    gpus = state.nodes["gpu-1"].gpus
+    assert [g.device_id for g in gpus] == [g["uuid"] for g in inv["gpus"]]
+    assert all(g.mode == "whole" and g.memory_mib == 81559 for g in gpus)
+
+
+def test_unknown_model_with_memory_renders() -> None:
+    m = manifests(POOL.replace("{model: H100-SXM5-80GB, count: 8}", "{model: G2, count: 8, memory: 32Gi}"))
+    assert not m.problems.errors, [str(e) for e in m.problems.errors]
+    state = ClusterState.from_nodes(m.nodes)
+    assert state.nodes["gpu-0"].gpus[0].memory_mib == 32768
+    m = manifests(POOL.replace("{model: H100-SXM5-80GB, count: 8}", "{model: G2, count: 8}"))
+    assert any("unknown GPU model 'G2'" in e.message for e in m.problems.errors)
+
+
+def test_mig_pool_devices_in_cluster_state() -> None:
+    m = load_casestudy()
+    state = ClusterState.from_nodes(m.nodes)
+    node = state.nodes["a100-b-0"]
+    (gpu,) = node.gpus
+    assert gpu.mode == "mig"
+    placements = [s.placement for s in gpu.mig]
+    assert sorted(p.profile for p in placements) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    geometry = geometry_for("A100-SXM4-80GB")
+    assert geometry is not None and validate_layout(geometry, placements) == []
+    assert {s.resource for s in gpu.mig} == {"nvidia.com/mig-3g.40gb", "nvidia.com/mig-2g.20gb",
+                                            "nvidia.com/mig-1g.10gb"}
+    assert all(s.device_id.startswith("MIG-") for s in gpu.mig)
+    shared = state.nodes["l40s-0"].gpus[0]
+    assert shared.mode == "replicas" and shared.replicas == 8 and shared.resource == "nvidia.com/gpu.shared"
+
+
+def test_node_without_inventory_gets_logical_devices() -> None:
+    m = manifests("""apiVersion: v1
+kind: Node
+metadata:
+  name: plain
+  labels: {nvidia.com/gpu.product: Tesla-T4}
+status:
+  allocatable: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "2", nvidia.com/mig-1g.10gb: "1", pods: "110"}
+""")
+    state = ClusterState.from_nodes(m.nodes)
+    ids = [g.device_id for g in state.nodes["plain"].gpus]
+    assert ids == ["plain/gpu-0", "plain/gpu-1", "plain/gpu-2"]
+    assert state.nodes["plain"].gpus[0].model == "T4"
+    assert state.nodes["plain"].gpus[2].mig[0].device_id == "plain/gpu-2/1g.10gb@0"
