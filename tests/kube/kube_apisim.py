@@ -1,0 +1,440 @@
+"""Test support: kmock served over real HTTP from a background thread, and API-server semantics on top.
+
+Why a background thread: gpufleet's kube layer is blocking (httpx, threads), so the mock server needs an
+event loop of its own; every interaction with kmock's objects goes through that loop (:meth:`KmockThread.call`).
+
+Why :class:`ApiSim` and not just ``kmock.KubernetesEmulator``: the emulator keeps objects but has no
+resourceVersions (lists report ``"..."``), replays every object as ADDED on each watch whatever
+resourceVersion is asked, sends no bookmarks, never answers 410, has no PUT and so no optimistic
+concurrency, and answers 404 for subresources such as ``pods/binding``. Those are exactly the behaviours an
+informer and a leader elector depend on, so ApiSim implements them as kmock reactions (kmock's documented
+extension point) over a kmock ``KubernetesScaffold``; the requests still land in kmock's request log for
+assertions, and tests still inject faults with kmock's own DSL at a higher priority than ApiSim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import kmock
+from kmock._internal import parsing as _kmock_parsing
+
+from gpufleet.kube.resources import ResourceType
+
+T = TypeVar("T")
+JsonDict = dict[str, Any]
+
+
+_original_parse_path = _kmock_parsing.parse_path
+
+
+def parse_path_with_namespaces(path: str) -> _kmock_parsing.ParsedPath:
+    """kmock 0.8 reads ``/namespaces/`` as a namespace scope only: ``/api/v1/namespaces`` (the Namespace
+    collection) crashes its parser (500) and ``/api/v1/namespaces/x`` parses as "no resource". Installed
+    by the fixtures in place of ``kmock._internal.parsing.parse_path`` (looked up at call time)."""
+    parts = path.strip("/").split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 5 and (len(parts) < 5 or parts[4] in (
+            "status", "finalize")):
+        name = parts[3] if len(parts) > 3 else None
+        sub = parts[4] if len(parts) > 4 else None
+        return _kmock_parsing.ParsedPath("", "v1", "namespaces", None, name, sub)
+    return _original_parse_path(path)
+
+
+class KmockThread:
+    """A kmock handler and its HTTP server on 127.0.0.1 (random port), run by a private event loop."""
+
+    def __init__(self, handler_factory: Callable[[], kmock.RawHandler]) -> None:
+        self._factory = handler_factory
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="kmock", daemon=True)
+        self.handler: kmock.RawHandler
+        self.server: kmock.Server
+
+    def start(self) -> None:
+        self._thread.start()
+
+        async def enter() -> tuple[kmock.RawHandler, kmock.Server]:
+            handler = self._factory()
+            await handler.__aenter__()
+            server = kmock.Server(handler, host="127.0.0.1")
+            await server.__aenter__()
+            return handler, server
+
+        self.handler, self.server = self.run(enter())
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url).rstrip("/")
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
+        """Run ``fn`` on the loop thread: kmock's DSL and state are not thread-safe."""
+
+        async def wrapper() -> T:
+            return fn()
+
+        return self.run(wrapper(), timeout)
+
+    def stop(self) -> None:
+        async def leave() -> None:
+            await self.server.__aexit__(None, None, None)
+            await self.handler.__aexit__(None, None, None)
+
+        try:
+            self.run(leave(), timeout=15.0)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5.0)
+            self.loop.close()
+
+
+def status(code: int, reason: str, message: str) -> JsonDict:
+    return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+            "code": code, "reason": reason, "message": message}
+
+
+class Failure(kmock.KubernetesError):
+    """An error answer from ApiSim. Raised, never returned as ``kmock.Response``: kmock 0.8 copies the status
+    of a Response returned by a callback onto the reaction itself, so every later answer of that reaction
+    would carry the same error status (pinned in test_kmock_limits)."""
+
+
+def failure(code: int, reason: str, message: str) -> Failure:
+    return Failure(status=code, reason=reason, message=message, details={"causes": []})
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    # RFC 7386; for the maps a scheduler patches (annotations, labels, status) strategic merge is identical.
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out
+
+
+@dataclass
+class _Watcher:
+    resource: str
+    namespace: str | None
+    bookmarks: bool
+    request: kmock.Request
+    queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
+
+
+class ApiSim:
+    """resourceVersions, list+watch with replay from a resourceVersion, bookmarks, 410 after compaction,
+    PUT with optimistic concurrency, status subresources, and pods/binding — for the resource types it serves.
+
+    Mutating methods are called from the test thread and run atomically on the loop thread.
+    """
+
+    def __init__(self, harness: KmockThread) -> None:
+        self.harness = harness
+        self.kmock = harness.handler
+        self.rv = 100
+        self.types: dict[str, ResourceType] = {}
+        self.objects: dict[str, dict[tuple[str | None, str], JsonDict]] = {}
+        self.history: dict[str, list[tuple[int, str, JsonDict]]] = {}
+        self.compacted: dict[str, int] = {}
+        self.watchers: list[_Watcher] = []
+        self.closed = False
+
+    @property
+    def url(self) -> str:
+        return self.harness.url
+
+    # --- setup ----------------------------------------------------------------------------------------
+
+    def serve(self, *resources: ResourceType) -> None:
+        def register() -> None:
+            for res in resources:
+                self.types[res.key] = res
+                self.objects.setdefault(res.key, {})
+                self.history.setdefault(res.key, [])
+                self.compacted.setdefault(res.key, 0)
+                selector = kmock.resource(res.group, res.version, res.plural)
+                # Priority -1: below any reaction a test adds to inject faults, above kmock's 404 fallbacks.
+                (self.kmock ** -1)[selector] << self._dispatcher(res)
+
+        self.harness.call(register)
+
+    # --- test-side operations (thread-safe) --------------------------------------------------------------
+
+    def create(self, res: ResourceType, obj: JsonDict) -> JsonDict:
+        return self.harness.call(lambda: self._create(res, copy.deepcopy(obj), None))
+
+    def modify(self, res: ResourceType, namespace: str | None, name: str, patch: JsonDict) -> JsonDict:
+        return self.harness.call(lambda: self._patch(res, namespace, name, patch))
+
+    def delete(self, res: ResourceType, namespace: str | None, name: str) -> JsonDict:
+        return self.harness.call(lambda: self._delete(res, namespace, name))
+
+    def get(self, res: ResourceType, namespace: str | None, name: str) -> JsonDict | None:
+        return self.harness.call(lambda: copy.deepcopy(self.objects[res.key].get((namespace, name))))
+
+    def atomically(self, fn: Callable[[ApiSim], T]) -> T:
+        """Run several operations with no HTTP request served in between."""
+        return self.harness.call(lambda: fn(self))
+
+    def bookmark(self, res: ResourceType) -> int:
+        return self.harness.call(lambda: self._bookmark(res))
+
+    def end_watches(self, res: ResourceType | None = None) -> int:
+        """End streams cleanly, as the server does when timeoutSeconds elapses."""
+        return self.harness.call(lambda: self._signal(res, "end", None))
+
+    def drop_watches(self, res: ResourceType | None = None) -> int:
+        """Abort the TCP connections of open watches mid-stream (a broken stream, not a clean end)."""
+        return self.harness.call(lambda: self._drop(res))
+
+    def compact(self, res: ResourceType) -> int:
+        """Forget history up to now: a watch from an older resourceVersion gets 410 Gone."""
+        return self.harness.call(lambda: self._compact(res))
+
+    def open_watches(self, res: ResourceType) -> int:
+        return self.harness.call(lambda: sum(1 for w in self.watchers if w.resource == res.key))
+
+    def requests(self, res: ResourceType, action: kmock.action | str) -> list[kmock.Request]:
+        """The requests kmock recorded for one resource type and action (LIST, WATCH, CREATE, ...)."""
+        view = self.kmock[kmock.resource(res.group, res.version, res.plural)]
+        return self.harness.call(lambda: [r for r in view if r.action == kmock.action(action)])
+
+    def writes(self, res: ResourceType, method: str, subresource: str | None = None) -> list[kmock.Request]:
+        view = self.kmock[kmock.resource(res.group, res.version, res.plural)]
+        return self.harness.call(lambda: [r for r in view
+                                          if str(r.method.value) == method and r.subresource == subresource])
+
+    def close(self) -> None:
+        def shut() -> None:
+            self.closed = True
+            self._signal(None, "end", None)
+
+        self.harness.call(shut)
+
+    # --- state machine (loop thread only) ------------------------------------------------------------------
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _record(self, res: ResourceType, kind: str, obj: JsonDict) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        self.history[res.key].append((rv, kind, copy.deepcopy(obj)))
+        for w in self.watchers:
+            if w.resource == res.key and (w.namespace is None or w.namespace == obj["metadata"].get("namespace")):
+                w.queue.put_nowait(("event", {"type": kind, "object": copy.deepcopy(obj)}))
+
+    def _create(self, res: ResourceType, obj: JsonDict, namespace: str | None) -> JsonDict:
+        meta = obj.setdefault("metadata", {})
+        ns = (namespace or meta.get("namespace") or "default") if res.namespaced else None
+        name = meta.get("name")
+        if not name:
+            raise ValueError("no name")
+        if (ns, name) in self.objects[res.key]:
+            raise KeyError("exists")
+        if ns is not None:
+            meta["namespace"] = ns
+        meta["uid"] = str(uuid.uuid4())
+        meta["resourceVersion"] = self._next_rv()
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        obj.setdefault("apiVersion", res.api_version)
+        obj.setdefault("kind", res.kind)
+        self.objects[res.key][(ns, name)] = obj
+        self._record(res, "ADDED", obj)
+        return copy.deepcopy(obj)
+
+    def _patch(self, res: ResourceType, namespace: str | None, name: str, patch: JsonDict) -> JsonDict:
+        old = self.objects[res.key][(namespace, name)]
+        new = _merge_patch(old, patch)
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self.objects[res.key][(namespace, name)] = new
+        self._record(res, "MODIFIED", new)
+        return copy.deepcopy(new)
+
+    def _replace(self, res: ResourceType, namespace: str | None, name: str, body: JsonDict,
+                 subresource: str | None) -> JsonDict:
+        old = self.objects[res.key][(namespace, name)]
+        new = copy.deepcopy(old)
+        if subresource == "status":
+            new["status"] = copy.deepcopy(body.get("status"))
+        else:
+            new = copy.deepcopy(body)
+            new.setdefault("metadata", {})
+            for keep in ("uid", "creationTimestamp", "namespace"):
+                if keep in old["metadata"]:
+                    new["metadata"][keep] = old["metadata"][keep]
+            if "status" in old:
+                new["status"] = old["status"]  # the main resource ignores status, as with a status subresource
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self.objects[res.key][(namespace, name)] = new
+        self._record(res, "MODIFIED", new)
+        return copy.deepcopy(new)
+
+    def _delete(self, res: ResourceType, namespace: str | None, name: str) -> JsonDict:
+        obj = self.objects[res.key].pop((namespace, name))
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._record(res, "DELETED", obj)
+        return obj
+
+    def _bookmark(self, res: ResourceType) -> int:
+        rv = self._next_rv()  # bookmarks may carry a version no object has (other types moved the clock)
+        n = 0
+        for w in self.watchers:
+            if w.resource == res.key and w.bookmarks:
+                w.queue.put_nowait(("bookmark", rv))
+                n += 1
+        return n
+
+    def _signal(self, res: ResourceType | None, kind: str, payload: Any) -> int:
+        targets = [w for w in self.watchers if res is None or w.resource == res.key]
+        for w in targets:
+            w.queue.put_nowait((kind, payload))
+        return len(targets)
+
+    def _drop(self, res: ResourceType | None) -> int:
+        targets = [w for w in self.watchers if res is None or w.resource == res.key]
+        for w in targets:
+            self.watchers.remove(w)  # nothing more reaches this watcher, even what is queued
+            raw = w.request._raw_request
+            if raw is not None and raw.transport is not None:
+                raw.transport.abort()
+            w.queue.put_nowait(("gone", None))
+        return len(targets)
+
+    def _compact(self, res: ResourceType) -> int:
+        self.compacted[res.key] = self.rv
+        self.history[res.key] = [h for h in self.history[res.key] if h[0] >= self.rv]
+        return self.rv
+
+    # --- HTTP side --------------------------------------------------------------------------------------
+
+    def _dispatcher(self, res: ResourceType) -> Callable[[kmock.Request], Any]:
+        async def dispatch(request: kmock.Request) -> Any:
+            ns, sub = request.namespace, request.subresource
+            name = request.name or ""
+            method = str(request.method.value)
+            try:
+                if method == "GET" and request.params.get("watch") in ("true", "1"):
+                    return self._watch(res, request)
+                if method == "GET" and not name:
+                    return self._list(res, ns, request)
+                if method == "GET":
+                    obj = self.objects[res.key].get((ns, name))
+                    if obj is None:
+                        raise failure(404, "NotFound", f"{res.plural} {name!r} not found")
+                    return copy.deepcopy(obj)
+                if method == "POST" and not name:
+                    try:
+                        return self._create(res, dict(request.data), ns)  # 200, not 201: see Failure
+                    except KeyError:
+                        raise failure(409, "AlreadyExists", f"{res.plural} already exists") from None
+                if method == "POST" and sub == "binding":
+                    return self._bind(res, ns, name, request.data)
+                if (ns, name) not in self.objects[res.key]:
+                    raise failure(404, "NotFound", f"{res.plural} {name!r} not found")
+                if method == "PUT":
+                    sent = (request.data.get("metadata") or {}).get("resourceVersion")
+                    current = self.objects[res.key][(ns, name)]["metadata"]["resourceVersion"]
+                    if sent and sent != current:
+                        raise failure(409, "Conflict", "the object has been modified; please apply your "
+                                                        "changes to the latest version and try again")
+                    return self._replace(res, ns, name, request.data, sub)
+                if method == "PATCH":
+                    return self._patch(res, ns, name, request.data)
+                if method == "DELETE":
+                    return self._delete(res, ns, name)
+            except kmock.KubernetesError:
+                raise
+            except Exception as e:  # a bug in the simulator must be visible in the test, not a hang
+                raise failure(500, "SimulatorBug", repr(e)) from e
+            raise failure(405, "MethodNotAllowed", f"{method} {request.url}")
+
+        return dispatch
+
+    def _list(self, res: ResourceType, ns: str | None, request: kmock.Request) -> JsonDict:
+        items = [copy.deepcopy(o) for (ons, _), o in sorted(self.objects[res.key].items(), key=lambda kv: str(kv[0]))
+                 if ns is None or ons == ns]
+        for item in items:  # like the real server: items carry no kind/apiVersion
+            item.pop("kind", None)
+            item.pop("apiVersion", None)
+        limit = int(request.params.get("limit") or 0)
+        start = int(request.params.get("continue") or 0)
+        meta: JsonDict = {"resourceVersion": str(self.rv)}
+        if limit and start + limit < len(items):
+            meta["continue"] = str(start + limit)
+        page = items[start:start + limit] if limit else items
+        return {"apiVersion": res.api_version, "kind": f"{res.kind}List", "metadata": meta, "items": page}
+
+    def _bind(self, res: ResourceType, ns: str | None, name: str, body: JsonDict) -> Any:
+        pod = self.objects[res.key].get((ns, name))
+        if pod is None:
+            raise failure(404, "NotFound", f"pods {name!r} not found")
+        uid = (body.get("metadata") or {}).get("uid")
+        if uid and uid != pod["metadata"]["uid"]:
+            raise failure(409, "Conflict", "Precondition failed: UID in precondition")
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise failure(409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
+        self._patch(res, ns, name, {"spec": {"nodeName": body["target"]["name"]}})
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _watch(self, res: ResourceType, request: kmock.Request) -> AsyncIterator[Any]:
+        # Returning the generator (not awaiting it) makes kmock stream it as chunked JSON lines.
+        rv_param = request.params.get("resourceVersion") or ""
+        timeout = float(request.params.get("timeoutSeconds") or 3600)
+        ns = request.namespace
+
+        async def stream() -> AsyncIterator[Any]:
+            yield b""  # send the headers now, as the API server does, even before any event
+            if rv_param and rv_param != "0" and int(rv_param) < self.compacted[res.key]:
+                yield {"type": "ERROR", "object": status(410, "Expired",
+                                                          f"too old resource version: {rv_param} ({self.rv})")}
+                return
+            if not rv_param or rv_param == "0":
+                replay = [{"type": "ADDED", "object": copy.deepcopy(o)}
+                          for (ons, _), o in self.objects[res.key].items() if ns is None or ons == ns]
+            else:
+                replay = [{"type": kind, "object": copy.deepcopy(obj)} for rv, kind, obj in self.history[res.key]
+                          if rv > int(rv_param) and (ns is None or obj["metadata"].get("namespace") == ns)]
+            watcher = _Watcher(res.key, ns, request.params.get("allowWatchBookmarks") == "true", request)
+            if self.closed:
+                return
+            self.watchers.append(watcher)  # same loop step as the replay snapshot: nothing slips between
+            try:
+                for event in replay:
+                    yield event
+                deadline = asyncio.get_running_loop().time() + timeout
+                while True:
+                    left = deadline - asyncio.get_running_loop().time()
+                    try:
+                        kind, payload = await asyncio.wait_for(watcher.queue.get(), max(left, 0))
+                    except TimeoutError:
+                        return
+                    if kind == "event":
+                        yield payload
+                    elif kind == "bookmark":
+                        yield {"type": "BOOKMARK", "object": {"apiVersion": res.api_version, "kind": res.kind,
+                                                              "metadata": {"resourceVersion": payload}}}
+                    elif kind == "error":
+                        yield {"type": "ERROR", "object": payload}
+                        return
+                    else:  # "end" or "gone"
+                        return
+            finally:
+                if watcher in self.watchers:
+                    self.watchers.remove(watcher)
+
+        return stream()
