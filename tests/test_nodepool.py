@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION
-from gpufleet.cli.demo import casestudy_dir, load_casestudy
+from gpufleet.sim.casestudy import load_casestudy
 from gpufleet.cluster.state import ClusterState
 from gpufleet.gpu.mig import geometry_for, validate_layout
 from tests.conftest import REPO, manifests
@@ -31,7 +31,9 @@ def test_casestudy_validates_and_offers_what_the_guide_describes() -> None:
 
 def test_examples_casestudy_is_the_packaged_one() -> None:
     example = REPO / "examples" / "casestudy"
-    for f in casestudy_dir().glob("*.yaml"):
+    packaged = REPO / "src" / "gpufleet" / "data" / "casestudy"
+    assert sorted(p.name for p in packaged.glob("*.yaml")) == ["cluster.yaml", "queues.yaml", "workload.yaml"]
+    for f in packaged.glob("*.yaml"):
         assert (example / f.name).read_text() == f.read_text()
 
 

@@ -609,6 +609,23 @@ def check_against_model(t: QuotaTree, m: Model) -> None:
             assert not t.fits(name, {fr: avail + 1})
             if declared and avail > 0:
                 assert t.borrowing_level(name, fr, avail) is not None
+    check_over_quota_index(t, m)
+
+
+def check_over_quota_index(t: QuotaTree, m: Model) -> None:
+    """The incrementally kept over-quota index equals the definition: usage above subtree quota."""
+    spec = m.spec
+    for fr in FRS:
+        over_cqs = {n for n in spec.cqs if m.usage("cq", n, fr) > m.subtree("cq", n, fr)}
+        assert {n.name for n in t.cluster_queues_over_quota([fr])} == over_cqs
+        for name in spec.cqs:
+            assert t.over_quota(t.cluster_queue(name), [fr]) == (name in over_cqs)
+        for name in spec.cohorts:
+            expected = {(kind, child) for kind, child in m.children(name)
+                        if m.usage(kind, child, fr) > m.subtree(kind, child, fr)}
+            got = {("cq" if n.is_cluster_queue else "cohort", n.name)
+                   for n in t.children_over_quota(t.cohort(name), [fr])}
+            assert got == expected, (name, fr)
 
 
 def check_invariants(t: QuotaTree, m: Model) -> None:
@@ -696,3 +713,10 @@ def test_property_add_remove_and_rollback_are_exact(
     for _, i, usage in ops:
         rebuilt.add_usage(names[i % len(names)], usage)
     assert rebuilt.nonzero_usage() == before
+    # So does the over-quota index, kept incrementally through the adds, removes and rollback.
+    for fr in FRS:
+        assert [n.name for n in t.cluster_queues_over_quota([fr])] == [
+            n.name for n in rebuilt.cluster_queues_over_quota([fr])]
+        for name in spec.cohorts:
+            assert [n.name for n in t.children_over_quota(t.cohort(name), [fr])] == [
+                n.name for n in rebuilt.children_over_quota(rebuilt.cohort(name), [fr])]

@@ -15,6 +15,8 @@ import gpufleet
 from gpufleet.api.errors import ManifestError
 from gpufleet.api.manifests import Manifests, load_manifests
 from gpufleet.api.nodepool import expand_node_pool
+from gpufleet.cli.simulate import demo as run_demo
+from gpufleet.cli.simulate import simulate
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.mig import (
     MigError,
@@ -143,12 +145,13 @@ def _geometry(model: str) -> MigGeometry:
     return geometry
 
 
+app.command()(simulate)
+
+
 @app.command()
 def demo() -> None:
-    """Run the embedded case study (validation and node rendering until the simulator lands)."""
-    from gpufleet.cli.demo import run_demo
-
-    run_demo(out)
+    """Run the embedded case study: before (kube-default, exclusive GPUs) against after (gpufleet)."""
+    run_demo()
 
 
 def main() -> None:  # pragma: no cover - console entry

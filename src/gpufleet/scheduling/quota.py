@@ -53,7 +53,7 @@ class ResourceQuota:
 class _Column:
     """Everything about one flavor-resource, indexed by node id."""
 
-    __slots__ = ("cap", "local", "pot", "potcap", "present", "subtree", "usage")
+    __slots__ = ("cap", "local", "over", "over_cqs", "pot", "potcap", "present", "subtree", "usage")
 
     def __init__(self, size: int) -> None:
         self.usage: list[int] = [0] * size
@@ -66,6 +66,10 @@ class _Column:
         # Whether the FR is in the node's subtree quota (declared by it or by a descendant).
         self.present: list[bool] = [False] * size
         self.pot: list[int | None] = [None] * size  # potentialAvailable cache (usage-independent)
+        # Over-quota index (usage > subtree quota), kept exact by _add/_remove: parent id -> such children,
+        # and every such ClusterQueue. Preemption looks for reclaimable capacity only there.
+        self.over: dict[int, set[int]] = {}
+        self.over_cqs: set[int] = set()
 
     def grow(self, size: int) -> None:
         extra = size - len(self.usage)
@@ -86,6 +90,8 @@ class _Column:
         self.potcap = [None] * size
         self.present = [False] * size
         self.pot = [None] * size
+        self.over = {}
+        self.over_cqs = set()
 
 
 class QuotaNode:
@@ -220,13 +226,33 @@ def _potential(col: _Column, root: int, below: tuple[int, ...], me: int) -> int:
     return p
 
 
+def _cross(col: _Column, up: list[int], i: int, over: bool, leaf: bool) -> None:
+    """Node ``i`` went over (or back within) its subtree quota: update the over-quota index."""
+    p = up[i]
+    if over:
+        if p >= 0:
+            col.over.setdefault(p, set()).add(i)
+        if leaf:
+            col.over_cqs.add(i)
+    else:
+        if p >= 0:
+            col.over.get(p, set()).discard(i)
+        if leaf:
+            col.over_cqs.discard(i)
+
+
 def _add(col: _Column, up: list[int], i: int, v: int) -> None:
     # Usage first fills the node's unused local quota; only the excess reaches the parent.
     usage = col.usage
     local = col.local
+    subtree = col.subtree
+    leaf = True  # usage is only ever added to ClusterQueues, the first node of the walk
     while i >= 0:
         u = usage[i]
         usage[i] = u + v
+        if u <= subtree[i] < u + v:
+            _cross(col, up, i, True, leaf)
+        leaf = False
         free = local[i] - u
         if free < 0:
             free = 0
@@ -240,9 +266,14 @@ def _remove(col: _Column, up: list[int], i: int, v: int) -> None:
     # Exact inverse of _add: the parent only gives back what this node had stored there.
     usage = col.usage
     local = col.local
+    subtree = col.subtree
+    leaf = True
     while i >= 0:
         u = usage[i]
         usage[i] = u - v
+        if u - v <= subtree[i] < u:
+            _cross(col, up, i, False, leaf)
+        leaf = False
         stored = u - local[i]
         if stored <= 0:
             return
@@ -455,11 +486,15 @@ class QuotaTree:
                     over = usage[j] - local[j]
                     if over > 0:
                         used += over
+                    if usage[j] > subtree[j]:
+                        col.over.setdefault(i, set()).add(j)
                 usage[i] = used
             elif not node.is_cluster_queue:
                 col.usage[i] = 0
             col.subtree[i] = s
             col.present[i] = present
+            if node.is_cluster_queue and col.usage[i] > s:
+                col.over_cqs.add(i)
             if parent is not None and q is not None:
                 g = 0 if q.lending_limit is None else max(0, s - q.lending_limit)
                 col.local[i] = g
@@ -690,6 +725,42 @@ class QuotaTree:
 
     def borrowed(self, cq: str, fr: FR) -> int:
         return max(0, self.usage(self._cqs[cq], fr) - self._cqs[cq].nominal(fr))
+
+    def children_over_quota(self, node: QuotaNode, frs: Iterable[FR]) -> list[QuotaNode]:
+        """Children of ``node`` whose usage exceeds their subtree quota (a ClusterQueue's nominal) in any of
+        ``frs``, in id order; read from an index maintained with usage, so it costs what it returns."""
+        if self._dirty:
+            self.finalize()
+        ids: set[int] = set()
+        for fr in frs:
+            col = self._cols.get(fr)
+            if col is not None:
+                found = col.over.get(node.id)
+                if found:
+                    ids |= found
+        return [self._nodes[j] for j in sorted(ids)]
+
+    def cluster_queues_over_quota(self, frs: Iterable[FR]) -> list[QuotaNode]:
+        """Every ClusterQueue with usage above its nominal quota in any of ``frs``, in id order."""
+        if self._dirty:
+            self.finalize()
+        ids: set[int] = set()
+        for fr in frs:
+            col = self._cols.get(fr)
+            if col is not None:
+                ids |= col.over_cqs
+        return [self._nodes[j] for j in sorted(ids)]
+
+    def over_quota(self, node: QuotaNode, frs: Iterable[FR]) -> bool:
+        """Usage above the node's own quota in any of ``frs`` (Kueue's not IsWithinNominalInResources)."""
+        if self._dirty:
+            self.finalize()
+        i = node.id
+        for fr in frs:
+            col = self._cols.get(fr)
+            if col is not None and col.usage[i] > col.subtree[i]:
+                return True
+        return False
 
     def within_nominal(self, node: str | QuotaNode, fr: FR) -> bool:
         """Usage within the node's own quota (a ClusterQueue's nominal, a Cohort's subtree)."""

@@ -1,0 +1,211 @@
+"""Carrying out one admitted workload: write each pod's intent, then POST its Binding; all pods or retry.
+
+Order matters and is fixed: for every pod of the workload the intent annotation is written first (device
+IDs, node, decision time; for a fractional pod the GPU its container will see), and only when *every* pod
+has its intent are the Bindings posted. A crash before the first Binding leaves nothing bound (the
+intents are mere plans); a crash after it leaves a partial gang whose unbound members all carry their
+intent, which the next cycle completes (:mod:`gpufleet.kube.gangs`).
+
+A Binding is retried when the outcome is unknown or transient (5xx, 429, no answer), and every ambiguous
+answer is settled by reading the pod back:
+
+* 409 and the pod is bound to *our* node: an earlier attempt succeeded (its answer was lost) → done;
+* 409 and bound elsewhere, or replaced by a pod of the same name (UID precondition): not ours to place →
+  the next cycle sees the truth and the core re-plans;
+* no answer at all: read the pod; bound to our node → done, else retry.
+
+Nothing is bound twice: the API server refuses a second Binding, and a pod the cache shows bound is never
+handed to the binder.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpufleet.kube.annotations import intent_annotations
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.errors import (
+    ApiConnectionError,
+    ApiError,
+    Conflict,
+    KubeError,
+    NotFound,
+    ServerError,
+    TooManyRequests,
+)
+from gpufleet.kube.metrics import SchedulerMetrics
+from gpufleet.kube.recorder import Recorder
+from gpufleet.kube.resources import PODS
+
+log = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+BindState = Literal["bound", "elsewhere", "gone", "unbound", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodBind:
+    key: str
+    uid: str | None
+    node: str
+    devices: tuple[str, ...]
+    visible: str | None  # NVIDIA_VISIBLE_DEVICES for a fractional pod
+    annotate: bool  # write the intent first (GPU pods and gang members)
+    raw: JsonDict  # the cached pod, for events
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class BindJob:
+    workload: str
+    pods: tuple[PodBind, ...]
+
+
+@dataclass(slots=True)
+class BindResult:
+    workload: str
+    bound: list[str] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # pod -> why
+    api_seconds: float = 0.0
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.bound or self.elsewhere) and bool(self.failed)
+
+
+class Binder:
+    def __init__(self, client: KubeClient, recorder: Recorder, metrics: SchedulerMetrics, *,
+                 may_write: Callable[[], bool], retries: int = 5, backoff: float = 0.1,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.metrics = metrics
+        self.may_write = may_write
+        self.retries = retries
+        self.backoff = backoff
+        self.sleep = sleep
+
+    def run(self, job: BindJob, now: float) -> BindResult:
+        started = time.perf_counter()
+        result = BindResult(job.workload)
+        try:
+            self._run(job, now, result)
+        finally:
+            result.api_seconds = time.perf_counter() - started
+        return result
+
+    def _run(self, job: BindJob, now: float, result: BindResult) -> None:
+        if not self.may_write():
+            result.failed = {p.key: "not the leader" for p in job.pods}
+            return
+        for p in job.pods:
+            if not p.annotate:
+                continue
+            why = self._annotate(p, now)
+            if why is not None:
+                # Nothing is bound yet: give the whole workload back to the next cycle.
+                result.failed = {q.key: why if q.key == p.key else f"{p.key}: {why}" for q in job.pods}
+                return
+        for p in job.pods:
+            if not self.may_write():
+                result.failed[p.key] = "lost the leadership mid-bind"
+                continue
+            state, why = self._bind(p)
+            if state == "bound":
+                result.bound.append(p.key)
+            elif state == "elsewhere":
+                result.elsewhere.append(p.key)
+            else:
+                result.failed[p.key] = why
+        for key in result.bound:
+            pod = next(p for p in job.pods if p.key == key)
+            self.recorder.scheduled(pod.raw, pod.node)
+        self.metrics.pods_scheduled.inc(len(result.bound))
+        if result.failed:
+            log.warning("workload %s: %d of %d pods not bound: %s", job.workload, len(result.failed), len(job.pods),
+                        "; ".join(f"{k}: {v}" for k, v in sorted(result.failed.items())))
+
+    # --- one pod ----------------------------------------------------------------------------------------
+
+    def _annotate(self, p: PodBind, now: float) -> str | None:
+        patch = {"metadata": {"annotations": intent_annotations(p.node, p.devices, now, p.visible)}}
+        for attempt in range(self.retries + 1):
+            try:
+                self.client.patch(PODS, p.name, patch, p.namespace)
+                return None
+            except NotFound:
+                return "the pod was deleted"
+            except (ServerError, TooManyRequests, ApiConnectionError) as e:
+                # A merge patch of fixed values is idempotent: retrying an unknown outcome is safe.
+                if attempt == self.retries:
+                    return f"writing the device assignment failed: {e}"
+                self.sleep(self._delay(attempt, e))
+            except KubeError as e:
+                return f"writing the device assignment failed: {e}"
+        return "unreachable"  # pragma: no cover
+
+    def _bind(self, p: PodBind) -> tuple[BindState, str]:
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt and not self.may_write():
+                return "unknown", "lost the leadership mid-bind"
+            try:
+                self.client.bind(p.namespace, p.name, p.node, pod_uid=p.uid)
+                return "bound", ""
+            except Conflict as e:
+                self.metrics.bind_errors.labels("409").inc()
+                state = self._read_back(p)
+                if state in ("bound", "elsewhere", "gone"):
+                    return state, f"conflict: {e}"
+                last = f"conflict: {e}"  # still unbound (or unreadable): try again
+            except NotFound:
+                return "gone", "the pod was deleted"
+            except (ServerError, TooManyRequests) as e:
+                self.metrics.bind_errors.labels(str(e.status)).inc()
+                last = str(e)
+            except ApiConnectionError as e:
+                self.metrics.bind_errors.labels("0").inc()
+                last = str(e)
+                state = self._read_back(p)  # did the Binding land before the connection broke?
+                if state in ("bound", "elsewhere", "gone"):
+                    return state, last
+            except ApiError as e:
+                self.metrics.bind_errors.labels(str(e.status)).inc()
+                return "unknown", f"binding refused: {e}"
+            except KubeError as e:
+                return "unknown", f"binding failed: {e}"
+            if attempt < self.retries:
+                self.sleep(self._delay(attempt, None))
+        return "unknown", f"binding failed after {self.retries + 1} attempts: {last}"
+
+    def _read_back(self, p: PodBind) -> BindState:
+        try:
+            pod = self.client.get(PODS, p.name, p.namespace)
+        except NotFound:
+            return "gone"
+        except KubeError:
+            return "unknown"
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if p.uid and meta.get("uid") and meta.get("uid") != p.uid:
+            return "gone"
+        node = spec.get("nodeName")
+        if not node:
+            return "unbound"
+        return "bound" if node == p.node else "elsewhere"
+
+    def _delay(self, attempt: int, error: KubeError | None) -> float:
+        if isinstance(error, TooManyRequests) and error.retry_after:
+            return min(error.retry_after, 5.0)
+        return float(self.backoff * 2**attempt)

@@ -1,0 +1,109 @@
+"""Preemption through the Eviction API, so PodDisruptionBudgets are honoured.
+
+A victim workload (a pod, or every pod of a gang) is first evicted in *dry run*: the API server runs the
+same PodDisruptionBudget check without deleting anything. If any pod is refused (429), none is evicted:
+half of a gang evicted would waste the other half. The workload is then *shielded* for a while (the
+server's Retry-After, else a configured backoff), which takes it out of the preemption candidates of the
+next cycles (:func:`gpufleet.kube.planner.shield`), so the preemptor picks other victims.
+
+Pods already terminating are not evicted again; their resources stay charged until they are gone, as
+kube-scheduler counts terminating pods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.errors import KubeError, NotFound, TooManyRequests
+from gpufleet.kube.metrics import SchedulerMetrics
+from gpufleet.kube.recorder import Recorder
+
+log = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+Outcome = Literal["evicted", "refused", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    workload: str
+    preemptor: str
+    reason: str
+    pods: tuple[JsonDict, ...]  # cached pods of the workload
+
+
+@dataclass(frozen=True, slots=True)
+class EvictResult:
+    workload: str
+    outcome: Outcome
+    retry_after: float | None = None
+    message: str = ""
+    api_seconds: float = 0.0
+
+
+class Shields:
+    """Workloads that a PodDisruptionBudget protects for now, with when to try them again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._until: dict[str, float] = {}
+
+    def add(self, workload: str, until: float) -> None:
+        with self._lock:
+            self._until[workload] = max(until, self._until.get(workload, 0.0))
+
+    def active(self, now: float) -> set[str]:
+        with self._lock:
+            for key in [k for k, t in self._until.items() if t <= now]:
+                del self._until[key]
+            return set(self._until)
+
+
+def _name(pod: JsonDict) -> tuple[str, str, str | None]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name")), meta.get("uid")
+
+
+class Evictor:
+    def __init__(self, client: KubeClient, recorder: Recorder, metrics: SchedulerMetrics, *,
+                 may_write: Callable[[], bool]) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.metrics = metrics
+        self.may_write = may_write
+
+    def evict(self, victim: Victim) -> EvictResult:
+        started = time.perf_counter()
+        outcome, retry_after, message = self._evict(victim)
+        if outcome == "evicted":
+            self.metrics.preemptions.labels(victim.reason).inc()
+        elif outcome == "refused":
+            self.metrics.eviction_refusals.inc()
+        return EvictResult(victim.workload, outcome, retry_after, message, time.perf_counter() - started)
+
+    def _evict(self, victim: Victim) -> tuple[Outcome, float | None, str]:
+        if not self.may_write():
+            return "failed", None, "not the leader"
+        live = [p for p in victim.pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        for dry_run in (True, False):
+            for pod in live:
+                ns, name, uid = _name(pod)
+                try:
+                    self.client.evict(ns, name, pod_uid=uid, dry_run=dry_run)
+                except NotFound:
+                    continue  # already gone
+                except TooManyRequests as e:
+                    log.info("eviction of %s/%s (workload %s) refused: %s", ns, name, victim.workload, e)
+                    return "refused", e.retry_after, str(e)
+                except KubeError as e:
+                    log.warning("eviction of %s/%s (workload %s) failed: %s", ns, name, victim.workload, e)
+                    return "failed", None, str(e)
+                if not dry_run:
+                    self.recorder.preempted(pod, victim.preemptor, victim.reason)
+        return "evicted", None, ""

@@ -1,0 +1,92 @@
+"""What kube-scheduler tells users about pods, told the same way: Events and the PodScheduled condition.
+
+* ``Scheduled`` (Normal) after a bind, ``FailedScheduling`` (Warning) with the reason, ``Preempted``
+  (Normal) on each victim pod: events.k8s.io/v1 Events naming the scheduler as reporting controller.
+* ``PodScheduled=False``, reason ``Unschedulable``, with the same message, on each pending pod.
+
+A pending pod's condition and its FailedScheduling event are written only when the message changes (the
+cached pod shows the condition we wrote last), so a pod waiting for hours costs two writes, not two per
+cycle. Failures to record are logged and dropped: they must never hold up scheduling.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.kube.client import KubeClient, PatchType, make_event
+from gpufleet.kube.errors import KubeError, NotFound
+from gpufleet.kube.resources import PODS
+
+log = logging.getLogger(__name__)
+
+UNSCHEDULABLE = "Unschedulable"
+# kube-scheduler's message cap for conditions is generous; events cap at 1 kB (make_event cuts there).
+_MAX_MESSAGE = 4096
+
+
+def _stamp(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def scheduled_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled":
+            return dict(cond)
+    return None
+
+
+def needs_unschedulable(pod: Mapping[str, Any], message: str) -> bool:
+    cond = scheduled_condition(pod)
+    return cond is None or (cond.get("status"), cond.get("reason"), cond.get("message")) != (
+        "False", UNSCHEDULABLE, message[:_MAX_MESSAGE])
+
+
+class Recorder:
+    def __init__(self, client: KubeClient, scheduler_name: str, identity: str) -> None:
+        self.client = client
+        self.controller = scheduler_name
+        self.instance = identity
+
+    def event(self, pod: Mapping[str, Any], reason: str, note: str, action: str, type: str = "Normal",
+              related: Mapping[str, Any] | None = None) -> None:
+        try:
+            self.client.create_event(make_event(pod, reason=reason, note=note, action=action, type=type,
+                                                reporting_controller=self.controller,
+                                                reporting_instance=self.instance, related=related))
+        except KubeError as e:
+            log.warning("event %s for %s not recorded: %s", reason, _key(pod), e)
+
+    def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
+        self.event(pod, "Scheduled", f"Successfully assigned {_key(pod)} to {node}", "Binding")
+
+    def preempted(self, pod: Mapping[str, Any], preemptor: str, reason: str) -> None:
+        by = f" by {preemptor}" if preemptor else ""
+        self.event(pod, "Preempted", f"Preempted{by}: {reason}", "Preempting")
+
+    def unschedulable(self, pod: Mapping[str, Any], message: str, now: float) -> bool:
+        """Set PodScheduled=False (Unschedulable) and emit FailedScheduling, if the message is new."""
+        message = message[:_MAX_MESSAGE]
+        if not needs_unschedulable(pod, message):
+            return False
+        meta = pod.get("metadata") or {}
+        condition = {"type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE, "message": message,
+                     "lastProbeTime": None, "lastTransitionTime": _stamp(now)}
+        try:
+            # Strategic merge on status merges conditions by type, leaving the kubelet's own untouched.
+            self.client.patch(PODS, str(meta.get("name")), {"status": {"conditions": [condition]}},
+                              str(meta.get("namespace")), patch_type=PatchType.STRATEGIC, subresource="status")
+        except NotFound:
+            return False
+        except KubeError as e:
+            log.warning("PodScheduled condition for %s not written: %s", _key(pod), e)
+            return False
+        self.event(pod, "FailedScheduling", message, "Scheduling", type="Warning")
+        return True
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -1,0 +1,293 @@
+"""The live scheduler's configuration file (``--config``): read, validated, every problem reported at once.
+
+Errors name the file, line and field and say how to fix it, in the same :class:`~gpufleet.api.errors.Problems`
+form as manifest errors. The file::
+
+    schedulerName: gpufleet
+    leaderElection:
+      leaseName: gpufleet-scheduler
+      namespace: gpufleet-system        # default: $POD_NAMESPACE, else gpufleet-system
+      leaseDuration: 15s
+      renewDeadline: 10s
+      retryPeriod: 2s
+    cyclePeriod: 1s                     # longest wait between cycles; a change in the cluster wakes one sooner
+    metricsBindAddress: ":8080"
+    healthProbeBindAddress: ":8081"
+    placementProfile: gpufleet          # a profile of gpufleet.scheduling.placement
+    kueue:                              # Kueue's Configuration, embedded ...
+      fairSharing: {enable: true}
+      waitForPodsReady: {enable: true, timeout: 5m}
+    # kueueConfigFile: /etc/kueue/controller_manager_config.yaml   # ... or referenced
+    binding: {workers: 16, retries: 5, retryBackoff: 100ms, gangRepairTimeout: 60s, assumeTimeout: 30s}
+    preemption: {disruptionBudgetBackoff: 60s}
+    webhook: {enabled: false, bindAddress: ":9443", certFile: ..., keyFile: ..., runtimeClassName: nvidia}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.api.errors import ManifestErrors, Problems
+from gpufleet.api.kinds import parse_configuration, parse_duration
+from gpufleet.api.manifests import load_manifests
+from gpufleet.api.objects import SchedulerConfig
+from gpufleet.api.reader import FieldReader
+from gpufleet.api.source import load_text
+
+KIND = "SchedulerConfiguration"
+DEFAULT_NAMESPACE = "gpufleet-system"
+
+
+class SettingsError(ManifestErrors):
+    """The configuration file is invalid; ``errors`` lists every problem with its field and fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionSettings:
+    lease_name: str = "gpufleet-scheduler"
+    namespace: str = DEFAULT_NAMESPACE
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class BindingSettings:
+    workers: int = 16  # concurrent API writers: workloads are bound in parallel, a gang's pods in order
+    retries: int = 5
+    retry_backoff: float = 0.1
+    gang_repair_timeout: float = 60.0
+    assume_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    enabled: bool = False
+    bind_address: str = ":9443"
+    cert_file: str = "/etc/gpufleet/webhook/tls.crt"
+    key_file: str = "/etc/gpufleet/webhook/tls.key"
+    runtime_class_name: str | None = None
+    # Bind a fractional pod only if the webhook mutated it; off only where another tool sets the env var.
+    require_mutation: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    scheduler_name: str = "gpufleet"
+    leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
+    cycle_period: float = 1.0
+    min_cycle_interval: float = 0.02  # coalesces a burst of watch events into one cycle
+    max_cycles_per_round: int = 1000
+    round_budget: float = 2.0  # seconds of policy cycles before the decisions so far are carried out
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    placement_profile: str = "gpufleet"
+    kueue: SchedulerConfig = field(default_factory=SchedulerConfig)
+    binding: BindingSettings = field(default_factory=BindingSettings)
+    disruption_budget_backoff: float = 60.0
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
+
+
+_TOP = ("apiVersion", "kind", "schedulerName", "leaderElection", "cyclePeriod", "minCycleInterval",
+        "maxCyclesPerRound", "roundBudget", "metricsBindAddress", "healthProbeBindAddress", "placementProfile",
+        "kueue", "kueueConfigFile", "binding", "preemption", "webhook")
+_LEADER = ("leaseName", "namespace", "leaseDuration", "renewDeadline", "retryPeriod")
+_BINDING = ("workers", "retries", "retryBackoff", "gangRepairTimeout", "assumeTimeout")
+_PREEMPTION = ("disruptionBudgetBackoff",)
+_WEBHOOK = ("enabled", "bindAddress", "certFile", "keyFile", "runtimeClassName", "requireMutation")
+_KUEUE = ("apiVersion", "kind", "fairSharing", "waitForPodsReady", "namespace", "manageJobsWithoutQueueName",
+          "integrations", "resources", "queueVisibility", "featureGates")
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """``host:port`` or ``:port`` (all interfaces); None when malformed."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _unknown(r: FieldReader, known: tuple[str, ...]) -> None:
+    if not isinstance(r.value, Mapping):
+        return
+    for key in r.value:
+        if key not in known:
+            r.error(f"unknown field {key}", str(key), fix=f"remove it or fix its spelling; known fields: "
+                    f"{', '.join(k for k in known if k not in ('apiVersion', 'kind'))}")
+
+
+def _duration(r: FieldReader, key: str, default: float, *, allow_zero: bool = False) -> float:
+    raw = r.raw(key)
+    if raw is None:
+        return default
+    value = parse_duration(str(raw))
+    if value is None or value < 0 or (value == 0 and not allow_zero):
+        r.error(f"{raw!r} is not a {'non-negative' if allow_zero else 'positive'} duration", key,
+                fix="write a duration such as 500ms, 2s, 1m30s")
+        return default
+    return value
+
+
+def _address(r: FieldReader, key: str, default: str) -> str:
+    value = r.text(key, default) or default
+    if parse_address(value) is None:
+        r.error(f"{value!r} is not a listen address", key, fix='write host:port or :port, e.g. ":8080"')
+        return default
+    return value
+
+
+def _leader(r: FieldReader | None) -> LeaderElectionSettings:
+    namespace = os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+    if r is None:
+        return LeaderElectionSettings(namespace=namespace)
+    _unknown(r, _LEADER)
+    d = LeaderElectionSettings()
+    out = LeaderElectionSettings(
+        lease_name=r.text("leaseName", d.lease_name) or d.lease_name,
+        namespace=r.text("namespace", namespace) or namespace,
+        lease_duration=_duration(r, "leaseDuration", d.lease_duration),
+        renew_deadline=_duration(r, "renewDeadline", d.renew_deadline),
+        retry_period=_duration(r, "retryPeriod", d.retry_period),
+    )
+    # client-go's rules: the leader gives up before followers may take over, with more than one try.
+    if out.lease_duration <= out.renew_deadline:
+        r.error(f"renewDeadline ({out.renew_deadline:g}s) must be shorter than leaseDuration "
+                f"({out.lease_duration:g}s)", "renewDeadline",
+                fix="a leader must step down before its lease can expire for the others; e.g. leaseDuration 15s, "
+                    "renewDeadline 10s")
+    if out.renew_deadline <= 1.2 * out.retry_period:
+        r.error(f"retryPeriod ({out.retry_period:g}s) leaves no second renewal attempt within renewDeadline "
+                f"({out.renew_deadline:g}s)", "retryPeriod",
+                fix="make renewDeadline more than 1.2 x retryPeriod, e.g. retryPeriod 2s with renewDeadline 10s")
+    return out
+
+
+def _kueue(r: FieldReader, base: Path, problems: Problems) -> SchedulerConfig:
+    embedded = r.obj("kueue")
+    ref = r.text("kueueConfigFile")
+    if embedded is not None and ref is not None:
+        r.error("both kueue and kueueConfigFile are set", "kueueConfigFile",
+                fix="keep one: embed the Configuration under kueue, or reference its file")
+        return SchedulerConfig()
+    if embedded is not None:
+        _unknown(embedded, _KUEUE)
+        return parse_configuration(embedded)
+    if ref is None:
+        return SchedulerConfig()
+    path = Path(ref) if Path(ref).is_absolute() else base / ref
+    if not path.is_file():
+        r.error(f"kueueConfigFile {ref} does not exist", "kueueConfigFile",
+                fix="point it at a config.kueue.x-k8s.io/v1beta1 Configuration file")
+        return SchedulerConfig()
+    loaded = load_manifests([str(path)])
+    problems.extend(loaded.problems.all)
+    if loaded.config is None and not loaded.problems.errors:
+        r.error(f"{ref} holds no Kueue Configuration", "kueueConfigFile",
+                fix="the file needs apiVersion: config.kueue.x-k8s.io/v1beta1 and kind: Configuration")
+    return loaded.config or SchedulerConfig()
+
+
+def _binding(r: FieldReader | None) -> BindingSettings:
+    d = BindingSettings()
+    if r is None:
+        return d
+    _unknown(r, _BINDING)
+    return BindingSettings(
+        workers=r.integer("workers", d.workers, minimum=1) or d.workers,
+        retries=r.integer("retries", d.retries, minimum=0) or 0,
+        retry_backoff=_duration(r, "retryBackoff", d.retry_backoff),
+        gang_repair_timeout=_duration(r, "gangRepairTimeout", d.gang_repair_timeout),
+        assume_timeout=_duration(r, "assumeTimeout", d.assume_timeout),
+    )
+
+
+def _webhook(r: FieldReader | None) -> WebhookSettings:
+    d = WebhookSettings()
+    if r is None:
+        return d
+    _unknown(r, _WEBHOOK)
+    out = WebhookSettings(
+        enabled=r.flag("enabled", d.enabled),
+        bind_address=_address(r, "bindAddress", d.bind_address),
+        cert_file=r.text("certFile", d.cert_file) or d.cert_file,
+        key_file=r.text("keyFile", d.key_file) or d.key_file,
+        runtime_class_name=r.text("runtimeClassName") or None,
+        require_mutation=r.flag("requireMutation", d.require_mutation),
+    )
+    return out
+
+
+def _profile(r: FieldReader, default: str) -> str:
+    from gpufleet.scheduling.placement import PROFILE_NAMES
+
+    value = r.text("placementProfile", default) or default
+    if value.strip().lower() not in PROFILE_NAMES:
+        r.error(f"unknown placement profile {value!r}", "placementProfile",
+                fix=f"use one of {', '.join(PROFILE_NAMES)}")
+        return default
+    return value.strip().lower()
+
+
+def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
+    d = SchedulerSettings()
+    if not isinstance(r.value, Mapping):
+        r.error("the configuration must be a mapping", fix="write key: value pairs, e.g. schedulerName: gpufleet")
+        return d
+    _unknown(r, _TOP)
+    kind = r.text("kind")
+    if kind is not None and kind != KIND:
+        r.error(f"kind {kind!r} is not {KIND}", "kind", fix=f"set kind: {KIND} or leave it out")
+    preemption = r.obj("preemption")
+    if preemption is not None:
+        _unknown(preemption, _PREEMPTION)
+    name = r.text("schedulerName", d.scheduler_name) or d.scheduler_name
+    return SchedulerSettings(
+        scheduler_name=name,
+        leader_election=_leader(r.obj("leaderElection")),
+        cycle_period=_duration(r, "cyclePeriod", d.cycle_period),
+        min_cycle_interval=_duration(r, "minCycleInterval", d.min_cycle_interval, allow_zero=True),
+        max_cycles_per_round=r.integer("maxCyclesPerRound", d.max_cycles_per_round, minimum=1) or 1,
+        round_budget=_duration(r, "roundBudget", d.round_budget),
+        metrics_bind_address=_address(r, "metricsBindAddress", d.metrics_bind_address),
+        health_probe_bind_address=_address(r, "healthProbeBindAddress", d.health_probe_bind_address),
+        placement_profile=_profile(r, d.placement_profile),
+        kueue=_kueue(r, base, r.problems),
+        binding=_binding(r.obj("binding")),
+        disruption_budget_backoff=_duration(preemption, "disruptionBudgetBackoff", d.disruption_budget_backoff)
+        if preemption is not None else d.disruption_budget_backoff,
+        webhook=_webhook(r.obj("webhook")),
+    )
+
+
+def settings_from_text(text: str, file: str = "<config>") -> tuple[SchedulerSettings, Problems]:
+    problems = Problems()
+    docs = load_text(text, file, problems)
+    if len(docs) > 1:
+        problems.error("the configuration file holds more than one document", file=file, line=docs[1].line,
+                       fix="keep a single YAML document")
+    if not docs:
+        if not problems.errors:
+            return SchedulerSettings(leader_election=_leader(None)), problems
+        return SchedulerSettings(), problems
+    r = FieldReader(docs[0], problems, kind=KIND, name=None)
+    return parse_settings(r, Path(file).parent), problems
+
+
+def load_settings(path: str | None) -> SchedulerSettings:
+    """The settings of ``path`` (defaults when None); raises :class:`SettingsError` listing every error."""
+    if path is None:
+        return SchedulerSettings(leader_election=_leader(None))
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        problems = Problems()
+        problems.error(f"cannot read the configuration: {e.strerror}", file=path,
+                       fix="check the --config path (the Deployment mounts it at /etc/gpufleet/config.yaml)")
+        raise SettingsError(problems.errors) from e
+    settings, problems = settings_from_text(text, path)
+    if problems.errors:
+        raise SettingsError(problems.errors)
+    return settings

@@ -1,0 +1,250 @@
+"""One cycle's input, rebuilt from an informer-cache snapshot: what the core reads, nothing kept from before.
+
+* the queue kinds (PriorityClasses, Namespaces, ResourceFlavors, ClusterQueues, LocalQueues, Cohorts,
+  WorkloadPriorityClasses) as a :class:`~gpufleet.api.manifests.Manifests` bundle;
+* the :class:`~gpufleet.cluster.state.ClusterState` of every Node, with every pod that holds capacity
+  already allocated: pods bound in the cache, and pods we bound whose Binding the cache does not show yet
+  (:mod:`~gpufleet.kube.assumed`). Devices come from our ``gpufleet.io/devices`` annotation when the pod
+  carries one for its node, else first-fit (pods of other schedulers);
+* our pods (``spec.schedulerName`` is ours): unbound ones are what the core schedules; bound ones are
+  submitted too, so their quota is charged and they can be preempted.
+
+Rebuilding from scratch every cycle is what makes a restart or a leader change safe: the cycle after a
+restart is just a cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpufleet.api.errors import ManifestError, Problems
+from gpufleet.api.manifests import Manifests
+from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
+from gpufleet.cluster.devices import InvariantError
+from gpufleet.cluster.state import ClusterState
+from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.kube import resources as r
+from gpufleet.kube.annotations import NODE_ANNOTATION, Intent, read_devices, read_intent
+from gpufleet.kube.assumed import AssumedPods
+from gpufleet.kube.grants import grants_from_ids, pick_grants
+from gpufleet.kube.informer import CacheSnapshot
+from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.webhook import is_fractional, is_mutated
+
+log = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+QUEUE_KINDS = (r.PRIORITY_CLASSES, r.NAMESPACES, r.RESOURCE_FLAVORS, r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS,
+               r.WORKLOAD_PRIORITY_CLASSES)
+_TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(slots=True)
+class PodEntry:
+    key: str
+    raw: JsonDict
+    pod: Pod | None  # None when the pod does not parse (see problem)
+    ours: bool
+    uid: str | None
+    node: str | None  # the node it is bound to (cache), assumed on, or being completed on (gang repair)
+    devices: tuple[str, ...] | None  # what to account on ``node``; None: choose first-fit
+    intent: Intent | None  # our annotation: for an unbound pod, an earlier cycle's plan
+    terminal: bool
+    deleting: bool
+    gated: bool
+    assumed: bool = False
+    completing: bool = False  # an unbound gang member this cycle binds to finish its gang
+    problem: str | None = None  # why gpufleet will not schedule it now
+
+    @property
+    def bound(self) -> bool:
+        return bool((self.raw.get("spec") or {}).get("nodeName"))
+
+    @property
+    def holds_capacity(self) -> bool:
+        return self.node is not None and not self.terminal
+
+    @property
+    def group(self) -> str | None:
+        labels = (self.raw.get("metadata") or {}).get("labels") or {}
+        value = labels.get(POD_GROUP_LABEL)
+        return str(value) if value else None
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+
+@dataclass(slots=True)
+class World:
+    now: float
+    queues: Manifests  # queue kinds and priority classes, with their problems
+    config: SchedulerConfig
+    nodes: list[Node]
+    cluster: ClusterState
+    pods: dict[str, PodEntry]
+    workloads: list[Workload] = field(default_factory=list)
+    workload_of: dict[str, str] = field(default_factory=dict)  # pod key -> workload key
+    pods_of: dict[str, list[str]] = field(default_factory=dict)  # workload key -> pod keys
+    unaccounted: list[str] = field(default_factory=list)  # bound pods whose capacity could not be charged
+
+    def manifests(self) -> Manifests:
+        """The bundle the policy reads (queues and the Kueue Configuration); never the cached one itself."""
+        q = self.queues
+        return Manifests(namespaces=list(q.namespaces), priority_classes=list(q.priority_classes),
+                         flavors=list(q.flavors), cluster_queues=list(q.cluster_queues),
+                         local_queues=list(q.local_queues), cohorts=list(q.cohorts),
+                         workload_priority_classes=list(q.workload_priority_classes), topologies=list(q.topologies),
+                         config=self.config, problems=q.problems)
+
+    def gangs(self) -> dict[tuple[str, str], list[PodEntry]]:
+        """Our live pods by pod group (namespace, group name)."""
+        out: dict[tuple[str, str], list[PodEntry]] = defaultdict(list)
+        for e in self.pods.values():
+            if e.ours and e.group and e.pod is not None and not e.terminal:
+                out[(e.namespace, e.group)].append(e)
+        return out
+
+    def pending(self) -> list[PodEntry]:
+        """Our pods that still need a node."""
+        return [e for e in self.pods.values() if e.ours and e.node is None and not e.terminal and not e.deleting]
+
+
+def _entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, assumed: AssumedPods,
+           now: float, require_mutation: bool) -> PodEntry:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    parsed = parse.one(r.PODS, key, raw)
+    pod = parsed.obj if isinstance(parsed.obj, Pod) else None
+    annotations = meta.get("annotations") or {}
+    uid = meta.get("uid")
+    bound_node = spec.get("nodeName") or None
+    entry = PodEntry(
+        key=key, raw=raw, pod=pod, ours=spec.get("schedulerName") == scheduler_name, uid=uid,
+        node=bound_node, devices=None, intent=read_intent(annotations),
+        terminal=status.get("phase") in _TERMINAL, deleting=bool(meta.get("deletionTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
+    )
+    if bound_node is not None:
+        assumed.confirm(key)
+        if annotations.get(NODE_ANNOTATION) == bound_node:
+            entry.devices = read_devices(annotations)
+    else:
+        intent = assumed.get(key, uid, now)
+        if intent is not None:
+            entry.node, entry.devices, entry.assumed = intent.node, intent.devices, True
+    if entry.ours and entry.node is None:
+        if pod is None:
+            entry.problem = f"the pod is invalid: {parsed.message}"
+        elif require_mutation and is_fractional(raw) and not is_mutated(raw):
+            entry.problem = ("fractional GPU pod was not mutated by the gpufleet admission webhook "
+                             "(NVIDIA_VISIBLE_DEVICES from gpufleet.io/visible-devices is missing); "
+                             "recreate it with the webhook installed")
+    return entry
+
+
+def account(cluster: ClusterState, entry: PodEntry) -> bool:
+    """Charge ``entry``'s capacity and devices on its node: the recorded devices when they are valid there,
+    else first-fit devices, else capacity alone. False when not even that fits (or no such node)."""
+    assert entry.node is not None
+    node = cluster.nodes.get(entry.node)
+    if node is None or entry.pod is None:
+        return False
+    t = entry.pod.template
+    tries = []
+    if entry.devices is not None:
+        tries.append(grants_from_ids(node, t.gpu, entry.devices))
+    tries += [pick_grants(node, t.gpu), []]
+    for grants in tries:
+        if grants is None:
+            continue
+        try:
+            cluster.allocate(entry.key, node.name, t.requests, grants)
+            return True
+        except InvariantError:
+            continue
+    return False
+
+
+def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerConfig, parse: ParseCache,
+             assumed: AssumedPods, now: float, require_mutation: bool = True) -> World:
+    """Parse the snapshot and charge every pod that holds capacity; workloads come later (:func:`finish`)."""
+    queues = parse.queues(o for res in QUEUE_KINDS for o in snapshot.of(res).values())
+    nodes: list[Node] = []
+    raw_nodes = snapshot.of(r.NODES)
+    for key in sorted(raw_nodes):
+        parsed = parse.one(r.NODES, key, raw_nodes[key])
+        if isinstance(parsed.obj, Node):
+            nodes.append(parsed.obj)
+        else:
+            log.warning("node %s left out: %s", key, parsed.message)
+    parse.forget_except(r.NODES, raw_nodes)
+    cluster = ClusterState.from_nodes(nodes)
+
+    raw_pods = snapshot.of(r.PODS)
+    pods = {key: _entry(key, raw_pods[key], parse, scheduler_name, assumed, now, require_mutation)
+            for key in sorted(raw_pods)}
+    parse.forget_except(r.PODS, raw_pods)
+    world = World(now, queues, kueue, nodes, cluster, pods)
+    # Recorded devices first: they are facts (or our own earlier choices); first-fit only fills around them.
+    holders = [e for e in pods.values() if e.holds_capacity]
+    for e in sorted(holders, key=lambda e: (e.devices is None, e.key)):
+        if not account(cluster, e):
+            world.unaccounted.append(e.key)
+            log.warning("pod %s on %s: its resources could not be charged there", e.key, e.node)
+    return world
+
+
+def finish(world: World) -> None:
+    """Build our workloads (single pods and pod groups) from our schedulable and bound pods."""
+    chosen: list[Pod] = []
+    for e in world.pods.values():
+        if not e.ours or e.pod is None or e.gated or (e.deleting and e.node is None):
+            continue
+        if e.node is None and e.problem is not None:
+            continue
+        pod = e.pod
+        if e.node is not None and pod.node_name != e.node:
+            pod = replace(pod, node_name=e.node)  # assumed or being completed: the core sees it bound
+        chosen.append(pod)
+    problems = Problems()
+    q = world.queues
+    workloads = build_workloads(Manifests(pods=chosen, priority_classes=q.priority_classes,
+                                          workload_priority_classes=q.workload_priority_classes), problems)
+    world.workloads = workloads
+    for w in workloads:
+        keys = [p.key for p in w.pods]
+        world.pods_of[w.key] = keys
+        for k in keys:
+            world.workload_of[k] = w.key
+    by_group = _group_errors(problems.errors)
+    for p in chosen:
+        e = world.pods[p.key]
+        if p.key not in world.workload_of and e.node is None:
+            e.problem = by_group.get((e.namespace, e.group or ""), "the pod could not be made into a workload")
+
+
+def _group_errors(errors: list[ManifestError]) -> Mapping[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for err in errors:
+        text = err.message
+        if text.startswith("pod group ") and ":" in text:
+            ns_group = text[len("pod group "):text.index(":")]
+            ns, _, group = ns_group.partition("/")
+            out[(ns, group)] = f"{text}; fix: {err.fix}" if err.fix else text
+    return out
+
+
+def expected_size(members: list[PodEntry]) -> int:
+    """A pod group's declared total (kueue.x-k8s.io/pod-group-total-count), else its member count."""
+    for e in members:
+        raw = ((e.raw.get("metadata") or {}).get("annotations") or {}).get(POD_GROUP_COUNT_ANNOTATION)
+        if raw is not None and str(raw).isdigit():
+            return int(raw)
+    return len(members)

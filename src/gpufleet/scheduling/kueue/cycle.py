@@ -1,0 +1,377 @@
+"""One scheduling cycle (§1.8): heads, snapshot, nominate, order, process, requeue.
+
+1. Workloads whose requeue backoff ended return to their queues; admitted workloads past their
+   waitForPodsReady timeout are evicted (``PodsReadyTimeout``).
+2. Workloads without any queue (no quota) are placed first: nothing gates them but nodes.
+3. One head per ClusterQueue is popped; each is nominated against the same snapshot: namespace selector,
+   flavor assignment, and preemption targets when it needs preemption (partial admission if neither fits).
+4. Entries are ordered (classical, or the fair-sharing tournament) and processed one by one against the
+   mutating snapshot: a preemptor without targets may reserve capacity; one whose targets overlap an earlier
+   preemptor's, or that no longer fits once earlier decisions are counted, is skipped; a preemptor issues its
+   evictions and waits for a later cycle; a fitting workload is placed on nodes (all pods or none, with
+   placement preemption when nodes, not quota, are short) and admitted.
+5. The snapshot is rolled back and real admissions charged; every head not admitted is requeued by its
+   queueing strategy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpufleet.scheduling.kueue.config import CQSpec
+from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner
+from gpufleet.scheduling.kueue.info import PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.modes import Granular, Mode, Outcome
+from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
+from gpufleet.scheduling.kueue.preemption import (
+    IN_CLUSTER_QUEUE,
+    IN_COHORT_RECLAMATION,
+    Target,
+    candidate_order,
+    priority_allows,
+)
+from gpufleet.scheduling.kueue.queues import FAILED_AFTER_NOMINATION, GENERIC, NAMESPACE_MISMATCH, PENDING_PREEMPTION
+from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
+from gpufleet.scheduling.quota import FR
+from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PendingWorkload, PodAssignment, PreemptedWorkload
+
+NAMESPACE_MISMATCH_MESSAGE = "Workload namespace doesn't match ClusterQueue selector"
+OVERLAPPING_MESSAGE = "Workload has overlapping preemption targets with another workload"
+NO_LONGER_FITS_MESSAGE = "Workload no longer fits after processing another workload"
+WAITING_PODS_READY_MESSAGE = "waiting for all admitted workloads to be in PodsReady condition"
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    info: WorkloadInfo
+    cq: CQSpec
+    assignment: Assignment = field(default_factory=Assignment)
+    targets: list[Target] = field(default_factory=list)
+    skipped: bool = False
+    admitted: bool = False
+    reason: str = GENERIC  # requeue reason
+    message: str = ""
+
+    @property
+    def cq_name(self) -> str:
+        return self.cq.name
+
+    @property
+    def borrowing(self) -> int:
+        return self.assignment.borrowing
+
+    @property
+    def usage(self) -> dict[FR, int]:
+        return self.assignment.usage
+
+
+def namespace_matches(state: SchedulerState, info: WorkloadInfo, cq: CQSpec) -> bool:
+    selector = cq.namespace_selector
+    return selector is not None and selector.matches(state.config.namespace_labels_of(info.namespace))
+
+
+class Cycle:
+    def __init__(self, state: SchedulerState, now: float) -> None:
+        self.state = state
+        self.now = now
+        self.decisions = Decisions()
+        self.preempted: dict[str, WorkloadInfo] = {}  # targets chosen this cycle
+        self.admitted: list[tuple[Entry, list[PodAssignment]]] = []
+        # Nomination sees one unchanging snapshot, so a target search asked twice (by the flavor oracle, then
+        # for the whole assignment of a single-resource workload) has one answer.
+        self._searches: dict[tuple[str, frozenset[FR], tuple[tuple[FR, int], ...]], list[Target]] = {}
+
+    def _targets(self, info: WorkloadInfo, frs: set[FR], usage: dict[FR, int]) -> list[Target]:
+        key = (info.key, frozenset(frs), tuple(sorted(usage.items())))
+        found = self._searches.get(key)
+        if found is None:
+            found = self._searches[key] = self.state.preemptor.targets(info, frs, usage)
+        return list(found)
+
+    # ---- 1-2: timers and workloads without queue ---------------------------------------------------------------
+    def _timers(self) -> None:
+        state, now = self.state, self.now
+        for info in [i for i in state.backoff.values() if i.requeue_at is not None and i.requeue_at <= now]:
+            del state.backoff[info.key]
+            state.queues.unpark_where([info], now)
+        for info in list(state.waiting_ready.values()):
+            if info.ready_deadline is not None and info.ready_deadline <= now and info.evicting is None:
+                info.evicting = PODS_READY_TIMEOUT
+                self.decisions.preempted.append(PreemptedWorkload(info.key, "", PODS_READY_TIMEOUT))
+
+    def _no_quota(self) -> None:
+        state = self.state
+        for info in sorted(state.no_quota.values(), key=lambda i: (-i.priority, i.queue_ts, i.order, i.key)):
+            pods: list[PodAssignment] = []
+            if state.gangs is not None:
+                groups = state.gangs.groups(info, [{} for _ in info.podsets], [ps.count for ps in info.podsets])
+                placed, failed = state.gangs.place(groups)
+                if placed is None:
+                    assert failed is not None
+                    info.message = state.gangs.explain(failed, sum(len(g[1]) for g in groups))
+                    self.decisions.pending.append(PendingWorkload(info.key, info.message))
+                    continue
+                pods = [PodAssignment(p.pod, p.node, p.device_ids) for p in placed]
+            del state.no_quota[info.key]
+            podsets = [PodSetAdmission(ps.name, ps.count, {}) for ps in info.podsets]
+            self.decisions.admitted.append(state.commit_admission(info, None, podsets, {}, pods, self.now))
+
+    # ---- 3: nominate ---------------------------------------------------------------------------------------------
+    def _oracle(self, info: WorkloadInfo, cq: CQSpec) -> tuple[FlavorAssigner, Assignment]:
+        state = self.state
+        tree = state.tree
+
+        def oracle(fr: FR, quantity: int) -> Granular:
+            targets = self._targets(info, {fr}, {fr: quantity})
+            if not targets:
+                return Granular(Mode.NO_CANDIDATES, tree.lowest_subtree_that_fits(cq.name, fr, quantity)[0])
+            mark = tree.checkpoint()
+            try:
+                for t in targets:
+                    assert t.info.cluster_queue is not None
+                    tree.remove_usage(t.info.cluster_queue, t.info.usage)
+                borrow = tree.lowest_subtree_that_fits(cq.name, fr, quantity)[0]
+            finally:
+                tree.rollback(mark)
+            own = any(t.info.cluster_queue == cq.name for t in targets)
+            return Granular(Mode.PREEMPT if own else Mode.RECLAIM, borrow)
+
+        assigner = FlavorAssigner(tree, cq, state.config.flavors, state.config.topologies, oracle,
+                                  state.config.fair_sharing)
+        return assigner, assigner.assign(info)
+
+    def _assignments(self, info: WorkloadInfo, cq: CQSpec) -> tuple[Assignment, list[Target]]:
+        assigner, full = self._oracle(info, cq)
+        if full.outcome is Outcome.FIT:
+            return full, []
+        if full.outcome is Outcome.PREEMPT:
+            targets = self._targets(info, full.frs_needing_preemption(), full.usage)
+            if targets:
+                return full, targets
+        partial = self._partial(info, assigner)
+        return partial if partial is not None else (full, [])
+
+    def _partial(self, info: WorkloadInfo, assigner: FlavorAssigner) -> tuple[Assignment, list[Target]] | None:
+        """Partial admission (§1.11): the smallest reduction of the pod sets with a minimum count that fits
+        or can preempt."""
+        deltas = {ps.index: ps.count - ps.min_count for ps in info.podsets
+                  if ps.min_count is not None and ps.min_count < ps.count}
+        total = sum(deltas.values())
+        if total <= 0:
+            return None
+        found: dict[int, tuple[Assignment, list[Target]] | None] = {}
+
+        def attempt(i: int) -> tuple[Assignment, list[Target]] | None:
+            if i not in found:
+                counts = [ps.count - (deltas[ps.index] * i) // total if ps.index in deltas else ps.count
+                          for ps in info.podsets]
+                a = assigner.assign(info, counts)
+                result: tuple[Assignment, list[Target]] | None = None
+                if a.outcome is Outcome.FIT:
+                    result = (a, [])
+                elif a.outcome is Outcome.PREEMPT:
+                    targets = self._targets(info, a.frs_needing_preemption(), a.usage)
+                    if targets:
+                        result = (a, targets)
+                found[i] = result
+            return found[i]
+
+        lo, hi = 0, total + 1  # smallest i in [0, total] that works, as a binary search
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if attempt(mid) is not None:
+                hi = mid
+            else:
+                lo = mid + 1
+        return attempt(lo) if lo <= total else None
+
+    def _nominate(self, heads: Iterable[WorkloadInfo]) -> tuple[list[Entry], list[Entry]]:
+        entries: list[Entry] = []
+        inadmissible: list[Entry] = []
+        for info in heads:
+            assert info.cluster_queue is not None
+            # Evaluated afresh: whether it waits for nodes is decided again below.
+            info.placement_parked = False
+            self.state.placement_parked.pop(info.key, None)
+            cq = self.state.config.cluster_queues[info.cluster_queue]
+            e = Entry(info, cq)
+            if cq.stopped:
+                e.message = f"ClusterQueue {cq.name} is inactive"
+            elif not namespace_matches(self.state, info, cq):
+                e.message = NAMESPACE_MISMATCH_MESSAGE
+                e.reason = NAMESPACE_MISMATCH
+            else:
+                e.assignment, e.targets = self._assignments(info, cq)
+                e.message = e.assignment.message()
+                entries.append(e)
+                continue
+            inadmissible.append(e)
+        return entries, inadmissible
+
+    # ---- 4: process ----------------------------------------------------------------------------------------------
+    def _reserve(self, e: Entry) -> dict[FR, int]:
+        """What a preemptor without targets holds back from its cohort this cycle (resourcesToReserve)."""
+        tree, cq = self.state.tree, e.cq
+        out: dict[FR, int] = {}
+        for fr, v in e.assignment.usage.items():
+            used = tree.usage(cq.name, fr)
+            if e.assignment.borrowing > 0:
+                limit = cq.borrowing_limit(fr)
+                amount = v if limit is None else min(v, cq.nominal(fr) + limit - used)
+            else:
+                amount = min(v, cq.nominal(fr) - used)
+            if amount > 0:
+                out[fr] = amount
+        return out
+
+    def _fits(self, e: Entry) -> bool:
+        tree = self.state.tree
+        mark = tree.checkpoint()
+        try:
+            gone = dict(self.preempted)
+            gone.update((t.info.key, t.info) for t in e.targets)
+            for victim in gone.values():
+                assert victim.cluster_queue is not None
+                tree.remove_usage(victim.cluster_queue, victim.usage)
+            return tree.fits(e.cq.name, e.assignment.usage)
+        finally:
+            tree.rollback(mark)
+
+    def _issue(self, e: Entry, targets: list[Target]) -> None:
+        for t in targets:
+            self.preempted[t.info.key] = t.info
+            if t.info.evicting is None:
+                t.info.evicting = t.reason
+                self.decisions.preempted.append(PreemptedWorkload(t.info.key, e.info.key, t.reason))
+        e.reason = PENDING_PREEMPTION
+        e.message = (e.message + ". " if e.message else "") + f"Pending the preemption of {len(targets)} workload(s)"
+        e.info.last_tried = None
+
+    def _skip(self, e: Entry, message: str) -> None:
+        e.skipped = True
+        e.message = message
+        e.info.last_tried = None
+
+    def _process(self, e: Entry) -> None:
+        tree = self.state.tree
+        outcome = e.assignment.outcome
+        if outcome is Outcome.NO_FIT:
+            return
+        if outcome is Outcome.PREEMPT and not e.targets:
+            if not e.cq.can_always_reclaim():
+                tree.add_usage(e.cq.name, self._reserve(e))
+            return
+        if any(t.info.key in self.preempted for t in e.targets):
+            self._skip(e, OVERLAPPING_MESSAGE)
+            return
+        if not self._fits(e):
+            self._skip(e, NO_LONGER_FITS_MESSAGE)
+            return
+        if outcome is Outcome.PREEMPT:
+            tree.add_usage(e.cq.name, e.assignment.usage)
+            self._issue(e, e.targets)
+            return
+        if not self.state.all_pods_ready() and self.state.config.pods_ready_for(e.cq.name).block_admission:
+            self._skip(e, WAITING_PODS_READY_MESSAGE)
+            return
+        pods: list[PodAssignment] = []
+        if self.state.gangs is not None:
+            placed = self._place(e)
+            if placed is None:
+                return
+            pods = placed
+        tree.add_usage(e.cq.name, e.assignment.usage)
+        e.admitted = True
+        self.admitted.append((e, pods))
+
+    def _place(self, e: Entry) -> list[PodAssignment] | None:
+        gangs = self.state.gangs
+        assert gangs is not None
+        flavors = [ps.flavors() for ps in e.assignment.podsets]
+        groups = gangs.groups(e.info, flavors, e.assignment.counts())
+        placed, failed = gangs.place(groups)
+        if placed is not None:
+            return [PodAssignment(p.pod, p.node, p.device_ids) for p in placed]
+        assert failed is not None
+        victims = gangs.victims(groups, self._placement_candidates(e))
+        if not victims:
+            e.message = gangs.explain(failed, sum(len(g[1]) for g in groups))
+            e.info.placement_parked = True
+            return None
+        targets = [Target(v, IN_CLUSTER_QUEUE if v.cluster_queue == e.cq.name else IN_COHORT_RECLAMATION)
+                   for v in victims]
+        if any(t.info.key in self.preempted for t in targets):
+            self._skip(e, OVERLAPPING_MESSAGE)
+            return None
+        self.state.tree.add_usage(e.cq.name, e.assignment.usage)
+        e.message = "insufficient node capacity for the gang"
+        self._issue(e, targets)
+        return None
+
+    def _placement_candidates(self, e: Entry) -> list[WorkloadInfo]:
+        """Admitted, placed workloads the preemption rules allow ``e`` to evict: lower priority ones of its own
+        queue (withinClusterQueue), and those of borrowing queues of its cohort tree (reclaimWithinCohort)."""
+        state, info, p = self.state, e.info, e.cq.preemption
+        this_cycle = {entry.info.key for entry, _ in self.admitted}
+        root = state.queues.tree_of.get(e.cq.name)
+        out: list[WorkloadInfo] = []
+        for cand in state.admitted_infos():
+            if cand.key in this_cycle or not cand.admission or not any(x.node for x in cand.admission.pods):
+                continue
+            cq = cand.cluster_queue
+            if cq == e.cq.name:
+                allowed = priority_allows(p.within_cluster_queue, info, cand)
+            elif cq is not None and state.queues.tree_of.get(cq) == root and cq != root:
+                allowed = priority_allows(p.reclaim_within_cohort, info, cand) and any(
+                    state.tree.is_borrowing(cq, fr) for fr in cand.usage)
+            else:
+                allowed = False
+            if allowed:
+                out.append(cand)
+        out.sort(key=lambda c: candidate_order(c, e.cq.name))
+        return out
+
+    # ---- the cycle -------------------------------------------------------------------------------------------
+    def run(self) -> Decisions:
+        state = self.state
+        self._timers()
+        self._no_quota()
+        heads = state.queues.heads(self.now)
+        tree = state.tree
+        mark = tree.checkpoint()
+        try:
+            entries, inadmissible = self._nominate(heads)
+            self._searches.clear()  # processing changes the snapshot
+            order: Iterable[Orderable] = (fair_sharing(entries, tree) if state.config.fair_sharing
+                                          else classical(entries))
+            for item in order:
+                assert isinstance(item, Entry)
+                self._process(item)
+        finally:
+            tree.rollback(mark)
+        for e, pods in self.admitted:
+            podsets = [PodSetAdmission(ps.name, ps.count, ps.flavors()) for ps in e.assignment.podsets]
+            admitted: AdmittedWorkload = state.commit_admission(e.info, e.cq.name, podsets, e.assignment.usage,
+                                                                pods, self.now)
+            self.decisions.admitted.append(admitted)
+        for e in [*entries, *inadmissible]:
+            if not e.admitted:
+                self._requeue(e)
+        return self.decisions
+
+    def _requeue(self, e: Entry) -> None:
+        state, info = self.state, e.info
+        if not e.skipped and e.reason == GENERIC and e.assignment.podsets:
+            info.last_tried = e.assignment.last_tried
+        reason = FAILED_AFTER_NOMINATION if e.skipped and e.reason == GENERIC else e.reason
+        info.message = e.message
+        info.state = State.PENDING
+        state.queues.requeue(info, reason)
+        if info.placement_parked:
+            q = state.queues.queues[e.cq.name]
+            if info.key in q.parked:
+                state.placement_parked[info.key] = info
+            else:
+                info.placement_parked = False
+        self.decisions.pending.append(PendingWorkload(info.key, e.message))

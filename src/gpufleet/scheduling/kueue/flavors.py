@@ -1,0 +1,205 @@
+"""Flavor assignment (§1.10): for each pod set and resource group, the flavor its requests go to.
+
+Flavors of a group are walked in list order, from where the last search of this workload stopped. Each
+flavor's requests are checked against the ClusterQueue's quota through the cohort tree:
+
+* more than the most the ClusterQueue could ever hold (potential available) → no fit;
+* within what is available now → fit, at the borrowing level of the smallest subtree that holds it;
+* otherwise, if the request alone is within nominal, or a cohort subtree could hold it, or the ClusterQueue
+  may preempt while borrowing → the preemption oracle decides: reclaim (targets only in other queues),
+  preempt (targets in its own queue) or no candidates;
+* else → no fit.
+
+A flavor's mode is its worst resource's. The walk stops at the first flavor that fits without borrowing;
+flavor fungibility decides whether borrowing or preemption stops it too; otherwise the best flavor seen is
+kept (better mode first, then lower borrowing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gpufleet.api.kinds import format_amount
+from gpufleet.api.objects import ResourceFlavor, Topology
+from gpufleet.scheduling.kueue.config import CQSpec, GroupSpec
+from gpufleet.scheduling.kueue.info import PodSetRequest, WorkloadInfo
+from gpufleet.scheduling.kueue.modes import BEST, WORST, Granular, Mode, Outcome, is_preferred, should_try_next_flavor
+from gpufleet.scheduling.kueue.selection import flavor_rejection
+from gpufleet.scheduling.quota import FR, QuotaTree
+
+# The preemption oracle: for one flavor-resource and quantity, what preemption could achieve and the
+# borrowing level after it.
+Oracle = Callable[[FR, int], Granular]
+
+
+@dataclass(slots=True)
+class ResourceChoice:
+    flavor: str
+    mode: Mode
+    borrow: int
+
+
+@dataclass(slots=True)
+class PodSetAssignment:
+    name: str
+    count: int
+    choices: dict[str, ResourceChoice] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    failed: bool = False
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.failed:
+            return Outcome.NO_FIT
+        out = Outcome.FIT
+        for c in self.choices.values():
+            out = min(out, c.mode.outcome)
+        return out
+
+    def flavors(self) -> dict[str, str]:
+        return {r: c.flavor for r, c in self.choices.items()}
+
+
+@dataclass(slots=True)
+class Assignment:
+    podsets: list[PodSetAssignment] = field(default_factory=list)
+    usage: dict[FR, int] = field(default_factory=dict)
+    borrowing: int = 0
+    last_tried: list[dict[int, int]] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> Outcome:
+        if not self.podsets:
+            return Outcome.NO_FIT
+        return Outcome(min(ps.outcome for ps in self.podsets))
+
+    def frs_needing_preemption(self) -> set[FR]:
+        return {(c.flavor, r) for ps in self.podsets for r, c in ps.choices.items()
+                if c.mode.outcome is Outcome.PREEMPT}
+
+    def counts(self) -> list[int]:
+        return [ps.count for ps in self.podsets]
+
+    def message(self) -> str:
+        parts = []
+        for ps in self.podsets:
+            if ps.outcome is Outcome.FIT:
+                continue
+            parts.append(f"couldn't assign flavors to pod set {ps.name}: {', '.join(sorted(ps.reasons))}")
+        return "; ".join(parts)
+
+
+class FlavorAssigner:
+    def __init__(self, tree: QuotaTree, cq: CQSpec, flavors: Mapping[str, ResourceFlavor],
+                 topologies: Mapping[str, Topology], oracle: Oracle, fair_sharing: bool) -> None:
+        self.tree = tree
+        self.cq = cq
+        self.flavors = flavors
+        self.topologies = topologies
+        self.oracle = oracle
+        self.fair_sharing = fair_sharing
+
+    def assign(self, info: WorkloadInfo, counts: list[int] | None = None) -> Assignment:
+        out = Assignment()
+        for ps in info.podsets:
+            count = ps.count if counts is None else counts[ps.index]
+            requests = ps.total(count)
+            if self.cq.covers_pods:
+                requests["pods"] = count
+            psa, tried = self._assign_podset(info, ps, count, requests, out.usage)
+            out.podsets.append(psa)
+            out.last_tried.append(tried)
+            if psa.failed:
+                return out
+            for r, c in psa.choices.items():
+                fr = (c.flavor, r)
+                out.usage[fr] = out.usage.get(fr, 0) + requests[r]
+                out.borrowing = max(out.borrowing, c.borrow)
+        return out
+
+    def _assign_podset(self, info: WorkloadInfo, ps: PodSetRequest, count: int, requests: dict[str, int],
+                       usage: dict[FR, int]) -> tuple[PodSetAssignment, dict[int, int]]:
+        psa = PodSetAssignment(ps.name, count)
+        tried: dict[int, int] = {}
+        for res in sorted(requests):
+            if res in psa.choices:
+                continue  # got its group's flavor already
+            group = self.cq.group_of.get(res)
+            if group is None:
+                psa.reasons.append(f"resource {res} unavailable in ClusterQueue")
+                psa.failed = True
+                return psa, tried
+            reqs = {r: v for r, v in requests.items() if r in group.resources}
+            choices, reasons, last = self._find_flavor(info, ps, group, reqs, usage)
+            psa.reasons.extend(reasons)
+            if not choices:
+                psa.failed = True
+                return psa, tried
+            psa.choices.update(choices)
+            tried[group.index] = last
+        return psa, tried
+
+    def _find_flavor(self, info: WorkloadInfo, ps: PodSetRequest, group: GroupSpec, reqs: dict[str, int],
+                     usage: dict[FR, int]) -> tuple[dict[str, ResourceChoice], list[str], int]:
+        reasons: list[str] = []
+        best: dict[str, ResourceChoice] = {}
+        best_mode = WORST
+        attempted = -1
+        fungibility = self.cq.fungibility
+        for idx in range(info.next_flavor(ps.index, group.index), len(group.flavors)):
+            attempted = idx
+            fname = group.flavors[idx]
+            rejection = flavor_rejection(ps.template, ps.topology, fname, self.flavors, group.label_keys,
+                                         self.topologies)
+            if rejection is not None:
+                reasons.append(rejection)
+                continue
+            rep = BEST
+            choices: dict[str, ResourceChoice] = {}
+            for r in sorted(reqs):
+                fr = (fname, r)
+                mode, reason = self._fits_quota(fr, usage.get(fr, 0), reqs[r])
+                if reason:
+                    reasons.append(reason)
+                if is_preferred(rep, mode):
+                    rep = mode  # the flavor is as good as its worst resource
+                if rep.mode is Mode.NO_FIT:
+                    break
+                choices[r] = ResourceChoice(fname, mode.mode, mode.borrow)
+            if not should_try_next_flavor(rep, fungibility):
+                best, best_mode = choices, rep
+                break
+            if is_preferred(rep, best_mode):
+                best, best_mode = choices, rep
+        # Resume after the last tried flavor next time, unless every flavor was tried.
+        last = -1 if attempted == len(group.flavors) - 1 else attempted
+        if best_mode.mode is Mode.NO_FIT:
+            return {}, reasons, last
+        if best_mode.mode is Mode.FIT:
+            reasons = []
+        return best, reasons, last
+
+    def _fits_quota(self, fr: FR, assumed: int, request: int) -> tuple[Granular, str]:
+        tree, cq = self.tree, self.cq.name
+        val = assumed + request
+        flavor, resource = fr
+        most = tree.potential_available(cq, fr)
+        if val > most:
+            return Granular(Mode.NO_FIT, 0), (
+                f"insufficient quota for {resource} in flavor {flavor}, previously considered podsets requests "
+                f"({format_amount(resource, assumed)}) + current podset request ({format_amount(resource, request)}) "
+                f"> maximum capacity ({format_amount(resource, most)})")
+        borrow, may_reclaim = tree.lowest_subtree_that_fits(cq, fr, val)
+        available = tree.available(cq, fr)
+        if val <= available:
+            return Granular(Mode.FIT, borrow), ""
+        reason = (f"insufficient unused quota for {resource} in flavor {flavor}, "
+                  f"{format_amount(resource, val - available)} more needed")
+        if self.cq.nominal(fr) >= val or may_reclaim or self._can_preempt_while_borrowing():
+            return self.oracle(fr, val), reason
+        return Granular(Mode.NO_FIT, borrow), reason
+
+    def _can_preempt_while_borrowing(self) -> bool:
+        p = self.cq.preemption
+        return p.borrow_within_cohort.policy != "Never" or (self.fair_sharing and p.reclaim_within_cohort != "Never")

@@ -1,0 +1,148 @@
+"""What the policy knows about each workload: its requests per pod set, where it queues, and its state.
+
+A :class:`WorkloadInfo` wraps a :class:`~gpufleet.cluster.workloads.Workload` with the scheduling state Kueue
+keeps in the Workload's status: admission (ClusterQueue, flavors, usage, admission time), eviction in
+progress, requeue backoff (``requeueState``), PodsReady, and the last flavor assignment state used to resume
+the flavor search (§1.10).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from gpufleet.api.objects import PREFERRED_TOPOLOGY_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION, PodTemplate
+from gpufleet.cluster.workloads import Workload
+from gpufleet.scheduling.quota import FR
+from gpufleet.scheduling.types import PodAssignment
+
+
+class State(enum.Enum):
+    PENDING = "pending"  # waiting in a ClusterQueue (active or parked), or unable to queue (see problem)
+    ADMITTED = "admitted"  # holds quota (and node capacity when placed)
+    FINISHED = "finished"
+    DEACTIVATED = "deactivated"  # requeue limit exceeded (Kueue sets spec.active=false)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyAsk:
+    """A pod set's Kueue TAS annotation: keep its pods within one domain of ``level``."""
+
+    level: str
+    required: bool
+
+
+@dataclass(slots=True)
+class PodSetRequest:
+    index: int
+    name: str
+    count: int
+    min_count: int | None
+    per_pod: dict[str, int]  # positive requests of one pod
+    template: PodTemplate
+    topology: TopologyAsk | None
+
+    def total(self, count: int | None = None) -> dict[str, int]:
+        n = self.count if count is None else count
+        return {r: v * n for r, v in self.per_pod.items()}
+
+
+@dataclass(slots=True)
+class PodSetAdmission:
+    name: str
+    count: int
+    flavors: dict[str, str]  # resource -> flavor
+
+
+@dataclass(slots=True)
+class AdmissionRecord:
+    cluster_queue: str | None  # None: admitted without quota (no queue)
+    podsets: list[PodSetAdmission]
+    usage: dict[FR, int]
+    admitted_at: float
+    seq: int  # admission order; the most recent is preempted first among equals
+    pods: list[PodAssignment] = field(default_factory=list)
+
+    def flavors(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for ps in self.podsets:
+            for r, f in ps.flavors.items():
+                out.setdefault(r, f)
+        return out
+
+
+def topology_ask(template: PodTemplate) -> TopologyAsk | None:
+    required = template.annotations.get(REQUIRED_TOPOLOGY_ANNOTATION)
+    if required:
+        return TopologyAsk(required, True)
+    preferred = template.annotations.get(PREFERRED_TOPOLOGY_ANNOTATION)
+    if preferred:
+        return TopologyAsk(preferred, False)
+    return None
+
+
+def pod_set_requests(workload: Workload) -> list[PodSetRequest]:
+    out = []
+    for i, ps in enumerate(workload.pod_sets):
+        # Zero requests carry no quota and need no flavor (Kueue skips them too).
+        per_pod = {r: v for r, v in ps.requests.items() if v > 0}
+        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, per_pod, ps.template,
+                                 topology_ask(ps.template)))
+    return out
+
+
+@dataclass(slots=True, eq=False)  # identity semantics: one object per workload
+class WorkloadInfo:
+    workload: Workload
+    podsets: list[PodSetRequest]
+    local_queue: str | None = None
+    cluster_queue: str | None = None
+    no_quota: bool = False  # no LocalQueue at all: runs without Kueue, only placement applies
+    problem: str | None = None  # why it cannot even be queued (missing LocalQueue, incomplete pod group)
+    state: State = State.PENDING
+    admission: AdmissionRecord | None = None
+    evicting: str | None = None  # eviction reason once decided, until the driver confirms it
+    queue_ts: float = 0.0  # Kueue's queue-order timestamp
+    requeue_count: int = 0
+    requeue_at: float | None = None
+    ready: bool = False
+    ready_deadline: float | None = None
+    # Flavor-search resume state (Kueue's LastAssignment): per pod set, group index -> last tried flavor
+    # index, -1 when every flavor was tried.
+    last_tried: list[dict[int, int]] | None = None
+    message: str = ""
+    placement_parked: bool = False  # parked because nodes, not quota, were short
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+    @property
+    def namespace(self) -> str:
+        return self.workload.namespace
+
+    @property
+    def priority(self) -> int:
+        return self.workload.priority
+
+    @property
+    def order(self) -> int:
+        return self.workload.order
+
+    @property
+    def usage(self) -> dict[FR, int]:
+        return self.admission.usage if self.admission is not None else {}
+
+    def uses_any(self, frs: set[FR] | frozenset[FR]) -> bool:
+        return self.admission is not None and not frs.isdisjoint(self.admission.usage)
+
+    def pending_flavors(self) -> bool:
+        """Kueue's PendingFlavors: the last flavor search stopped before trying every flavor."""
+        if self.last_tried is None:
+            return False
+        return any(idx != -1 for ps in self.last_tried for idx in ps.values())
+
+    def next_flavor(self, podset: int, group: int) -> int:
+        if self.last_tried is None or podset >= len(self.last_tried):
+            return 0
+        return self.last_tried[podset].get(group, -1) + 1

@@ -1,0 +1,302 @@
+"""``KueuePolicy``: Kueue v0.14 admission as a :class:`~gpufleet.scheduling.types.Policy`.
+
+Lifecycle of a workload, driven by the simulator or the live driver:
+
+* ``submit``: it is routed LocalQueue → ClusterQueue (the ``kueue.x-k8s.io/queue-name`` label, else the
+  namespace's LocalQueue named ``default``, else no queue at all: it then runs without quota, gated only by
+  node capacity). A Kueue Workload with ``status.admission`` holds its quota from the start; pods the
+  manifests already bound to nodes hold their node's capacity and count as usage.
+* ``cycle``: one scheduling cycle (:mod:`~gpufleet.scheduling.kueue.cycle`).
+* ``pods_ready``: the driver reports that every pod of an admitted workload is ready (waitForPodsReady);
+  until then the workload is evicted with ``PodsReadyTimeout`` once its timeout has passed.
+* ``evicted``: the driver has stopped the pods of a preempted or timed-out workload; it is requeued (after a
+  ``PodsReadyTimeout``, with Kueue's exponential backoff, and deactivated past ``backoffLimitCount``).
+* ``finish``: the workload is over; its quota and nodes are released.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpufleet.api.manifests import Manifests
+from gpufleet.api.objects import Topology
+from gpufleet.cluster.state import ClusterState
+from gpufleet.cluster.workloads import Workload
+from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, QueueConfig, queue_config
+from gpufleet.scheduling.kueue.cycle import Cycle
+from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
+from gpufleet.scheduling.kueue.gangs import GangPlacer
+from gpufleet.scheduling.kueue.info import PodSetAdmission, State, WorkloadInfo, pod_set_requests
+from gpufleet.scheduling.kueue.selection import matches_affinity
+from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
+from gpufleet.scheduling.quota import FR, QuotaTree
+from gpufleet.scheduling.types import Decisions, PendingWorkload, Placer, PodAssignment
+
+PlacerFactory = Callable[[ClusterState, random.Random, Sequence[Topology]], Placer]
+
+DEACTIVATED_MESSAGE = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+_TERMINAL = ("Succeeded", "Failed")
+
+
+def engine_placer_factory(profile: object = "gpufleet") -> PlacerFactory | None:
+    """The placement engine's ``make_placer`` (``gpufleet.scheduling.placement``), when it is installed."""
+    try:
+        module = importlib.import_module("gpufleet.scheduling.placement")
+    except ImportError:
+        return None
+    make: Any = getattr(module, "make_placer", None)
+    if make is None:
+        return None
+
+    def factory(cluster: ClusterState, rng: random.Random, topologies: Sequence[Topology]) -> Placer:
+        placer: Placer = make(cluster, profile, rng, topologies)
+        return placer
+
+    return factory
+
+
+def first_fit_factory(cluster: ClusterState, rng: random.Random, topologies: Sequence[Topology]) -> Placer:
+    return FirstFitPlacer(cluster)
+
+
+class KueuePolicy:
+    """Kueue's admission (queues, quotas, fair sharing, preemption) plus gang placement on nodes."""
+
+    name = "gpufleet"
+
+    def __init__(self, manifests: Manifests, cluster: ClusterState | None = None, *,
+                 placer_factory: PlacerFactory | None = None, seed: int = 0,
+                 quota_tree_factory: Callable[[], QuotaTree] = QuotaTree) -> None:
+        self.config: QueueConfig = queue_config(manifests)
+        self.cluster = cluster
+        self.rng = random.Random(seed)
+        gangs: GangPlacer | None = None
+        if cluster is not None:
+            factory = placer_factory or engine_placer_factory() or first_fit_factory
+            gangs = GangPlacer(factory(cluster, self.rng, list(self.config.topologies.values())),
+                               self.config.flavors)
+        self.state = SchedulerState(self.config, cluster, gangs, quota_tree_factory)
+
+    # ---- Policy ----------------------------------------------------------------------------------------------
+    def submit(self, workload: Workload, now: float) -> None:
+        state = self.state
+        old = state.infos.get(workload.key)
+        if old is not None:
+            if old.state is State.ADMITTED:
+                return  # already running; an update to a running workload changes nothing here
+            self._forget(old, now)
+        info = WorkloadInfo(workload, pod_set_requests(workload), queue_ts=workload.created)
+        state.infos[info.key] = info
+        self._route(info)
+        live = [p for p in workload.pods if p.phase not in _TERMINAL]
+        if workload.pods and not live and workload.admission is None:
+            info.state = State.FINISHED
+            return
+        if workload.admission is not None and workload.admission.cluster_queue in self.config.cluster_queues:
+            self._admit_preadmitted(info, now)
+            return
+        bound = [p for p in live if p.node_name]
+        if bound:
+            self._admit_bound(info, now)
+            return
+        if info.problem is not None:
+            info.message = info.problem
+            state.unqueued[info.key] = info
+        elif info.no_quota:
+            state.no_quota[info.key] = info
+        else:
+            state.queues.add(info, now)
+            self._note_backoff(info, now)
+
+    def finish(self, workload: str, now: float) -> None:
+        info = self.state.infos.get(workload)
+        if info is None:
+            return
+        self._forget(info, now)
+        info.state = State.FINISHED
+
+    def evicted(self, workload: str, now: float, *, requeue: bool = True, reason: str = "Preempted") -> None:
+        state = self.state
+        info = state.infos.get(workload)
+        if info is None or info.state is not State.ADMITTED:
+            return
+        cq = info.admission.cluster_queue if info.admission else None
+        state.release(info, now)
+        if not requeue:
+            info.state = State.FINISHED
+            return
+        info.state = State.PENDING
+        if reason == PODS_READY_TIMEOUT:
+            policy = self.config.pods_ready_for(cq)
+            if policy.backoff_limit_count is not None and info.requeue_count + 1 > policy.backoff_limit_count:
+                info.state = State.DEACTIVATED
+                info.message = DEACTIVATED_MESSAGE
+                return
+            info.requeue_count += 1
+            delay = min(policy.backoff_base_s * 2 ** (info.requeue_count - 1), policy.backoff_max_s)
+            info.requeue_at = now + delay
+            if policy.requeue_timestamp == "Eviction":
+                info.queue_ts = now
+        if info.no_quota or cq is None:
+            state.no_quota[info.key] = info
+            return
+        state.queues.add(info, now)
+        self._note_backoff(info, now)
+
+    def pods_ready(self, workload: str, now: float) -> None:
+        """Every pod of the admitted workload is ready (the driver saw PodsReady): its waitForPodsReady
+        timeout no longer applies, and admission blocked on it (blockAdmission) may proceed."""
+        info = self.state.infos.get(workload)
+        if info is None or info.state is not State.ADMITTED:
+            return
+        info.ready = True
+        info.ready_deadline = None
+        self.state.waiting_ready.pop(info.key, None)
+
+    def cycle(self, now: float) -> Decisions:
+        return Cycle(self.state, now).run()
+
+    def pending_count(self) -> int:
+        s = self.state
+        return s.queues.pending_count() + len(s.no_quota) + len(s.unqueued)
+
+    def next_wakeup(self, now: float) -> float | None:
+        times = [i.ready_deadline for i in self.state.waiting_ready.values()
+                 if i.ready_deadline is not None and i.evicting is None]
+        times += [i.requeue_at for i in self.state.backoff.values() if i.requeue_at is not None]
+        return min(times) if times else None
+
+    # ---- reports ---------------------------------------------------------------------------------------------
+    def usage(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Admitted usage per ClusterQueue, flavor and resource (every declared flavor-resource)."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        tree = self.state.tree
+        for name, cq in self.config.cluster_queues.items():
+            per: dict[str, dict[str, int]] = {}
+            for flavor, resource in cq.quotas:
+                per.setdefault(flavor, {})[resource] = tree.usage(name, (flavor, resource))
+            out[name] = per
+        return out
+
+    def pending_report(self) -> list[PendingWorkload]:
+        """Every pending workload with why it waits, in queue order."""
+        out: list[PendingWorkload] = []
+        for q in self.state.queues.queues.values():
+            for pos, info in enumerate(q.ordered()):
+                reason = info.message or (f"Waiting in ClusterQueue {q.name} behind {pos} workload(s)" if pos
+                                          else f"Next in ClusterQueue {q.name}, not evaluated yet")
+                out.append(PendingWorkload(info.key, reason))
+        for info in self.state.no_quota.values():
+            out.append(PendingWorkload(info.key, info.message or "Waiting for nodes (no queue, no quota)"))
+        for info in self.state.unqueued.values():
+            out.append(PendingWorkload(info.key, info.message))
+        for info in self.state.infos.values():
+            if info.state is State.DEACTIVATED:
+                out.append(PendingWorkload(info.key, info.message))
+        return out
+
+    def info(self, workload: str) -> WorkloadInfo | None:
+        return self.state.infos.get(workload)
+
+    # ---- internals -------------------------------------------------------------------------------------------
+    def _route(self, info: WorkloadInfo) -> None:
+        """LocalQueue → ClusterQueue; no queue label and no ``default`` LocalQueue → no quota at all."""
+        wl, lqs = info.workload, self.config.local_queues
+        if not wl.complete:
+            info.problem = (f"pod group has {len(wl.pods)} of {wl.expected_pods} pods; Kueue waits for all of "
+                            "them before creating the Workload")
+        name = wl.queue
+        if name is None and (wl.namespace, DEFAULT_LOCAL_QUEUE) in lqs:
+            name = DEFAULT_LOCAL_QUEUE
+        if name is None:
+            info.no_quota = True
+            return
+        info.local_queue = name
+        cq = lqs.get((wl.namespace, name))
+        if cq is None:
+            info.problem = info.problem or f"LocalQueue {name} doesn't exist"
+        elif cq not in self.config.cluster_queues:
+            info.problem = info.problem or f"ClusterQueue {cq} doesn't exist"
+        else:
+            info.cluster_queue = cq
+
+    def _note_backoff(self, info: WorkloadInfo, now: float) -> None:
+        if info.requeue_at is not None and info.requeue_at > now:
+            self.state.backoff[info.key] = info
+
+    def _forget(self, info: WorkloadInfo, now: float) -> None:
+        s = self.state
+        if info.state is State.ADMITTED:
+            s.release(info, now)
+        s.queues.remove(info)
+        for table in (s.no_quota, s.unqueued, s.placement_parked, s.backoff, s.waiting_ready):
+            table.pop(info.key, None)
+
+    def _admit_preadmitted(self, info: WorkloadInfo, now: float) -> None:
+        adm = info.workload.admission
+        assert adm is not None
+        cq = adm.cluster_queue
+        info.cluster_queue = cq
+        info.problem = None
+        usage: dict[FR, int] = {}
+        podsets: list[PodSetAdmission] = []
+        by_name = {ps.name: ps for ps in info.podsets}
+        for psa in adm.pod_set_assignments:
+            ps = by_name.get(psa.name)
+            count = psa.count or (ps.count if ps else 0)
+            amounts = dict(psa.resource_usage) or (ps.total(count) if ps else {})
+            for r, v in amounts.items():
+                flavor = psa.flavors.get(r)
+                if flavor is not None and v > 0:
+                    usage[(flavor, r)] = usage.get((flavor, r), 0) + v
+            podsets.append(PodSetAdmission(psa.name, count, dict(psa.flavors)))
+        self.state.commit_admission(info, cq, podsets, usage, [], now, admitted_at=info.workload.created, ready=True)
+
+    def _admit_bound(self, info: WorkloadInfo, now: float) -> None:
+        """Pods already on nodes: they hold node capacity, and their quota (flavors inferred from the node)."""
+        state = self.state
+        pods: list[PodAssignment] = []
+        node_labels: dict[str, dict[str, str]] = {}
+        for p in info.workload.pods:
+            if not p.node_name or p.phase in _TERMINAL:
+                continue
+            placement = state.gangs.bind(p, p.node_name) if state.gangs is not None else None
+            devices = placement.device_ids if placement is not None else ()
+            pods.append(PodAssignment(p.key, p.node_name, devices))
+            if state.cluster is not None and p.node_name in state.cluster.nodes:
+                node_labels.setdefault(p.pod_set, state.cluster.nodes[p.node_name].labels)
+        cq_name = info.cluster_queue if info.problem is None else None
+        usage: dict[FR, int] = {}
+        podsets: list[PodSetAdmission] = []
+        cq = self.config.cluster_queues.get(cq_name) if cq_name else None
+        for ps in info.podsets:
+            flavors: dict[str, str] = {}
+            if cq is not None:
+                requests = ps.total()
+                if cq.covers_pods:
+                    requests["pods"] = ps.count
+                labels = node_labels.get(ps.name, {})
+                for r, v in requests.items():
+                    group = cq.group_of.get(r)
+                    if group is None:
+                        continue
+                    flavor = self._flavor_on_node(group.flavors, group.label_keys, ps, labels)
+                    flavors[r] = flavor
+                    usage[(flavor, r)] = usage.get((flavor, r), 0) + v
+            podsets.append(PodSetAdmission(ps.name, ps.count, flavors))
+        info.no_quota = cq is None
+        state.commit_admission(info, cq_name if cq is not None else None, podsets, usage, pods, now,
+                               admitted_at=info.workload.created, ready=True)
+
+    def _flavor_on_node(self, flavors: tuple[str, ...], keys: frozenset[str], ps: Any,
+                        labels: dict[str, str]) -> str:
+        """The flavor a running pod set most plausibly got: the first whose node labels the node carries."""
+        for name in flavors:
+            f = self.config.flavors.get(name)
+            if f is not None and all(labels.get(k) == v for k, v in f.node_labels.items()) and matches_affinity(
+                    ps.template, f, keys):
+                return name
+        return flavors[0]

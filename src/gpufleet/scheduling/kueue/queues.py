@@ -1,0 +1,165 @@
+"""Pending workloads per ClusterQueue: one heap each, a parking lot for inadmissible ones (§1.7, §1.9).
+
+Heap order: the sticky workload (a BestEffortFIFO head waiting for its preemptions) first, then higher
+priority, then earlier queue-order timestamp, then input order.
+
+After a cycle each head that was not admitted is requeued:
+
+* ``StrictFIFO``: straight back into the heap, so it stays the head and blocks the queue, except after a
+  namespace mismatch, which parks it;
+* ``BestEffortFIFO``: back into the heap only after failing once nominated (``FailedAfterNomination``),
+  while waiting for its preemptions (``PendingPreemption``, which also makes it sticky), or when its last
+  flavor search stopped early; otherwise parked so that the next workload becomes the head.
+
+Parked workloads return to their heaps when quota is released in their cohort tree (a workload finishes or is
+evicted), unless a requeue backoff keeps them out until it expires.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from gpufleet.api.objects import QueueingStrategy
+from gpufleet.scheduling.kueue.info import WorkloadInfo
+
+FAILED_AFTER_NOMINATION = "FailedAfterNomination"
+PENDING_PREEMPTION = "PendingPreemption"
+NAMESPACE_MISMATCH = "NamespaceMismatch"
+GENERIC = ""
+
+_IMMEDIATE = (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION)
+
+_HeapItem = tuple[int, int, float, int, str, int]
+
+
+@dataclass(slots=True)
+class ClusterQueueHeap:
+    name: str
+    strategy: QueueingStrategy
+    heap: list[_HeapItem] = field(default_factory=list)
+    active: dict[str, tuple[_HeapItem, WorkloadInfo]] = field(default_factory=dict)
+    parked: dict[str, WorkloadInfo] = field(default_factory=dict)
+    sticky: str | None = None
+    _seq: int = 0
+
+    def push(self, info: WorkloadInfo) -> None:
+        self.parked.pop(info.key, None)
+        self._seq += 1
+        item = (0 if info.key == self.sticky else 1, -info.priority, info.queue_ts, info.order, info.key, self._seq)
+        self.active[info.key] = (item, info)
+        heapq.heappush(self.heap, item)
+
+    def pop(self) -> WorkloadInfo | None:
+        while self.heap:
+            item = heapq.heappop(self.heap)
+            current = self.active.get(item[4])
+            if current is not None and current[0] is item:
+                del self.active[item[4]]
+                return current[1]
+        return None
+
+    def park(self, info: WorkloadInfo) -> None:
+        self.active.pop(info.key, None)  # its heap item goes stale
+        self.parked[info.key] = info
+        if self.sticky == info.key:
+            self.sticky = None
+
+    def remove(self, key: str) -> None:
+        self.active.pop(key, None)
+        self.parked.pop(key, None)
+        if self.sticky == key:
+            self.sticky = None
+
+    def unpark(self, now: float) -> list[WorkloadInfo]:
+        """Move parked workloads back to the heap, except those still in requeue backoff."""
+        moved = [w for w in self.parked.values() if w.requeue_at is None or w.requeue_at <= now]
+        for w in moved:
+            self.push(w)
+        return moved
+
+    def __len__(self) -> int:
+        return len(self.active) + len(self.parked)
+
+    def pending(self) -> Iterator[WorkloadInfo]:
+        yield from (info for _, info in self.active.values())
+        yield from self.parked.values()
+
+    def ordered(self) -> list[WorkloadInfo]:
+        """Active workloads in heap order, then parked ones (for reports)."""
+        active = sorted(self.active.values(), key=lambda e: e[0])
+        parked = sorted(self.parked.values(), key=lambda w: (-w.priority, w.queue_ts, w.order, w.key))
+        return [i for _, i in active] + parked
+
+
+class QueueManager:
+    """Every ClusterQueue's heap, and which ClusterQueues share a cohort tree."""
+
+    def __init__(self, strategies: dict[str, QueueingStrategy], trees: dict[str, str]) -> None:
+        self.queues = {name: ClusterQueueHeap(name, s) for name, s in strategies.items()}
+        self.tree_of = trees  # ClusterQueue -> name of the root of its cohort tree (itself without cohort)
+        self.members: dict[str, list[str]] = {}
+        for cq, root in trees.items():
+            self.members.setdefault(root, []).append(cq)
+        # Cohort trees where quota was released since the last cycle; their parked workloads are requeued
+        # when the next cycle takes its heads (events arrive between cycles, so nothing is seen later).
+        self._released: set[str] = set()
+
+    def add(self, info: WorkloadInfo, now: float) -> None:
+        assert info.cluster_queue is not None
+        q = self.queues[info.cluster_queue]
+        if info.requeue_at is not None and info.requeue_at > now:
+            q.park(info)  # backoff: only its expiry brings it back
+        else:
+            q.push(info)
+
+    def remove(self, info: WorkloadInfo) -> None:
+        if info.cluster_queue in self.queues:
+            self.queues[info.cluster_queue].remove(info.key)
+
+    def heads(self, now: float) -> list[WorkloadInfo]:
+        """One head per ClusterQueue, popped (they are requeued after the cycle)."""
+        for root in sorted(self._released):
+            for cq in self.members[root]:
+                q = self.queues[cq]
+                if q.parked:
+                    q.unpark(now)
+        self._released.clear()
+        out = []
+        for q in self.queues.values():
+            head = q.pop()
+            if head is not None:
+                out.append(head)
+        return out
+
+    def requeue(self, info: WorkloadInfo, reason: str) -> None:
+        assert info.cluster_queue is not None
+        q = self.queues[info.cluster_queue]
+        if reason == NAMESPACE_MISMATCH:
+            q.park(info)
+            return
+        if q.strategy == "StrictFIFO" or reason in _IMMEDIATE or info.pending_flavors():
+            if reason == PENDING_PREEMPTION and q.strategy == "BestEffortFIFO":
+                q.sticky = info.key
+            q.push(info)
+            return
+        q.park(info)
+
+    def clear_sticky(self, info: WorkloadInfo) -> None:
+        q = self.queues.get(info.cluster_queue or "")
+        if q is not None and q.sticky == info.key:
+            q.sticky = None
+
+    def release_in_tree(self, cluster_queue: str) -> None:
+        """Quota was released in this ClusterQueue's cohort tree: its parked workloads may fit now."""
+        self._released.add(self.tree_of.get(cluster_queue, cluster_queue))
+
+    def unpark_where(self, infos: Iterable[WorkloadInfo], now: float) -> None:
+        for info in infos:
+            q = self.queues.get(info.cluster_queue or "")
+            if q is not None and info.key in q.parked and (info.requeue_at is None or info.requeue_at <= now):
+                q.push(info)
+
+    def pending_count(self) -> int:
+        return sum(len(q) for q in self.queues.values())

@@ -1,0 +1,134 @@
+"""The policy's working state and the bookkeeping every path shares: admit, release, requeue.
+
+Quota usage lives in one :class:`QuotaTree` holding admitted usage only; a cycle mutates it inside a
+checkpoint as its snapshot and rolls back at the end (§1.8). Node capacity lives in the ClusterState when
+nodes are known; placements are real as soon as they are decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from gpufleet.cluster.state import ClusterState
+from gpufleet.scheduling.kueue.config import QueueConfig
+from gpufleet.scheduling.kueue.gangs import GangPlacer
+from gpufleet.scheduling.kueue.info import AdmissionRecord, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.preemption import Preemptor
+from gpufleet.scheduling.kueue.queues import QueueManager
+from gpufleet.scheduling.quota import FR, QuotaTree
+from gpufleet.scheduling.types import AdmittedWorkload, PodAssignment
+
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+
+
+class SchedulerState:
+    def __init__(self, config: QueueConfig, cluster: ClusterState | None, gangs: GangPlacer | None,
+                 tree_factory: Callable[[], QuotaTree] = QuotaTree) -> None:
+        self.config = config
+        self.tree = config.build_tree(tree_factory)
+        roots: dict[str, str] = {}
+        for name in config.cluster_queues:
+            node = self.tree.cluster_queue(name)
+            while node.parent is not None:
+                node = node.parent
+            roots[name] = ("cohort:" + node.name) if not node.is_cluster_queue else name
+        self.queues = QueueManager({n: cq.strategy for n, cq in config.cluster_queues.items()}, roots)
+        self.cluster = cluster
+        self.gangs = gangs
+        self.infos: dict[str, WorkloadInfo] = {}
+        self.admitted: dict[str, dict[str, WorkloadInfo]] = {name: {} for name in config.cluster_queues}
+        self.running_free: dict[str, WorkloadInfo] = {}  # admitted without quota (no queue)
+        self.no_quota: dict[str, WorkloadInfo] = {}  # pending without quota: only placement gates them
+        self.unqueued: dict[str, WorkloadInfo] = {}  # pending with a problem that keeps them out of any queue
+        self.placement_parked: dict[str, WorkloadInfo] = {}
+        self.waiting_ready: dict[str, WorkloadInfo] = {}  # admitted, waitForPodsReady on, not ready yet
+        self.backoff: dict[str, WorkloadInfo] = {}  # parked until requeue_at
+        self.preemptor = Preemptor(self.tree, config.cluster_queues, self.admitted, config.fair_sharing,
+                                   config.scheduler.fair_sharing_strategies)
+        self._seq = 0
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # ---- admission ---------------------------------------------------------------------------------------------
+    def commit_admission(self, info: WorkloadInfo, cq: str | None, podsets: list[PodSetAdmission],
+                         usage: dict[FR, int], pods: list[PodAssignment], now: float,
+                         admitted_at: float | None = None, ready: bool = False) -> AdmittedWorkload:
+        """Record an admission and charge its quota (the caller has placed its pods already)."""
+        record = AdmissionRecord(cq, podsets, usage, now if admitted_at is None else admitted_at, self.next_seq(),
+                                 pods)
+        info.state = State.ADMITTED
+        info.admission = record
+        info.evicting = None
+        info.last_tried = None
+        info.message = ""
+        info.requeue_at = None
+        self.backoff.pop(info.key, None)
+        self.placement_parked.pop(info.key, None)
+        info.placement_parked = False
+        if cq is not None:
+            self.tree.add_usage(cq, usage)
+            self.admitted[cq][info.key] = info
+            self.queues.clear_sticky(info)
+        else:
+            self.running_free[info.key] = info
+        policy = self.config.pods_ready_for(cq)
+        if policy.enable and not ready:
+            info.ready = False
+            info.ready_deadline = record.admitted_at + policy.timeout_s
+            self.waiting_ready[info.key] = info
+        else:
+            info.ready = True
+            info.ready_deadline = None
+        return AdmittedWorkload(info.key, cq, record.flavors(), list(pods))
+
+    def release(self, info: WorkloadInfo, now: float) -> None:
+        """Give back the workload's quota and node capacity; parked workloads that may now fit return."""
+        record = info.admission
+        if record is None:
+            return
+        cq = record.cluster_queue
+        if cq is not None:
+            self.tree.remove_usage(cq, record.usage)
+            self.admitted[cq].pop(info.key, None)
+        else:
+            self.running_free.pop(info.key, None)
+        released = False
+        if self.cluster is not None:
+            for p in record.pods:
+                if p.node is not None and p.pod in self.cluster.placements:
+                    self.cluster.release(p.pod)
+                    released = True
+        info.admission = None
+        info.evicting = None
+        info.ready = False
+        info.ready_deadline = None
+        self.waiting_ready.pop(info.key, None)
+        if cq is not None:
+            self.queues.release_in_tree(cq)
+        if released:
+            # Node capacity is shared by every queue: whoever waited for nodes may fit now.
+            self.unpark_placement(now)
+
+    def unpark_placement(self, now: float) -> None:
+        waiting = list(self.placement_parked.values())
+        self.placement_parked.clear()
+        for info in waiting:
+            info.placement_parked = False
+        self.queues.unpark_where(waiting, now)
+
+    def all_pods_ready(self) -> bool:
+        return not self.waiting_ready
+
+    # ---- views -------------------------------------------------------------------------------------------------
+    def admitted_infos(self) -> Iterator[WorkloadInfo]:
+        for by_key in self.admitted.values():
+            yield from by_key.values()
+        yield from self.running_free.values()
+
+    def pending_infos(self) -> Iterator[WorkloadInfo]:
+        for q in self.queues.queues.values():
+            yield from q.pending()
+        yield from self.no_quota.values()
+        yield from self.unqueued.values()

@@ -1,0 +1,289 @@
+"""Filter plugins: each says why a node cannot take a pod (a kube-scheduler-style reason) or None.
+
+A filter is *static* when its answer depends only on what a node is (labels, taints, allocatable, GPU model
+and shape), not on what runs there; the equivalence-class index evaluates static filters once per group of
+identical nodes and dynamic ones once per class of identical node states. Order matters: :meth:`explain
+<gpufleet.scheduling.placement.placer.GpuPlacer.explain>` counts each node under its first failing filter.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpufleet.api.objects import PODS, Taint
+from gpufleet.cluster.state import NodeState
+from gpufleet.gpu.catalog import DEFAULT_CATALOG
+from gpufleet.scheduling.placement.need import PodNeed
+from gpufleet.scheduling.placement.nodeview import device_kind, fraction_share, gpu_free_milli, whole_gpus
+
+DEFAULT_MAX_PODS = 110  # what ClusterState assumes when a node does not publish "pods"
+
+
+class Filter(Protocol):
+    name: str
+    static: bool
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        """None when the node passes, else the reason it fails."""
+        ...
+
+
+class NodeReady:
+    """Not-ready and cordoned nodes take no new pods."""
+
+    name = "NodeReady"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        if not node.ready:
+            return "node(s) were not ready"
+        if node.unschedulable:
+            return "node(s) were unschedulable"
+        return None
+
+
+class NodeAffinity:
+    """nodeSelector (every pair) and required node affinity (terms ORed, requirements ANDed)."""
+
+    name = "NodeAffinity"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        labels = node.labels
+        if any(labels.get(k) != v for k, v in need.selector):
+            return "node(s) didn't match Pod's node affinity/selector"
+        if need.affinity and not any(term.matches(labels) for term in need.affinity):
+            return "node(s) didn't match Pod's node affinity/selector"
+        return None
+
+
+class FlavorNodeLabels:
+    """The admitted ResourceFlavor's nodeLabels must all be on the node."""
+
+    name = "FlavorNodeLabels"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        labels = node.labels
+        if any(labels.get(k) != v for k, v in need.node_labels):
+            return "node(s) didn't match the flavor's node labels"
+        return None
+
+
+def _taint_text(t: Taint) -> str:
+    return f"{{{t.key}: {t.value}}}"
+
+
+class TaintToleration:
+    """NoSchedule and NoExecute taints must be tolerated (PreferNoSchedule only steers kube's scoring)."""
+
+    name = "TaintToleration"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        for taint in node.taints:
+            if taint.effect == "PreferNoSchedule":
+                continue
+            if not any(tol.tolerates(taint) for tol in need.tolerations):
+                return f"node(s) had untolerated taint {_taint_text(taint)}"
+        return None
+
+
+def _same_model(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    fa, fb = DEFAULT_CATALOG.find(a), DEFAULT_CATALOG.find(b)
+    return fa is not None and fb is not None and fa.key == fb.key
+
+
+class GpuModel:
+    """A GPU pod that names allowed models (gpufleet.io/gpu-model) only goes to nodes of those models."""
+
+    name = "GpuModel"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        g = need.gpu
+        if g.kind == "none" or not g.models:
+            return None
+        model = node.gpu_model
+        if model is None or not any(_same_model(model, m) for m in g.models):
+            return "node(s) didn't have an allowed GPU model"
+        return None
+
+
+class TimeSliceLimit:
+    """failRequestsGreaterThanOne: a time-sliced node refuses a request of more than one replica."""
+
+    name = "TimeSliceLimit"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        g = need.gpu
+        if (g.count > 1 and g.kind in ("gpu", "shared") and node.fail_requests_greater_than_one
+                and g.resource is not None and device_kind(node, g.resource) == "replicas"):
+            return "node(s) refuse requests of more than one time-slice replica"
+        return None
+
+
+class GpuMemory:
+    """The pod's declared GPU memory never exceeds its device's: the GPU (whole, replicas, fraction) or the
+    MIG instance."""
+
+    name = "GpuMemory"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        g = need.gpu
+        want = g.memory_mib
+        if not want or g.kind == "none":
+            return None
+        if g.kind == "fraction":
+            ok = any(fraction_share(need, gpu.memory_mib)[0] <= 1000 for gpu in whole_gpus(node))
+        elif g.kind == "mig":
+            ok = any(s.resource == g.resource and s.memory_mib >= want for gpu in node.gpus for s in gpu.mig)
+        else:
+            ok = any((gpu.memory_mib >= want and gpu.resource == g.resource and gpu.mode != "mig")
+                     or any(s.resource == g.resource and s.memory_mib >= want for s in gpu.mig)
+                     for gpu in node.gpus)
+        return None if ok else f"node(s) had GPUs with less memory than the pod's {want} MiB"
+
+
+class Resources:
+    """CPU, memory, pods and count resources (nvidia.com/gpu, .shared, mig-*) within free allocatable."""
+
+    name = "NodeResourcesFit"
+    static = False
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        alloc = node.allocatable
+        used = node.used
+        if used.get(PODS, 0) + 1 > alloc.get(PODS, DEFAULT_MAX_PODS):
+            return "Too many pods"
+        for resource, amount in need.requests:
+            if used.get(resource, 0) + amount > alloc.get(resource, 0):
+                return f"Insufficient {resource}"
+        return None
+
+
+class WholeGpus:
+    """Whole-GPU pods need that many free, healthy GPUs (a GPU holding fractions is not free)."""
+
+    name = "WholeGpus"
+    static = False
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        g = need.gpu
+        if g.kind not in ("gpu", "shared") or g.resource is None:
+            return None
+        if device_kind(node, g.resource) != "whole":
+            return None
+        free = sum(1 for gpu in node.gpus
+                   if gpu.mode == "whole" and gpu.resource == g.resource and gpu.healthy and gpu.is_free)
+        return None if free >= g.count else f"Insufficient {g.resource}"
+
+
+class TimeSliceReplicas:
+    """Time-sliced GPUs: enough free replicas (on healthy GPUs)."""
+
+    name = "TimeSliceReplicas"
+    static = False
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        g = need.gpu
+        if g.kind not in ("gpu", "shared") or g.resource is None:
+            return None
+        if device_kind(node, g.resource) != "replicas":
+            return None
+        free = sum(len(gpu.free_replicas()) for gpu in node.gpus
+                   if gpu.mode == "replicas" and gpu.resource == g.resource and gpu.healthy)
+        return None if free >= g.count else f"Insufficient {g.resource}"
+
+
+class MigInstances:
+    """MIG pods (and nvidia.com/gpu pods on a single-strategy MIG node) need free instances of the profile
+    with enough memory."""
+
+    name = "MigInstances"
+    static = False
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        g = need.gpu
+        if g.kind not in ("mig", "gpu", "shared") or g.resource is None:
+            return None
+        if g.kind != "mig" and device_kind(node, g.resource) != "mig":
+            return None
+        want = g.memory_mib or 0
+        free = sum(1 for gpu in node.gpus if gpu.mode == "mig" and gpu.healthy
+                   for s in gpu.mig if s.holder is None and s.resource == g.resource and s.memory_mib >= want)
+        if free >= g.count:
+            return None
+        what = f"MIG instance {g.mig_profile}" if g.mig_profile else f"MIG instance for {g.resource}"
+        return f"node(s) had no free {what}"
+
+
+class Fraction:
+    """A fractional pod fits on ONE whole-mode GPU: its thousandths and its memory (fraction_need)."""
+
+    name = "GpuFraction"
+    static = False
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        if need.gpu.kind != "fraction":
+            return None
+        for gpu in node.gpus:
+            if gpu.mode != "whole" or gpu.holder is not None or not gpu.healthy:
+                continue
+            share, memory = fraction_share(need, gpu.memory_mib)
+            if gpu_free_milli(gpu) >= share and gpu.used_memory_mib + memory <= gpu.memory_mib:
+                return None
+        return "node(s) had no GPU with room for the pod's GPU fraction"
+
+
+def default_filters() -> tuple[Filter, ...]:
+    """Every filter, static ones first, in the order explain() attributes failures."""
+    return (NodeReady(), NodeAffinity(), FlavorNodeLabels(), TaintToleration(), GpuModel(), TimeSliceLimit(),
+            GpuMemory(), Resources(), WholeGpus(), TimeSliceReplicas(), MigInstances(), Fraction())
+
+
+def fit_count(need: PodNeed, node: NodeState) -> int:
+    """How many more copies of the pod the node could take now (dynamic part only; static filters apart).
+
+    Topology-aware placement sums it over a domain to compare free capacity, as Kueue TAS does.
+    """
+    alloc = node.allocatable
+    used = node.used
+    n = alloc.get(PODS, DEFAULT_MAX_PODS) - used.get(PODS, 0)
+    for resource, amount in need.requests:
+        n = min(n, (alloc.get(resource, 0) - used.get(resource, 0)) // amount)
+    if n <= 0:
+        return 0
+    g = need.gpu
+    if g.kind == "fraction":
+        copies = 0
+        for gpu in node.gpus:
+            if gpu.mode != "whole" or gpu.holder is not None or not gpu.healthy:
+                continue
+            share, memory = fraction_share(need, gpu.memory_mib)
+            by_milli = gpu_free_milli(gpu) // share if share else n
+            by_memory = (gpu.memory_mib - gpu.used_memory_mib) // memory if memory else n
+            copies += min(by_milli, by_memory)
+        return min(n, copies)
+    if g.kind == "none" or g.resource is None or g.count <= 0:
+        return n
+    kind = device_kind(node, g.resource)
+    if kind == "whole":
+        free = sum(1 for gpu in node.gpus
+                   if gpu.mode == "whole" and gpu.resource == g.resource and gpu.healthy and gpu.is_free)
+    elif kind == "replicas":
+        if g.count > 1 and node.fail_requests_greater_than_one:
+            return 0
+        free = sum(len(gpu.free_replicas()) for gpu in node.gpus
+                   if gpu.mode == "replicas" and gpu.resource == g.resource and gpu.healthy)
+    elif kind == "mig":
+        want = g.memory_mib or 0
+        free = sum(1 for gpu in node.gpus if gpu.mode == "mig" and gpu.healthy
+                   for s in gpu.mig if s.holder is None and s.resource == g.resource and s.memory_mib >= want)
+    else:
+        return 0
+    return min(n, free // g.count)

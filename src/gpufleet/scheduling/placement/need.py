@@ -1,0 +1,88 @@
+"""A pod request compiled once into what filters, scorers and caches read.
+
+Compiling up front turns a :class:`~gpufleet.scheduling.types.PodRequest` (whose template is a mutable,
+unhashable dataclass) into hashable keys: ``constraint_key`` decides every static filter (labels, taints,
+model, device memory), ``shape_key`` additionally the dynamic ones and the scores. Two pods with equal
+keys are indistinguishable to placement, which is what lets the equivalence-class index cache results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.api.kinds import FRACTION_RESOURCE
+from gpufleet.api.objects import CPU, HOSTNAME_LABEL, MEMORY, GpuDemand, NodeSelectorTerm, Toleration
+from gpufleet.scheduling.types import PodRequest
+
+# Labels whose value is different on every node. They are left out of the node equivalence key (else every
+# node would be a class of its own); a pod constraining one of them is checked node by node instead.
+IDENTITY_LABELS: frozenset[str] = frozenset({HOSTNAME_LABEL})
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PodNeed:
+    key: str
+    charge: dict[str, int]  # what ClusterState.allocate charges (the template's requests)
+    requests: tuple[tuple[str, int], ...]  # allocatable resources to check, sorted; zero amounts dropped
+    cpu: int
+    memory: int
+    gpu: GpuDemand
+    selector: tuple[tuple[str, str], ...]
+    affinity: tuple[NodeSelectorTerm, ...]
+    tolerations: tuple[Toleration, ...]
+    node_labels: tuple[tuple[str, str], ...]
+    per_node: bool  # constrains an identity label: label filters must run on every node, not per class
+    constraint_key: int  # interned: equal constraints, equal key (a small int hashes fast in hot loops)
+    shape_key: int
+
+    @property
+    def gpu_equivalent(self) -> float:
+        return self.gpu.gpu_equivalent
+
+
+def _mentions_identity(selector: tuple[tuple[str, str], ...], affinity: tuple[NodeSelectorTerm, ...],
+                       node_labels: tuple[tuple[str, str], ...]) -> bool:
+    if any(k in IDENTITY_LABELS for k, _ in selector) or any(k in IDENTITY_LABELS for k, _ in node_labels):
+        return True
+    return any(r.key in IDENTITY_LABELS for term in affinity for r in term.requirements)
+
+
+class Interner:
+    """Small ints for the nested key tuples (whose dataclass members hash in Python, slowly)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[Any, ...], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __call__(self, key: tuple[Any, ...]) -> int:
+        i = self._ids.get(key)
+        if i is None:
+            i = self._ids[key] = len(self._ids)
+        return i
+
+
+def compile_need(req: PodRequest, intern: Interner) -> PodNeed:
+    t = req.template
+    requests = tuple(sorted((r, a) for r, a in t.requests.items() if a and r != FRACTION_RESOURCE))
+    selector = tuple(sorted(t.node_selector.items()))
+    tolerations = t.tolerations + req.extra_tolerations
+    node_labels = tuple(sorted(req.node_labels))
+    constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu)
+    return PodNeed(
+        key=req.key,
+        charge=dict(t.requests),
+        requests=requests,
+        cpu=t.requests.get(CPU, 0),
+        memory=t.requests.get(MEMORY, 0),
+        gpu=t.gpu,
+        selector=selector,
+        affinity=t.required_affinity,
+        tolerations=tolerations,
+        node_labels=node_labels,
+        per_node=_mentions_identity(selector, t.required_affinity, node_labels),
+        constraint_key=intern(constraint),
+        shape_key=intern((constraint, requests)),
+    )

@@ -1,0 +1,166 @@
+"""Score plugins: a node that passed every filter gets an integer score, higher is better.
+
+The allocation scorers follow kube-scheduler's NodeResourcesFit strategies and BalancedAllocation (integer
+0..100 arithmetic, resources a node lacks skipped, an extended resource counted only when the pod asks for
+it). GPUs count in thousandths of all the node's GPUs, so whole GPUs, fractions, replicas and MIG instances
+weigh by the share they hold. The paper's scorers (random, dotprod, gpuclustering, gpupacking, bestfit, fgd)
+are the functions of :mod:`gpufleet.scheduling.gpuscore`, called through :class:`GpuScore`.
+
+A scorer may also be a *tier*: a key compared before the weighted sum (cheapest GPU model first).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from gpufleet.api.objects import CPU, MEMORY
+from gpufleet.gpu.catalog import Catalog
+from gpufleet.scheduling import gpuscore
+from gpufleet.scheduling.placement.need import PodNeed
+from gpufleet.scheduling.placement.nodeview import NodeView, gpu_demand, gpu_milli_taken
+
+MAX_SCORE = 100
+GPU_MILLI = "gpu"  # the pseudo-resource of the allocation scorers: thousandths of the node's GPUs
+
+
+class ScorePlugin(Protocol):
+    name: str
+    normalizes: bool  # min-max normalised over the candidates; such a scorer must be a profile's only one
+
+    def score(self, need: PodNeed, view: NodeView) -> int:
+        ...
+
+
+def _requested_and_capacity(need: PodNeed, view: NodeView, resource: str) -> tuple[int, int]:
+    node = view.node
+    if resource == GPU_MILLI:
+        if not node.gpus or need.gpu.kind == "none":
+            return 0, 0  # kube skips an extended resource the pod does not ask for
+        used = sum(g.used_milli for g in node.gpus)
+        return used + gpu_milli_taken(need, node), 1000 * len(node.gpus)
+    alloc = node.allocatable.get(resource, 0)
+    asked = need.cpu if resource == CPU else need.memory if resource == MEMORY else dict(need.requests).get(
+        resource, 0)
+    return node.used.get(resource, 0) + asked, alloc
+
+
+class _Allocation:
+    normalizes = False
+
+    def __init__(self, resources: tuple[str, ...]) -> None:
+        self.resources = resources
+
+    def _per_resource(self, requested: int, capacity: int) -> int:
+        raise NotImplementedError
+
+    def score(self, need: PodNeed, view: NodeView) -> int:
+        total = 0
+        weights = 0
+        for resource in self.resources:
+            requested, capacity = _requested_and_capacity(need, view, resource)
+            if capacity <= 0:
+                continue
+            total += self._per_resource(requested, capacity)
+            weights += 1
+        return total // weights if weights else 0
+
+
+class MostAllocated(_Allocation):
+    """Bin packing: the fuller the node would be with the pod, the better."""
+
+    name = "MostAllocated"
+
+    def _per_resource(self, requested: int, capacity: int) -> int:
+        return min(requested, capacity) * MAX_SCORE // capacity
+
+
+class LeastAllocated(_Allocation):
+    """Spreading: the emptier the node would be with the pod, the better."""
+
+    name = "LeastAllocated"
+
+    def _per_resource(self, requested: int, capacity: int) -> int:
+        return 0 if requested > capacity else (capacity - requested) * MAX_SCORE // capacity
+
+
+class BalancedAllocation:
+    """kube's BalancedAllocation: prefer nodes whose resources would be used in equal proportion."""
+
+    name = "BalancedAllocation"
+    normalizes = False
+
+    def __init__(self, resources: tuple[str, ...] = (CPU, MEMORY)) -> None:
+        self.resources = resources
+
+    def score(self, need: PodNeed, view: NodeView) -> int:
+        fractions = []
+        for resource in self.resources:
+            requested, capacity = _requested_and_capacity(need, view, resource)
+            if capacity > 0:
+                fractions.append(min(requested / capacity, 1.0))
+        std = 0.0
+        if len(fractions) == 2:
+            std = abs((fractions[0] - fractions[1]) / 2)
+        elif len(fractions) > 2:
+            mean = sum(fractions) / len(fractions)
+            std = math.sqrt(sum((f - mean) ** 2 for f in fractions) / len(fractions))
+        return int((1 - std) * MAX_SCORE)
+
+
+def _price_milli(catalog: Catalog, model: str | None) -> int:
+    # Unknown models (the trace's G2) have no price: they rank as free, i.e. first; see the report.
+    return round(catalog.price(model) * 1000) if model else 0
+
+
+class CheapestModel:
+    """Tier: a GPU pod goes to the cheapest GPU model that can take it (CHF/GPU-hour, catalog prices)."""
+
+    name = "CheapestModel"
+    normalizes = False
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def score(self, need: PodNeed, view: NodeView) -> int:
+        if need.gpu.kind == "none":
+            return 0
+        return -_price_milli(self.catalog, view.node.gpu_model)
+
+
+class DemandCost:
+    """Tier: the cheapest place for the pod's GPU demand, priced per unit it holds there (a fraction or a
+    MIG instance costs its share of the GPU's price, a replica its share of the time-sliced GPU)."""
+
+    name = "DemandCost"
+    normalizes = False
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def score(self, need: PodNeed, view: NodeView) -> int:
+        if need.gpu.kind == "none":
+            return 0
+        return -(_price_milli(self.catalog, view.node.gpu_model) * gpu_milli_taken(need, view.node) // 1000)
+
+
+class GpuScore:
+    """One of the FGD paper's scorers (gpuscore), which also chooses the GPU of a fractional pod."""
+
+    normalizes: bool
+
+    def __init__(self, scorer: gpuscore.Scorer) -> None:
+        self.scorer = scorer
+        self.name = scorer.name
+        # BestFit's raw scores are min-max normalised over the candidates; its argmax is the raw argmax
+        # (only the raw maximum maps to 100), so ranking by raw score picks the same nodes.
+        self.normalizes = isinstance(scorer, gpuscore.BestFitScorer)
+
+    def score(self, need: PodNeed, view: NodeView) -> int:
+        return self.scorer.score(view, gpu_demand(need, view.node))[0]
+
+    def choose_gpu(self, need: PodNeed, view: NodeView) -> int:
+        """Index into ``view.whole`` of the GPU the scorer picks for a fractional pod."""
+        _, gpus = self.scorer.score(view, gpu_demand(need, view.node))
+        return gpus[0]
+

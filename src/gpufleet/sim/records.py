@@ -1,0 +1,87 @@
+"""What a run leaves behind: one span per pod placement, one record per job attempt, and the run's facts.
+
+Metrics are computed from these records after the run (:mod:`gpufleet.sim.metrics`), so the engine stays a
+loop of events and a new KPI never needs a new run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Outcome = Literal["succeeded", "failed", "preempted", "running", "pending"]
+JobOutcome = Literal["succeeded", "failed", "unfinished"]
+
+
+@dataclass(slots=True)
+class PodSpan:
+    """One pod holding devices from ``held_from`` to ``held_to``, busy from ``busy_from`` to ``busy_to``."""
+
+    job: str
+    pod: str
+    node: str | None
+    pool: str | None
+    model: str | None
+    share: float  # physical GPUs held (a 3g.40gb half of an A100 is 0.5, a replica of 8 is 0.125)
+    price: float  # per GPU-hour of the model
+    held_from: float
+    held_to: float = float("nan")
+    busy_from: float | None = None
+    busy_to: float | None = None
+    demand: float = 0.0  # busy whole-GPU equivalents while working
+    shared_gpus: tuple[str, ...] = ()  # software-shared GPUs (replicas, fractions): busy is capped per GPU
+
+
+@dataclass(slots=True)
+class Attempt:
+    submitted: float
+    started: float | None = None  # every pod running: the work begins
+    ended: float | None = None
+    outcome: Outcome = "pending"
+    cause: str | None = None  # failure or eviction reason
+
+    def wait(self, end: float) -> float:
+        """Queue wait: until the work began, else until the attempt ended, else until ``end`` (censored)."""
+        stop = self.started if self.started is not None else self.ended if self.ended is not None else end
+        return max(0.0, stop - self.submitted)
+
+
+@dataclass(slots=True)
+class JobRecord:
+    key: str
+    namespace: str
+    team: str
+    queue: str
+    klass: str | None
+    role: str | None
+    pods: int
+    gpus: float  # GPU equivalents asked (a MIG instance by its compute share)
+    arrival: float
+    attempts: list[Attempt] = field(default_factory=list)
+    outcome: JobOutcome = "unfinished"
+    ended: float | None = None
+
+
+@dataclass(slots=True)
+class PoolInfo:
+    name: str
+    gpus: int
+    models: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class SimResult:
+    scenario: str
+    policy: str
+    window_s: float  # measurement window [0, window_s]
+    run_end: float  # virtual time the run stopped
+    capacity: float  # physical GPUs
+    pools: list[PoolInfo]
+    jobs: list[JobRecord]
+    spans: list[PodSpan]
+    stranded: list[tuple[float, float, float, int]]  # (time, idle GPUs no pending pod fits, idle GPUs, pods pending)
+    events: int = 0
+    cycles: int = 0
+    wall_s: float = 0.0
+    not_simulated: int = 0  # jobs arriving after the horizon
+    notes: list[str] = field(default_factory=list)

@@ -1,0 +1,120 @@
+"""From what the user asked (files or the case study, policies, duration, seed) to finished runs.
+
+This is the simulator's entry point for drivers such as the CLI: :func:`plan` decides the scenarios and
+policies, :func:`run_plan` runs them and summarises each run as ``--json`` shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from gpufleet.sim import casestudy
+from gpufleet.sim.claims import claim_rows, explain
+from gpufleet.sim.engine import Progress
+from gpufleet.sim.inputs import load_inputs
+from gpufleet.sim.metrics import run_summary
+from gpufleet.sim.model import FailureModels, SimConfig, SimulationError
+from gpufleet.sim.policies import POLICY_NAMES
+from gpufleet.sim.report import RunOutput
+from gpufleet.sim.scenario import Scenario, run_scenario
+from gpufleet.sim.sources.distributions import DistributionError, seconds
+
+DEFAULT_POLICY = "gpufleet"
+
+
+@dataclass(slots=True)
+class Plan:
+    title: str
+    scenarios: list[Scenario]
+    seed: int
+    is_casestudy: bool
+    intro: list[str] = field(default_factory=list)
+
+
+def parse_policies(policy: str | None, compare: str | None) -> tuple[str, ...] | None:
+    names = [p.strip() for p in compare.split(",") if p.strip()] if compare else []
+    if policy and policy not in names:
+        names.insert(0, policy)
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if unknown:
+        raise SimulationError(f"unknown policy {', '.join(unknown)}; expected one of {', '.join(POLICY_NAMES)}")
+    return tuple(names) or None
+
+
+def parse_duration_option(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = seconds(text)
+    except DistributionError as exc:
+        raise SimulationError(f"--duration: {exc}") from exc
+    if value <= 0:
+        raise SimulationError("--duration must be positive")
+    return value
+
+
+FAILURE_MODELS = ("rendezvous", "oom", "retries")
+
+
+def parse_failures(text: str | None) -> FailureModels:
+    """``rendezvous,oom,retries`` (the default: all), any subset, or ``none``."""
+    if text is None:
+        return FailureModels()
+    names = {n.strip() for n in text.split(",") if n.strip()} - {"none"}
+    unknown = sorted(names - set(FAILURE_MODELS))
+    if unknown:
+        raise SimulationError(f"--failures: unknown model(s) {', '.join(unknown)}; "
+                              f"expected some of {', '.join(FAILURE_MODELS)} or none")
+    return FailureModels(rendezvous="rendezvous" in names, oom="oom" in names, retries="retries" in names)
+
+
+def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None = None,
+         duration: str | None = None, seed: int | None = None, failures: str | None = None) -> Plan:
+    policies = parse_policies(policy, compare)
+    duration_s = parse_duration_option(duration)
+    models = parse_failures(failures)
+    if not files:
+        used_seed = seed if seed is not None else casestudy.default_seed()
+        scenarios = casestudy.scenarios(seed=used_seed, duration_s=duration_s, policies=policies)
+        for sc in scenarios:
+            sc.config = replace(sc.config, failures=models)
+        intro = ["The guide's case study: three teams (research, production, data science) on 16 H100, 8 A100 "
+                 "and 6 L40S. *before*: every GPU exclusive, pods asking whole GPUs, kube-default. *after*: MIG "
+                 "on production, time-slicing on dev, Kueue queues and quotas, the gpufleet policy. Same "
+                 f"synthetic jobs in both (workload.yaml, seed {used_seed}), "
+                 f"{scenarios[0].config.horizon_s or 0:.0f} s of arrivals plus a drain."]
+        return Plan("gpufleet simulate: the case study", scenarios, used_seed, True, intro)
+    inputs = load_inputs(files, seed=seed, duration_s=duration_s)
+    if inputs.problems:
+        raise SimulationError("the input has problems:\n" + "\n".join(inputs.problems))
+    if not inputs.manifests.nodes:
+        raise SimulationError("no nodes in the input: give Nodes, NodePools or an openb node list")
+    horizon = duration_s
+    if horizon is None and inputs.generators:
+        horizon = max(g.duration_s for g in inputs.generators)
+    config = SimConfig(horizon_s=horizon, drain_s=horizon / 2 if horizon is not None else 0.0, failures=models)
+    scenario = Scenario("input", inputs.manifests, inputs.jobs, config, policies or (DEFAULT_POLICY,),
+                        notes=inputs.notes)
+    used_seed = seed if seed is not None else (inputs.generators[0].seed if inputs.generators else 0)
+    intro = [f"Input: {', '.join(files)}: {len(inputs.manifests.nodes)} nodes, {len(inputs.jobs)} jobs."]
+    return Plan("gpufleet simulate", [scenario], used_seed, False, intro)
+
+
+def run_plan(p: Plan, progress: Callable[[str], Progress | None] | None = None) -> list[RunOutput]:
+    """Every (scenario, policy) of the plan; ``progress(label)`` may give a callback for that run."""
+    out: list[RunOutput] = []
+    for scenario in p.scenarios:
+        for policy in scenario.policies:
+            label = f"{scenario.name} ({policy})"
+            result = run_scenario(scenario, policy, seed=p.seed, progress=progress(label) if progress else None)
+            out.append(RunOutput(run_summary(result), result))
+    return out
+
+
+def casestudy_claims(runs: Sequence[RunOutput]) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """The published claims beside ours and the explanation, when the runs are the case study's pair."""
+    by = {r.summary["scenario"]: r.summary for r in runs}
+    if "before" not in by or "after" not in by:
+        return [], []
+    return claim_rows(by["before"], by["after"]), explain(by["before"], by["after"])

@@ -1,0 +1,94 @@
+"""waitForPodsReady (kueue.md §1.14): timeout eviction, requeue backoff, deactivation, blockAdmission, and
+the per-ClusterQueue override."""
+
+from __future__ import annotations
+
+from gpufleet.scheduling.kueue.info import State
+from gpufleet.scheduling.types import Decisions
+from tests.kueue.scenario import Scenario, job, names
+from tests.kueue.test_cohorts import FLAVOR, cq
+
+CONFIG = """---
+apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+waitForPodsReady:
+  enable: true
+  timeout: 60s
+  blockAdmission: {block}
+  requeuingStrategy: {{timestamp: Eviction, backoffBaseSeconds: 10, backoffMaxSeconds: 15, backoffLimitCount: 2}}
+"""
+
+
+def scenario(text: str = "", block: str = "false") -> Scenario:
+    return Scenario(FLAVOR + CONFIG.format(block=block) + cq("team", 4, None) + (text or job("w", "team")))
+
+
+def timeout_cycle(s: Scenario, t: float) -> Decisions:
+    d = s.policy.cycle(t)
+    for p in d.preempted:
+        s.policy.evicted(p.workload, t, requeue=True, reason=p.reason)
+    return d
+
+
+def test_not_ready_in_time_is_evicted_and_requeued_with_exponential_backoff() -> None:
+    s = scenario()
+    t0 = s.now
+    assert names(s.policy.cycle(t0).admitted) == ["w"]
+    assert s.policy.next_wakeup(t0) == t0 + 60
+    assert not timeout_cycle(s, t0 + 59).preempted
+    d = timeout_cycle(s, t0 + 60)
+    assert [(p.workload, p.preemptor, p.reason) for p in d.preempted] == [("default/w", "", "PodsReadyTimeout")]
+    info = s.policy.info("default/w")
+    assert info is not None and info.requeue_count == 1 and info.queue_ts == t0 + 60
+    # First requeue after 10 s (base * 2^0), not before.
+    assert s.policy.next_wakeup(t0 + 60) == t0 + 70
+    assert not s.policy.cycle(t0 + 69).admitted
+    assert names(s.policy.cycle(t0 + 70).admitted) == ["w"]
+    # Second timeout: 20 s, capped at backoffMaxSeconds 15.
+    timeout_cycle(s, t0 + 130)
+    assert s.policy.next_wakeup(t0 + 130) == t0 + 145
+    assert names(s.policy.cycle(t0 + 145).admitted) == ["w"]
+    # Third timeout: requeued twice already (backoffLimitCount 2): deactivated.
+    timeout_cycle(s, t0 + 205)
+    assert info.state is State.DEACTIVATED
+    assert s.pending()["w"].startswith("The workload is deactivated")
+    assert not s.policy.cycle(t0 + 10_000).admitted and s.policy.next_wakeup(t0 + 10_000) is None
+
+
+def test_pods_ready_in_time_stops_the_clock() -> None:
+    s = scenario()
+    t0 = s.now
+    s.policy.cycle(t0)
+    s.policy.pods_ready("default/w", t0 + 30)
+    assert s.policy.next_wakeup(t0 + 30) is None
+    assert not timeout_cycle(s, t0 + 1000).preempted and s.admitted() == {"w"}
+
+
+def test_block_admission_waits_until_admitted_workloads_are_ready() -> None:
+    s = scenario(job("first", "team", created=1) + job("second", "team", created=2), block="true")
+    t0 = s.now
+    assert names(s.policy.cycle(t0).admitted) == ["first"]
+    assert not s.policy.cycle(t0 + 1).admitted
+    assert s.pending()["second"] == "waiting for all admitted workloads to be in PodsReady condition"
+    s.policy.pods_ready("default/first", t0 + 2)
+    assert names(s.policy.cycle(t0 + 3).admitted) == ["second"]
+
+
+def test_cluster_queue_override_disables_the_global_setting() -> None:
+    text = FLAVOR + CONFIG.format(block="false") + cq("relaxed", 4, None, spec="\n  waitForPodsReady: {enable: false}")
+    s = Scenario(text + job("w", "relaxed"))
+    t0 = s.now
+    s.policy.cycle(t0)
+    assert s.policy.next_wakeup(t0) is None
+    assert not timeout_cycle(s, t0 + 1000).preempted
+
+
+def test_cluster_queue_override_enables_it_with_its_own_timeout() -> None:
+    text = FLAVOR + cq("strict", 4, None, spec="\n  waitForPodsReady: {enable: true, timeout: 5s}")
+    s = Scenario(text + job("w", "strict"))
+    t0 = s.now
+    s.policy.cycle(t0)
+    assert s.policy.next_wakeup(t0) == t0 + 5
+    assert [p.reason for p in timeout_cycle(s, t0 + 5).preempted] == ["PodsReadyTimeout"]
+    info = s.policy.info("default/w")
+    assert info is not None and info.requeue_at == t0 + 5 + 60  # Kueue's default backoff base

@@ -1,0 +1,1 @@
+"""Placement tests: filters, scorers, devices, gangs, topology, victims, index properties."""

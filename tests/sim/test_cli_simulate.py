@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from gpufleet.cli.simulate import simulate
+from tests.sim.helpers import job, pool
+
+app = typer.Typer()
+app.command()(simulate)
+runner = CliRunner()
+
+KPI_KEYS = {"gpu_allocation_pct", "gpu_utilization_pct", "job_success_pct", "wait_p50_s", "wait_p95_s",
+            "wait_p99_s", "makespan_s", "gpu_hours", "cost", "failures"}
+
+
+def test_json_shape_for_a_small_input_under_two_policies(tmp_path: Path) -> None:
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 1, 4) + job("a", gpus=2, duration="1h") + job("b", gpus=4, duration="30m", arrival="5m"))
+    out = tmp_path / "out.json"
+    res = runner.invoke(app, [str(f), "--compare", "kube-default,gpufleet", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert list(doc) == ["runs"]
+    assert [(r["scenario"], r["policy"]) for r in doc["runs"]] == [("input", "kube-default"), ("input", "gpufleet")]
+    for run in doc["runs"]:
+        assert set(run["kpis"]) >= KPI_KEYS
+        assert isinstance(run["kpis"]["failures"], dict)
+        assert set(run["per_queue"]) == {"(none)"}
+        assert run["per_queue"]["(none)"]["jobs"] == 2
+        # b arrives at 300 s and waits for a to end at 3600 s; a does not wait: p99 of [0, 3300].
+        assert run["kpis"]["wait_p99_s"] == 3267.0
+        assert run["kpis"]["gpu_hours"] == 4.0
+    assert "GPU utilization %" in res.output
+
+
+def test_problems_in_the_input_stop_the_run(tmp_path: Path) -> None:
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 1, 4) + job("a", annotations='    sim.gpufleet.io/gpu-utilization: "high"'))
+    res = runner.invoke(app, [str(f)])
+    assert res.exit_code == 1
+    assert "gpu-utilization" in res.output
+
+
+def test_unknown_policy_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 1, 4) + job("a"))
+    res = runner.invoke(app, [str(f), "--policy", "volcano"])
+    assert res.exit_code == 1 and "unknown policy volcano" in res.output
+
+
+def test_case_study_prints_the_published_claims_and_writes_a_report(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["--duration", "1d", "--json", str(tmp_path / "cs.json"), "--report", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "published claim" in res.output and "35 → 72" in res.output and "-58%" in res.output
+    doc = json.loads((tmp_path / "cs.json").read_text())
+    assert [(r["scenario"], r["policy"]) for r in doc["runs"]] == [("before", "kube-default"), ("after", "gpufleet")]
+    assert set(doc["runs"][1]["per_queue"]) == {"research", "production", "dev"}
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "published claim" in text and "Utilization (" in text
+    assert {p.name for p in (tmp_path / "r").glob("*.png")} == {
+        "allocation_utilization.png", "wait_cdf.png", "cost_per_team.png"}
+
+
+def test_openb_csvs_run_without_the_real_trace(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,32000,65536,2,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+        "scheduled_time\n"
+        "p0,1000,1024,2,1000,,LS,Running,0,3600,0\n"  # 2 whole T4 for an hour
+        "p1,1000,1024,1,500,T4,BE,Running,0,3600,0\n")  # half a T4 for an hour
+    out = tmp_path / "o.json"
+    res = runner.invoke(app, [str(nodes), str(pods), "--policy", "kube-default", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    k = json.loads(out.read_text())["runs"][0]["kpis"]
+    assert k["gpu_hours"] == 2.5 and k["cost"] == 2.5 * 1.2  # T4 at the guide's 1.2 CHF/h
+    assert k["gpu_allocation_pct"] == 62.5  # 2.5 of 4 GPUs for the whole run
+
+
+def test_a_damaged_csv_row_is_reported_and_refused(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,1000\np1,10x0,1024,1,1000\n")
+    res = runner.invoke(app, [str(nodes), str(pods)])
+    assert res.exit_code == 1
+    assert "pods.csv:3: cpu_milli" in res.output and "1 of 2 row(s) rejected" in res.output
+
+
+def test_failure_models_can_be_switched_off(tmp_path: Path) -> None:
+    # 12 GPUs and a 16-pod gang under kube-default: with the rendezvous model it fails after 30 minutes;
+    # without it, the 12 placed pods wait on (the run ends with the gang unfinished, nothing failed).
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 3, 4) + job("ddp", pods=16, duration="2h"))
+    runs = {}
+    for failures in ("rendezvous,oom,retries", "oom,retries"):
+        out = tmp_path / "o.json"
+        res = runner.invoke(app, [str(f), "--policy", "kube-default", "--failures", failures, "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        runs[failures] = json.loads(out.read_text())["runs"][0]["kpis"]
+    assert runs["rendezvous,oom,retries"]["failures"] == {"RendezvousTimeout": 1}
+    assert runs["oom,retries"]["failures"] == {} and runs["oom,retries"]["jobs_unfinished"] == 1
+    res = runner.invoke(app, [str(f), "--failures", "gremlins"])
+    assert res.exit_code == 1 and "unknown model(s) gremlins" in res.output
+
+
+GENERATOR = """
+apiVersion: gpufleet.io/v1alpha1
+kind: WorkloadGenerator
+metadata: {name: tiny}
+spec:
+  seed: 1
+  duration: 2d
+  classes:
+  - name: train
+    arrival: {ratePerHour: 0.5}
+    duration: {distribution: exponential, mean: 1h}
+    pods: {values: [1, 2]}
+"""
+
+
+def test_a_workload_generator_in_the_input_is_expanded(tmp_path: Path) -> None:
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 2, 4) + GENERATOR)
+    out = tmp_path / "o.json"
+    res = runner.invoke(app, [str(f), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["kpis"]["window_s"] == 2 * 86400  # the generator's duration is the window
+    assert 10 < run["kpis"]["jobs"] < 40  # 0.5/h over 48 h: 24 expected
+    assert set(run["per_class"]) == {"train"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(pool("p", 1, 4) + GENERATOR.replace("ratePerHour: 0.5", "ratePerHour: fast"))
+    res = runner.invoke(app, [str(bad)])
+    assert res.exit_code == 1 and "bad.yaml:" in res.output and "spec.classes[0].arrival" in res.output

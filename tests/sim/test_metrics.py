@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpufleet.sim.metrics import busy_integrals, kpis, percentile, pool_series
+from gpufleet.sim.records import Attempt, JobRecord, PodSpan, PoolInfo, SimResult
+from gpufleet.sim.series import Step, bucket_means, integral
+from gpufleet.sim.stranded import stranded_gpus
+from tests.sim.helpers import cluster_of, job, jobs_of, pool
+
+
+def test_step_integral_and_bucket_means_are_exact() -> None:
+    # 1 GPU on [0, 10), 2 more on [5, 20): the level is 1, 3, 2.
+    s = Step.from_spans(np.array([0.0, 5.0]), np.array([10.0, 20.0]), np.array([1.0, 2.0]))
+    assert integral(s, 0, 20) == 1 * 5 + 3 * 5 + 2 * 10
+    assert integral(s, 2, 7) == 1 * 3 + 3 * 2
+    assert integral(s, 20, 30) == 0.0
+    assert list(bucket_means(s, np.array([0.0, 5.0, 10.0, 20.0]))) == [1.0, 3.0, 2.0]
+    assert integral(s.capped(2.0), 0, 20) == 5 + 10 + 20
+
+
+def test_percentile_is_linear_interpolation() -> None:
+    assert percentile([0, 10, 20, 30], 50) == 15.0
+    assert percentile([0, 10, 20, 30], 95) == pytest.approx(28.5)
+    assert percentile([], 50) is None
+
+
+def _span(job: str, share: float, held: tuple[float, float], busy: tuple[float, float] | None, demand: float,
+          shared: tuple[str, ...] = (), price: float = 1.0, pool_: str = "p") -> PodSpan:
+    return PodSpan(job, job + "-0", "n", pool_, "M", share, price, held[0], held[1],
+                   busy[0] if busy else None, busy[1] if busy else None, demand, shared)
+
+
+def test_kpis_by_hand_with_shared_gpu_cap_and_window() -> None:
+    # 2 GPUs, window 100 s. a: whole GPU 0-100, busy 0.5 from 50. b, c: replicas of 1/4 on GPU g, both busy 0.75
+    # from 0 to 40: the GPU is at most 1 busy (not 1.5). d: held past the window (only 80-100 counts).
+    spans = [_span("a", 1.0, (0, 100), (50, 100), 0.5), _span("b", 0.25, (0, 40), (0, 40), 0.75, ("g",)),
+             _span("c", 0.25, (0, 40), (0, 40), 0.75, ("g",)), _span("d", 1.0, (80, 150), (80, 150), 1.0)]
+    jobs = [JobRecord(k, "ns", "team", "q", None, "inference" if k == "b" else None, 1, 1.0, 0.0,
+                      [Attempt(0.0, 10.0 * i, 50.0, "succeeded")], "succeeded", 50.0 + i)
+            for i, k in enumerate("abcd")]
+    jobs[3].outcome = "failed"
+    jobs[3].attempts[0].outcome = "failed"
+    jobs[3].attempts[0].cause = "OOMKilled"
+    r = SimResult("s", "p", 100.0, 150.0, 2.0, [PoolInfo("p", 2, ("M",))], jobs, spans, [(0.0, 0.5, 1.0, 3)])
+    k = kpis(r)
+    held = 100 + 10 + 10 + 20  # GPU·s inside the window
+    busy = 0.5 * 50 + min(1.5, 1.0) * 40 + 20
+    assert k["gpu_allocation_pct"] == pytest.approx(100 * held / 200, abs=0.01)
+    assert k["gpu_utilization_pct"] == pytest.approx(100 * busy / 200, abs=0.01)
+    assert k["job_success_pct"] == 75.0
+    assert k["failures"] == {"OOMKilled": 1}
+    assert k["wait_p50_s"] == 15.0  # waits 0, 10, 20, 30
+    assert k["makespan_s"] == 53.0
+    assert k["cost"] == pytest.approx(held / 3600, abs=0.01)
+    assert k["inference_gpu_hours"] == pytest.approx(10 / 3600, abs=1e-3)
+    assert k["fragmentation_pct"] == 25.0  # 0.5 of 2 GPUs stranded
+    series = pool_series(r, buckets=2)["p"]
+    assert series["allocation_pct"] == [pytest.approx(100 * (50 + 10 + 10) / 50 / 2),
+                                        pytest.approx(100 * (50 + 20) / 50 / 2)]
+    b = busy_integrals(spans, np.array([0.0, 40.0]))
+    assert b[1] - b[0] == pytest.approx(40.0)
+
+
+def test_stranded_is_idle_capacity_where_no_pending_pod_fits() -> None:
+    # Two nodes with 4 free A100s each; the pending pod needs 8 GPUs on one node: all 8 idle GPUs are stranded.
+    cluster = cluster_of(pool("p", 2, 4))
+    (big,) = jobs_of(job("big", gpus=8))
+    (small,) = jobs_of(job("small", gpus=2))
+    assert stranded_gpus(cluster, [big.workload.pods[0].template]) == (8.0, 8.0)
+    assert stranded_gpus(cluster, [big.workload.pods[0].template, small.workload.pods[0].template]) == (0.0, 8.0)
+    assert stranded_gpus(cluster, []) == (0.0, 8.0)
