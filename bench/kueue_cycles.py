@@ -40,6 +40,7 @@ from gpufleet.api.objects import (
     Quota,
     ResourceFlavor,
     ResourceGroup,
+    SchedulerConfig,
 )
 from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.scheduling.kueue import KueuePolicy
@@ -70,8 +71,8 @@ class NaiveQuotaTree(QuotaTree):
         super().rollback(mark)
 
 
-def manifests(cohorts: int, per_cohort: int) -> Manifests:
-    m = Manifests()
+def manifests(cohorts: int, per_cohort: int, fair_sharing: bool = False) -> Manifests:
+    m = Manifests(config=SchedulerConfig(fair_sharing=fair_sharing))
     m.flavors.append(ResourceFlavor(ObjectMeta("default")))
     preemption = PreemptionPolicy(within_cluster_queue="LowerPriority", reclaim_within_cohort="Any")
     for c in range(cohorts):
@@ -174,18 +175,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-queue", type=int, default=50)
     ap.add_argument("--max-cycles", type=int, default=100_000)
     ap.add_argument("--naive-cycles", type=int, default=5)
+    ap.add_argument("--fair-sharing", action="store_true", help="enable Kueue's fair sharing")
     ap.add_argument("--all-pending", action="store_true",
                     help="submit every workload at the start instead of at its creation time")
     args = ap.parse_args(argv)
 
-    m = manifests(args.cohorts, args.queues_per_cohort)
+    m = manifests(args.cohorts, args.queues_per_cohort, args.fair_sharing)
 
     def fresh(factory: Callable[[], QuotaTree] = QuotaTree) -> tuple[KueuePolicy, list[Job]]:
         return KueuePolicy(m, quota_tree_factory=factory), workloads(args.cohorts, args.queues_per_cohort,
                                                                       args.per_queue)
 
     policy, jobs = fresh()
-    print(f"{len(m.cluster_queues)} ClusterQueues in {args.cohorts} cohorts, {len(jobs)} workloads pending")
+    mode = "fair sharing" if args.fair_sharing else "classical"
+    arrival = "all pending at the start" if args.all_pending else "arriving at their creation times"
+    print(f"{len(m.cluster_queues)} ClusterQueues in {args.cohorts} cohorts, {len(jobs)} workloads {arrival}; "
+          f"{mode} ordering and preemption")
     full = run(policy, jobs, args.max_cycles, args.all_pending)
     rate = full.admissions / full.wall_s
     print(f"fast: {full.admissions} admissions, {full.preemptions} preemptions, {full.finished} finished, "

@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _show("naive (every node, every pod)", slow)
             mem = run_basic(n, args.pods, profile, indexed=True, trace=True)
             print(f"  ratio indexed/naive: {fast.rate / slow.rate:.0f}x; peak traced memory of the indexed run "
-                  f"(cluster included): {mem.peak_mib:.1f} MiB")
+                  f"(placer, index and placements; the cluster is built before): {mem.peak_mib:.1f} MiB")
 
     root = None if args.no_openb else openb_dir()
     if root is None:

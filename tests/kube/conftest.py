@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import kmock
 import pytest
@@ -11,6 +12,10 @@ from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
 
 from gpufleet.kube import resources as r
 from gpufleet.kube.client import KubeClient
+
+if TYPE_CHECKING:
+    from gpufleet.kube.scheduler import Scheduler
+    from gpufleet.kube.settings import SchedulerSettings
 
 SERVED = (r.NODES, r.PODS, r.NAMESPACES, r.PRIORITY_CLASSES, r.LEASES, r.EVENTS, r.RESOURCE_FLAVORS,
           r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES, r.NODE_POOLS)
@@ -51,3 +56,29 @@ def apisim(kmock_namespaces_fix: None) -> Iterator[ApiSim]:
 def client(apisim: ApiSim) -> Iterator[KubeClient]:
     with KubeClient(host=apisim.url, timeout=5.0) as c:
         yield c
+
+
+@pytest.fixture
+def live_scheduler(apisim: ApiSim) -> Iterator[Callable[..., Scheduler]]:
+    """Start gpufleet schedulers against ``apisim`` over real HTTP; each has its own client (User-Agent
+    ``gpufleet-test/<identity>``, so tests can tell who wrote what). All are stopped at teardown."""
+    from live_env import FAST_INFORMERS, fast_settings
+
+    from gpufleet.kube.scheduler import Scheduler
+
+    started: list[Scheduler] = []
+
+    def start(identity: str = "s1", *, leader_elect: bool = False, settings: SchedulerSettings | None = None,
+              run: bool = True) -> Scheduler:
+        client = KubeClient(host=apisim.url, timeout=5.0, user_agent=f"gpufleet-test/{identity}")
+        instance = Scheduler(client, settings or fast_settings(), identity=identity, leader_elect=leader_elect,
+                             informer_options=FAST_INFORMERS)
+        started.append(instance)
+        if run:
+            instance.start()
+        return instance
+
+    yield start
+    for instance in started:
+        instance.stop()
+        instance.client.close()

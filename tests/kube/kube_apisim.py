@@ -136,14 +136,18 @@ class _Watcher:
 
 class ApiSim:
     """resourceVersions, list+watch with replay from a resourceVersion, bookmarks, 410 after compaction,
-    PUT with optimistic concurrency, status subresources, and pods/binding — for the resource types it serves.
+    PUT with optimistic concurrency, status subresources, pods/binding, and pods/eviction with PodDisruptionBudget
+    refusals (:meth:`protect`) — for the resource types it serves.
 
     Mutating methods are called from the test thread and run atomically on the loop thread.
     """
 
-    def __init__(self, harness: KmockThread) -> None:
+    def __init__(self, harness: KmockThread, *, record_requests: bool = True) -> None:
         self.harness = harness
         self.kmock = harness.handler
+        # kmock matches each request against its whole request log (quadratic over a run): a benchmark of
+        # thousands of requests turns recording off, which drops the log as each request is dispatched.
+        self.record_requests = record_requests
         self.rv = 100
         self.types: dict[str, ResourceType] = {}
         self.objects: dict[str, dict[tuple[str | None, str], JsonDict]] = {}
@@ -151,6 +155,8 @@ class ApiSim:
         self.compacted: dict[str, int] = {}
         self.watchers: list[_Watcher] = []
         self.closed = False
+        # Pods a PodDisruptionBudget protects: their eviction is refused with 429, dry run or not.
+        self.disruption_protected: set[tuple[str | None, str]] = set()
 
     @property
     def url(self) -> str:
@@ -203,6 +209,12 @@ class ApiSim:
     def compact(self, res: ResourceType) -> int:
         """Forget history up to now: a watch from an older resourceVersion gets 410 Gone."""
         return self.harness.call(lambda: self._compact(res))
+
+    def protect(self, namespace: str, name: str, protected: bool = True) -> None:
+        """Make a PodDisruptionBudget forbid (or again allow) evicting this pod."""
+        key = (namespace, name)
+        self.harness.call(lambda: self.disruption_protected.add(key) if protected
+                          else self.disruption_protected.discard(key))
 
     def open_watches(self, res: ResourceType) -> int:
         return self.harness.call(lambda: sum(1 for w in self.watchers if w.resource == res.key))
@@ -324,6 +336,8 @@ class ApiSim:
 
     def _dispatcher(self, res: ResourceType) -> Callable[[kmock.Request], Any]:
         async def dispatch(request: kmock.Request) -> Any:
+            if not self.record_requests:
+                self.kmock._requests.clear()
             ns, sub = request.namespace, request.subresource
             name = request.name or ""
             method = str(request.method.value)
@@ -344,6 +358,8 @@ class ApiSim:
                         raise failure(409, "AlreadyExists", f"{res.plural} already exists") from None
                 if method == "POST" and sub == "binding":
                     return self._bind(res, ns, name, request.data)
+                if method == "POST" and sub == "eviction":
+                    return self._evict(res, ns, name, request.data)
                 if (ns, name) not in self.objects[res.key]:
                     raise failure(404, "NotFound", f"{res.plural} {name!r} not found")
                 if method == "PUT":
@@ -389,6 +405,22 @@ class ApiSim:
         if (pod.get("spec") or {}).get("nodeName"):
             raise failure(409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
         self._patch(res, ns, name, {"spec": {"nodeName": body["target"]["name"]}})
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _evict(self, res: ResourceType, ns: str | None, name: str, body: JsonDict) -> Any:
+        # The Eviction API: a PodDisruptionBudget that would be violated gives 429 (also in dry run, which
+        # checks everything and deletes nothing); otherwise the pod is deleted (no kubelet here to wait for).
+        pod = self.objects[res.key].get((ns, name))
+        if pod is None:
+            raise failure(404, "NotFound", f"pods {name!r} not found")
+        options = body.get("deleteOptions") or {}
+        uid = (options.get("preconditions") or {}).get("uid")
+        if uid and uid != pod["metadata"]["uid"]:
+            raise failure(409, "Conflict", "Precondition failed: UID in precondition")
+        if (ns, name) in self.disruption_protected:
+            raise failure(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+        if "All" not in (options.get("dryRun") or []):
+            self._delete(res, ns, name)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _watch(self, res: ResourceType, request: kmock.Request) -> AsyncIterator[Any]:

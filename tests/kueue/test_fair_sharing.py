@@ -80,3 +80,27 @@ def test_fair_sharing_within_nominal_always_reclaims() -> None:
     s.add(job("b-4", "b", cpu="4", created=2))
     d = s.cycle()
     assert preempted(d) == {"a-8": ("b-4", "InCohortFairSharing")}
+
+
+def test_hierarchical_fair_sharing_compares_the_subtrees_below_the_common_cohort() -> None:
+    cohorts = """---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Cohort
+metadata: {name: left}
+spec: {parentName: org}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Cohort
+metadata: {name: right}
+spec: {parentName: org}
+"""
+    reclaim = "\n  preemption: {reclaimWithinCohort: Any}"
+    text = FLAVOR + FAIR + cohorts + cq("l1", 4, "left", spec=reclaim) + cq("r1", 4, "right", spec=reclaim)
+    s = Scenario(text + job("l-a", "l1", cpu="4", created=1) + job("l-b", "l1", cpu="4", created=2))
+    s.run(2)
+    assert s.admitted() == {"l-a", "l-b"}  # the left subtree borrows all of the right's quota
+    s.add(job("r-4", "r1", cpu="4", created=3))
+    d = s.cycle()
+    assert preempted(d) == {"l-b": ("r-4", "InCohortFairSharing")}  # the most recently admitted
+    s.cycle()
+    assert s.admitted() == {"l-a", "r-4"}

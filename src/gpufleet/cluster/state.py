@@ -180,6 +180,23 @@ class ClusterState:
         if node.name in self.nodes:
             raise InvariantError(f"node {node.name} added twice")
         self.nodes[node.name] = node
+        self._changed(node)
+
+    def remove_node(self, name: str) -> NodeState:
+        """Drop a node that holds no pods (release them first); listeners see it with ``ready`` False."""
+        node = self.nodes.get(name)
+        if node is None:
+            raise InvariantError(f"node {name} does not exist")
+        if node.pods:
+            raise InvariantError(f"node {name} still runs {len(node.pods)} pod(s)")
+        del self.nodes[name]
+        node.ready = False
+        self._changed(node)
+        return node
+
+    def touch(self, name: str) -> None:
+        """Tell indexes that a node changed in place (readiness, cordon, labels, taints, GPU health)."""
+        self._changed(self.nodes[name])
 
     def __iter__(self) -> Iterator[NodeState]:
         return iter(self.nodes.values())

@@ -36,6 +36,7 @@ class Victim:
     preemptor: str
     reason: str
     pods: tuple[JsonDict, ...]  # cached pods of the workload
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ class Evictor:
     def evict(self, victim: Victim) -> EvictResult:
         started = time.perf_counter()
         outcome, retry_after, message = self._evict(victim)
-        if outcome == "evicted":
+        if outcome == "evicted" and victim.preemptor:
             self.metrics.preemptions.labels(victim.reason).inc()
         elif outcome == "refused":
             self.metrics.eviction_refusals.inc()
@@ -105,5 +106,5 @@ class Evictor:
                     log.warning("eviction of %s/%s (workload %s) failed: %s", ns, name, victim.workload, e)
                     return "failed", None, str(e)
                 if not dry_run:
-                    self.recorder.preempted(pod, victim.preemptor, victim.reason)
+                    self.recorder.preempted(pod, victim.preemptor, victim.reason, victim.message)
         return "evicted", None, ""

@@ -33,7 +33,8 @@ class GangAction:
     workload: str
     kind: Literal["complete", "evict"]
     pods: tuple[str, ...]  # to bind (complete) or to evict (evict)
-    reason: str
+    reason: str  # a CamelCase code: the metric label and the event's reason
+    message: str = ""
 
 
 def _created(e: PodEntry) -> float:
@@ -51,14 +52,15 @@ def repair(world: World, timeout: float) -> list[GangAction]:
             continue
         key = f"{ns}/{group}"
         if _complete(world, unbound):
-            actions.append(GangAction(key, "complete", tuple(m.key for m in unbound), "completing a partial bind"))
+            actions.append(GangAction(key, "complete", tuple(m.key for m in unbound), "PartialBind",
+                                      "completing a partial bind on the nodes chosen before"))
             continue
         since = max([*(_created(m) for m in unbound),
                      min((m.intent.at for m in held if m.intent and m.intent.at), default=0.0)])
         if world.now - since >= timeout:
             victims = tuple(m.key for m in held if not m.deleting)
             if victims:
-                actions.append(GangAction(key, "evict", victims,
+                actions.append(GangAction(key, "evict", victims, GANG_INCOMPLETE,
                                           f"{len(held)} of {expected_size(members)} pods hold nodes and the rest "
                                           f"could not join them for {timeout:g}s"))
     return actions
@@ -105,5 +107,6 @@ def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None])
         if started is None:
             started = min(_created(p) for p in live)
         if world.now - started >= policy.timeout_s:
-            actions.append(GangAction(workload, "evict", tuple(p.key for p in live), PODS_READY_TIMEOUT))
+            actions.append(GangAction(workload, "evict", tuple(p.key for p in live), PODS_READY_TIMEOUT,
+                                      f"not all pods were ready {policy.timeout_s:g}s after the workload was bound"))
     return actions

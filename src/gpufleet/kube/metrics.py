@@ -34,6 +34,8 @@ class SchedulerMetrics:
                                    ["code"], registry=reg)
         self.eviction_refusals = Counter("gpufleet_eviction_refusals",
                                          "Evictions refused by a PodDisruptionBudget (429).", registry=reg)
+        self.cycle_failures = Counter("gpufleet_cycle_failures", "Scheduling cycles that raised an error.",
+                                      registry=reg)
         self.is_leader = Gauge("gpufleet_is_leader", "1 while this replica holds the Lease.", registry=reg)
         self.informers_synced = Gauge("gpufleet_informers_synced", "1 once every informer has listed.", registry=reg)
 

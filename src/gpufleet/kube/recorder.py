@@ -62,9 +62,9 @@ class Recorder:
     def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
         self.event(pod, "Scheduled", f"Successfully assigned {_key(pod)} to {node}", "Binding")
 
-    def preempted(self, pod: Mapping[str, Any], preemptor: str, reason: str) -> None:
+    def preempted(self, pod: Mapping[str, Any], preemptor: str, reason: str, message: str = "") -> None:
         by = f" by {preemptor}" if preemptor else ""
-        self.event(pod, "Preempted", f"Preempted{by}: {reason}", "Preempting")
+        self.event(pod, "Preempted", f"Preempted{by}: {reason}" + (f": {message}" if message else ""), "Preempting")
 
     def unschedulable(self, pod: Mapping[str, Any], message: str, now: float) -> bool:
         """Set PodScheduled=False (Unschedulable) and emit FailedScheduling, if the message is new."""

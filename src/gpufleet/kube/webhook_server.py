@@ -109,5 +109,6 @@ class WebhookServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
+            self.server.shutdown()
         self.server.server_close()

@@ -191,6 +191,8 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     pods = {key: _entry(key, raw_pods[key], parse, scheduler_name, assumed, now, require_mutation)
             for key in sorted(raw_pods)}
     parse.forget_except(r.PODS, raw_pods)
+    for gone in assumed.keys() - raw_pods.keys():
+        assumed.forget(gone)  # deleted before the cache ever showed it bound
     world = World(now, queues, kueue, nodes, cluster, pods)
     # Recorded devices first: they are facts (or our own earlier choices); first-fit only fills around them.
     holders = [e for e in pods.values() if e.holds_capacity]

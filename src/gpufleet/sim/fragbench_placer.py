@@ -32,7 +32,7 @@ import numpy.typing as npt
 from gpufleet.api.objects import CPU, PodTemplate
 from gpufleet.cluster.state import NodeState
 from gpufleet.scheduling.fragmentation import FragmentationModel
-from gpufleet.scheduling.placement import PROFILE_NAMES, GpuPlacer, Profile, make_placer, make_profile
+from gpufleet.scheduling.placement import PROFILE_NAMES, GpuPlacer, Profile, TieBreak, make_placer, make_profile
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.placement.scorers import GpuScore
 from gpufleet.scheduling.types import PodRequest
@@ -156,7 +156,7 @@ class PlacerEngine:
                    for i, n in enumerate(nodes)]
         self.cluster = build_cluster(renamed)
         profile = _profile(policy, fm)
-        tb = "name" if tie_break == "first" else "random"
+        tb: TieBreak = "name" if tie_break == "first" else "random"
         self.placer: GpuPlacer
         if cached:
             self.placer = CachedSearchPlacer(self.cluster, profile, rng, tie_break=tb, fragmentation=fm)

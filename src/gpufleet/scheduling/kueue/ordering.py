@@ -9,7 +9,9 @@ changes them.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from typing import Protocol
 
 from gpufleet.scheduling.kueue.info import WorkloadInfo
@@ -38,81 +40,115 @@ def classical(entries: Sequence[Orderable]) -> list[Orderable]:
     return sorted(entries, key=classical_key)
 
 
-def _root(node: QuotaNode) -> QuotaNode:
-    while node.parent is not None:
-        node = node.parent
-    return node
+_Share = tuple[int, float]
+
+
+class _Tournament:
+    """Kueue's fair-sharing tournament with memory between picks.
+
+    The share an entry shows at a cohort is that of its path node just below the cohort, with the entry's
+    usage added. Processing an entry only changes the usage of its own ClusterQueue and that queue's
+    ancestors, so after a pick only entries whose path meets the winner's path are recomputed. Each cohort
+    keeps a heap of the entries of its ClusterQueue children (stale items are skipped lazily); child cohorts
+    send up their own winners.
+    """
+
+    def __init__(self, entries: Sequence[Orderable], tree: QuotaTree) -> None:
+        self.tree = tree
+        self.remaining: dict[str, Orderable] = {e.info.key: e for e in entries}
+        self.paths: dict[str, list[QuotaNode]] = {}  # entry -> its ClusterQueue and ancestors, up to the root
+        self.under: dict[int, list[Orderable]] = {}  # path node (root excluded) -> entries below it
+        for e in entries:
+            node: QuotaNode | None = tree.cluster_queue(e.cq_name)
+            path = []
+            while node is not None:
+                path.append(node)
+                node = node.parent
+            self.paths[e.info.key] = path
+            for n in path[:-1]:
+                self.under.setdefault(id(n), []).append(e)
+        self.shares: dict[tuple[str, str], _Share] = {}
+        self.version: dict[str, int] = {}
+        self.heaps: dict[int, list[tuple[_Share, int, float, int, str, int, Orderable]]] = {}
+        self.stale: set[str] = set(self.remaining)
+
+    def _refresh(self, e: Orderable) -> None:
+        key = e.info.key
+        path = self.paths[key]
+        tree = self.tree
+        mark = tree.checkpoint()
+        try:
+            tree.add_usage(e.cq_name, e.usage)
+            for below, cohort in pairwise(path):
+                self.shares[(cohort.name, key)] = tree.fair_sharing_key(below)
+        finally:
+            tree.rollback(mark)
+        v = self.version[key] = self.version.get(key, 0) + 1
+        parent = path[1]
+        heapq.heappush(self.heaps.setdefault(id(parent), []), (
+            self.shares[(parent.name, key)], -e.info.priority, e.info.queue_ts, e.info.order, key, v, e))
+
+    def _top(self, cohort: QuotaNode) -> Orderable | None:
+        heap = self.heaps.get(id(cohort))
+        while heap:
+            item = heap[0]
+            if item[4] in self.remaining and self.version.get(item[4]) == item[5]:
+                return item[6]
+            heapq.heappop(heap)
+        return None
+
+    def _key(self, cohort: QuotaNode, e: Orderable) -> tuple[_Share, int, float]:
+        return self.shares[(cohort.name, e.info.key)], -e.info.priority, e.info.queue_ts
+
+    def _winner(self, cohort: QuotaNode) -> Orderable | None:
+        best: Orderable | None = None
+        best_key: tuple[_Share, int, float] | None = None
+        for child in cohort.children:
+            if not child.is_cluster_queue:
+                w = self._winner(child)
+                if w is not None:
+                    k = self._key(cohort, w)
+                    if best_key is None or k < best_key:
+                        best, best_key = w, k
+        top = self._top(cohort)
+        if top is not None and (best_key is None or self._key(cohort, top) < best_key):
+            best = top
+        return best
+
+    def pick(self, root: QuotaNode, members: Sequence[Orderable]) -> Orderable:
+        for e in members:
+            if e.info.key in self.stale:
+                self.stale.discard(e.info.key)
+                self._refresh(e)
+        winner = self._winner(root)
+        assert winner is not None
+        key = winner.info.key
+        del self.remaining[key]
+        for n in self.paths[key][:-1]:
+            for e in self.under.get(id(n), ()):
+                if e.info.key in self.remaining:
+                    self.stale.add(e.info.key)
+        return winner
 
 
 def fair_sharing(entries: Sequence[Orderable], tree: QuotaTree) -> Iterator[Orderable]:
     """Yield entries in fair-sharing order; the tree may change between yields (admissions)."""
-    remaining: dict[str, Orderable] = {e.cq_name: e for e in entries}
-    while remaining:
-        # Kueue starts from an arbitrary queue; the classical order makes it deterministic here.
-        first = min(remaining.values(), key=classical_key)
-        node = tree.cluster_queue(first.cq_name)
-        if node.parent is None:
-            del remaining[first.cq_name]
+    t = _Tournament(entries, tree)
+    by_root: dict[int, list[Orderable]] = {}
+    for e in entries:
+        by_root.setdefault(id(t.paths[e.info.key][-1]), []).append(e)
+    # Kueue starts each pick from an arbitrary queue; the classical order makes it deterministic here.
+    order = sorted(entries, key=classical_key)
+    pos = 0
+    while t.remaining:
+        while order[pos].info.key not in t.remaining:
+            pos += 1
+        first = order[pos]
+        path = t.paths[first.info.key]
+        if len(path) == 1:
+            del t.remaining[first.info.key]
             yield first
             continue
-        root = _root(node)
-        shares = _shares(root, remaining, tree)
-        winner = _tournament(root, remaining, shares)
-        assert winner is not None
-        del remaining[winner.cq_name]
-        yield winner
-
-
-def _subtree_cqs(node: QuotaNode) -> Iterator[QuotaNode]:
-    for child in node.children:
-        if child.is_cluster_queue:
-            yield child
-        else:
-            yield from _subtree_cqs(child)
-
-
-def _shares(root: QuotaNode, remaining: dict[str, Orderable], tree: QuotaTree
-            ) -> dict[tuple[str, str], tuple[int, float]]:
-    """For each entry and each cohort on its path, the share of that cohort's child on the path, with the
-    entry's usage added."""
-    out: dict[tuple[str, str], tuple[int, float]] = {}
-    for cq in _subtree_cqs(root):
-        e = remaining.get(cq.name)
-        if e is None:
-            continue
-        mark = tree.checkpoint()
-        try:
-            tree.add_usage(cq.name, e.usage)
-            share = tree.fair_sharing_key(cq)
-            node: QuotaNode | None = cq.parent
-            while node is not None:
-                out[(node.name, e.info.key)] = share
-                share = tree.fair_sharing_key(node)
-                node = node.parent
-        finally:
-            tree.rollback(mark)
-    return out
-
-
-def _tournament(cohort: QuotaNode, remaining: dict[str, Orderable],
-                shares: dict[tuple[str, str], tuple[int, float]]) -> Orderable | None:
-    candidates: list[Orderable] = []
-    for child in cohort.children:
-        if not child.is_cluster_queue:
-            winner = _tournament(child, remaining, shares)
-            if winner is not None:
-                candidates.append(winner)
-    for child in cohort.children:
-        if child.is_cluster_queue and child.name in remaining:
-            candidates.append(remaining[child.name])
-    if not candidates:
-        return None
-
-    def key(e: Orderable) -> tuple[tuple[int, float], int, float]:
-        return shares[(cohort.name, e.info.key)], -e.info.priority, e.info.queue_ts
-
-    best = candidates[0]
-    for c in candidates[1:]:
-        if key(c) < key(best):
-            best = c
-    return best
+        root = path[-1]
+        members = [e for e in by_root[id(root)] if e.info.key in t.stale and e.info.key in t.remaining]
+        yield t.pick(root, members)

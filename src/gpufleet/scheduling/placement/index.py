@@ -9,12 +9,14 @@ cached per class and pod shape, and a class lives until its last node leaves it.
 
 The index follows the cluster through ``ClusterState.listeners``: an allocation or release moves only the
 changed node to the class of its new state. A driver that changes a node in place (readiness, labels,
-taints, GPU health) calls :meth:`ClassIndex.refresh` for it.
+taints, GPU health) calls ``GpuPlacer.refresh`` for it.
 
-Search: a class's answer never changes while it lives, so for each pod shape the index keeps a max-heap of
-the feasible classes' score keys and, on the next pod of that shape, only evaluates the classes created
-since (read from a creation log); dead classes are dropped lazily when they reach the top. A repeated
-shape thus costs the node changes since its last visit, not the number of classes.
+Search: a class's answer never changes while it lives, so for each pod shape the index keeps its feasible
+classes bucketed by score key under a max-heap of the keys and, on the next pod of that shape, only
+evaluates the classes created since (read from a creation log); dead classes are dropped lazily when their
+bucket reaches the top. A repeated shape thus costs the node changes since its last visit, not the number
+of classes. The log is trimmed to what some shape has still to read; a shape that lags far behind is
+forgotten and rebuilt from the live classes on its next pod.
 
 Ties: :meth:`ClassIndex.search` returns every best class with its nodes; the caller draws one node
 uniformly over their union, so the random tie-break stays uniform over nodes, not classes.
@@ -35,7 +37,7 @@ Result = Any  # a reason (str) or a score key (tuple), as the placer's evaluate(
 Evaluate = Callable[[PodNeed, NodeState], Result]
 StaticCheck = Callable[[PodNeed, NodeState], "str | None"]
 _CACHE_LIMIT = 512  # pod shapes remembered per class (classes die often; a long-lived one is bounded)
-_LOG_SLACK = 4096  # creation-log entries kept beyond the live classes before the log is trimmed
+_LOG_SLACK = 512  # creation-log entries kept beyond the live classes before the log is trimmed
 _MISSING = object()
 
 
@@ -195,14 +197,20 @@ class ClassIndex:
         if not cls.nodes:
             del group.classes[cls.key]
             cls.alive = False
-            cls.cache = {}  # the log may hold the dead class a while: let its answers go now
+            cls.cache = {}  # the log may hold the dead class a while: let its answers and key go now
+            cls.key = ()
         return group
 
     def on_change(self, ns: NodeState) -> None:
-        """ClusterState listener: move the node to the class of its new usage."""
+        """ClusterState listener: move the node to the class of its new usage, or of its new static shape
+        (labels, taints, readiness: ``ClusterState.touch``), or drop it (``ClusterState.remove_node``)."""
         cls = self._where.get(ns.name)
         if cls is None:
-            self._add(ns)
+            if self.cluster.nodes.get(ns.name) is ns:
+                self._add(ns)
+            return
+        if self.cluster.nodes.get(ns.name) is not ns or cls.group.key != static_key(ns):
+            self.refresh([ns.name])
             return
         tags = self.tags.refresh(ns) if self.tags is not None else None
         if cls.key == dynamic_key(ns, tags):
@@ -216,7 +224,8 @@ class ClassIndex:
         todo = list(nodes) if names is None else list(names)
         for name in todo:
             if name in self._where:
-                group = self._remove(nodes[name])
+                cls = self._where[name]
+                group = self._remove(cls.nodes[cls.pos[name]])
                 if not group.classes:
                     del self.groups[group.key]
             if name in nodes:

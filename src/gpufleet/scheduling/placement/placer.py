@@ -27,7 +27,7 @@ from gpufleet.scheduling.placement.nodeview import NodeView, TagIndex
 from gpufleet.scheduling.placement.profiles import Profile, build_scorers, make_profile
 from gpufleet.scheduling.placement.scorers import GpuScore
 from gpufleet.scheduling.placement.topology import place_preferred, place_required
-from gpufleet.scheduling.types import PodRequest, TopologyRequest
+from gpufleet.scheduling.types import Placer, PodRequest, TopologyRequest
 
 TieBreak = Literal["random", "name"]
 _SHAPE_LIMIT = 100_000  # distinct pod shapes remembered before the ids (and every cache keyed on them) reset
@@ -78,8 +78,8 @@ class GpuPlacer:
     def refresh(self, nodes: Iterable[str] | None = None) -> None:
         """Re-read nodes changed in place (ready, unschedulable, labels, taints, GPU health)."""
         if self.index is not None:
-            self.index.refresh(nodes)
-        if self.tags is not None:
+            self.index.refresh(nodes)  # re-keying a node refreshes its tags too
+        elif self.tags is not None:
             for name in nodes if nodes is not None else list(self.cluster.nodes):
                 if name in self.cluster.nodes:
                     self.tags.refresh(self.cluster.nodes[name])
@@ -294,5 +294,7 @@ def make_placer(cluster: ClusterState, profile: Profile | str, rng: random.Rando
                 fragmentation: FragmentationModel | None = None) -> GpuPlacer:
     """A placer following ``cluster`` (see GpuPlacer); ``profile`` is a Profile or a profile name."""
     prof = make_profile(profile) if isinstance(profile, str) else profile
-    return GpuPlacer(cluster, prof, rng, topologies, indexed=indexed, tie_break=tie_break,
+    made = GpuPlacer(cluster, prof, rng, topologies, indexed=indexed, tie_break=tie_break,
                      fragmentation=fragmentation)
+    _: Placer = made  # mypy proves here that GpuPlacer satisfies the Placer protocol
+    return made

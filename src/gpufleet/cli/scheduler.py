@@ -1,0 +1,81 @@
+"""``gpufleet scheduler``: run the live scheduler against a Kubernetes API server until SIGTERM.
+
+Registered in :mod:`gpufleet.cli.main` as ``app.command("scheduler")(scheduler)``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import uuid
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+
+def _identity() -> str:
+    # The Lease holder must be unique per replica: the pod name in a cluster, else host plus a random tail.
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def scheduler(
+    kubeconfig: Annotated[str | None, typer.Option(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, then ~/.kube/config).")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context to use.")] = None,
+    scheduler_name: Annotated[str | None, typer.Option(
+        "--scheduler-name", help="Schedule pods whose spec.schedulerName is this (overrides the config file).")] = None,
+    config: Annotated[str | None, typer.Option("--config", help="Scheduler configuration file (YAML).")] = None,
+    leader_elect: Annotated[bool, typer.Option(
+        "--leader-elect", help="Run leader election on a Lease; only the leader schedules.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Schedule pods on a live cluster: GPU-aware placement, Kueue queues and quotas, gangs, preemption."""
+    import dataclasses
+
+    from gpufleet.kube.client import KubeClient
+    from gpufleet.kube.config import ClusterConfig
+    from gpufleet.kube.errors import ConfigError
+    from gpufleet.kube.logs import setup_logging
+    from gpufleet.kube.scheduler import Scheduler
+    from gpufleet.kube.settings import SettingsError, load_settings
+
+    if log_level.lower() not in ("debug", "info", "warning", "error"):
+        typer.echo(f"--log-level: {log_level!r} is not one of debug, info, warning, error", err=True)
+        raise typer.Exit(2)
+    try:
+        settings = load_settings(config)
+    except SettingsError as e:
+        for problem in e.errors:
+            typer.echo(f"error: {problem}", err=True)
+        typer.echo(f"{len(e.errors)} configuration error(s): the scheduler did not start", err=True)
+        raise typer.Exit(2) from e
+    if scheduler_name:
+        settings = dataclasses.replace(settings, scheduler_name=scheduler_name)
+    setup_logging(log_level)
+    try:
+        cluster = ClusterConfig.load(kubeconfig, context=context)
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    client = KubeClient(cluster, user_agent=f"gpufleet-scheduler/{settings.scheduler_name}")
+    try:
+        instance = Scheduler(client, settings, identity=_identity(), leader_elect=leader_elect)
+    except (OSError, ValueError) as e:  # a port in use, an unreadable webhook certificate
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        instance.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        code = instance.run()
+    finally:
+        client.close()
+    sys.stdout.flush()
+    if code:
+        raise typer.Exit(code)

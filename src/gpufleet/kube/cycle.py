@@ -1,0 +1,243 @@
+"""One live scheduling cycle: snapshot → world → policy → writes. No threads of its own, no state kept
+beyond the assumed pods and the PodDisruptionBudget shields the caller passes in.
+
+1. *Core* (no I/O): snapshot the informer cache, rebuild the world (:mod:`.world`), complete or give up
+   partial gangs (:mod:`.gangs`), run the policy (:mod:`.planner`), and turn its decisions into write
+   plans: bind jobs, victims, pending messages, queue statuses. Pods about to be bound are *assumed* before
+   any write, so a cycle that starts while these writes are in flight sees their capacity taken.
+2. *API*: carry the plans out concurrently (one job per workload; a gang's pods in order inside its job),
+   then release the assumptions of binds that failed, and shield victims a PodDisruptionBudget protects.
+
+The two phases are timed separately; the benchmark reports their share.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.kube import gangs, planner
+from gpufleet.kube.annotations import Intent
+from gpufleet.kube.assumed import AssumedPods
+from gpufleet.kube.binder import Binder, BindJob, BindResult, PodBind
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.evictor import Evictor, EvictResult, Shields, Victim
+from gpufleet.kube.grants import visible_devices
+from gpufleet.kube.informer import ObjectCache
+from gpufleet.kube.metrics import SchedulerMetrics
+from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.queuestatus import queue_statuses, write_status
+from gpufleet.kube.recorder import Recorder
+from gpufleet.kube.settings import SchedulerSettings
+from gpufleet.kube.world import World, assemble, finish
+from gpufleet.scheduling.kueue.info import WorkloadInfo
+
+log = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+_POSITION = re.compile(r" behind \d+ workload\(s\)")
+
+
+@dataclass(slots=True)
+class CycleReport:
+    number: int
+    started: float  # wall clock
+    policy_cycles: int = 0
+    admitted: list[str] = field(default_factory=list)  # workloads
+    bound: list[str] = field(default_factory=list)  # pods
+    bind_failed: dict[str, str] = field(default_factory=dict)
+    evicted: list[str] = field(default_factory=list)  # workloads
+    refused: list[str] = field(default_factory=list)  # workloads a PodDisruptionBudget protected
+    completed_gangs: list[str] = field(default_factory=list)
+    pending: int = 0
+    core_s: float = 0.0  # everything before the first write; world_s and policy_s are parts of it
+    world_s: float = 0.0
+    policy_s: float = 0.0
+    api_s: float = 0.0
+
+
+def pending_reason(info: WorkloadInfo | None, message: str) -> str:
+    """A short, bounded label for the pending gauge (the full message goes to the pod's condition)."""
+    if info is None:
+        return "Unknown"
+    if info.problem:
+        return "Unqueued"
+    if "Pending the preemption" in message:
+        return "Preempting"
+    if info.placement_parked or "nodes are available" in message or "cannot all be placed" in message:
+        return "InsufficientNodes"
+    if message.startswith("couldn't assign flavors"):
+        return "InsufficientQuota"
+    if message.startswith(("Waiting in ClusterQueue", "Next in ClusterQueue")) or not message:
+        return "Queued"
+    return "Other"
+
+
+class CycleRunner:
+    def __init__(self, client: KubeClient, cache: ObjectCache, settings: SchedulerSettings, *, identity: str,
+                 metrics: SchedulerMetrics, may_write: Callable[[], bool], clock: Callable[[], float] = time.time,
+                 pool: ThreadPoolExecutor | None = None) -> None:
+        self.client = client
+        self.cache = cache
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.may_write = may_write
+        self.parse = ParseCache()
+        self.assumed = AssumedPods(settings.binding.assume_timeout)
+        self.shields = Shields()
+        self.recorder = Recorder(client, settings.scheduler_name, identity)
+        b = settings.binding
+        self.binder = Binder(client, self.recorder, metrics, may_write=may_write, retries=b.retries,
+                             backoff=b.retry_backoff)
+        self.evictor = Evictor(client, self.recorder, metrics, may_write=may_write)
+        self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
+        self.count = 0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    # --- the cycle --------------------------------------------------------------------------------------
+
+    def run(self) -> CycleReport:
+        self.count += 1
+        now = self.clock()
+        report = CycleReport(self.count, now)
+        started = time.perf_counter()
+        s = self.settings
+        snapshot = self.cache.snapshot()
+        world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
+                         assumed=self.assumed, now=now, require_mutation=s.webhook.require_mutation)
+        repairs = gangs.repair(world, s.binding.gang_repair_timeout)
+        finish(world)
+        report.world_s = time.perf_counter() - started
+        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now))
+        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        report.policy_s = time.perf_counter() - started - report.world_s
+        timeouts = gangs.timed_out(world, plan.pods_ready_policy)
+        jobs = self._jobs(world, plan, repairs)
+        victims = self._victims(world, plan, [*repairs, *timeouts])
+        unschedulable = self._unschedulable(world, plan)
+        problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
+        statuses = queue_statuses(snapshot, policy, problems, now)
+        self._gauge(world, plan)
+        for job in jobs:
+            for p in job.pods:
+                self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
+        report.policy_cycles = plan.cycles
+        report.admitted = [a.workload for a in plan.admitted]
+        report.completed_gangs = [a.workload for a in repairs if a.kind == "complete"]
+        report.pending = len(plan.pending)
+        report.core_s = time.perf_counter() - started
+
+        api_started = time.perf_counter()
+        self._apply(report, jobs, victims, unschedulable, statuses, now)
+        report.api_s = time.perf_counter() - api_started
+        self.metrics.cycle_phase.labels("core").inc(report.core_s)
+        self.metrics.cycle_phase.labels("api").inc(report.api_s)
+        self.metrics.cycle_duration.observe(report.core_s + report.api_s)
+        if report.admitted or report.evicted or report.bind_failed or report.refused:
+            log.info("cycle %d: %d admitted, %d pods bound, %d evicted, %d pending", report.number,
+                     len(report.admitted), len(report.bound), len(report.evicted), report.pending,
+                     extra={"cycle": report.number, "core_s": round(report.core_s, 4),
+                            "api_s": round(report.api_s, 4), "policy_cycles": report.policy_cycles})
+        return report
+
+    # --- plans ------------------------------------------------------------------------------------------
+
+    def _jobs(self, world: World, plan: planner.Plan, repairs: Iterable[gangs.GangAction]) -> list[BindJob]:
+        jobs: list[BindJob] = []
+        for action in repairs:
+            if action.kind == "complete":
+                jobs.append(BindJob(action.workload, tuple(self._pod_bind(world, k, True) for k in action.pods)))
+        for admitted in plan.admitted:
+            members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
+            gang = len(admitted.pods) > 1
+            pods = tuple(self._pod_bind(world, p.pod, gang) for p in members
+                         if world.pods[p.pod].node is None and not world.pods[p.pod].bound)
+            if pods:
+                jobs.append(BindJob(admitted.workload, pods))
+        return jobs
+
+    def _pod_bind(self, world: World, key: str, gang: bool) -> PodBind:
+        entry = world.pods[key]
+        placement = world.cluster.placements[key]
+        node = world.cluster.nodes[placement.node]
+        visible = visible_devices(node, placement.grants)
+        devices = placement.device_ids
+        return PodBind(key, entry.uid, placement.node, devices, visible, gang or bool(devices), entry.raw)
+
+    def _victims(self, world: World, plan: planner.Plan, actions: Iterable[gangs.GangAction]) -> list[Victim]:
+        out: list[Victim] = []
+        for p in plan.preempted:
+            pods = tuple(world.pods[k].raw for k in world.pods_of.get(p.workload, [])
+                         if k in world.pods and world.pods[k].holds_capacity)
+            out.append(Victim(p.workload, p.preemptor, p.reason, pods))
+        for a in actions:
+            if a.kind == "evict":
+                out.append(Victim(a.workload, "", a.reason, tuple(world.pods[k].raw for k in a.pods), a.message))
+        return out
+
+    def _unschedulable(self, world: World, plan: planner.Plan) -> list[tuple[JsonDict, str]]:
+        out: list[tuple[JsonDict, str]] = []
+        for e in world.pending():
+            if e.completing:
+                continue
+            if e.problem is not None:
+                out.append((e.raw, e.problem))
+                continue
+            workload = world.workload_of.get(e.key)
+            message = plan.pending.get(workload or "")
+            if message is None:
+                continue
+            out.append((e.raw, _POSITION.sub(" behind other workloads", message) or "Waiting to be scheduled"))
+        return out
+
+    def _gauge(self, world: World, plan: planner.Plan) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for workload, message in plan.pending.items():
+            info = plan.policy.info(workload)
+            key = ((info.cluster_queue or "") if info else "", pending_reason(info, message))
+            counts[key] = counts.get(key, 0) + 1
+        for e in world.pending():
+            if e.problem is not None:
+                counts[("", "Invalid")] = counts.get(("", "Invalid"), 0) + 1
+        self.metrics.set_pending(counts)
+
+    # --- writes -----------------------------------------------------------------------------------------
+
+    def _apply(self, report: CycleReport, jobs: list[BindJob], victims: list[Victim],
+               unschedulable: list[tuple[JsonDict, str]], statuses: list[tuple[Any, JsonDict, JsonDict]],
+               now: float) -> None:
+        pool = self.pool
+        evictions: list[tuple[Victim, Future[EvictResult]]] = [(v, pool.submit(self.evictor.evict, v))
+                                                               for v in victims]
+        binds: list[Future[BindResult]] = [pool.submit(self.binder.run, job, now) for job in jobs]
+        others: list[Future[Any]] = []
+        if self.may_write():
+            others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable]
+            others += [pool.submit(write_status, self.client, res, obj, st) for res, obj, st in statuses]
+        for future in binds:
+            result = future.result()
+            report.bound.extend(result.bound + result.elsewhere)
+            report.bind_failed.update(result.failed)
+            for key in result.failed:
+                self.assumed.forget(key)  # not bound: its capacity is free again for the next cycle
+        for victim, ev in evictions:
+            outcome = ev.result()
+            if outcome.outcome == "evicted":
+                report.evicted.append(victim.workload)
+                if victim.reason in (gangs.PODS_READY_TIMEOUT, gangs.GANG_INCOMPLETE):
+                    self.metrics.gang_timeouts.labels(victim.reason).inc()
+            elif outcome.outcome == "refused":
+                report.refused.append(victim.workload)
+                backoff = outcome.retry_after or self.settings.disruption_budget_backoff
+                self.shields.add(victim.workload, now + backoff)
+        for other in others:
+            other.result()

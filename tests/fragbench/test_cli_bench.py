@@ -1,0 +1,52 @@
+"""``gpufleet bench fragmentation`` through typer's runner, on a small synthetic trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from gpufleet.cli.bench import bench_app
+from tests.fragbench.helpers import write_trace
+
+runner = CliRunner()
+# The group as the lead registers it under the main application.
+app = typer.Typer()
+app.add_typer(bench_app, name="bench")
+
+
+def test_fragmentation_table_json_and_plot(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = write_trace(tmp_path)
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
+                                 "--policy", "fgd", "--policy", "FGDplus", "--seeds", "1-2", "--engine", "fast",
+                                 "--json", str(out_json), "--plot", str(out_png)])
+    assert result.exit_code == 0, result.output
+    assert "fgdplus" in result.output and "Unallocated GPU" in result.output
+    doc = json.loads(out_json.read_text())
+    assert [r["policy"] for r in doc["results"]] == ["fgd", "fgdplus"]
+    assert all(r["seeds"] == [1, 2] and r["trace"] == "pods" for r in doc["results"])
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_arguments_exit_2(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = write_trace(tmp_path)
+    base = ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv)]
+    for extra, message in ((["--seeds", "9-1"], "empty seed range"), (["--policy", "tetris"], "unknown policy"),
+                           (["--engine", "turbo"], "unknown engine"), (["--tie-break", "last"], "unknown tie-break")):
+        result = runner.invoke(app, base + extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert message in result.output
+    missing = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(tmp_path / "none.csv"),
+                                  "--pods", str(pods_csv)])
+    assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+def test_damaged_trace_exits_1(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = write_trace(tmp_path)
+    pods_csv.write_text(pods_csv.read_text() + "bad,1,1,1,2000,,,,,,\n")
+    result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
+                                 "--policy", "fgd", "--seeds", "1", "--engine", "fast"])
+    assert result.exit_code == 1 and "rows rejected" in result.output

@@ -1,0 +1,84 @@
+"""Operations: /healthz, /readyz and /metrics over HTTP, JSON logs, and waitForPodsReady gang timeouts."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Callable
+
+import httpx
+from kube_apisim import ApiSim
+from live_env import NS, bound_node, fast_settings, node, pod, wait_until
+
+from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
+from gpufleet.kube import resources as r
+from gpufleet.kube.logs import JsonFormatter, setup_logging
+from gpufleet.kube.scheduler import Scheduler
+
+
+def test_probes_and_metrics_over_http(apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    apisim.create(r.NODES, node("n0", gpus=2))
+    apisim.create(r.PODS, pod("p0"))
+    sched = live_scheduler()
+    wait_until(lambda: bound_node(apisim, "p0") == "n0")
+    [server] = sched.servers  # metrics and probes share 127.0.0.1:0 in the test settings
+    base = f"http://127.0.0.1:{server.port}"
+    with httpx.Client(base_url=base, timeout=5.0) as c:
+        assert c.get("/healthz").status_code == 200
+        ready = c.get("/readyz")
+        assert ready.status_code == 200 and "caches synced; leader" in ready.text
+        wait_until(lambda: "gpufleet_pods_scheduled_total 1.0" in c.get("/metrics").text)
+        metrics = c.get("/metrics")
+        assert metrics.headers["content-type"].startswith("text/plain")
+        for family in ("gpufleet_cycle_duration_seconds_bucket", "gpufleet_pending_workloads",
+                       "gpufleet_preemptions_total", "gpufleet_gang_timeouts_total", "gpufleet_bind_errors_total",
+                       'gpufleet_cycle_phase_seconds_total{phase="core"}', "gpufleet_informers_synced 1.0"):
+            assert family in metrics.text, family
+        assert c.get("/nothing").status_code == 404
+
+
+def test_readyz_fails_until_every_informer_has_listed(apisim: ApiSim,
+                                                      live_scheduler: Callable[..., Scheduler]) -> None:
+    sched = live_scheduler(run=False)
+    probe = sched.readyz()
+    assert not probe.ok and "pods" in probe.text and "clusterqueues.gpufleet.io" in probe.text
+    sched.start()
+    wait_until(lambda: sched.readyz().ok)
+
+
+def test_logs_are_json_lines_with_extra_fields() -> None:
+    stream = io.StringIO()
+    setup_logging("info", stream)
+    try:
+        logging.getLogger("gpufleet.test").info("bound %d pods", 3, extra={"cycle": 7})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("gpufleet.test").exception("failed")
+        first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+        assert first["msg"] == "bound 3 pods" and first["cycle"] == 7 and first["level"] == "info"
+        assert first["logger"] == "gpufleet.test" and first["ts"].endswith("Z")
+        assert second["level"] == "error" and "ValueError: boom" in second["error"]
+    finally:
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if isinstance(h.formatter, JsonFormatter)]:
+            root.removeHandler(handler)
+        root.setLevel(logging.WARNING)
+
+
+def test_a_gang_not_ready_in_time_is_evicted(apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    apisim.create(r.NODES, node("n0", gpus=4))
+    for i in range(2):
+        apisim.create(r.PODS, pod(f"g{i}", group="pair", group_size=2))
+    apisim.create(r.PODS, pod("solo"))
+    kueue = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=2.0))
+    sched = live_scheduler(settings=fast_settings(kueue=kueue))
+    wait_until(lambda: all(bound_node(apisim, n) for n in ("g0", "g1", "solo")))
+    # The kubelet reports "solo" ready; the gang's pods never become ready (an image that never pulls).
+    apisim.modify(r.PODS, NS, "solo", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    wait_until(lambda: apisim.get(r.PODS, NS, "g0") is None and apisim.get(r.PODS, NS, "g1") is None,
+               what="the unready gang evicted")
+    assert bound_node(apisim, "solo") == "n0"
+    text = sched.metrics.exposition().decode()
+    assert 'gpufleet_gang_timeouts_total{reason="PodsReadyTimeout"} 1.0' in text

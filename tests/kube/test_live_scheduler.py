@@ -1,0 +1,188 @@
+"""The live scheduler against kmock + ApiSim over real HTTP: binding, gangs, preemption, recovery."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from kube_apisim import ApiSim
+from live_env import (
+    NS,
+    annotation_patches,
+    bindings,
+    bound_node,
+    cluster_queue,
+    events,
+    evictions,
+    flavor,
+    gpu_uuid,
+    local_queue,
+    node,
+    pod,
+    pod_requests,
+    priority_class,
+    scheduled_condition,
+    wait_until,
+)
+
+from gpufleet.kube import resources as r
+from gpufleet.kube.scheduler import Scheduler
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pending_gpu_pod_is_bound_to_the_right_node_and_devices_annotation_first(
+    apisim: ApiSim, live_scheduler: Callable[..., Scheduler]
+) -> None:
+    apisim.create(r.NODES, node("small", gpus=1))
+    apisim.create(r.NODES, node("big", gpus=4))
+    # Another scheduler's pod holds one GPU of "big" (no gpufleet annotation: counted first-fit).
+    apisim.create(r.PODS, pod("other", gpus=1, scheduler="default-scheduler", node_name="big"))
+    apisim.create(r.PODS, pod("train", gpus=2))
+    apisim.create(r.PODS, pod("not-ours", gpus=1, scheduler="default-scheduler"))
+    sched = live_scheduler()
+    wait_until(lambda: bound_node(apisim, "train") is not None, what="train bound")
+
+    assert bound_node(apisim, "train") == "big"  # "small" has one GPU only
+    obj = apisim.get(r.PODS, NS, "train")
+    assert obj is not None
+    devices = json.loads(obj["metadata"]["annotations"]["gpufleet.io/devices"])
+    assert len(devices) == 2 and len(set(devices)) == 2
+    assert set(devices) <= {gpu_uuid("big", i) for i in range(4)} - {gpu_uuid("big", 0)}
+    assert obj["metadata"]["annotations"]["gpufleet.io/node"] == "big"
+    # The device assignment is written before the Binding is posted.
+    order = [(str(q.method.value), q.subresource) for q in pod_requests(apisim) if q.name == "train"
+             and str(q.method.value) in ("PATCH", "POST")]
+    assert order.index(("PATCH", None)) < order.index(("POST", "binding"))
+    assert len(bindings(apisim, "train")) == 1 and len(annotation_patches(apisim, "train")) == 1
+    wait_until(lambda: any(e["regarding"]["name"] == "train" for e in events(apisim, "Scheduled")))
+    [event] = [e for e in events(apisim, "Scheduled") if e["regarding"]["name"] == "train"]
+    assert event["note"] == f"Successfully assigned {NS}/train to big"
+    assert event["reportingController"] == "gpufleet" and event["type"] == "Normal"
+    assert bound_node(apisim, "not-ours") is None and not bindings(apisim, "not-ours")
+    assert sched.metrics.pods_scheduled._value.get() == 1
+
+
+def _crd_status_validator(kind: str) -> jsonschema.Draft7Validator:
+    plural = {"ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}[kind]
+    crd = yaml.safe_load((ROOT / "deploy" / "crds" / f"gpufleet.io_{plural}.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_gang_binds_nothing_until_it_fits_then_all_16_in_one_cycle(
+    apisim: ApiSim, live_scheduler: Callable[..., Scheduler]
+) -> None:
+    for i in range(4):
+        apisim.create(r.NODES, node(f"n{i}", gpus=4))
+    apisim.create(r.PODS, pod("blocker", gpus=4, scheduler="default-scheduler", node_name="n3"))
+    apisim.create(r.RESOURCE_FLAVORS, flavor())
+    apisim.create(r.CLUSTER_QUEUES, cluster_queue("gpus", gpus=32))
+    apisim.create(r.LOCAL_QUEUES, local_queue("team", "gpus"))
+    names = [f"worker-{i:02d}" for i in range(16)]
+    for name in names:
+        apisim.create(r.PODS, pod(name, gpus=1, queue="team", group="allreduce", group_size=16))
+    sched = live_scheduler()
+
+    wait_until(lambda: len(sched.reports) >= 3, what="three cycles")
+    wait_until(lambda: all(scheduled_condition(apisim.get(r.PODS, NS, n)) for n in names), what="conditions")
+    assert not bindings(apisim) and not annotation_patches(apisim)  # 12 free GPUs: nothing at all
+    condition = scheduled_condition(apisim.get(r.PODS, NS, "worker-00"))
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "16 pods of the gang" in condition["message"]
+    failed = [e for e in events(apisim, "FailedScheduling") if e["regarding"]["name"] == "worker-00"]
+    assert len(failed) == 1 and failed[0]["type"] == "Warning"  # one event, not one per cycle
+    wait_until(lambda: 'reason="InsufficientNodes"' in sched.metrics.exposition().decode())
+
+    apisim.delete(r.PODS, NS, "blocker")
+    wait_until(lambda: all(bound_node(apisim, n) for n in names), what="gang bound")
+    wait_until(lambda: any(c.bound for c in sched.reports), what="the binding cycle's report")
+    [cycle] = [c for c in sched.reports if c.bound]
+    assert sorted(cycle.bound) == sorted(f"{NS}/{n}" for n in names)  # one cycle bound them all
+    requests = pod_requests(apisim)
+    first_bind = min(i for i, q in enumerate(requests) if q.subresource == "binding")
+    last_patch = max(i for i, q in enumerate(requests) if str(q.method.value) == "PATCH" and q.subresource is None)
+    assert last_patch < first_bind  # every intent written before the first Binding
+    assert len(bindings(apisim)) == 16
+    used = [json.loads(apisim.get(r.PODS, NS, n)["metadata"]["annotations"]["gpufleet.io/devices"])[0]
+            for n in names]
+    assert len(set(used)) == 16  # every GPU of the cluster, each once
+
+    def cq_status() -> dict[str, Any]:
+        obj = apisim.get(r.CLUSTER_QUEUES, None, "gpus")
+        return (obj or {}).get("status") or {}
+
+    wait_until(lambda: cq_status().get("admittedWorkloads") == 1, what="ClusterQueue status")
+    status = cq_status()
+    assert status["pendingWorkloads"] == 0
+    [usage] = status["flavorsUsage"]
+    gpu = next(res for res in usage["resources"] if res["name"] == "nvidia.com/gpu")
+    assert (usage["name"], gpu["total"], gpu["borrowed"]) == ("gpu", "16", "0")
+    [active] = status["conditions"]
+    assert (active["type"], active["status"], active["reason"]) == ("Active", "True", "Ready")
+    assert not list(_crd_status_validator("ClusterQueue").iter_errors(status))
+    lq = (apisim.get(r.LOCAL_QUEUES, NS, "team") or {}).get("status") or {}
+    assert lq["admittedWorkloads"] == 1 and lq["pendingWorkloads"] == 0
+    assert not list(_crd_status_validator("LocalQueue").iter_errors(lq))
+
+
+def _priority_setup(apisim: ApiSim) -> None:
+    apisim.create(r.NODES, node("n0", gpus=2))
+    for name, value in (("low", 1), ("mid", 2), ("high", 10)):
+        apisim.create(r.PRIORITY_CLASSES, priority_class(name, value))
+    apisim.create(r.RESOURCE_FLAVORS, flavor())
+    apisim.create(r.CLUSTER_QUEUES, cluster_queue("gpus", gpus=2, preemption={"withinClusterQueue": "LowerPriority"}))
+    apisim.create(r.LOCAL_QUEUES, local_queue("team", "gpus"))
+    apisim.create(r.PODS, pod("low", queue="team", priority_class="low"))
+    apisim.create(r.PODS, pod("mid", queue="team", priority_class="mid"))
+
+
+def _devices(apisim: ApiSim, name: str) -> list[str]:
+    obj = apisim.get(r.PODS, NS, name)
+    assert obj is not None
+    return list(json.loads(obj["metadata"]["annotations"]["gpufleet.io/devices"]))
+
+
+def test_preemption_evicts_the_lowest_priority_victim(apisim: ApiSim,
+                                                      live_scheduler: Callable[..., Scheduler]) -> None:
+    _priority_setup(apisim)
+    sched = live_scheduler()
+    wait_until(lambda: bound_node(apisim, "low") == "n0" and bound_node(apisim, "mid") == "n0")
+    freed = _devices(apisim, "low")
+    apisim.create(r.PODS, pod("urgent", queue="team", priority_class="high"))
+    wait_until(lambda: bound_node(apisim, "urgent") == "n0", what="preemptor bound")
+    assert apisim.get(r.PODS, NS, "low") is None and bound_node(apisim, "mid") == "n0"
+    assert _devices(apisim, "urgent") == freed  # it took exactly the victim's GPU
+    assert [q.data.get("deleteOptions", {}).get("dryRun") for q in evictions(apisim, "low")] == [["All"], None]
+    assert not evictions(apisim, "mid")
+    [event] = events(apisim, "Preempted")
+    assert event["regarding"]["name"] == "low" and f"{NS}/urgent" in event["note"]
+    assert sched.metrics.preemptions.labels("InClusterQueue")._value.get() == 1
+
+
+def test_a_disruption_budget_refusal_makes_the_next_cycle_choose_another_victim(
+    apisim: ApiSim, live_scheduler: Callable[..., Scheduler]
+) -> None:
+    _priority_setup(apisim)
+    sched = live_scheduler()
+    wait_until(lambda: bound_node(apisim, "low") == "n0" and bound_node(apisim, "mid") == "n0")
+    apisim.protect(NS, "low")  # a PodDisruptionBudget covers "low"
+    freed = _devices(apisim, "mid")
+    apisim.create(r.PODS, pod("urgent", queue="team", priority_class="high"))
+    wait_until(lambda: bound_node(apisim, "urgent") == "n0", what="preemptor bound")
+    assert bound_node(apisim, "low") == "n0"  # protected: still running
+    assert apisim.get(r.PODS, NS, "mid") is None
+    assert _devices(apisim, "urgent") == freed
+    # "low" was only ever tried in dry run, which the budget refused; nothing of it was deleted.
+    assert {str(q.data["deleteOptions"].get("dryRun")) for q in evictions(apisim, "low")} == {"['All']"}
+    assert [q.data.get("deleteOptions", {}).get("dryRun") for q in evictions(apisim, "mid")] == [["All"], None]
+    refused = [c for c in sched.reports if c.refused]
+    evicted = [c for c in sched.reports if c.evicted]
+    assert refused[0].refused == [f"{NS}/low"] and evicted[0].evicted == [f"{NS}/mid"]
+    assert refused[0].number < evicted[0].number
+    assert sched.metrics.eviction_refusals._value.get() == 1
