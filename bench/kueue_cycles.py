@@ -3,8 +3,10 @@
 Shape (kueue.md §3, HEAD ``configs/large-scale``): 10 cohorts × 100 ClusterQueues = 1,000 ClusterQueues, each
 with nominal 20 cpu, borrowingLimit 100, reclaimWithinCohort Any, withinClusterQueue LowerPriority; 50
 workloads per ClusterQueue (50,000) in the baseline generator's mix: 70 % small (1 cpu, 200 ms, priority 50),
-20 % medium (5 cpu, 500 ms, priority 100), 10 % large (20 cpu, 1 s, priority 200), all pending at the start
-with staggered creation times.
+20 % medium (5 cpu, 500 ms, priority 100), 10 % large (20 cpu, 1 s, priority 200), arriving as the baseline
+generator creates them (every 100 ms / 500 ms / 1.2 s per ClusterQueue), so that large ones find small ones
+to preempt; ``--all-pending`` submits all 50,000 at the start instead; ``--fair-sharing`` turns on Kueue's
+fair sharing (tournament ordering and fair-sharing preemption).
 
 The run is a virtual-time loop: each cycle happens 100 ms after the previous one; an admitted workload
 finishes once its runtime has passed (``finish``), which frees quota and requeues parked workloads; preempted
@@ -17,6 +19,7 @@ scratch before each query (``QuotaTree.invalidate`` after every change), for the
 cycles; the two runs must make identical decisions, and the ratio of their admission rates is printed.
 
     .venv/bin/python bench/kueue_cycles.py [--queues-per-cohort 100] [--per-queue 50] [--naive-cycles 5]
+        [--all-pending] [--fair-sharing]
 """
 
 from __future__ import annotations

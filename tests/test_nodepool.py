@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION
-from gpufleet.sim.casestudy import load_casestudy
 from gpufleet.cluster.state import ClusterState
 from gpufleet.gpu.mig import geometry_for, validate_layout
+from gpufleet.sim.casestudy import load_casestudy
 from tests.conftest import REPO, manifests
 
 

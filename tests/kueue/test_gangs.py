@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.scheduling.kueue import PlacerFactory, first_fit_factory
+from gpufleet.cluster.state import ClusterState
+from gpufleet.scheduling.kueue import KueuePolicy, PlacerFactory, first_fit_factory
 from tests.kueue.scenario import Scenario, job, names, preempted
 from tests.kueue.test_cohorts import FLAVOR, cq
 
@@ -208,3 +209,12 @@ def test_quota_only_mode_returns_no_pods() -> None:
     d = s.cycle()
     assert names(d.admitted) == ["w"] and d.admitted[0].pods == []
     assert s.policy.cluster is None
+
+
+def test_a_cluster_without_nodes_means_quota_only_decisions() -> None:
+    s = Scenario(FLAVOR + cq("team", 10, None) + job("w", "team", count=2))
+    policy = KueuePolicy(s.manifests, ClusterState())
+    for w in s.workloads:
+        policy.submit(w, s.now)
+    d = policy.cycle(s.now)
+    assert names(d.admitted) == ["w"] and d.admitted[0].pods == []

@@ -1,7 +1,8 @@
 """Invariants over random queue configurations and workload streams (hypothesis):
 
-* admitted usage never exceeds what nominal quotas, borrowing limits and lending limits allow, checked
-  against an independent recomputation from the admitted workloads;
+* admitted usage never exceeds what nominal quotas, borrowing limits and lending limits allow once the
+  evictions decided in the cycle complete, checked against an independent recomputation from the admitted
+  workloads;
 * every preemption is allowed by the preemptor's ClusterQueue policy (withinClusterQueue,
   reclaimWithinCohort, borrowWithinCohort and its threshold), and reclaims only from queues above nominal;
 * with nodes, a workload is either admitted with every pod placed, or holds no node at all;
@@ -120,12 +121,16 @@ def workload(i: int, spec: WorkloadSpec, queues: int) -> Workload:
 
 
 def check_quota(policy: KueuePolicy, queues: list[QueueSpec]) -> None:
+    """Limits hold for the usage that remains once this cycle's evictions complete: like Kueue's ``fits``,
+    a cycle lets later heads use quota its preemptors are freeing."""
     used = [0] * len(queues)
+    evicting = [0] * len(queues)
     for info in policy.state.admitted_infos():
         assert info.cluster_queue is not None
-        used[int(info.cluster_queue[2:])] += info.usage.get(FR, 0)
+        i = int(info.cluster_queue[2:])
+        (evicting if info.evicting else used)[i] += info.usage.get(FR, 0)
     for i, q in enumerate(queues):
-        assert used[i] == policy.state.tree.usage(f"cq{i}", FR)
+        assert used[i] + evicting[i] == policy.state.tree.usage(f"cq{i}", FR)
         if not q.in_cohort:
             assert used[i] <= q.nominal * CPU
         elif q.borrowing_limit is not None:

@@ -80,7 +80,7 @@ def _group_of(api_version: str) -> str:
     return api_version.split("/", 1)[0] if "/" in api_version else ""
 
 
-def _parse_document(doc: Document, out: Manifests) -> None:
+def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
     problems = out.problems
     data = doc.data
     kind = data.get("kind") if isinstance(data, dict) else None
@@ -99,6 +99,8 @@ def _parse_document(doc: Document, out: Manifests) -> None:
     obj = parser(r)
     if obj is None or len(problems.errors) > before:
         return  # an object with errors is not kept; its errors say why
+    if hasattr(obj, "meta"):
+        obj.meta.order = position
     if isinstance(obj, SchedulerConfig):
         if out.config is not None:
             r.error("more than one Kueue Configuration", "kind", fix="keep a single Configuration document")
@@ -207,8 +209,8 @@ def _expand_pools(out: Manifests) -> None:
 
 def build(documents: Sequence[Document], problems: Problems | None = None) -> Manifests:
     out = Manifests(problems=problems or Problems(), documents=len(documents))
-    for doc in documents:
-        _parse_document(doc, out)
+    for position, doc in enumerate(documents):
+        _parse_document(doc, out, position)
     _check_duplicates(out)
     _check_references(out)
     _expand_pools(out)

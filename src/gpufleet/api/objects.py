@@ -57,6 +57,7 @@ class ObjectMeta:
     creation_timestamp: float | None = None  # seconds since the epoch
     uid: str | None = None
     source: SourceRef | None = None
+    order: int = 0  # position of the object's document in the whole input: the last ordering tie-breaker
 
     @property
     def key(self) -> str:

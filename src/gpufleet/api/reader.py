@@ -114,7 +114,13 @@ class FieldReader:
             if required:
                 self.error(f"missing required field {key}", key, fix=f"add {key}")
             return default
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
+        if isinstance(value, bool):
+            # YAML 1.1 reads on/off/yes/no/true/false unquoted as booleans.
+            self.error(f"expected a string, got the boolean {str(value).lower()}", key,
+                       fix=f'quote the value, e.g. {key}: "{"on" if value else "off"}" (YAML reads on/off/yes/no '
+                       "as booleans)")
+            return default
+        if not isinstance(value, str | int | float):
             self.error(f"expected a string, got {type(value).__name__}", key)
             return default
         return str(value)

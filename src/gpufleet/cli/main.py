@@ -15,6 +15,9 @@ import gpufleet
 from gpufleet.api.errors import ManifestError
 from gpufleet.api.manifests import Manifests, load_manifests
 from gpufleet.api.nodepool import expand_node_pool
+from gpufleet.cli.bench import bench_app
+from gpufleet.cli.plan import plan
+from gpufleet.cli.scheduler import scheduler
 from gpufleet.cli.simulate import demo as run_demo
 from gpufleet.cli.simulate import simulate
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
@@ -146,6 +149,9 @@ def _geometry(model: str) -> MigGeometry:
 
 
 app.command()(simulate)
+app.command()(plan)
+app.command()(scheduler)
+app.add_typer(bench_app, name="bench")
 
 
 @app.command()

@@ -72,6 +72,7 @@ class Workload:
     annotations: dict[str, str] = field(default_factory=dict)
     backoff_limit: int = 0
     expected_pods: int | None = None  # a pod group's declared total count
+    active: bool = True  # a Kueue Workload with spec.active false is never admitted
     order: int = 0  # input order, the last tie-breaker
 
     @property
@@ -122,8 +123,9 @@ def _role_key(t: PodTemplate) -> tuple[object, ...]:
             t.tolerations, t.gpu)
 
 
-def _created(meta: ObjectMeta, order: int) -> float:
-    return meta.creation_timestamp if meta.creation_timestamp is not None else float(order)
+def _created(meta: ObjectMeta) -> float:
+    """creationTimestamp, or the document position when absent (so input order is queue order)."""
+    return meta.creation_timestamp if meta.creation_timestamp is not None else float(meta.order)
 
 
 def build_workloads(manifests: Manifests, problems: Problems | None = None) -> list[Workload]:
@@ -132,7 +134,6 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
     prio = PriorityResolver(manifests)
     out: list[Workload] = []
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    order = 0
     for i, pod in enumerate(manifests.pods):
         group = pod.meta.labels.get(POD_GROUP_LABEL)
         if group is not None:
@@ -143,10 +144,9 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
         out.append(Workload(
             key=pod.key, namespace=pod.meta.namespace or "default", name=pod.meta.name, kind="Pod",
             queue=queue_of(pod.meta.labels), priority=priority, priority_class=pclass,
-            created=_created(pod.meta, order), pod_sets=[PodSet("main", 1, t)],
+            created=_created(pod.meta), pod_sets=[PodSet("main", 1, t)],
             pods=[WorkloadPod(pod.key, t, "main", pod.node_name, pod.phase)],
-            labels=pod.meta.labels, annotations=pod.meta.annotations, order=order))
-        order += 1
+            labels=pod.meta.labels, annotations=pod.meta.annotations, order=pod.meta.order))
     for (ns, group), indices in groups.items():
         members = [manifests.pods[i] for i in indices]
         first = members[0]
@@ -178,12 +178,12 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
             sets[key].count += 1
             pods.append(WorkloadPod(m.key, m.template, sets[key].name, m.node_name, m.phase))
         priority, pclass = prio.resolve(first.meta.labels, first.template)
-        created = min(_created(m.meta, order) for m in members)
+        created = min(_created(m.meta) for m in members)
+        order = min(m.meta.order for m in members)
         out.append(Workload(
             key=f"{ns}/{group}", namespace=ns, name=group, kind="PodGroup", queue=queues.pop(),
             priority=priority, priority_class=pclass, created=created, pod_sets=list(sets.values()), pods=pods,
             labels=first.meta.labels, annotations=first.meta.annotations, expected_pods=total, order=order))
-        order += 1
     for job in manifests.jobs:
         n = job.pod_count
         if job.suspend and queue_of(job.meta.labels) is None:
@@ -195,10 +195,10 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
         pods = [WorkloadPod(f"{ns}/{job.meta.name}-{i}", t, "main") for i in range(n)]
         out.append(Workload(
             key=job.meta.key, namespace=ns, name=job.meta.name, kind="Job", queue=queue_of(job.meta.labels),
-            priority=priority, priority_class=pclass, created=_created(job.meta, order),
+            priority=priority, priority_class=pclass, created=_created(job.meta),
             pod_sets=[PodSet("main", n, t, job.min_parallelism)], pods=pods, labels=labels,
-            annotations={**t.annotations, **job.meta.annotations}, backoff_limit=job.backoff_limit, order=order))
-        order += 1
+            annotations={**t.annotations, **job.meta.annotations}, backoff_limit=job.backoff_limit,
+            order=job.meta.order))
     for wl in manifests.workloads:
         ns = wl.meta.namespace or "default"
         pod_sets = [PodSet(ps.name, ps.count, ps.template, ps.min_count) for ps in wl.pod_sets]
@@ -214,9 +214,10 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
             priority, pclass = prio.resolve(wl.meta.labels, pod_sets[0].template) if pod_sets else (0, None)
         out.append(Workload(
             key=wl.meta.key, namespace=ns, name=wl.meta.name, kind="Workload", queue=wl.queue_name,
-            priority=priority, priority_class=pclass, created=_created(wl.meta, order), pod_sets=pod_sets,
-            pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations, order=order))
-        order += 1
+            priority=priority, priority_class=pclass, created=_created(wl.meta), pod_sets=pod_sets,
+            pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations,
+            active=wl.active, order=wl.meta.order))
+    out.sort(key=lambda w: w.order)
     return out
 
 

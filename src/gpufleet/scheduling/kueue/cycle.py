@@ -104,12 +104,13 @@ class Cycle:
         state = self.state
         for info in sorted(state.no_quota.values(), key=lambda i: (-i.priority, i.queue_ts, i.order, i.key)):
             pods: list[PodAssignment] = []
-            if state.gangs is not None:
-                groups = state.gangs.groups(info, [{} for _ in info.podsets], [ps.count for ps in info.podsets])
-                placed, failed = state.gangs.place(groups)
+            gangs = state.placer
+            if gangs is not None:
+                groups = gangs.groups(info, [{} for _ in info.podsets], [ps.count for ps in info.podsets])
+                placed, failed = gangs.place(groups)
                 if placed is None:
                     assert failed is not None
-                    info.message = state.gangs.explain(failed, sum(len(g[1]) for g in groups))
+                    info.message = gangs.explain(failed, sum(len(g[1]) for g in groups))
                     self.decisions.pending.append(PendingWorkload(info.key, info.message))
                     continue
                 pods = [PodAssignment(p.pod, p.node, p.device_ids) for p in placed]
@@ -118,7 +119,7 @@ class Cycle:
             self.decisions.admitted.append(state.commit_admission(info, None, podsets, {}, pods, self.now))
 
     # ---- 3: nominate ---------------------------------------------------------------------------------------------
-    def _oracle(self, info: WorkloadInfo, cq: CQSpec) -> tuple[FlavorAssigner, Assignment]:
+    def _assign(self, info: WorkloadInfo, cq: CQSpec) -> tuple[FlavorAssigner, Assignment]:
         state = self.state
         tree = state.tree
 
@@ -142,7 +143,7 @@ class Cycle:
         return assigner, assigner.assign(info)
 
     def _assignments(self, info: WorkloadInfo, cq: CQSpec) -> tuple[Assignment, list[Target]]:
-        assigner, full = self._oracle(info, cq)
+        assigner, full = self._assign(info, cq)
         if full.outcome is Outcome.FIT:
             return full, []
         if full.outcome is Outcome.PREEMPT:
@@ -276,7 +277,7 @@ class Cycle:
             self._skip(e, WAITING_PODS_READY_MESSAGE)
             return
         pods: list[PodAssignment] = []
-        if self.state.gangs is not None:
+        if self.state.placer is not None:
             placed = self._place(e)
             if placed is None:
                 return
@@ -286,7 +287,7 @@ class Cycle:
         self.admitted.append((e, pods))
 
     def _place(self, e: Entry) -> list[PodAssignment] | None:
-        gangs = self.state.gangs
+        gangs = self.state.placer
         assert gangs is not None
         flavors = [ps.flavors() for ps in e.assignment.podsets]
         groups = gangs.groups(e.info, flavors, e.assignment.counts())

@@ -98,6 +98,10 @@ class KueuePolicy:
         if workload.admission is not None and workload.admission.cluster_queue in self.config.cluster_queues:
             self._admit_preadmitted(info, now)
             return
+        if not workload.active:
+            info.state = State.DEACTIVATED
+            info.message = "The workload is inactive (spec.active: false); set it to true to queue it"
+            return
         bound = [p for p in live if p.node_name]
         if bound:
             self._admit_bound(info, now)

@@ -309,8 +309,11 @@ class Preemptor:
         finally:
             self.tree.add_usage(ctx.cq.name, ctx.usage)
 
-    def _take(self, ctx: _Ctx, cand: WorkloadInfo, reason: str, targets: list[Target]) -> bool:
+    def _take(self, ctx: _Ctx, cand: WorkloadInfo, reason: str, targets: list[Target],
+              ordering: _TargetOrdering) -> bool:
         self._remove(cand)
+        assert cand.cluster_queue is not None
+        ordering.changed(self.tree.cluster_queue(cand.cluster_queue))
         targets.append(Target(cand, reason))
         return self._fs_fits(ctx)
 
@@ -320,7 +323,7 @@ class Preemptor:
         first = self.strategies[0]
         for target_cq in ordering:
             if target_cq is ctx.node:
-                if self._take(ctx, ordering.pop(target_cq), IN_CLUSTER_QUEUE, targets):
+                if self._take(ctx, ordering.pop(target_cq), IN_CLUSTER_QUEUE, targets, ordering):
                     return True
                 continue
             preemptor_new, target_old = ordering.shares(target_cq)
@@ -332,7 +335,7 @@ class Preemptor:
                 if not ok:
                     retry.append(cand)
                     continue
-                if self._take(ctx, cand, IN_COHORT_FAIR_SHARING, targets):
+                if self._take(ctx, cand, IN_COHORT_FAIR_SHARING, targets, ordering):
                     return True
                 break  # shares changed: pick the target queue again
         return False
@@ -343,7 +346,7 @@ class Preemptor:
             preemptor_new, target_old = ordering.shares(target_cq)
             cand = ordering.pop(target_cq)
             # LessThanInitialShare does not depend on the candidate: one try per queue.
-            if preemptor_new < target_old and self._take(ctx, cand, IN_COHORT_FAIR_SHARING, targets):
+            if preemptor_new < target_old and self._take(ctx, cand, IN_COHORT_FAIR_SHARING, targets, ordering):
                 return True
             ordering.drop(target_cq)
         return False
@@ -352,7 +355,7 @@ class Preemptor:
         mark = self.tree.checkpoint()
         try:
             self._remove(cand)
-            return ordering.shares(target_cq)[1]
+            return ordering.shares(target_cq, cached=False)[1]
         finally:
             self.tree.rollback(mark)
 
@@ -381,6 +384,16 @@ class _TargetOrdering:
             self.ancestors.add(id(node))
             node = node.parent
         self.pruned: set[int] = set()
+        # Shares only change where usage changes, so they are remembered until a removal on their path.
+        self._shares: dict[int, ShareKey] = {}
+        self._alive: dict[int, list[QuotaNode]] = {}
+
+    def changed(self, node: QuotaNode) -> None:
+        """Usage of ``node`` (and so of its ancestors) changed: forget their shares."""
+        n: QuotaNode | None = node
+        while n is not None:
+            self._shares.pop(id(n), None)
+            n = n.parent
 
     def has(self, cq: QuotaNode) -> bool:
         return bool(self.by_cq.get(cq.name))
@@ -402,27 +415,40 @@ class _TargetOrdering:
             if target is not None:
                 yield target
 
-    def _key(self, node: QuotaNode) -> ShareKey:
-        return self.tree.fair_sharing_key(node)
+    def _key(self, node: QuotaNode, cached: bool = True) -> ShareKey:
+        if not cached:
+            return self.tree.fair_sharing_key(node)
+        share = self._shares.get(id(node))
+        if share is None:
+            share = self._shares[id(node)] = self.tree.fair_sharing_key(node)
+        return share
 
     def _next(self, cohort: QuotaNode) -> QuotaNode | None:
         best_cq: QuotaNode | None = None
         best_cq_key: ShareKey | None = None
         best_co: QuotaNode | None = None
         best_co_key: ShareKey | None = None
-        for child in cohort.children:
+        alive: list[QuotaNode] = []  # pruning is for good: later visits only look at the survivors
+        for child in self._alive.get(id(cohort), cohort.children):
             if id(child) in self.pruned:
+                continue
+            if child.is_cluster_queue and not self.has(child):
+                self.pruned.add(id(child))  # checked before the share, which costs more
                 continue
             key = self._key(child)
             if child.is_cluster_queue:
-                if (key == ZERO_SHARE and child is not self.preemptor) or not self.has(child):
+                if key == ZERO_SHARE and child is not self.preemptor:
                     self.pruned.add(id(child))
-                elif best_cq_key is None or key >= best_cq_key:
+                    continue
+                if best_cq_key is None or key >= best_cq_key:
                     best_cq, best_cq_key = child, key
             elif key == ZERO_SHARE and id(child) not in self.ancestors:
                 self.pruned.add(id(child))
+                continue
             elif best_co_key is None or key >= best_co_key:
                 best_co, best_co_key = child, key
+            alive.append(child)
+        self._alive[id(cohort)] = alive
         if best_co is None and best_cq is None:
             self.pruned.add(id(cohort))
             return None
@@ -430,7 +456,7 @@ class _TargetOrdering:
             return self._next(best_co)
         return best_cq
 
-    def shares(self, target: QuotaNode) -> tuple[ShareKey, ShareKey]:
+    def shares(self, target: QuotaNode, cached: bool = True) -> tuple[ShareKey, ShareKey]:
         """Shares of the preemptor's and the target's almost-least-common-ancestors (the children of their
         lowest common cohort on each side)."""
         path: list[QuotaNode] = []
@@ -445,4 +471,4 @@ class _TargetOrdering:
         lca = t.parent
         assert lca is not None, "target and preemptor are in the same cohort tree"
         p_almost = path[on_path[id(lca)] - 1]
-        return self._key(p_almost), self._key(t)
+        return self._key(p_almost, cached), self._key(t, cached)

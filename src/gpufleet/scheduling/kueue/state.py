@@ -47,6 +47,13 @@ class SchedulerState:
                                    config.scheduler.fair_sharing_strategies)
         self._seq = 0
 
+    @property
+    def placer(self) -> GangPlacer | None:
+        """The gang placer when nodes are known; a cluster without any node means quota-only decisions."""
+        if self.gangs is None or self.cluster is None or not self.cluster.nodes:
+            return None
+        return self.gangs
+
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
@@ -73,8 +80,9 @@ class SchedulerState:
             self.queues.clear_sticky(info)
         else:
             self.running_free[info.key] = info
+        # waitForPodsReady is Kueue's: workloads without a queue are not Kueue's to time out.
         policy = self.config.pods_ready_for(cq)
-        if policy.enable and not ready:
+        if cq is not None and policy.enable and not ready:
             info.ready = False
             info.ready_deadline = record.admitted_at + policy.timeout_s
             self.waiting_ready[info.key] = info
