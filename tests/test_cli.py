@@ -108,3 +108,22 @@ def test_mig_check() -> None:
     assert bad.exit_code == 1 and "overlap" in bad.output.lower()
     guide = runner.invoke(app, ["mig", "check", "A100-SXM4-80GB", "3g.40gb:2,1g.10gb"])
     assert guide.exit_code == 1
+
+
+def test_plan_on_the_casestudy_snapshot_places_each_team_on_its_pool() -> None:
+    result = runner.invoke(app, ["plan", str(REPO / "examples" / "casestudy"),
+                                 str(REPO / "examples" / "plan" / "snapshot.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (cycle,) = doc["cycles"]
+    admitted = {a["workload"]: a for a in cycle["admitted"]}
+    emb = admitted["production/embeddings"]
+    assert emb["clusterQueue"] == "production"
+    assert emb["flavors"]["nvidia.com/mig-1g.10gb"] == "a100-mig-1g10gb"
+    assert emb["pods"][0]["node"].startswith("a100-b-") and emb["pods"][0]["devices"][0].startswith("MIG-")
+    nb = admitted["data-science/notebook-anna"]["pods"][0]
+    assert nb["node"].startswith("l40s-") and nb["devices"][0].endswith("::0")
+    assert admitted["default/stray"]["clusterQueue"] is None  # no queue: runs without quota
+    pending = {p["workload"]: p["reason"] for p in cycle["pending"]}
+    assert "research/llm-pretrain" in pending and "h100-full, 4 more needed" in pending["research/llm-pretrain"]
+    assert doc["usage"]["research"]["h100-full"]["nvidia.com/gpu"] == "4"  # the running job holds its quota

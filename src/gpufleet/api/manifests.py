@@ -57,6 +57,7 @@ class Manifests:
     config: SchedulerConfig | None = None
     problems: Problems = field(default_factory=Problems)
     documents: int = 0
+    simulation_inputs: int = 0  # documents only the simulator reads (WorkloadGenerator)
 
     def counts(self) -> dict[str, int]:
         return {k: len(v) for k, v in (
@@ -76,6 +77,10 @@ _TARGET: dict[str, str] = {
 }
 
 
+# Kinds that describe a simulated workload rather than cluster objects: the simulator consumes them.
+SIMULATION_KINDS = frozenset({("gpufleet.io", "WorkloadGenerator")})
+
+
 def _group_of(api_version: str) -> str:
     return api_version.split("/", 1)[0] if "/" in api_version else ""
 
@@ -89,6 +94,9 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
     if not kind or not api_version:
         r.error("a manifest needs apiVersion and kind", "kind" if not kind else "apiVersion",
                 fix="start the document with apiVersion: ... and kind: ...")
+        return
+    if (_group_of(str(api_version)), str(kind)) in SIMULATION_KINDS:
+        out.simulation_inputs += 1  # read and checked by `gpufleet simulate`, not by the scheduler
         return
     parser = PARSERS.get((_group_of(str(api_version)), str(kind)))
     if parser is None:

@@ -66,6 +66,8 @@ def validate(files: Files) -> None:
     m = _load(files)
     _print_problems(m.problems.all)
     counts = ", ".join(f"{n} {k}" for k, n in m.counts().items()) or "no objects"
+    if m.simulation_inputs:
+        counts += f" (+{m.simulation_inputs} WorkloadGenerator for `gpufleet simulate`)"
     if m.problems.errors:
         err.print(f"[red]{len(m.problems.errors)} error(s)[/red] in {m.documents} document(s); valid: {counts}")
         raise typer.Exit(1)
