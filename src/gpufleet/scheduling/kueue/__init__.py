@@ -9,7 +9,8 @@ Module map:
 * :mod:`.modes`, :mod:`.selection`, :mod:`.flavors` - flavor assignment;
 * :mod:`.preemption` - preemption targets (classical and fair sharing);
 * :mod:`.ordering` - order of a cycle's heads (classical, fair-sharing tournament);
-* :mod:`.gangs`, :mod:`.firstfit` - placing a workload's pods all or none through a Placer;
+* :mod:`.gangs` - placing a workload's pods all or none through the placement engine's Placer
+  (:mod:`.firstfit` is a simple reference placer for tests);
 * :mod:`.state`, :mod:`.cycle` - the policy's state and one scheduling cycle;
 * :mod:`.policy` - :class:`KueuePolicy`, the :class:`~gpufleet.scheduling.types.Policy` drivers run.
 """

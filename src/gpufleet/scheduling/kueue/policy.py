@@ -16,7 +16,6 @@ Lifecycle of a workload, driven by the simulator or the live driver:
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import PodSetAdmission, State, WorkloadInfo, pod_set_requests
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
+from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.quota import FR, QuotaTree
 from gpufleet.scheduling.types import Decisions, PendingWorkload, Placer, PodAssignment
 
@@ -41,24 +41,18 @@ DEACTIVATED_MESSAGE = "The workload is deactivated due to exceeding the maximum 
 _TERMINAL = ("Succeeded", "Failed")
 
 
-def engine_placer_factory(profile: object = "gpufleet") -> PlacerFactory | None:
-    """The placement engine's ``make_placer`` (``gpufleet.scheduling.placement``), when it is installed."""
-    try:
-        module = importlib.import_module("gpufleet.scheduling.placement")
-    except ImportError:
-        return None
-    make: Any = getattr(module, "make_placer", None)
-    if make is None:
-        return None
+def engine_placer_factory(profile: str = "gpufleet") -> PlacerFactory:
+    """The placement engine with a named profile (``gpufleet.scheduling.placement``)."""
 
     def factory(cluster: ClusterState, rng: random.Random, topologies: Sequence[Topology]) -> Placer:
-        placer: Placer = make(cluster, profile, rng, topologies)
-        return placer
+        return make_placer(cluster, profile, rng, topologies)
 
     return factory
 
 
 def first_fit_factory(cluster: ClusterState, rng: random.Random, topologies: Sequence[Topology]) -> Placer:
+    """A deliberately simple reference placer (first node that fits), for tests that check the queueing
+    core's gang logic independently of the placement engine's scoring. Never used unless asked for."""
     return FirstFitPlacer(cluster)
 
 
@@ -75,7 +69,7 @@ class KueuePolicy:
         self.rng = random.Random(seed)
         gangs: GangPlacer | None = None
         if cluster is not None:
-            factory = placer_factory or engine_placer_factory() or first_fit_factory
+            factory = placer_factory or engine_placer_factory()
             gangs = GangPlacer(factory(cluster, self.rng, list(self.config.topologies.values())),
                                self.config.flavors)
         self.state = SchedulerState(self.config, cluster, gangs, quota_tree_factory)
