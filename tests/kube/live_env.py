@@ -107,11 +107,11 @@ def flavor(name: str = "gpu") -> JsonDict:
 
 
 def cluster_queue(name: str, gpus: int, *, flavor_name: str = "gpu", preemption: JsonDict | None = None,
-                  cohort: str | None = None) -> JsonDict:
+                  cohort: str | None = None, cpu: str = "1000") -> JsonDict:
     spec: JsonDict = {"namespaceSelector": {}, "resourceGroups": [{
         "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
         "flavors": [{"name": flavor_name, "resources": [
-            {"name": "cpu", "nominalQuota": "1000"}, {"name": "memory", "nominalQuota": "10Ti"},
+            {"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": "10Ti"},
             {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}
     if preemption:
         spec["preemption"] = preemption

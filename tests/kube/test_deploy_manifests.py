@@ -366,10 +366,13 @@ def test_probes_and_ports() -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
-    assert set(ports) == {"metrics", "health"}
+    assert set(ports) == {"metrics", "health", "webhook"}
     config = yaml.safe_load(one("ConfigMap")["data"]["config.yaml"])
     assert config["metricsBindAddress"] == f":{ports['metrics']}"
     assert config["healthProbeBindAddress"] == f":{ports['health']}"
+    assert config["webhook"]["bindAddress"] == f":{ports['webhook']}"
+    webhook_svc = yaml.safe_load((ROOT / "deploy" / "webhook" / "service.yaml").read_text())
+    assert webhook_svc["spec"]["ports"][0]["targetPort"] == ports["webhook"]
     svc = one("Service")
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert [(p["name"], p["targetPort"]) for p in svc["spec"]["ports"]] == [("metrics", "metrics")]

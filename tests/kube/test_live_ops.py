@@ -80,5 +80,5 @@ def test_a_gang_not_ready_in_time_is_evicted(apisim: ApiSim, live_scheduler: Cal
     wait_until(lambda: apisim.get(r.PODS, NS, "g0") is None and apisim.get(r.PODS, NS, "g1") is None,
                what="the unready gang evicted")
     assert bound_node(apisim, "solo") == "n0"
-    text = sched.metrics.exposition().decode()
-    assert 'gpufleet_gang_timeouts_total{reason="PodsReadyTimeout"} 1.0' in text
+    wait_until(lambda: 'gpufleet_gang_timeouts_total{reason="PodsReadyTimeout"} 1.0'
+               in sched.metrics.exposition().decode(), what="the timeout counted")

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 
-_POSITION = re.compile(r" behind \d+ workload\(s\)")
+_QUEUED = re.compile(r"(Waiting|Next) in ClusterQueue ")
 
 
 @dataclass(slots=True)
@@ -60,6 +60,7 @@ class CycleReport:
     world_s: float = 0.0
     policy_s: float = 0.0
     api_s: float = 0.0
+    bind_cpu_s: float = 0.0  # CPU our API client spent in the bind jobs (all writer threads together)
 
 
 def pending_reason(info: WorkloadInfo | None, message: str) -> str:
@@ -74,7 +75,7 @@ def pending_reason(info: WorkloadInfo | None, message: str) -> str:
         return "InsufficientNodes"
     if message.startswith("couldn't assign flavors"):
         return "InsufficientQuota"
-    if message.startswith(("Waiting in ClusterQueue", "Next in ClusterQueue")) or not message:
+    if not message or _QUEUED.match(message):
         return "Queued"
     return "Other"
 
@@ -92,6 +93,7 @@ class CycleRunner:
         self.parse = ParseCache()
         self.assumed = AssumedPods(settings.binding.assume_timeout)
         self.shields = Shields()
+        self.parked = planner.ParkedMemory()
         self.recorder = Recorder(client, settings.scheduler_name, identity)
         b = settings.binding
         self.binder = Binder(client, self.recorder, metrics, may_write=may_write, retries=b.retries,
@@ -117,8 +119,9 @@ class CycleRunner:
         repairs = gangs.repair(world, s.binding.gang_repair_timeout)
         finish(world)
         report.world_s = time.perf_counter() - started
-        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now))
+        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=self.parked)
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        self.parked.remember(policy)
         report.policy_s = time.perf_counter() - started - report.world_s
         timeouts = gangs.timed_out(world, plan.pods_ready_policy)
         jobs = self._jobs(world, plan, repairs)
@@ -178,7 +181,8 @@ class CycleRunner:
         for p in plan.preempted:
             pods = tuple(world.pods[k].raw for k in world.pods_of.get(p.workload, [])
                          if k in world.pods and world.pods[k].holds_capacity)
-            out.append(Victim(p.workload, p.preemptor, p.reason, pods))
+            if pods:  # nothing on a node (already gone): nothing to evict
+                out.append(Victim(p.workload, p.preemptor, p.reason, pods))
         for a in actions:
             if a.kind == "evict":
                 out.append(Victim(a.workload, "", a.reason, tuple(world.pods[k].raw for k in a.pods), a.message))
@@ -194,9 +198,13 @@ class CycleRunner:
                 continue
             workload = world.workload_of.get(e.key)
             message = plan.pending.get(workload or "")
-            if message is None:
+            # Only workloads the policy evaluated and found unfit get the condition, as kube-scheduler sets it
+            # only after an attempt: one merely waiting for its turn in a queue (Kueue keeps those gated)
+            # shows in the queue's status and the pending gauge instead. Thousands of queued pods would
+            # otherwise cost two writes each whenever the queue moves.
+            if not message or _QUEUED.match(message):
                 continue
-            out.append((e.raw, _POSITION.sub(" behind other workloads", message) or "Waiting to be scheduled"))
+            out.append((e.raw, message))
         return out
 
     def _gauge(self, world: World, plan: planner.Plan) -> None:
@@ -223,14 +231,28 @@ class CycleRunner:
         if self.may_write():
             others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable]
             others += [pool.submit(write_status, self.client, res, obj, st) for res, obj, st in statuses]
-        for future in binds:
-            result = future.result()
+        for job, future in zip(jobs, binds, strict=True):
+            try:
+                result = future.result()
+            except Exception:
+                # A bug in a bind job: what it did is unknown, so nothing of it stays assumed; the next cycle
+                # reads the truth from the cache (a pod it did bind is then bound there, never bound again).
+                log.exception("bind job for %s failed", job.workload)
+                for p in job.pods:
+                    self.assumed.forget(p.key)
+                    report.bind_failed[p.key] = "internal error"
+                continue
             report.bound.extend(result.bound + result.elsewhere)
             report.bind_failed.update(result.failed)
+            report.bind_cpu_s += result.client_cpu_seconds
             for key in result.failed:
                 self.assumed.forget(key)  # not bound: its capacity is free again for the next cycle
         for victim, ev in evictions:
-            outcome = ev.result()
+            try:
+                outcome = ev.result()
+            except Exception:
+                log.exception("eviction of %s failed", victim.workload)
+                continue
             if outcome.outcome == "evicted":
                 report.evicted.append(victim.workload)
                 if victim.reason in (gangs.PODS_READY_TIMEOUT, gangs.GANG_INCOMPLETE):
@@ -240,4 +262,7 @@ class CycleRunner:
                 backoff = outcome.retry_after or self.settings.disruption_budget_backoff
                 self.shields.add(victim.workload, now + backoff)
         for other in others:
-            other.result()
+            try:
+                other.result()
+            except Exception:
+                log.exception("a status or condition write failed")

@@ -8,33 +8,24 @@ cycle, so one cycle per rebuild would be a needless bottleneck.
 
 Workloads whose eviction a PodDisruptionBudget refused are *shielded*: they keep their nodes and quota but
 are no candidates for preemption, so the next cycle chooses other victims.
+
+Kueue parks a BestEffortFIFO head that does not fit, so the next head gets its turn, and wakes parked
+workloads only when capacity or quota is released. A policy rebuilt every cycle would forget that and
+re-evaluate the same unfit heads first each time (a backlog deeper than a cycle budget would starve the
+workloads behind it), so :class:`ParkedMemory` carries the parked set from one cycle to the next for as long
+as nothing was released: no pod that held capacity is gone, and nodes and queue objects are unchanged.
 """
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from gpufleet.api.objects import PodsReadyPolicy, Topology
-from gpufleet.cluster.state import ClusterState
+from gpufleet.api.objects import PodsReadyPolicy
 from gpufleet.kube.world import World
-from gpufleet.scheduling.kueue import KueuePolicy, PlacerFactory, first_fit_factory
-from gpufleet.scheduling.types import AdmittedWorkload, Placer, PreemptedWorkload
-
-
-def placer_factory(profile: str) -> PlacerFactory:
-    """The placement engine's placer for ``profile`` (first-fit when the engine is not installed)."""
-    try:
-        from gpufleet.scheduling.placement import make_placer
-    except ImportError:  # pragma: no cover - the engine ships with gpufleet
-        return first_fit_factory
-
-    def factory(cluster: ClusterState, rng: random.Random, topologies: Sequence[Topology]) -> Placer:
-        return make_placer(cluster, profile, rng, topologies)
-
-    return factory
+from gpufleet.scheduling.kueue import KueuePolicy, engine_placer_factory
+from gpufleet.scheduling.types import AdmittedWorkload, PreemptedWorkload
 
 
 @dataclass(slots=True)
@@ -52,12 +43,14 @@ class Plan:
         return self.policy.config.pods_ready_for(info.cluster_queue)
 
 
-def make_policy(world: World, profile: str, shielded: Collection[str], seed: int = 0) -> KueuePolicy:
-    factory = placer_factory(profile)
-    policy = KueuePolicy(world.manifests(), world.cluster, placer_factory=factory, seed=seed)
+def make_policy(world: World, profile: str, shielded: Collection[str], seed: int = 0,
+                parked: ParkedMemory | None = None) -> KueuePolicy:
+    policy = KueuePolicy(world.manifests(), world.cluster, placer_factory=engine_placer_factory(profile), seed=seed)
     for w in world.workloads:
         policy.submit(w, world.now)
     shield(policy, shielded)
+    if parked is not None:
+        parked.apply(world, policy)
     return policy
 
 
@@ -74,10 +67,18 @@ def shield(policy: KueuePolicy, workloads: Collection[str]) -> None:
             table.pop(key, None)
 
 
+def _active(policy: KueuePolicy) -> int:
+    """Workloads that could be a ClusterQueue's head in the next cycle (not parked)."""
+    return sum(len(q.active) for q in policy.state.queues.queues.values())
+
+
 def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: float = 2.0) -> Plan:
+    """Policy cycles until one admits nothing and parks nothing (every head left is stuck or there is
+    none), or a budget is spent."""
     plan = Plan(policy)
     started = time.perf_counter()
     evicting: set[str] = set()
+    active = _active(policy)
     while plan.cycles < max_cycles:
         decisions = policy.cycle(now)
         plan.cycles += 1
@@ -86,7 +87,48 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
             if p.workload not in evicting:
                 evicting.add(p.workload)
                 plan.preempted.append(p)
-        if not decisions.admitted or time.perf_counter() - started > budget_s:
+        before, active = active, _active(policy)
+        if (not decisions.admitted and active >= before) or time.perf_counter() - started > budget_s:
             break
     plan.pending = {p.workload: p.reason for p in policy.pending_report()}
     return plan
+
+
+def _nodes_fingerprint(world: World) -> int:
+    return hash(tuple((n.name, tuple(sorted(n.allocatable.items())), n.unschedulable, n.ready, n.taints,
+                       tuple(sorted(n.labels.items()))) for n in world.nodes))
+
+
+class ParkedMemory:
+    """Which workloads the last cycle left parked, and whether that still holds (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._parked: dict[str, tuple[str, str, bool]] = {}  # workload -> (ClusterQueue, message, for nodes)
+        self._queues: object = None
+        self._nodes = 0
+        self._holders: frozenset[str] = frozenset()
+
+    def apply(self, world: World, policy: KueuePolicy) -> int:
+        """Park again in ``policy`` what the last cycle parked, if nothing was released since; how many."""
+        holders = frozenset(e.key for e in world.pods.values() if e.holds_capacity)
+        nodes = _nodes_fingerprint(world)
+        valid = world.queues is self._queues and nodes == self._nodes and self._holders <= holders
+        parked = self._parked if valid else {}
+        count = 0
+        queues = policy.state.queues.queues
+        for key, (cq, message, for_nodes) in parked.items():
+            info = policy.info(key)
+            q = queues.get(cq)
+            if info is not None and q is not None and key in q.active:
+                q.park(info)
+                info.message = message  # why it waits, for its pods' condition and the pending gauge
+                if for_nodes:
+                    info.placement_parked = True
+                    policy.state.placement_parked[key] = info
+                count += 1
+        self._queues, self._nodes, self._holders = world.queues, nodes, holders
+        return count
+
+    def remember(self, policy: KueuePolicy) -> None:
+        self._parked = {key: (name, info.message, info.placement_parked)
+                        for name, q in policy.state.queues.queues.items() for key, info in q.parked.items()}

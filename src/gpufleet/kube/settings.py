@@ -10,7 +10,7 @@ form as manifest errors. The file::
       leaseDuration: 15s
       renewDeadline: 10s
       retryPeriod: 2s
-    cyclePeriod: 1s                     # longest wait between cycles; a change in the cluster wakes one sooner
+    cyclePeriod: 5s                     # longest wait between cycles; a change in the cluster wakes one sooner
     metricsBindAddress: ":8080"
     healthProbeBindAddress: ":8081"
     placementProfile: gpufleet          # a profile of gpufleet.scheduling.placement
@@ -67,8 +67,10 @@ class BindingSettings:
 class WebhookSettings:
     enabled: bool = False
     bind_address: str = ":9443"
-    cert_file: str = "/etc/gpufleet/webhook/tls.crt"
-    key_file: str = "/etc/gpufleet/webhook/tls.key"
+    # Where the Deployment mounts the gpufleet-webhook-tls Secret (not under /etc/gpufleet: that is the
+    # read-only ConfigMap volume, which cannot host a mount point).
+    cert_file: str = "/var/run/gpufleet/webhook/tls.crt"
+    key_file: str = "/var/run/gpufleet/webhook/tls.key"
     runtime_class_name: str | None = None
     # Bind a fractional pod only if the webhook mutated it; off only where another tool sets the env var.
     require_mutation: bool = True
@@ -78,9 +80,9 @@ class WebhookSettings:
 class SchedulerSettings:
     scheduler_name: str = "gpufleet"
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
-    cycle_period: float = 1.0
+    cycle_period: float = 5.0  # a full rebuild; changes in the cluster wake a cycle much sooner
     min_cycle_interval: float = 0.02  # coalesces a burst of watch events into one cycle
-    max_cycles_per_round: int = 1000
+    max_cycles_per_round: int = 10_000
     round_budget: float = 2.0  # seconds of policy cycles before the decisions so far are carried out
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"

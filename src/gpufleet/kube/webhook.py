@@ -119,6 +119,8 @@ def mutate(pod: Mapping[str, Any], policy: WebhookPolicy) -> tuple[list[JsonDict
             continue
         # A value the pod set itself (or a CUDA image's "all") must not win over the scheduler's choice.
         same = [k for k, e in enumerate(env) if isinstance(e, Mapping) and e.get("name") == ENV_NAME]
+        if len(same) == 1 and env[same[0]] == _env_entry():
+            continue  # already ours: a reinvocation must change nothing
         for k in reversed(same):
             ops.append({"op": "remove", "path": f"{base}/{k}"})
         ops.append({"op": "add", "path": f"{base}/-", "value": _env_entry()})

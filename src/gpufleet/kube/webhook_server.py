@@ -27,7 +27,12 @@ class _Certificates:
         self.cert_file, self.key_file = cert_file, key_file
         self._lock = threading.Lock()
         self._stamp: tuple[float, float] | None = None
-        self._context = self._load()
+        self._context: ssl.SSLContext | None = None
+        try:
+            self._context = self._load()
+        except (OSError, ssl.SSLError) as e:
+            # At install time cert-manager may not have written the Secret yet: serve as soon as it has.
+            log.info("webhook certificate not loaded (%s): connections are refused until it exists", e)
 
     def _load(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -44,6 +49,8 @@ class _Certificates:
                     self._context = self._load()
             except (OSError, ssl.SSLError) as e:  # mid-rotation: keep serving the last good pair
                 log.warning("webhook certificate reload failed: %s", e)
+            if self._context is None:
+                raise OSError(f"no webhook certificate at {self.cert_file} yet")
             return self._context
 
 
@@ -89,8 +96,13 @@ class _TlsServer(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = self.socket.accept()
+        try:
+            context = self.certs.current()
+        except OSError:
+            sock.close()  # no certificate yet: refuse this one (the API server retries or fails the pod)
+            raise
         # The handshake runs in the request thread (first read), so a slow client cannot stall accept().
-        return self.certs.current().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+        return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
 
 class WebhookServer:
