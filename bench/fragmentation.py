@@ -5,11 +5,12 @@ Each run: the 1213 GPU nodes, the pod list shuffled and resampled to 130% of GPU
 at a time through gpufleet's placement engine, nothing leaves; unallocated GPU % read at 100/110/120/130%
 arrived demand (mean ± sd over seeds). See bench/README.md, "Fragmentation benchmark (openb)".
 
-    .venv/bin/python bench/fragmentation.py [--seeds 42-51] [--jobs 2] [--engine placer]
-        [--variant-engine fast] [--no-variants] [--variants gpushare100,cpu050] [--json OUT]
+    .venv/bin/python bench/fragmentation.py [--seeds 42-51] [--jobs 2] [--no-variants]
+        [--variants gpushare100,cpu050] [--quick] [--json OUT] [--plot OUT.png]
 
-The default run is long on 2 cores (7 × 10 runs of ~10-30 s, then 2 × 10 per variant trace): start it with
-nohup and a log under /tmp. ``--quick`` runs 3 seeds and four variant traces.
+The default run takes ~20 minutes on 2 cores (7 × 10 runs of 2-15 s on the default trace, then 2 × 10 runs
+on each of 23 variant traces): start it with nohup and a log under /tmp. ``--quick`` runs 3 seeds and four
+variant traces (~1.5 minutes).
 """
 
 from __future__ import annotations
@@ -83,13 +84,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--engine", default="placer", choices=("placer", "fast"))
-    ap.add_argument("--variant-engine", default="fast", choices=("placer", "fast"),
-                    help="engine for the variant traces (fast: same plugins and placements, cached search)")
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--variants", default=None, help="comma-separated trace stems (default: every variant)")
     ap.add_argument("--quick", action="store_true", help="3 seeds, four variant traces")
     ap.add_argument("--json", default=None, help="write every summary here")
+    ap.add_argument("--plot", default=None, help="write the default trace's curves here (PNG)")
     args = ap.parse_args()
 
     folder = default_openb_dir()
@@ -99,14 +98,17 @@ def main() -> int:
     seeds = tuple(parse_seeds("42-44" if args.quick else args.seeds))
     nodes = folder / GPU_NODE_FILE
     started = time.perf_counter()
-    cfg = BenchConfig(nodes, folder / DEFAULT_POD_FILE, policies=POLICIES, seeds=seeds, engine=args.engine,
-                      jobs=args.jobs)
-    print(f"default trace: {len(POLICIES)} policies × {len(seeds)} seeds, engine {args.engine}, {args.jobs} jobs",
-          flush=True)
+    cfg = BenchConfig(nodes, folder / DEFAULT_POD_FILE, policies=POLICIES, seeds=seeds, jobs=args.jobs)
+    print(f"default trace: {len(POLICIES)} policies × {len(seeds)} seeds, {args.jobs} jobs", flush=True)
     main_summaries = summarize(run_benchmark(cfg, _progress))
     print("\nUnallocated GPU % (mean ± sd over seeds), openb_pod_list_default.csv, published means beside:\n")
     print(main_table(main_summaries), flush=True)
     all_summaries = list(main_summaries)
+    if args.plot:
+        from gpufleet.sim.fragbench_plot import plot_summaries
+
+        plot_summaries(main_summaries, args.plot)
+        print(f"plot written to {args.plot}")
 
     worse: list[str] = []
     if not args.no_variants:
@@ -119,8 +121,8 @@ def main() -> int:
         variant_summaries: list[PolicySummary] = []
         for stem in stems:
             vcfg = BenchConfig(nodes, folder / f"{stem}.csv", policies=("fgd", "fgdplus"), seeds=seeds,
-                               engine=args.variant_engine, jobs=args.jobs)
-            print(f"\n{stem}: fgd and fgdplus × {len(seeds)} seeds, engine {args.variant_engine}", flush=True)
+                               jobs=args.jobs)
+            print(f"\n{stem}: fgd and fgdplus × {len(seeds)} seeds", flush=True)
             variant_summaries.extend(summarize(run_benchmark(vcfg, _progress)))
         table, worse = variant_table(variant_summaries)
         print("\nFGD+ against FGD on the variant traces, unallocated GPU % at 100% (and 130%) arrived:\n")

@@ -21,7 +21,7 @@ def test_fragmentation_table_json_and_plot(tmp_path: Path) -> None:
     nodes_csv, pods_csv = write_trace(tmp_path)
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
     result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
-                                 "--policy", "fgd", "--policy", "FGDplus", "--seeds", "1-2", "--engine", "fast",
+                                 "--policy", "fgd", "--policy", "FGDplus", "--seeds", "1-2",
                                  "--json", str(out_json), "--plot", str(out_png)])
     assert result.exit_code == 0, result.output
     assert "fgdplus" in result.output and "Unallocated GPU" in result.output
@@ -35,7 +35,7 @@ def test_bad_arguments_exit_2(tmp_path: Path) -> None:
     nodes_csv, pods_csv = write_trace(tmp_path)
     base = ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv)]
     for extra, message in ((["--seeds", "9-1"], "empty seed range"), (["--policy", "tetris"], "unknown policy"),
-                           (["--engine", "turbo"], "unknown engine"), (["--tie-break", "last"], "unknown tie-break")):
+                           (["--tie-break", "last"], "unknown tie-break")):
         result = runner.invoke(app, base + extra)
         assert result.exit_code == 2, (extra, result.output)
         assert message in result.output
@@ -48,5 +48,5 @@ def test_damaged_trace_exits_1(tmp_path: Path) -> None:
     nodes_csv, pods_csv = write_trace(tmp_path)
     pods_csv.write_text(pods_csv.read_text() + "bad,1,1,1,2000,,,,,,\n")
     result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
-                                 "--policy", "fgd", "--seeds", "1", "--engine", "fast"])
+                                 "--policy", "fgd", "--seeds", "1"])
     assert result.exit_code == 1 and "rows rejected" in result.output

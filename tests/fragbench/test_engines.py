@@ -1,4 +1,4 @@
-"""The benchmark run end to end: both engines, every policy, parallel runs, the JSON document."""
+"""The benchmark run end to end: index and plain scan agree, every policy, parallel runs, the JSON document."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from gpufleet.sim.fragbench import (
     BenchConfig,
     parse_seeds,
     run_benchmark,
-    run_one,
+    simulate,
     summarize,
     to_json,
 )
+from gpufleet.sim.fragbench_trace import build_arrivals, load_trace, trace_typical_pods
 from gpufleet.sim.openb import DEFAULT_POD_FILE, GPU_NODE_FILE
 from tests.fragbench.helpers import write_trace
 
@@ -30,21 +31,24 @@ def _eq(a: list[float], b: list[float]) -> bool:
 
 
 @pytest.mark.parametrize("policy", [p for p in POLICIES if p != "random"])
-def test_fast_engine_places_exactly_as_the_placer(tmp_path: Path, policy: str) -> None:
-    # The fast engine is the same placer with a cached candidate search; with the deterministic tie-break
-    # every placement, hence every curve point, must be identical.
+def test_figures_do_not_depend_on_the_placers_index(tmp_path: Path, policy: str) -> None:
+    # The placer's equivalence-class index must place exactly as its plain scan of every node; with the
+    # deterministic tie-break every placement, hence every curve point, is then identical.
     nodes_csv, pods_csv = write_trace(tmp_path, nodes=15, pods=150)
-    cfg = BenchConfig(nodes_csv, pods_csv, policies=(policy,), seeds=(5,), engine="placer")
-    slow = run_one(cfg, policy, 5)
-    fast = run_one(replace(cfg, engine="fast"), policy, 5)
-    assert slow.failed_pods == fast.failed_pods and slow.failed_pods > 0
-    assert _eq(slow.unallocated_pct, fast.unallocated_pct)
-    assert _eq(slow.frag_amount_pct, fast.frag_amount_pct)
+    _, pods = load_trace(nodes_csv, pods_csv)
+    nodes, _ = load_trace(nodes_csv, pods_csv)
+    a = build_arrivals(pods, nodes, 5)
+    typ = trace_typical_pods(pods)
+    indexed = simulate(a, typ, policy)
+    naive = simulate(a, typ, policy, indexed=False)
+    assert indexed.failed_pods == naive.failed_pods and indexed.failed_pods > 0
+    assert _eq(indexed.unallocated_pct, naive.unallocated_pct)
+    assert _eq(indexed.frag_amount_pct, naive.frag_amount_pct)
 
 
 def test_results_do_not_depend_on_jobs(tmp_path: Path) -> None:
     nodes_csv, pods_csv = write_trace(tmp_path)
-    cfg = BenchConfig(nodes_csv, pods_csv, policies=("fgd", "random"), seeds=(1, 2), engine="fast")
+    cfg = BenchConfig(nodes_csv, pods_csv, policies=("fgd", "random"), seeds=(1, 2))
     one = run_benchmark(cfg)
     two = run_benchmark(replace(cfg, jobs=2))
     assert [(r.policy, r.seed) for r in one] == [("fgd", 1), ("fgd", 2), ("random", 1), ("random", 2)]
@@ -55,7 +59,7 @@ def test_results_do_not_depend_on_jobs(tmp_path: Path) -> None:
 
 def test_json_document(tmp_path: Path) -> None:
     nodes_csv, pods_csv = write_trace(tmp_path)
-    cfg = BenchConfig(nodes_csv, pods_csv, policies=("bestfit",), seeds=(1, 2, 3), engine="fast")
+    cfg = BenchConfig(nodes_csv, pods_csv, policies=("bestfit",), seeds=(1, 2, 3))
     doc = json.loads(json.dumps(to_json(summarize(run_benchmark(cfg)))))
     (entry,) = doc["results"]
     assert entry["policy"] == "bestfit" and entry["trace"] == "pods" and entry["seeds"] == [1, 2, 3]
@@ -76,15 +80,15 @@ def test_parse_seeds() -> None:
 def test_config_rejects_unknown_names(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown policy"):
         BenchConfig(tmp_path / "n", tmp_path / "p", policies=("fgdd",))
-    with pytest.raises(ValueError, match="unknown engine"):
-        BenchConfig(tmp_path / "n", tmp_path / "p", engine="turbo")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown tie_break"):
+        BenchConfig(tmp_path / "n", tmp_path / "p", tie_break="last")  # type: ignore[arg-type]
 
 
 def test_smoke_on_the_openb_trace_every_policy(openb: Path) -> None:
     # CI smoke: a few hundred pods of the real trace on 80 of its nodes, every policy, well under 20 s.
     started = time.perf_counter()
     cfg = BenchConfig(openb / GPU_NODE_FILE, openb / DEFAULT_POD_FILE, policies=POLICIES, seeds=(42,),
-                      engine="fast", max_nodes=80, max_pods=300)
+                      max_nodes=80, max_pods=300)
     results = run_benchmark(cfg)
     assert time.perf_counter() - started < 20
     by_policy = {r.policy: r for r in results}

@@ -173,4 +173,4 @@ def test_profile_names_and_validation() -> None:
     with pytest.raises(ValueError, match="unknown scorer"):
         Profile("bad", (("most_allocated", 1),), then=("nope",))
     gpufleet = make_profile("gpufleet")
-    assert gpufleet.tier == "model" and gpufleet.scorers == (("fgd", 1),) and gpufleet.then == ("bestfit",)
+    assert gpufleet.tier == "model" and gpufleet.scorers == (("fgdplus", 1),) and gpufleet.then == ("bestfit",)

@@ -17,13 +17,11 @@ from rich.table import Table
 
 from gpufleet.sim.fragbench import (
     BASELINE_POLICIES,
-    ENGINES,
     POLICIES,
     PUBLISHED_UNALLOCATED,
     REPORT_POINTS,
     TIE_BREAKS,
     BenchConfig,
-    EngineName,
     PolicySummary,
     RunResult,
     TieBreak,
@@ -57,11 +55,15 @@ def _cell(mean: float, std: float) -> str:
 
 def render_table(summaries: list[PolicySummary]) -> Table:
     """Unallocated GPU % per policy at the report points, the published mean beside it on the default trace."""
-    table = Table(title="Unallocated GPU % (mean ± sd over seeds) at arrived GPU demand = % of capacity")
-    table.add_column("policy")
-    table.add_column("trace")
+    traces = sorted({s.trace for s in summaries})
+    one = traces[0] if len(traces) == 1 else None
+    title = "Unallocated GPU % (mean ± sd over seeds) at arrived GPU demand = % of capacity"
+    table = Table(title=title + (f", {one}" if one else ""))
+    table.add_column("policy", no_wrap=True)
+    if one is None:
+        table.add_column("trace", no_wrap=True)
     for b in REPORT_POINTS:
-        table.add_column(f"{b}%", justify="right")
+        table.add_column(f"{b}%", justify="right", no_wrap=True)
     table.add_column("published 100%", justify="right")
     table.add_column("frag rate 80%", justify="right")
     table.add_column("failed pods", justify="right")
@@ -70,19 +72,13 @@ def render_table(summaries: list[PolicySummary]) -> Table:
         published = PUBLISHED_UNALLOCATED.get(s.policy, {}).get(100) if s.trace == DEFAULT_TRACE else None
         rate80 = s.frag_rate_curve[80] if len(s.frag_rate_curve) > 80 else math.nan
         table.add_row(
-            s.policy, s.trace, *(_cell(s.unallocated[b].mean, s.unallocated[b].std) for b in REPORT_POINTS),
+            s.policy, *(() if one else (s.trace,)),
+            *(_cell(s.unallocated[b].mean, s.unallocated[b].std) for b in REPORT_POINTS),
             f"{published:.2f}" if published is not None else "-",
             "-" if math.isnan(rate80) else f"{rate80:.1f}",
             f"{s.failed_pods:.0f}", f"{s.seconds_per_run:.1f}",
         )
     return table
-
-
-def _engine(name: str) -> EngineName:
-    for e in ENGINES:
-        if e == name:
-            return e
-    raise ValueError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}")
 
 
 def _tie_break(name: str) -> TieBreak:
@@ -103,9 +99,6 @@ def fragmentation(
     seeds: Annotated[str, typer.Option(help="Seeds: a range 42-51 and/or a list 1,5,9.")] = "42-51",
     inflate: Annotated[float, typer.Option(help="Arrived GPU demand to reach, × cluster GPU capacity.")] = 1.3,
     jobs: Annotated[int, typer.Option(help="Runs in parallel (processes); results do not depend on it.")] = 1,
-    engine: Annotated[str, typer.Option(
-        help="placer: the scheduler's placement engine; fast: the same plugins with a per-node score cache.")
-    ] = "placer",
     tie_break: Annotated[str, typer.Option(
         "--tie-break", help="first: first tied node of the seed-shuffled order (reproduces the published "
         "figures); random: uniform.")] = "first",
@@ -135,7 +128,7 @@ def fragmentation(
             nodes_csv=nodes_csv, pods_csv=pods_csv,
             policies=tuple(p.strip().lower() for p in policy) if policy else BASELINE_POLICIES,
             seeds=tuple(parse_seeds(seeds)), inflate=inflate, jobs=jobs,
-            engine=_engine(engine), tie_break=_tie_break(tie_break), reference_stop=not exact_stop,
+            tie_break=_tie_break(tie_break), reference_stop=not exact_stop,
         )
     except ValueError as exc:
         err.print(f"[red]{exc}[/red]")
@@ -148,7 +141,7 @@ def fragmentation(
         nonlocal done
         done += 1
         err.print(f"[{done}/{total}] {r.policy} seed {r.seed}: {r.unallocated_pct[100]:.2f}% unallocated at "
-                  f"100% arrived, {r.failed_pods} failed pods, {r.seconds:.1f}s", highlight=False)
+                  f"100% arrived, {r.failed_pods} failed pods, {r.seconds:.1f}s", highlight=False, soft_wrap=True)
 
     try:
         results = run_benchmark(cfg, progress)
@@ -156,8 +149,10 @@ def fragmentation(
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None
     summaries = summarize(results)
+    if not out.is_terminal:
+        out.width = 160  # a log or a pipe: keep each row on one line
     out.print(render_table(summaries))
-    out.print(f"{total} runs in {time.perf_counter() - started:.1f}s wall ({cfg.jobs} job(s), engine {cfg.engine}, "
+    out.print(f"{total} runs in {time.perf_counter() - started:.1f}s wall ({cfg.jobs} job(s), "
               f"tie-break {cfg.tie_break})")
     if json_out is not None:
         json_out.write_text(json.dumps(to_json(summaries), indent=1) + "\n")

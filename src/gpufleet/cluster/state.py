@@ -388,6 +388,14 @@ class ClusterState:
                     if holder not in ns.pods:
                         raise InvariantError(f"{ns.name} GPU {gpu.index} held by {holder}, not placed here")
 
+    def gpus_per_model(self) -> dict[str, int]:
+        """Physical GPUs per model key in the cluster."""
+        out: dict[str, int] = {}
+        for node in self.nodes.values():
+            if node.gpu_model is not None and node.gpus:
+                out[node.gpu_model] = out.get(node.gpu_model, 0) + len(node.gpus)
+        return out
+
     def gpu_capacity(self) -> float:
         """Physical GPUs in the cluster."""
         return float(sum(len(ns.gpus) for ns in self.nodes.values()))

@@ -10,9 +10,7 @@ integer arrive ratio (:mod:`gpufleet.sim.fragbench_report`).
 
 Placement goes through the scheduler's placement engine (``gpufleet.scheduling.placement``: ``make_profile``
 and ``make_placer``) on a :class:`~gpufleet.cluster.state.ClusterState` of the openb nodes, pods as
-:class:`~gpufleet.scheduling.types.PodRequest` (:mod:`gpufleet.sim.fragbench_placer`). Engine ``placer`` runs
-it as the scheduler does; engine ``fast`` runs the same placer, plugins and tie-break with a per-node cache of
-evaluations in place of its candidate index (benchmark only; identical placements, see the tests).
+:class:`~gpufleet.scheduling.types.PodRequest` (:mod:`gpufleet.sim.fragbench_placer`).
 
 Tie-break. Equal scores are common (FGD's score is ``int(sigmoid(Δ)·100)``, GpuClustering and GpuPacking
 are coarse integers). Breaking them uniformly at random, as kube-scheduler 1.20's ``selectHost`` would, does
@@ -55,14 +53,11 @@ from gpufleet.sim.openb import DEFAULT_POD_FILE, GPU_NODE_FILE, default_openb_di
 
 __all__ = [
     "BASELINE_POLICIES",
-    "ENGINES",
     "POLICIES",
     "PUBLISHED_UNALLOCATED",
-    "PUBLISHED_UNALLOCATED_100",
     "REPORT_POINTS",
     "TIE_BREAKS",
     "BenchConfig",
-    "EngineName",
     "PolicySummary",
     "RunResult",
     "TieBreak",
@@ -77,19 +72,14 @@ __all__ = [
 ]
 
 BASELINE_POLICIES: tuple[str, ...] = SCORER_NAMES
-POLICIES: tuple[str, ...] = (*SCORER_NAMES, OUR_POLICY)
-EngineName = Literal["placer", "fast"]
-ENGINES: tuple[EngineName, ...] = ("placer", "fast")
+POLICIES: tuple[str, ...] = (*SCORER_NAMES, OUR_POLICY, "gpufleet")  # gpufleet: the default profile
 TieBreak = Literal["first", "random"]
 TIE_BREAKS: tuple[TieBreak, ...] = ("first", "random")
 REPORT_POINTS = (100, 110, 120, 130)
 
-# Published means over seeds 42-51, unallocated GPU % at 100% arrived, default trace (the authors' cached
+# Published means over seeds 42-51, unallocated GPU % by arrived demand, default trace (the authors' cached
 # results, see shared/reference/fragmentation-benchmark.md §3).
-PUBLISHED_UNALLOCATED_100 = {
-    "random": 13.70, "dotprod": 9.38, "gpuclustering": 8.35, "gpupacking": 8.22, "bestfit": 7.14, "fgd": 4.77,
-}
-PUBLISHED_UNALLOCATED = {
+PUBLISHED_UNALLOCATED: dict[str, dict[int, float]] = {
     "random": {100: 13.70, 110: 13.12, 120: 12.72, 130: 12.53},
     "dotprod": {100: 9.38, 110: 9.30, 120: 9.23, 130: 9.15},
     "gpuclustering": {100: 8.35, 110: 8.27, 120: 8.20, 130: 8.12},
@@ -139,7 +129,6 @@ class RunResult:
     policy: str
     trace: str
     seed: int
-    engine: str
     pods: int
     originals: int
     failed_pods: int
@@ -150,7 +139,6 @@ class RunResult:
     frag_amount_pct: list[float]  # Σ F_n(M) as % of GPU capacity
     frag_rate_pct: list[float]  # Σ F_n(M) / idle GPU milli, %
     final_unallocated_pct: float
-    evaluations: int = 0  # node evaluations by the fast engine's cache (0 for the placer)
 
 
 def effective_tie_break(policy: str, tie_break: TieBreak) -> TieBreak:
@@ -170,19 +158,17 @@ def simulate(
     typical: Sequence[TypicalPod],
     policy: str,
     *,
-    engine: EngineName = "placer",
     tie_break: TieBreak = "first",
     trace: str = "",
+    indexed: bool = True,
     on_step: Callable[[int, int | None], None] | None = None,
 ) -> RunResult:
     """Run one fill-up: offer every arriving pod once, record the cluster after each arrival."""
     fm = FragmentationModel(typical)
     rng = _tie_rng(arrivals.seed)
     started = time.perf_counter()
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     eng = PlacerEngine(arrivals.nodes, policy, fm, rng, tie_break=effective_tie_break(policy, tie_break),
-                       cached=engine == "fast")
+                       indexed=indexed)
     tracker = FragTracker(fm, eng.frag_view, len(arrivals.nodes))
     n = len(arrivals.pods)
     arrived = np.zeros(n, dtype=np.int64)
@@ -216,13 +202,12 @@ def simulate(
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(idle > 0, frag / np.maximum(idle, 1) * 100.0, np.nan)
     return RunResult(
-        policy=policy, trace=trace, seed=arrivals.seed, engine=engine, pods=n, originals=arrivals.originals,
+        policy=policy, trace=trace, seed=arrivals.seed, pods=n, originals=arrivals.originals,
         failed_pods=failed, failed_gpu_milli=failed_milli, capacity_milli=cap, seconds=seconds,
         unallocated_pct=bin_curve(arrived, unalloc, cap).tolist(),
         frag_amount_pct=bin_curve(arrived, frag / cap * 100.0, cap).tolist(),
         frag_rate_pct=bin_curve(arrived, rate, cap).tolist(),
         final_unallocated_pct=float(unalloc[-1]) if n else 100.0,
-        evaluations=eng.evaluations,
     )
 
 
@@ -233,7 +218,6 @@ class BenchConfig:
     policies: tuple[str, ...] = BASELINE_POLICIES
     seeds: tuple[int, ...] = tuple(range(42, 52))
     inflate: float = 1.3
-    engine: EngineName = "placer"
     tie_break: TieBreak = "first"
     reference_stop: bool = True
     cutoff: float = 0.95
@@ -247,8 +231,6 @@ class BenchConfig:
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"unknown policy {', '.join(unknown)}; expected some of {', '.join(POLICIES)}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
         if self.tie_break not in TIE_BREAKS:
             raise ValueError(f"unknown tie_break {self.tie_break!r}; expected one of {', '.join(TIE_BREAKS)}")
         if self.jobs < 1:
@@ -282,7 +264,7 @@ def _trace(cfg: BenchConfig) -> tuple[list[BenchNode], list[BenchPod], list[Typi
 def run_one(cfg: BenchConfig, policy: str, seed: int) -> RunResult:
     nodes, pods, typical = _trace(cfg)
     arrivals = build_arrivals(pods, nodes, seed, ratio=cfg.inflate, reference_stop=cfg.reference_stop)
-    return simulate(arrivals, typical, policy, engine=cfg.engine, tie_break=cfg.tie_break, trace=cfg.trace)
+    return simulate(arrivals, typical, policy, tie_break=cfg.tie_break, trace=cfg.trace)
 
 
 def _run_task(args: tuple[BenchConfig, str, int]) -> RunResult:
@@ -326,7 +308,6 @@ class PolicySummary:
     seconds_per_run: float
     seconds_std: float
     failed_pods: float
-    engine: str
     runs: list[RunResult] = field(default_factory=list)
 
 
@@ -358,7 +339,7 @@ def summarize(results: Sequence[RunResult]) -> list[PolicySummary]:
             frag_rate={b: _at(runs, "frag_rate_pct", b) for b in REPORT_POINTS},
             curve_mean=mean, curve_std=std, frag_amount_curve=amount, frag_rate_curve=rate,
             seconds_per_run=secs.mean, seconds_std=secs.std,
-            failed_pods=math.fsum(r.failed_pods for r in runs) / len(runs), engine=runs[0].engine, runs=runs,
+            failed_pods=math.fsum(r.failed_pods for r in runs) / len(runs), runs=runs,
         ))
     return out
 
@@ -380,7 +361,6 @@ def to_json(summaries: Sequence[PolicySummary]) -> dict[str, Any]:
             "policy": s.policy,
             "trace": s.trace,
             "seeds": s.seeds,
-            "engine": s.engine,
             "unallocated_pct": {str(b): _ms(m) for b, m in s.unallocated.items()},
             "frag_amount_pct": {str(b): _ms(m) for b, m in s.frag_amount.items()},
             "frag_rate_pct": {str(b): _ms(m) for b, m in s.frag_rate.items()},

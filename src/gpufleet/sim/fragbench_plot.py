@@ -14,7 +14,7 @@ from gpufleet.sim.fragbench import PUBLISHED_UNALLOCATED, PolicySummary
 __all__ = ["plot_summaries"]
 
 
-def plot_summaries(summaries: Sequence[PolicySummary], path: str | Path, *, x_min: int = 75) -> None:
+def plot_summaries(summaries: Sequence[PolicySummary], path: str | Path, *, x_min: int = 85) -> None:
     """Two panels: unallocated GPU % (mean ± one standard deviation over seeds, published points as
     markers on the default trace) and fragmentation rate, both against arrived GPU demand (% of capacity)."""
     try:

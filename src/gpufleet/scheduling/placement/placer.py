@@ -51,7 +51,7 @@ class GpuPlacer:
         self.levels: dict[str, tuple[str, ...]] = {t.meta.name: tuple(t.levels) for t in topologies}
         self._static = tuple(f for f in profile.filters if f.static)
         self._dynamic = tuple(f for f in profile.filters if not f.static)
-        plugins = build_scorers(profile, cluster.catalog, rng, fragmentation)
+        plugins = build_scorers(profile, cluster.catalog, rng, fragmentation, cluster.gpus_per_model())
         self._tier, self._scorers, self._then = plugins.tier, plugins.weighted, plugins.then
         only = self._scorers[0] if len(self._scorers) == 1 else None
         self._single = only[0] if only is not None and only[1] == 1 else None

@@ -16,13 +16,14 @@ on openb (5.93), whose undisclosed, unpriced models rank first.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from gpufleet.api.objects import CPU, MEMORY
 from gpufleet.gpu.catalog import Catalog
 from gpufleet.scheduling import gpuscore
+from gpufleet.scheduling.fgdplus import FgdPlusScorer
 from gpufleet.scheduling.fragmentation import FragmentationModel, TypicalPod
 from gpufleet.scheduling.placement.devices import FractionPolicy, WholePolicy
 from gpufleet.scheduling.placement.filters import Filter, default_filters
@@ -74,11 +75,11 @@ class Profile:
 _ALLOC = (CPU, MEMORY, GPU_MILLI)
 _KUBE = (CPU, MEMORY)
 _NORMALIZING = ("bestfit",)
-SCORER_NAMES = ("most_allocated", "least_allocated", "balanced", "kube_least", *gpuscore.SCORER_NAMES)
+SCORER_NAMES = ("most_allocated", "least_allocated", "balanced", "kube_least", *gpuscore.SCORER_NAMES, "fgdplus")
 
 
-def _plugin(name: str, profile: Profile, rng: random.Random, fragmentation: FragmentationModel | None
-            ) -> ScorePlugin:
+def _plugin(name: str, profile: Profile, rng: random.Random, fragmentation: FragmentationModel | None,
+            model_gpus: Mapping[str, int] | None = None) -> ScorePlugin:
     if name == "most_allocated":
         return MostAllocated(_ALLOC)
     if name == "least_allocated":
@@ -88,8 +89,11 @@ def _plugin(name: str, profile: Profile, rng: random.Random, fragmentation: Frag
     if name == "balanced":
         return BalancedAllocation(_KUBE)
     frag = None
-    if name == "fgd":
+    if name in FRAGMENTATION_SCORERS:
         frag = fragmentation or FragmentationModel(profile.typical or DEFAULT_TYPICAL)
+    if name == "fgdplus":
+        assert frag is not None
+        return GpuScore(FgdPlusScorer(frag, model_gpus=model_gpus))
     return GpuScore(gpuscore.make_scorer(name, fragmentation=frag, rng=rng))
 
 
@@ -103,7 +107,9 @@ class Scorers:
 
 
 def build_scorers(profile: Profile, catalog: Catalog, rng: random.Random,
-                  fragmentation: FragmentationModel | None = None) -> Scorers:
+                  fragmentation: FragmentationModel | None = None,
+                  model_gpus: Mapping[str, int] | None = None) -> Scorers:
+    """The profile's plugins; ``model_gpus`` (GPUs per model in the fleet) feeds FGD+'s model pressure."""
     tier: ScorePlugin | None = None
     if profile.tier == "model":
         tier = CheapestModel(catalog)
@@ -111,16 +117,18 @@ def build_scorers(profile: Profile, catalog: Catalog, rng: random.Random,
         tier = DemandCost(catalog)
     # One FGD model for every use in the profile, so its memo is shared.
     frag = fragmentation
-    if frag is None and any(n == "fgd" for n in (*(n for n, _ in profile.scorers), *profile.then)):
+    names = (*(n for n, _ in profile.scorers), *profile.then)
+    if frag is None and any(n in FRAGMENTATION_SCORERS for n in names):
         frag = FragmentationModel(profile.typical or DEFAULT_TYPICAL)
-    weighted = [(_plugin(name, profile, rng, frag), weight) for name, weight in profile.scorers]
-    then = [_plugin(name, profile, rng, frag) for name in profile.then]
+    weighted = [(_plugin(name, profile, rng, frag, model_gpus), weight) for name, weight in profile.scorers]
+    then = [_plugin(name, profile, rng, frag, model_gpus) for name in profile.then]
     return Scorers(tier, weighted, then)
 
 
 # What the gpufleet profile puts behind its cheapest-model tier (see the module doc for why): FGD, its ties
 # (FGD's integer scores tie often) broken by BestFit before the random draw.
-DEFAULT_SCORER = "fgd"
+FRAGMENTATION_SCORERS = ("fgd", "fgdplus")
+DEFAULT_SCORER = "fgdplus"
 DEFAULT_THEN = ("bestfit",)
 
 
@@ -145,9 +153,9 @@ def make_profile(name: str, *, typical: Sequence[TypicalPod] | None = None) -> P
     if key == "gpufleet":
         return Profile("gpufleet", ((DEFAULT_SCORER, 1),), tier="model", then=DEFAULT_THEN, fractions="scorer",
                        typical=typ)
-    if key in gpuscore.SCORER_NAMES:
+    if key in gpuscore.SCORER_NAMES or key == "fgdplus":
         return _paper(key, typ)
     raise ValueError(f"unknown placement profile {name!r}; expected one of {', '.join(PROFILE_NAMES)}")
 
 
-PROFILE_NAMES = ("gpufleet", "binpack", "spread", "cost", "kube-default", *gpuscore.SCORER_NAMES)
+PROFILE_NAMES = ("gpufleet", "binpack", "spread", "cost", "kube-default", *gpuscore.SCORER_NAMES, "fgdplus")
