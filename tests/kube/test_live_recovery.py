@@ -154,6 +154,8 @@ def test_a_gang_that_cannot_be_completed_is_evicted_and_planned_again(
     wait_until(lambda: apisim.get(r.PODS, NS, "w0") is None and apisim.get(r.PODS, NS, "w1") is None,
                what="partial gang evicted")
     assert time.time() - started >= 1.0  # the newest member got its grace period to join
+    # Events are posted after the evictions, so the second may still be in flight when the pods are gone.
+    wait_until(lambda: len(events(apisim, "Preempted")) >= 2, what="both Preempted events recorded")
     [event, _] = sorted(events(apisim, "Preempted"), key=lambda e: e["regarding"]["name"])
     assert event["regarding"]["name"] == "w0" and "GangIncomplete: 2 of 4 pods hold nodes" in event["note"]
     assert not bindings(apisim, "w2") and not bindings(apisim, "w3")

@@ -95,7 +95,11 @@ def test_gang_binds_nothing_until_it_fits_then_all_16_in_one_cycle(
     assert condition is not None
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
     assert "16 pods of the gang" in condition["message"]
-    failed = [e for e in events(apisim, "FailedScheduling") if e["regarding"]["name"] == "worker-00"]
+    def failed_events() -> list[dict[str, object]]:
+        return [e for e in events(apisim, "FailedScheduling") if e["regarding"]["name"] == "worker-00"]
+
+    wait_until(lambda: len(failed_events()) >= 1, what="FailedScheduling event")  # posted after the condition
+    failed = failed_events()
     assert len(failed) == 1 and failed[0]["type"] == "Warning"  # one event, not one per cycle
     wait_until(lambda: 'reason="InsufficientNodes"' in sched.metrics.exposition().decode())
 

@@ -64,10 +64,10 @@ def _plots(directory: Path, runs: Sequence[RunOutput]) -> list[str]:
     try:
         import matplotlib
 
-        matplotlib.use("Agg")
+        matplotlib.use("Agg")  # files only; never open a window
         import matplotlib.pyplot as plt
-    except ImportError:
-        return []
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise RuntimeError("the report's plots need matplotlib: pip install 'gpufleet[report]'") from exc
     files: list[str] = []
     series = [pool_series(r.result) for r in runs]
     pools = sorted({p for s in series for p in s})
