@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpufleet.scheduling.fragmentation import FragmentationModel, TypicalPod
-from gpufleet.scheduling.gpuscore import MILLI, GpuNodeView, GpuPodDemand
+from gpufleet.scheduling.gpuscore import MILLI, GpuNodeView, GpuPodDemand, memoized_choice
 
 __all__ = [
     "DEFAULT_PRESSURE_WEIGHT",
@@ -193,24 +193,8 @@ class FgdPlusScorer:
         # differs between models the typical pods treat alike), so this key fixes the score and the free
         # values of the best GPUs; the GPU index is read off the node's actual order.
         key = (model, cpu, d.cpu_milli, state, d.gpu_milli, d.num_gpu)
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._evaluate(state, cpu, model, d)
-            if len(self._memo) >= self._max_entries:
-                self._memo.clear()
-            self._memo[key] = hit
-        score, best_free = hit
-        if not d.is_sharing:
-            if d.num_gpu == 0:
-                return score, ()
-            picked = tuple(i for i, f in enumerate(free) if f >= d.gpu_milli)[: d.num_gpu]
-            if len(picked) < d.num_gpu:
-                raise ValueError(f"{d} does not fit GPUs {list(free)}")
-            return score, picked
-        for i, f in enumerate(free):
-            if f in best_free:
-                return score, (i,)
-        raise AssertionError("unreachable: best free value taken from this state")
+        return memoized_choice(self._memo, self._max_entries, key,
+                               lambda: self._evaluate(state, cpu, model, d), free, d)
 
     def _delta(self, before: float, after: float) -> int:
         return round((before - after) * _SCALE)

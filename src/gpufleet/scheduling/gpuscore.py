@@ -16,7 +16,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from gpufleet.scheduling.fragmentation import FragmentationModel
 
@@ -116,6 +116,30 @@ def _lowest_index_gpus(free: Sequence[int], d: GpuPodDemand) -> tuple[int, ...]:
     if len(picked) < d.num_gpu:
         raise ValueError(f"{d} does not fit GPUs {list(free)}")
     return picked
+
+
+MemoKey = TypeVar("MemoKey")
+
+
+def memoized_choice(memo: dict[MemoKey, tuple[int, frozenset[int]]], max_entries: int, key: MemoKey,
+                    evaluate: Callable[[], tuple[int, frozenset[int]]], free: Sequence[int],
+                    d: GpuPodDemand) -> tuple[int, tuple[int, ...]]:
+    """A fragmentation scorer's (score, GPU indices) from its memo of (score, free values of the best GPUs)
+    per node state: the memo is keyed on the multiset of free values, the indices are read off the node's
+    actual GPU order (whole-GPU pods: the lowest-index GPUs that fit)."""
+    hit = memo.get(key)
+    if hit is None:
+        hit = evaluate()
+        if len(memo) >= max_entries:
+            memo.clear()
+        memo[key] = hit
+    score, best_free = hit
+    if not d.is_sharing:
+        return score, (_lowest_index_gpus(free, d) if d.num_gpu else ())
+    for i, f in enumerate(free):
+        if f in best_free:
+            return score, (i,)
+    raise AssertionError("unreachable: best free value taken from this state")
 
 
 def choose_gpus_best_fit(node: GpuNodeView, d: GpuPodDemand) -> tuple[int, ...]:
@@ -339,19 +363,8 @@ class FgdScorer(_Identity):
             d.gpu_milli,
             d.num_gpu,
         )
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._evaluate(state, cpu, model, d)
-            if len(self._memo) >= self._max_entries:
-                self._memo.clear()
-            self._memo[key] = hit
-        score, best_free = hit
-        if not d.is_sharing:
-            return score, (_lowest_index_gpus(free, d) if d.num_gpu else ())
-        for i, f in enumerate(free):
-            if f in best_free:
-                return score, (i,)
-        raise AssertionError("unreachable: best free value taken from this state")
+        return memoized_choice(self._memo, self._max_entries, key,
+                               lambda: self._evaluate(state, cpu, model, d), free, d)
 
     def _evaluate(self, state: tuple[int, ...], cpu: int, model: str, d: GpuPodDemand) -> tuple[int, frozenset[int]]:
         frag = self.fragmentation.node
