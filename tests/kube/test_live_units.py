@@ -9,13 +9,13 @@ from typing import Any
 from live_env import cluster_queue, flavor, local_queue, node, pod
 
 from gpufleet.api.objects import GpuDemand, SchedulerConfig
-from gpufleet.cluster.state import ClusterState
+from gpufleet.cluster.state import ClusterState, first_free_grants
 from gpufleet.kube import planner
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import Intent, intent_annotations, read_intent
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.cycle import pending_reason
-from gpufleet.kube.grants import grants_from_ids, pick_grants, visible_devices
+from gpufleet.kube.grants import grants_from_ids, visible_devices
 from gpufleet.kube.informer import CacheSnapshot
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.queuestatus import queue_statuses
@@ -43,14 +43,14 @@ def test_grants_read_back_mig_replica_and_fraction_devices() -> None:
     [grant] = grants_from_ids(mig, demand, ["MIG-4"]) or []
     assert (grant.kind, grant.gpu, grant.slot) == ("mig", 0, 1)
     assert grants_from_ids(mig, demand, ["MIG-9"]) is None  # unknown there: the caller falls back
-    assert [(g.kind, g.slot) for g in pick_grants(mig, GpuDemand(kind="mig", count=2, mig_profile="3g.40gb"))
+    assert [(g.kind, g.slot) for g in first_free_grants(mig, GpuDemand(kind="mig", count=2, mig_profile="3g.40gb"))
             or []] == [("mig", 0), ("mig", 1)]
 
     sliced = _node_state("t", {"migStrategy": "none", "timeSlicing": {"nvidia.com/gpu": 4}},
                          [{"index": 0, "uuid": "GPU-t"}], {"nvidia.com/gpu": "4"})
     [replica] = grants_from_ids(sliced, GpuDemand(kind="gpu", count=1), ["GPU-t::2"]) or []
     assert (replica.kind, replica.slot) == ("replica", 2)
-    assert len(pick_grants(sliced, GpuDemand(kind="gpu", count=3)) or []) == 3
+    assert len(first_free_grants(sliced, GpuDemand(kind="gpu", count=3)) or []) == 3
 
     whole = _node_state("w", {"migStrategy": "none"}, [{"index": 0, "uuid": "GPU-w0"}, {"index": 1, "uuid": "GPU-w1"}],
                         {"nvidia.com/gpu": "2"})
@@ -58,7 +58,7 @@ def test_grants_read_back_mig_replica_and_fraction_devices() -> None:
     [share] = grants_from_ids(whole, half, ["GPU-w1"]) or []
     assert (share.kind, share.gpu, share.milli, share.memory_mib) == ("fraction", 1, 500, 40960)
     assert visible_devices(whole, [share]) == "GPU-w1"
-    assert pick_grants(whole, GpuDemand(kind="gpu", count=3)) is None  # not there: capacity only
+    assert first_free_grants(whole, GpuDemand(kind="gpu", count=3)) is None  # not there: capacity only
 
 
 def test_intent_annotations_round_trip() -> None:

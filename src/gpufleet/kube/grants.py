@@ -19,7 +19,8 @@ _UUID_PREFIXES = ("GPU-", "MIG-")
 
 def grants_from_ids(node: NodeState, demand: GpuDemand, ids: Sequence[str]) -> list[DeviceGrant] | None:
     """The grants naming exactly ``ids`` on ``node`` for a pod with ``demand``; None if an ID is unknown
-    there or does not suit the demand (the caller then falls back to :func:`pick_grants`)."""
+    there or does not suit the demand (the caller then falls back to
+    :func:`gpufleet.cluster.state.first_free_grants`)."""
     if demand.kind == "none":
         return [] if not ids else None
     out: list[DeviceGrant] = []
@@ -49,36 +50,6 @@ def _grant_for(node: NodeState, demand: GpuDemand, device_id: str) -> DeviceGran
                 if mig.device_id == device_id:
                     return DeviceGrant("mig", gpu.index, slot)
     return None
-
-
-def pick_grants(node: NodeState, demand: GpuDemand) -> list[DeviceGrant] | None:
-    """First-fit free devices for ``demand`` on ``node``; [] for a pod without GPUs; None when they are
-    not there (the pod is then charged node capacity only)."""
-    if demand.kind == "none":
-        return []
-    if demand.kind == "fraction":
-        for gpu in node.gpus:
-            if gpu.mode != "whole" or gpu.holder is not None or not gpu.healthy:
-                continue
-            milli, memory = fraction_need(demand.milli, demand.memory_mib, gpu.memory_mib)
-            if gpu.used_milli + milli <= 1000 and gpu.used_memory_mib + memory <= gpu.memory_mib:
-                return [DeviceGrant("fraction", gpu.index, milli=milli, memory_mib=memory)]
-        return None
-    out: list[DeviceGrant] = []
-    for gpu in node.gpus:
-        if len(out) == demand.count:
-            break
-        if demand.kind == "mig":
-            for slot, mig in enumerate(gpu.mig):
-                if len(out) < demand.count and mig.holder is None and mig.placement.profile == demand.mig_profile:
-                    out.append(DeviceGrant("mig", gpu.index, slot))
-        elif gpu.mode == "replicas":
-            for slot in gpu.free_replicas():
-                if len(out) < demand.count:
-                    out.append(DeviceGrant("replica", gpu.index, slot))
-        elif gpu.mode == "whole" and demand.kind == "gpu" and gpu.is_free and gpu.healthy:
-            out.append(DeviceGrant("whole", gpu.index))
-    return out if len(out) == demand.count else None
 
 
 def visible_devices(node: NodeState, grants: Sequence[DeviceGrant]) -> str | None:

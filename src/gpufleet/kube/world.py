@@ -25,12 +25,12 @@ from gpufleet.api.errors import ManifestError, Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
 from gpufleet.cluster.devices import InvariantError
-from gpufleet.cluster.state import ClusterState
+from gpufleet.cluster.state import ClusterState, first_free_grants
 from gpufleet.cluster.workloads import Workload, build_workloads
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import NODE_ANNOTATION, Intent, read_devices, read_intent
 from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.grants import grants_from_ids, pick_grants
+from gpufleet.kube.grants import grants_from_ids
 from gpufleet.kube.informer import CacheSnapshot
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.webhook import is_fractional, is_mutated
@@ -160,7 +160,7 @@ def account(cluster: ClusterState, entry: PodEntry) -> bool:
     tries = []
     if entry.devices is not None:
         tries.append(grants_from_ids(node, t.gpu, entry.devices))
-    tries += [pick_grants(node, t.gpu), []]
+    tries += [first_free_grants(node, t.gpu), []]
     for grants in tries:
         if grants is None:
             continue

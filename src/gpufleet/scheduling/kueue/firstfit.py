@@ -13,45 +13,17 @@ from collections import Counter
 from collections.abc import Sequence
 
 from gpufleet.api.kinds import FRACTION_RESOURCE
-from gpufleet.api.objects import GPU, GpuDemand
-from gpufleet.cluster.devices import DeviceGrant, fraction_need
-from gpufleet.cluster.state import SHARED_GPU, ClusterState, NodeState, Placement
+from gpufleet.api.objects import GpuDemand
+from gpufleet.cluster.devices import DeviceGrant
+from gpufleet.cluster.state import ClusterState, NodeState, Placement, first_free_grants
 from gpufleet.scheduling.types import PodRequest, TopologyRequest
 
 
 def _grants(node: NodeState, demand: GpuDemand) -> list[DeviceGrant] | None:
     """The devices of ``node`` that would hold ``demand``, or None."""
-    if demand.kind == "none":
-        return []
-    if demand.models and node.gpu_model not in demand.models:
+    if demand.kind != "none" and demand.models and node.gpu_model not in demand.models:
         return None
-    healthy = [g for g in node.gpus if g.healthy]
-    if demand.kind == "fraction":
-        for g in healthy:
-            if g.mode != "whole" or g.holder is not None:
-                continue
-            milli, memory = fraction_need(demand.milli, demand.memory_mib, g.memory_mib)
-            if g.used_milli + milli <= 1000 and g.used_memory_mib + memory <= g.memory_mib:
-                return [DeviceGrant("fraction", g.index, milli=milli, memory_mib=memory)]
-        return None
-    grants: list[DeviceGrant] = []
-    if demand.kind == "mig":
-        for g in healthy:
-            for k, mig in enumerate(g.mig):
-                if mig.holder is None and mig.resource == demand.resource and len(grants) < demand.count:
-                    grants.append(DeviceGrant("mig", g.index, k))
-        return grants if len(grants) == demand.count else None
-    resource = GPU if demand.kind == "gpu" else SHARED_GPU
-    for g in healthy:
-        if g.resource != resource:
-            continue
-        if g.mode == "whole" and g.is_free and len(grants) < demand.count:
-            grants.append(DeviceGrant("whole", g.index))
-        elif g.mode == "replicas":
-            for slot in g.free_replicas():
-                if len(grants) < demand.count:
-                    grants.append(DeviceGrant("replica", g.index, slot))
-    return grants if len(grants) == demand.count else None
+    return first_free_grants(node, demand)
 
 
 class FirstFitPlacer:
