@@ -56,16 +56,13 @@ def _handler(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class OpsServer:
-    """One listener serving all three paths (the metrics and probe addresses may be the same or differ)."""
+class ServerThread:
+    """An HTTP server serving on a daemon thread, with the start/stop lifecycle the scheduler needs."""
 
-    def __init__(self, address: str, endpoints: Endpoints) -> None:
-        parsed = parse_address(address)
-        if parsed is None:
-            raise ValueError(f"bad listen address {address!r}")
-        self.server = ThreadingHTTPServer(parsed, _handler(endpoints))
+    def __init__(self, server: ThreadingHTTPServer, name: str) -> None:
+        self.server = server
         self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name=f"ops-{address}", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
 
     @property
     def port(self) -> int:
@@ -78,3 +75,17 @@ class OpsServer:
         if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
             self.server.shutdown()
         self.server.server_close()
+
+
+def listen_address(address: str) -> tuple[str, int]:
+    parsed = parse_address(address)
+    if parsed is None:
+        raise ValueError(f"bad listen address {address!r}")
+    return parsed
+
+
+class OpsServer(ServerThread):
+    """One listener serving all three paths (the metrics and probe addresses may be the same or differ)."""
+
+    def __init__(self, address: str, endpoints: Endpoints) -> None:
+        super().__init__(ThreadingHTTPServer(listen_address(address), _handler(endpoints)), f"ops-{address}")

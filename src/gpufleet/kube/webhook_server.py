@@ -14,7 +14,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gpufleet.kube.settings import parse_address
+from gpufleet.kube.health import ServerThread, listen_address
 from gpufleet.kube.webhook import MUTATE_PATH, WebhookPolicy, review
 
 log = logging.getLogger(__name__)
@@ -105,22 +105,7 @@ class _TlsServer(ThreadingHTTPServer):
         return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
 
-class WebhookServer:
+class WebhookServer(ServerThread):
     def __init__(self, address: str, cert_file: str, key_file: str, policy: WebhookPolicy) -> None:
-        parsed = parse_address(address)
-        if parsed is None:
-            raise ValueError(f"bad listen address {address!r}")
-        self.server = _TlsServer(parsed, _handler(policy), _Certificates(cert_file, key_file))
-        self._thread = threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
-            self.server.shutdown()
-        self.server.server_close()
+        super().__init__(_TlsServer(listen_address(address), _handler(policy), _Certificates(cert_file, key_file)),
+                         "webhook")
