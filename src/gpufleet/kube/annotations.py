@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpufleet.api.kinds import parse_timestamp
 from gpufleet.api.objects import DEVICES_ANNOTATION
 
 NODE_ANNOTATION = "gpufleet.io/node"
@@ -34,7 +35,6 @@ __all__ = [
     "Intent",
     "format_time",
     "intent_annotations",
-    "parse_time",
     "read_intent",
 ]
 
@@ -48,15 +48,6 @@ class Intent:
 
 def format_time(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def read_devices(annotations: Mapping[str, str]) -> tuple[str, ...] | None:
@@ -78,7 +69,7 @@ def read_intent(annotations: Mapping[str, str]) -> Intent | None:
     devices = read_devices(annotations)
     if not node or devices is None:
         return None
-    return Intent(node, devices, parse_time(annotations.get(ASSIGNED_AT_ANNOTATION)))
+    return Intent(node, devices, parse_timestamp(annotations.get(ASSIGNED_AT_ANNOTATION)))
 
 
 def intent_annotations(node: str, devices: tuple[str, ...], at: float, visible: str | None) -> dict[str, str | None]:
