@@ -8,34 +8,14 @@ from __future__ import annotations
 
 from gpufleet.api.kinds import FRACTION_RESOURCE
 from gpufleet.api.objects import PodTemplate
-from gpufleet.cluster.devices import DeviceGrant, fraction_need
-from gpufleet.cluster.state import ClusterState, NodeState
+from gpufleet.cluster.devices import DeviceGrant
+from gpufleet.cluster.state import ClusterState, NodeState, first_free_grants
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PodAssignment, PreemptedWorkload
 
 
 def _grants(ns: NodeState, t: PodTemplate) -> list[DeviceGrant] | None:
-    d = t.gpu
-    if d.kind == "none":
-        return []
-    out: list[DeviceGrant] = []
-    for g in ns.gpus:
-        if len(out) == d.count:
-            break
-        if d.kind == "gpu" and g.mode == "whole" and g.is_free:
-            out.append(DeviceGrant("whole", g.index))
-        elif d.kind == "shared" and g.mode == "replicas":
-            free = g.free_replicas()
-            out.extend(DeviceGrant("replica", g.index, slot=s) for s in free[: d.count - len(out)])
-        elif d.kind == "mig" and g.mode == "mig":
-            for i, inst in enumerate(g.mig):
-                if inst.holder is None and inst.placement.profile == d.mig_profile and len(out) < d.count:
-                    out.append(DeviceGrant("mig", g.index, slot=i))
-        elif d.kind == "fraction" and g.mode == "whole" and g.holder is None:
-            milli, mem = fraction_need(d.milli, d.memory_mib, g.memory_mib)
-            if g.used_milli + milli <= 1000 and g.used_memory_mib + mem <= g.memory_mib:
-                return [DeviceGrant("fraction", g.index, milli=milli, memory_mib=mem)]
-    return out if len(out) == d.count and d.kind != "fraction" else None
+    return first_free_grants(ns, t.gpu)
 
 
 class FifoPolicy:
