@@ -17,6 +17,7 @@ from gpufleet.scheduling.types import PodRequest, TopologyRequest
 from tests.placement.placement_helpers import gpu_node, pod, snapshot
 
 RACK = "rack"
+UNPRICED = "G2"  # a model the catalog does not know: no price (like the openb trace's)
 TOPO = Topology(ObjectMeta("t"), ("zone", RACK, "kubernetes.io/hostname"))
 DETERMINISTIC = ("binpack", "spread", "cost", "kube-default", "gpufleet", "fgd", "bestfit", "dotprod",
                  "gpupacking", "gpuclustering")
@@ -50,7 +51,7 @@ class PodSpec:
 node_specs = st.builds(
     NodeSpec,
     kind=st.sampled_from(["whole", "whole", "replicas", "cpu"]),
-    model=st.sampled_from(["T4", "A100-SXM4-80GB", "H100-SXM5-80GB"]),
+    model=st.sampled_from(["T4", "A100-SXM4-80GB", "H100-SXM5-80GB", UNPRICED]),
     gpus=st.integers(1, 4),
     replicas=st.integers(2, 4),
     fail_gt1=st.booleans(),
@@ -68,7 +69,7 @@ pod_specs = st.builds(
     mem=st.integers(1, 32),
     zone=st.sampled_from([None, None, "a", "b"]),
     tolerate=st.booleans(),
-    models=st.sampled_from([(), (), ("T4",), ("A100-SXM4-80GB", "H100-SXM5-80GB")]),
+    models=st.sampled_from([(), (), ("T4",), ("A100-SXM4-80GB", "H100-SXM5-80GB"), ("H100-SXM5-80GB", UNPRICED)]),
 )
 ops = st.lists(st.one_of(
     st.tuples(st.just("place"), st.lists(pod_specs, min_size=1, max_size=3),
@@ -89,7 +90,8 @@ def build(specs: list[NodeSpec]) -> ClusterState:
                          cpu=s.cpu, labels=labels, taints=taints)
         else:
             n = gpu_node(f"n{i:02d}", s.model, s.gpus, cpu=s.cpu, labels=labels, taints=taints,
-                         nvlinks={(0, 1): 2, (2, 3): 2, (0, 3): 1})
+                         nvlinks={(0, 1): 2, (2, 3): 2, (0, 3): 1},
+                         memory_mib=32768 if s.model == UNPRICED else None)
         nodes.append(n)
     return ClusterState(nodes)
 
@@ -178,6 +180,33 @@ def test_index_chooses_as_the_naive_placer(specs: list[NodeSpec], pod_list: list
                 cluster.release(keys[releases[i % len(releases)] % len(keys)])
         results.append(out)
     assert results[0] == results[1]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(node_specs, min_size=1, max_size=10), pod_list=st.lists(pod_specs, min_size=1, max_size=30),
+       seed=st.integers(0, 2**16), releases=st.lists(st.integers(0, 100), max_size=5))
+def test_gpufleet_never_takes_a_dearer_model_while_a_cheaper_one_has_room(
+        specs: list[NodeSpec], pod_list: list[PodSpec], seed: int, releases: list[int]) -> None:
+    """The cost rule of the default profile, for single pods: when the chosen node's model has a price, no
+    node of a cheaper priced model could have taken the pod. Models without a price are never compared."""
+    cluster = build(specs)
+    pl = make_placer(cluster, "gpufleet", random.Random(seed))
+    catalog = cluster.catalog
+    for i, s in enumerate(pod_list):
+        p = make_pod(f"p{i}", s)
+        got = pl.place([p])
+        if got is not None and s.kind != "none":
+            chosen = cluster.nodes[got[0].node]
+            price = catalog.known_price(chosen.gpu_model) if chosen.gpu_model else None
+            cluster.release(p.key)
+            if price is not None:
+                cheaper = [n.name for n in cluster if n.gpu_model and (q := catalog.known_price(n.gpu_model))
+                           is not None and q < price and pl.why_not(p, n.name) is None]
+                assert not cheaper, (p.key, chosen.name, cheaper)
+            assert pl.place([p]) is not None  # back on some node: it fitted a moment ago
+        if releases and i % 7 == 6 and cluster.placements:
+            keys = sorted(cluster.placements)
+            cluster.release(keys[releases[i % len(releases)] % len(keys)])
 
 
 def test_random_tie_break_is_uniform_over_nodes_not_classes() -> None:

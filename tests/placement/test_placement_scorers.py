@@ -174,3 +174,49 @@ def test_profile_names_and_validation() -> None:
         Profile("bad", (("most_allocated", 1),), then=("nope",))
     gpufleet = make_profile("gpufleet")
     assert gpufleet.tier == "model" and gpufleet.scorers == (("fgdplus", 1),) and gpufleet.then == ("bestfit",)
+
+
+def test_a_model_without_a_price_is_neither_cheaper_nor_dearer() -> None:
+    """An unpriced model (the openb trace's G2) competes with the cheapest priced model that has room, on the
+    scorers behind the tier; it is not taken first as if it were free."""
+    g2 = gpu_node("g2", "G2", 2, memory_mib=32768)
+    t4 = gpu_node("t4", "T4", 2)
+    h100 = gpu_node("h100", "H100-SXM5-80GB", 8)
+    cluster = ClusterState([g2, t4, h100])
+    # A busy T4 is where FGD+ puts the next share (it pairs with the one there); an empty G2 is not.
+    cluster.allocate("x", "t4", {CPU: 1000}, [DeviceGrant("fraction", 0, milli=500, memory_mib=7680)])
+    pl = make_placer(cluster, "gpufleet", random.Random(0))
+    got = pl.place([pod("share", milli=500)])
+    assert got is not None and got[0].node == "t4"
+    # With both T4 GPUs taken, the H100 (priced, dearer) must still wait for the unpriced G2.
+    cluster.release("share")
+    cluster.release("x")
+    for i in range(2):
+        assert pl.place([pod(f"t4-{i}", gpus=1, models=["T4"])]) is not None
+    for i in range(2):
+        got = pl.place([pod(f"any-{i}", gpus=1)])
+        assert got is not None and got[0].node == "g2"
+    naive = make_placer(ClusterState([gpu_node("g2", "G2", 2, memory_mib=32768), gpu_node("t4", "T4", 2)]),
+                        "gpufleet", random.Random(0), indexed=False, tie_break="name")
+    first = naive.place([pod("a", milli=500)])
+    assert first is not None
+    second = naive.place([pod("b", milli=500)])
+    assert second is not None and second[0].node == first[0].node  # pairs, whichever model it started on
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_an_unpriced_node_ties_with_the_cheapest_priced_one(indexed: bool) -> None:
+    """Equal scores behind the tier: both nodes are candidates, whichever lane holds them."""
+    def nodes() -> list[NodeState]:
+        return [gpu_node("a-t4", "T4", 2), gpu_node("b-g2", "G2", 2, memory_mib=15360)]
+
+    by_name = make_placer(ClusterState(nodes()), "gpufleet", random.Random(0), indexed=indexed, tie_break="name")
+    got = by_name.place([pod("p", gpus=1)])
+    assert got is not None and got[0].node == "a-t4"
+    chosen = set()
+    for seed in range(40):
+        pl = make_placer(ClusterState(nodes()), "gpufleet", random.Random(seed), indexed=indexed)
+        got = pl.place([pod("p", gpus=1)])
+        assert got is not None
+        chosen.add(got[0].node)
+    assert chosen == {"a-t4", "b-g2"}

@@ -216,6 +216,12 @@ class Catalog:
         model = self.find(name)
         return model.price_per_hour if model is not None else 0.0
 
+    def known_price(self, name: str) -> float | None:
+        """The model's price, or None when nobody gave one (a model the catalog does not know, or an ad-hoc
+        one): such a model is neither cheaper nor dearer than another."""
+        model = self.find(name)
+        return model.price_per_hour if model is not None and model.known else None
+
     def with_overrides(self, data: Mapping[str, Any], origin: str = "<overrides>") -> Catalog:
         """A new catalog with prices changed and models added.
 

@@ -92,7 +92,7 @@ def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | 
                        if PRODUCT_LABEL in n.labels and DEFAULT_CATALOG.price(n.labels[PRODUCT_LABEL]) == 0})
     if unpriced:
         notes.append(f"GPU model(s) without a catalog price: {', '.join(unpriced)}; their GPU-hours cost 0 "
-                     "(and a cheapest-model placement tier prefers them)")
+                     "and the cheapest-model placement tier ranks them neither above nor below a priced model")
     errors[:0] = [str(e) for e in problems.errors]
     notes.extend(str(w) for w in problems.warnings)
     return Inputs(manifests, jobs, specs, errors, notes)

@@ -18,6 +18,9 @@ bucket reaches the top. A repeated shape thus costs the node changes since its l
 of classes. The log is trimmed to what some shape has still to read; a shape that lags far behind is
 forgotten and rebuilt from the live classes on its next pod.
 
+Tiers: a tier that does not rank a node (a GPU model without a price, ``scorers.UNRANKED``) goes to a
+second lane of the shape's heap; the best of each lane are compared without the tier (:func:`better`).
+
 Ties: :meth:`ClassIndex.search` returns every best class with its nodes; the caller draws one node
 uniformly over their union, so the random tie-break stays uniform over nodes, not classes.
 """
@@ -26,12 +29,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.scheduling.placement.need import IDENTITY_LABELS, PodNeed
 from gpufleet.scheduling.placement.nodeview import TagIndex
+from gpufleet.scheduling.placement.scorers import UNRANKED
 
 Result = Any  # a reason (str) or a score key (tuple), as the placer's evaluate() returns
 Evaluate = Callable[[PodNeed, NodeState], Result]
@@ -39,6 +43,7 @@ StaticCheck = Callable[[PodNeed, NodeState], "str | None"]
 _CACHE_LIMIT = 512  # pod shapes remembered per class (classes die often; a long-lived one is bounded)
 _LOG_SLACK = 512  # creation-log entries kept beyond the live classes before the log is trimmed
 _MISSING = object()
+T = TypeVar("T")
 
 
 def static_key(ns: NodeState) -> tuple[Any, ...]:
@@ -83,18 +88,15 @@ class NodeClass:
         self.cache: dict[Any, Result] = {}
 
 
-class ShapeHeap:
-    """Feasible classes for one pod shape: a bucket of classes per score key, and a max-heap of the keys
-    (negated), so the tied best classes are one bucket, not a run of heap pops. ``cursor`` is how far into
-    the creation log the shape has looked."""
+class _Lane:
+    """Classes bucketed by (negated) score key under a min-heap of the keys, so the tied best classes are one
+    bucket, not a run of heap pops."""
 
-    __slots__ = ("buckets", "cursor", "entries", "keys")
+    __slots__ = ("buckets", "keys")
 
-    def __init__(self, cursor: int) -> None:
-        self.cursor = cursor
+    def __init__(self) -> None:
         self.keys: list[tuple[int, ...]] = []
         self.buckets: dict[tuple[int, ...], dict[int, NodeClass]] = {}
-        self.entries = 0
 
     def push(self, key: tuple[int, ...], cls: NodeClass) -> None:
         bucket = self.buckets.get(key)
@@ -102,25 +104,26 @@ class ShapeHeap:
             bucket = self.buckets[key] = {}
             heapq.heappush(self.keys, key)
         bucket[cls.seq] = cls
-        self.entries += 1
 
-    def top(self) -> tuple[tuple[int, ...], list[NodeClass]] | None:
+    def top(self) -> tuple[tuple[int, ...], list[NodeClass], int] | None:
+        """The best key, its live classes, and how many dead ones were dropped on the way."""
         keys = self.keys
+        dropped = 0
         while keys:
             key = keys[0]
             bucket = self.buckets[key]
             dead = [seq for seq, c in bucket.items() if not c.alive]
             for seq in dead:  # a class that died since it was pushed
                 del bucket[seq]
-            self.entries -= len(dead)
+            dropped += len(dead)
             if bucket:
-                return key, list(bucket.values())
+                return key, list(bucket.values()), dropped
             del self.buckets[key]
             heapq.heappop(keys)
         return None
 
-    def compact(self) -> None:
-        """Drop dead classes everywhere (they pile up in buckets that never reach the top)."""
+    def compact(self) -> int:
+        """Drop dead classes everywhere (they pile up in buckets that never reach the top); live count."""
         for key in list(self.buckets):
             bucket = {seq: c for seq, c in self.buckets[key].items() if c.alive}
             if bucket:
@@ -129,7 +132,91 @@ class ShapeHeap:
                 del self.buckets[key]
         self.keys = list(self.buckets)
         heapq.heapify(self.keys)
-        self.entries = sum(len(b) for b in self.buckets.values())
+        return sum(len(b) for b in self.buckets.values())
+
+
+class ShapeHeap:
+    """Feasible classes for one pod shape, in two lanes: keys with a ranked tier and keys with the UNRANKED
+    tier (a GPU model without a price), whose best compete on the rest of the key (see :func:`better`).
+    ``cursor`` is how far into the creation log the shape has looked."""
+
+    __slots__ = ("cursor", "entries", "ranked", "unranked")
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor
+        self.ranked = _Lane()
+        self.unranked: _Lane | None = None
+        self.entries = 0
+
+    def push(self, key: tuple[int, ...], cls: NodeClass) -> None:
+        """``key`` is the negated score key (heapq is a min-heap)."""
+        if key[0] == -UNRANKED:
+            if self.unranked is None:
+                self.unranked = _Lane()
+            self.unranked.push(key, cls)
+        else:
+            self.ranked.push(key, cls)
+        self.entries += 1
+
+    def top(self) -> tuple[tuple[int, ...], list[NodeClass]] | None:
+        best: tuple[tuple[int, ...], list[NodeClass]] | None = None
+        for lane in (self.ranked, self.unranked):
+            found = lane.top() if lane is not None else None
+            if found is None:
+                continue
+            key, classes, dropped = found
+            self.entries -= dropped
+            if best is None or key[1:] < best[0][1:]:
+                best = (key, classes)
+            elif key[1:] == best[0][1:]:
+                best = (best[0], best[1] + classes)
+        return best
+
+    def compact(self) -> None:
+        self.entries = self.ranked.compact() + (self.unranked.compact() if self.unranked is not None else 0)
+
+
+class Best(Generic[T]):
+    """The best score key seen and its tied candidates, under the tier order: keys whose tier is UNRANKED
+    and keys with a ranked tier are best separately, then compared on the rest of the key (ties join)."""
+
+    __slots__ = ("lanes",)
+
+    def __init__(self) -> None:
+        self.lanes: dict[bool, tuple[tuple[int, ...], list[T]]] = {}
+
+    def beaten(self, key: tuple[int, ...]) -> bool:
+        """True when ``key`` cannot be among the best (a worse key in its own lane)."""
+        cur = self.lanes.get(key[0] == UNRANKED)
+        return cur is not None and key < cur[0]
+
+    def offer(self, key: tuple[int, ...], item: T) -> None:
+        lane = key[0] == UNRANKED
+        cur = self.lanes.get(lane)
+        if cur is None or key > cur[0]:
+            self.lanes[lane] = (key, [item])
+        elif key == cur[0]:
+            cur[1].append(item)
+
+    def result(self) -> tuple[tuple[int, ...] | None, list[T]]:
+        ranked, unranked = self.lanes.get(False), self.lanes.get(True)
+        if ranked is None or unranked is None:
+            only = ranked or unranked
+            return (only[0], only[1]) if only is not None else (None, [])
+        if better(ranked[0], unranked[0]):
+            return ranked
+        if better(unranked[0], ranked[0]):
+            return unranked
+        return ranked[0], ranked[1] + unranked[1]
+
+
+def better(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether score key ``a`` beats ``b``. Lexicographic, except that a key whose tier (first element) is
+    UNRANKED is compared with a ranked one on the rest of the key only: a model without a price is neither
+    cheaper nor dearer than one with a price."""
+    if (a[0] == UNRANKED) != (b[0] == UNRANKED):
+        return a[1:] > b[1:]
+    return a > b
 
 
 class NodeGroup:
@@ -311,26 +398,20 @@ class ClassIndex:
     def _scan(self, need: PodNeed, evaluate: Evaluate, check: StaticCheck,
               allowed: Collection[str] | None) -> tuple[Result, list[list[NodeState]]]:
         """Every class, with its nodes filtered by ``allowed`` and, for identity-label pods, per node."""
-        best: Result = None
-        tied: list[list[NodeState]] = []
+        best: Best[list[NodeState]] = Best()
         per_node = need.per_node
         for group in self.groups.values():
             if not per_node and self._static(group, need, check) is not None:
                 continue
             for cls in group.classes.values():
                 res = self._result(cls, need, evaluate)
-                if type(res) is str or (best is not None and res < best):
+                if type(res) is str or best.beaten(res):
                     continue
                 nodes = [n for n in cls.nodes if (allowed is None or n.name in allowed)
                          and (not per_node or check(need, n) is None)]
-                if not nodes:
-                    continue
-                if best is None or res > best:
-                    best = res
-                    tied = [nodes]
-                else:
-                    tied.append(nodes)
-        return best, tied
+                if nodes:
+                    best.offer(res, nodes)
+        return best.result()
 
     def reasons(self, need: PodNeed, evaluate: Evaluate, check: StaticCheck) -> tuple[dict[str, int], int]:
         """Per reason, how many nodes fail first on it; and how many nodes pass."""

@@ -21,7 +21,7 @@ from gpufleet.scheduling.fragmentation import FragmentationModel
 from gpufleet.scheduling.placement.devices import assign_devices
 from gpufleet.scheduling.placement.explain import format_reasons
 from gpufleet.scheduling.placement.filters import fit_count
-from gpufleet.scheduling.placement.index import ClassIndex, Result
+from gpufleet.scheduling.placement.index import Best, ClassIndex, Result
 from gpufleet.scheduling.placement.need import Interner, PodNeed, compile_need
 from gpufleet.scheduling.placement.nodeview import NodeView, TagIndex
 from gpufleet.scheduling.placement.profiles import Profile, build_scorers, make_profile
@@ -123,21 +123,16 @@ class GpuPlacer:
     def _search(self, need: PodNeed, allowed: Collection[str] | None) -> list[list[NodeState]]:
         if self.index is not None:
             return self.index.search(need, self.evaluate, self.static_reason, allowed)[1]
-        best: Result = None
-        tied: list[NodeState] = []
+        best: Best[NodeState] = Best()
         for node in self.cluster:
             if allowed is not None and node.name not in allowed:
                 continue
             if self.static_reason(need, node) is not None:
                 continue
             res = self.evaluate(need, node)
-            if isinstance(res, str):
-                continue
-            if best is None or res > best:
-                best, tied = res, [node]
-            elif res == best:
-                tied.append(node)
-        return [tied]
+            if not isinstance(res, str):
+                best.offer(res, node)
+        return [best.result()[1]]
 
     def _pick(self, tied: list[list[NodeState]]) -> NodeState | None:
         total = sum(len(t) for t in tied)

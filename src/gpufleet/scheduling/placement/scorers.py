@@ -6,7 +6,10 @@ it). GPUs count in thousandths of all the node's GPUs, so whole GPUs, fractions,
 weigh by the share they hold. The paper's scorers (random, dotprod, gpuclustering, gpupacking, bestfit, fgd)
 are the functions of :mod:`gpufleet.scheduling.gpuscore`, called through :class:`GpuScore`.
 
-A scorer may also be a *tier*: a key compared before the weighted sum (cheapest GPU model first).
+A scorer may also be a *tier*: a key compared before the weighted sum (cheapest GPU model first). Prices
+order models only where both are known: a model without a price gets the tier ``UNRANKED``, which the
+search compares with no other tier (it competes with the best priced tier on the rest of the key; see
+:func:`gpufleet.scheduling.placement.index.better`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.placement.nodeview import NodeView, gpu_demand, gpu_milli_taken
 
 MAX_SCORE = 100
+# The tier of a GPU model without a known price. Counting it as free (0) would send every pod to the models
+# nobody priced first (the openb trace's undisclosed G2/G3 are 76% of its GPUs), a cost rule without a cost.
+UNRANKED = 1 << 62
 GPU_MILLI = "gpu"  # the pseudo-resource of the allocation scorers: thousandths of the node's GPUs
 
 
@@ -108,9 +114,9 @@ class BalancedAllocation:
         return int((1 - std) * MAX_SCORE)
 
 
-def _price_milli(catalog: Catalog, model: str | None) -> int:
-    # Unknown models (the trace's G2) have no price: they rank as free, i.e. first; see the report.
-    return round(catalog.price(model) * 1000) if model else 0
+def _price_milli(catalog: Catalog, model: str | None) -> int | None:
+    price = catalog.known_price(model) if model else None
+    return round(price * 1000) if price is not None else None
 
 
 class CheapestModel:
@@ -125,7 +131,8 @@ class CheapestModel:
     def score(self, need: PodNeed, view: NodeView) -> int:
         if need.gpu.kind == "none":
             return 0
-        return -_price_milli(self.catalog, view.node.gpu_model)
+        price = _price_milli(self.catalog, view.node.gpu_model)
+        return UNRANKED if price is None else -price
 
 
 class DemandCost:
@@ -141,7 +148,8 @@ class DemandCost:
     def score(self, need: PodNeed, view: NodeView) -> int:
         if need.gpu.kind == "none":
             return 0
-        return -(_price_milli(self.catalog, view.node.gpu_model) * gpu_milli_taken(need, view.node) // 1000)
+        price = _price_milli(self.catalog, view.node.gpu_model)
+        return UNRANKED if price is None else -(price * gpu_milli_taken(need, view.node) // 1000)
 
 
 class GpuScore:

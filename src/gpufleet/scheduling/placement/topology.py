@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
 from gpufleet.scheduling.placement.need import PodNeed
+from gpufleet.scheduling.placement.scorers import UNRANKED
 
 Path = tuple[str, ...]
 
@@ -78,9 +79,13 @@ def _fitting(ops: GangOps, needs: Sequence[PodNeed], groups: dict[Path, list[Nod
                     best_tier = t if best_tier is None or t > best_tier else best_tier
             caps[shape] = total
         if all(caps[s] >= k for s, k in count.items()):
-            out.append((-(best_tier or 0), sum(caps.values()), path, nodes))
-    out.sort(key=lambda d: d[:3])
-    return out
+            out.append((best_tier or 0, sum(caps.values()), path, nodes))
+    # A domain whose only models have no price ranks with the cheapest priced domain (scorers.UNRANKED).
+    ranked = [d[0] for d in out if d[0] != UNRANKED]
+    top = max(ranked, default=0)
+    ordered = [(-(top if t == UNRANKED else t), cap, path, nodes) for t, cap, path, nodes in out]
+    ordered.sort(key=lambda d: d[:3])
+    return ordered
 
 
 def _capacity(ops: GangOps, needs: Sequence[PodNeed], nodes: Sequence[NodeState]) -> int:
