@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpufleet.scheduling.fgdplus import FgdPlusScorer, cpu_per_gpu, fill_waste_table
+from gpufleet.scheduling.fgdplus import FgdPlusScorer, cpu_per_gpu, fill_waste_table, settled_waste_table
 from gpufleet.scheduling.fragmentation import FragmentationModel
 from gpufleet.scheduling.gpuscore import FgdScorer, GpuNodeView, GpuPodDemand
 from gpufleet.sim.fragbench_placer import PlacerEngine
@@ -39,6 +39,19 @@ def test_fill_waste_table_by_hand() -> None:
     assert fill_waste_table(typical((4000, 1000, 2, 5), (2000, 0, 0, 5)), "T4")[1000] == 1000.0
 
 
+def test_settled_waste_table() -> None:
+    # Only 300 and 500 shares: 500 free ends at 0 (a 500 pairs it) whichever way, so does a fresh GPU; 200
+    # free (500 + 300 on one GPU) is filled by nothing and stays 200. Deterministic (fixed seed).
+    typ = typical((4000, 300, 1, 1), (4000, 500, 1, 1))
+    t = settled_waste_table(typ, "T4", gpus=256, rounds=2)
+    assert t == settled_waste_table(typ, "T4", gpus=256, rounds=2)
+    assert t[200] == 200.0 and t[0] == 0.0
+    assert 0.0 <= t[1000] <= 200.0
+    # No GPU pod may use the model: the random-fill table (everything stays).
+    only_cpu = typical((2000, 0, 0, 5))
+    assert settled_waste_table(only_cpu, "T4") == fill_waste_table(only_cpu, "T4")
+
+
 def test_cpu_per_gpu_and_strand() -> None:
     typ = typical((8000, 1000, 1, 1), (2000, 500, 1, 1), (9000, 0, 0, 2))  # (8000 + 2000) / 1.5 GPUs
     assert cpu_per_gpu(typ) == pytest.approx(10000 / 1.5)
@@ -54,7 +67,7 @@ def test_measure_is_fgd_plus_weighted_terms() -> None:
     fm = FragmentationModel(typ)
     s = FgdPlusScorer(fm, strand_weight=2.0, waste_weight=0.5)
     free, cpu = [700, 1000], 18000
-    table = fill_waste_table(typ, "T4")
+    table = settled_waste_table(typ, "T4")
     expected = fm.node(free, cpu, "T4") + 2.0 * s.strand(free, cpu) + 0.5 * (table[700] + table[1000])
     assert s.measure(free, cpu, "T4") == pytest.approx(expected)
     d = GpuPodDemand(4000, 500, 1)

@@ -157,9 +157,9 @@ def test_cheapest_model_rule_respects_constraints() -> None:
 
 
 def test_cost_profile_prices_the_demand() -> None:
-    t4 = gpu_node("t4", "T4", 1)
-    l4 = gpu_node("l4", "L4", 1)  # 1.0 CHF/h against the T4's 1.2
-    got = placer([t4, l4], "cost").place([pod("p", milli=500)])
+    l4 = gpu_node("l4", "L4", 1)  # 1.45 CHF/h against the L40S's 2.1
+    l40s = gpu_node("l40s", "L40S", 1)
+    got = placer([l40s, l4], "cost").place([pod("p", milli=500)])
     assert got is not None and got[0].node == "l4"
 
 

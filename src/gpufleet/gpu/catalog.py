@@ -7,8 +7,13 @@ characters outside ``[A-Za-z0-9-_. ]`` removed and spaces turned into dashes), a
 gives their memory (:meth:`Catalog.resolve`), which is how the openb trace's undisclosed ``G2`` runs.
 
 Prices are per GPU-hour in CHF. The guide gives T4 1.2, A100 3.2 and H100 7.0; the others are estimates in
-the same currency, scaled from public on-demand cloud prices relative to those three, and marked
-``price_source="estimate"``. A user overrides any of them from a YAML file (:meth:`Catalog.with_overrides`).
+the same currency, marked ``price_source="estimate"``: a public on-demand price per GPU (AWS us-east-1, the
+smallest instance of each GPU; GCP's GPU price ratio to the T4 for the P100, which AWS no longer sells)
+placed on the guide's scale by log-interpolation between its T4 (g4dn, $0.526) and A100 (p4de, $5.12 per
+GPU) anchors, ``1.2 · (usd / 0.526) ** 0.432``: L4 ($0.805) 1.45, A10 ($1.006) 1.6, L40S ($1.861) 2.1, P100
+(4.2 × T4) 2.2, V100-16GB ($3.06) 2.55, V100-32GB ($3.90) 2.85, A100-40GB ($4.10) 2.9; A30, H100 NVL and H200
+are set between their neighbours. Only the order matters to the cheapest-model placement rule, and that
+order is the clouds' one. A user overrides any of them from a YAML file (:meth:`Catalog.with_overrides`).
 """
 
 from __future__ import annotations
@@ -115,12 +120,12 @@ def _m(
 # Memory figures are what NVML reports (MiB) where the reference records them, else the board's nominal size.
 BUILTIN_MODELS: tuple[GpuModel, ...] = (
     _m("T4", "Tesla T4", 15360, (7, 5), price=1.2, source="guide", aliases=("tesla-t4",)),
-    _m("L4", "NVIDIA L4", 23034, (8, 9), price=1.0, source="estimate"),
-    _m("L40S", "NVIDIA L40S", 46068, (8, 9), price=2.2, source="estimate", aliases=("l40s-48gb",)),
-    _m("A10", "NVIDIA A10", 23028, (8, 6), price=1.1, source="estimate"),
+    _m("L4", "NVIDIA L4", 23034, (8, 9), price=1.45, source="estimate"),
+    _m("L40S", "NVIDIA L40S", 46068, (8, 9), price=2.1, source="estimate", aliases=("l40s-48gb",)),
+    _m("A10", "NVIDIA A10", 23028, (8, 6), price=1.6, source="estimate"),
     _m("A30", "NVIDIA A30", 24576, (8, 0), mig=True, nvlinks=4, price=1.8, source="estimate",
        aliases=("a30-24gb",)),
-    _m("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", 40960, (8, 0), mig=True, nvlinks=12, price=2.8,
+    _m("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", 40960, (8, 0), mig=True, nvlinks=12, price=2.9,
        source="estimate", aliases=("a100-40gb", "a100-sxm4-40gb")),
     _m("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 81920, (8, 0), mig=True, nvlinks=12, price=3.2,
        source="guide", aliases=("a100", "a100-80gb")),
@@ -130,11 +135,11 @@ BUILTIN_MODELS: tuple[GpuModel, ...] = (
        source="estimate", aliases=("h100-nvl", "h100-94gb")),
     _m("H200", "NVIDIA H200", 143771, (9, 0), mig=True, nvlinks=18, price=9.5, source="estimate",
        aliases=("h200-141gb",)),
-    _m("V100-16GB", "Tesla V100-SXM2-16GB", 16160, (7, 0), nvlinks=6, price=2.0, source="estimate",
+    _m("V100-16GB", "Tesla V100-SXM2-16GB", 16160, (7, 0), nvlinks=6, price=2.55, source="estimate",
        aliases=("v100m16", "v100-sxm2-16gb", "v100")),
-    _m("V100-32GB", "Tesla V100-SXM2-32GB", 32510, (7, 0), nvlinks=6, price=2.4, source="estimate",
+    _m("V100-32GB", "Tesla V100-SXM2-32GB", 32510, (7, 0), nvlinks=6, price=2.85, source="estimate",
        aliases=("v100m32", "v100-sxm2-32gb")),
-    _m("P100", "Tesla P100-PCIE-16GB", 16280, (6, 0), price=0.9, source="estimate",
+    _m("P100", "Tesla P100-PCIE-16GB", 16280, (6, 0), price=2.2, source="estimate",
        aliases=("p100-16gb",)),
 )
 

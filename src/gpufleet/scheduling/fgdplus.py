@@ -18,10 +18,12 @@ decide most of the GPUs it leaves unallocated:
   are worth keeping, those of an uncontested one are not. Without restrictions every pressure is 1 and the
   term vanishes.
 * **Remainders no pod fills.** FGD counts a GPU's free milli as usable by every pod that fits in it once;
-  whether what is left after that can ever be filled is invisible to it. We add, per GPU, the expected milli
-  left over when the GPU is filled by random typical shares until none fits (a 1001-entry table per GPU
-  model class, computed once): 530 free (a 470 pod) is likely to end as 470+470 (60 left), 210 free (a
-  470+320 pair) ends unused unless a rare 160 pod comes.
+  whether what is left after that can ever be filled is invisible to it. We add, per GPU, the milli it is
+  expected to end with (a 1001-entry table per GPU model class, computed once by
+  :func:`settled_waste_table`: a simulated fill-up of 4096 GPUs with the typical pods, each share taking the
+  free value the previous iteration's table likes best): 530 free (a 470 pod) is likely to end as 470+470
+  (60 left); 190 free (a lone 810) stays 190, since the rare 160 shares cannot reach the many such GPUs.
+  (A random fill until nothing fits, :func:`fill_waste_table`, said 30 there.)
 
 The score is the decrease of ``F + strand_weight·strand + waste_weight·waste − pressure term`` in micro-GPU,
 *without*
@@ -34,6 +36,8 @@ Measured on the openb benchmark (bench/README.md, "Fragmentation benchmark (open
 
 from __future__ import annotations
 
+import functools
+import random
 from collections.abc import Mapping, Sequence
 
 from gpufleet.scheduling.fragmentation import FragmentationModel, TypicalPod
@@ -47,10 +51,11 @@ __all__ = [
     "cpu_per_gpu",
     "fill_waste_table",
     "model_pressure",
+    "settled_waste_table",
 ]
 
 DEFAULT_STRAND_WEIGHT = 1.5
-DEFAULT_WASTE_WEIGHT = 0.5
+DEFAULT_WASTE_WEIGHT = 3.0
 DEFAULT_PRESSURE_WEIGHT = 2.0
 # Score unit: the measure is in milli-GPU; scores are integers, so keep three more digits (micro-GPU).
 _SCALE = 1000
@@ -126,6 +131,92 @@ def fill_waste_table(typical: Sequence[TypicalPod], model: str) -> list[float]:
     return table
 
 
+def settled_waste_table(typical: Sequence[TypicalPod], model: str, *, gpus: int = 4096, rounds: int = 8,
+                        iterations: int = 3, min_visits: int = 30, seed: int = 0) -> list[float]:
+    """w[L]: mean milli finally left on the GPUs that had L free at some point of a simulated fill-up.
+
+    The random fill of :func:`fill_waste_table` assumes that whatever fits a GPU eventually lands on it: 190
+    free (a lone 810 share) "ends at 30" because a 160 share fits. In a fleet a share goes to the one GPU
+    that suits it best among many, so a remainder only a rare share fits stays idle (the openb runs leave
+    ~1000 GPUs at 190). Here ``gpus`` model-``model`` GPUs are filled with typical GPU pods drawn by
+    popularity (fixed seed: deterministic) until the drawn demand reaches their capacity: whole-GPU pods take
+    fresh GPUs, a share takes the free value v (a partial GPU's or a fresh one's) with the least
+    ``w[v − m] − w[v]`` under the previous iteration's table (best fit in the first; smallest v on ties).
+    Free values visited fewer than ``min_visits`` times keep the random-fill value.
+    """
+    specs = tuple((p.gpu_milli, p.num_gpu, p.weight) for p in typical
+                  if p.gpu_milli and (p.models is None or model in p.models))
+    if not specs:
+        return fill_waste_table(typical, model)
+    # Every placer builds its scorer afresh (the live scheduler each cycle, the simulator each run), and the
+    # fill-up takes ~0.5 s: the table is a function of the GPU pod mix alone, so it is computed once.
+    return list(_settled(specs, gpus, rounds, iterations, min_visits, seed))
+
+
+@functools.lru_cache(maxsize=64)
+def _settled(specs: tuple[tuple[int, int, float], ...], gpus: int, rounds: int, iterations: int, min_visits: int,
+             seed: int) -> tuple[float, ...]:
+    # Start from the random fill of the same GPU pod mix.
+    table = fill_waste_table(
+        [TypicalPod(cpu_milli=0, gpu_milli=m, num_gpu=k, models=None, weight=w) for m, k, w in specs], "")
+    shapes = [(m, k) for m, k, _ in specs]
+    weights = [w for _, _, w in specs]
+    share_sizes = sorted({m for m, k in shapes if m < MILLI})
+    # The free values a GPU can reach: MILLI less sums of share sizes.
+    reachable = {MILLI}
+    stack = [MILLI]
+    while stack:
+        v = stack.pop()
+        for m in share_sizes:
+            if m <= v and v - m not in reachable:
+                reachable.add(v - m)
+                stack.append(v - m)
+    for it in range(iterations):
+        # Per share size, the free values it may take in order of preference (the table is fixed during an
+        # iteration): a draw takes the first one some GPU holds.
+        order: dict[int, list[int]] = {}
+        for m in share_sizes:
+            gain = [table[v - m] - table[v] if it and v >= m else 0.0 for v in range(MILLI + 1)]
+            order[m] = sorted((v for v in reachable if v >= m), key=lambda v: (gain[v], v))
+        total = [0.0] * (MILLI + 1)
+        visits = [0] * (MILLI + 1)
+        rng = random.Random(seed)
+        for _ in range(rounds):
+            free = [MILLI] * gpus
+            history: list[list[int]] = [[MILLI] for _ in range(gpus)]
+            # GPUs per free value; fresh GPUs are the list at MILLI.
+            holding: list[list[int]] = [[] for _ in range(MILLI + 1)]
+            holding[MILLI] = list(range(gpus))
+            arrived = 0
+            while arrived < gpus * MILLI:
+                m, k = rng.choices(shapes, weights)[0]
+                arrived += m * k
+                if m == MILLI:
+                    fresh = holding[MILLI]
+                    if len(fresh) >= k:
+                        for _ in range(k):
+                            g = fresh.pop()
+                            free[g] = 0
+                            history[g].append(0)
+                    continue
+                for v in order[m]:
+                    if holding[v]:
+                        break
+                else:
+                    continue  # fits nowhere
+                g = holding[v].pop()
+                free[g] -= m
+                history[g].append(free[g])
+                if free[g]:
+                    holding[free[g]].append(g)
+            for g in range(gpus):
+                for v in history[g]:
+                    total[v] += free[g]
+                    visits[v] += 1
+        table = [total[v] / visits[v] if visits[v] >= min_visits else table[v] for v in range(MILLI + 1)]
+    return tuple(table)
+
+
 class FgdPlusScorer:
     """FGD+ on the :class:`~gpufleet.scheduling.gpuscore.GpuNodeView` protocol (see the module doc)."""
 
@@ -159,7 +250,7 @@ class FgdPlusScorer:
         cls = self.fragmentation.model_class(model)
         table = self._tables.get(cls)
         if table is None:
-            table = self._tables[cls] = fill_waste_table(self.fragmentation.typical, model)
+            table = self._tables[cls] = settled_waste_table(self.fragmentation.typical, model)
         return table
 
     def strand(self, free: Sequence[int], cpu_free_milli: int) -> float:
