@@ -9,6 +9,7 @@ import pytest
 from gpufleet.api.objects import CPU, GPU, MEMORY
 from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState, NodeState
+from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.scheduling import gpuscore
 from gpufleet.scheduling.fragmentation import FragmentationModel
 from gpufleet.scheduling.placement import PROFILE_NAMES, Profile, make_placer, make_profile
@@ -17,6 +18,7 @@ from gpufleet.scheduling.placement.nodeview import NodeView, TagIndex
 from gpufleet.scheduling.placement.profiles import DEFAULT_TYPICAL
 from gpufleet.scheduling.placement.scorers import (
     GPU_MILLI,
+    UNRANKED,
     BalancedAllocation,
     CheapestModel,
     DemandCost,
@@ -61,8 +63,6 @@ def test_balanced_allocation_by_hand() -> None:
 
 
 def test_tiers_price_the_model_and_the_demand() -> None:
-    from gpufleet.gpu.catalog import DEFAULT_CATALOG
-
     t4 = gpu_node("t4", "T4", 2)
     h100 = gpu_node("h", "H100-SXM5-80GB", 2)
     gpu1 = pod("p", gpus=1)
@@ -220,3 +220,30 @@ def test_an_unpriced_node_ties_with_the_cheapest_priced_one(indexed: bool) -> No
         assert got is not None
         chosen.add(got[0].node)
     assert chosen == {"a-t4", "b-g2"}
+
+
+def test_cheapest_model_tier_leaves_reserved_models_to_the_scorers() -> None:
+    """A cheap model that restricted workloads need is not free for everyone: with half the expected GPU
+    demand allowed only on the T4, unrestricted pods go where FGD+ puts them (the V100), not to the T4."""
+    from gpufleet.scheduling.fragmentation import TypicalPod
+    from gpufleet.scheduling.placement.profiles import reserved_models
+
+    typical = (TypicalPod(cpu_milli=1000, gpu_milli=1000, num_gpu=1, models=frozenset({"T4"}), weight=0.5),
+               TypicalPod(cpu_milli=1000, gpu_milli=1000, num_gpu=1, models=None, weight=0.5))
+    # Demand per GPU over the mean: T4 (0.5 + 0.5·2/4) / 2 / (1/4) = 1.5, V100 (0.5·2/4) / 2 / (1/4) = 0.5.
+    assert reserved_models(typical, {"T4": 2, "V100-16GB": 2}) == {"T4"}
+    assert reserved_models(typical[1:], {"T4": 2, "V100-16GB": 2}) == frozenset()
+    t4 = gpu_node("t4", "T4", 2)
+    v100 = gpu_node("v100", "V100-16GB", 2)
+    assert score(CheapestModel(DEFAULT_CATALOG, {"T4"}), pod("p", gpus=1), t4) == UNRANKED
+    assert score(CheapestModel(DEFAULT_CATALOG, {"T4"}), pod("p", gpus=1), v100) == -2550
+
+    def first_node(profile_typical: tuple[TypicalPod, ...]) -> str:
+        cluster = ClusterState([gpu_node("t4", "T4", 2), gpu_node("v100", "V100-16GB", 2)])
+        pl = make_placer(cluster, make_profile("gpufleet", typical=profile_typical), random.Random(0))
+        got = pl.place([pod("anywhere", gpus=1)])
+        assert got is not None
+        return got[0].node
+
+    assert first_node(typical) == "v100"
+    assert first_node(typical[1:]) == "t4"  # nobody needs the T4 in particular: the cheaper model first

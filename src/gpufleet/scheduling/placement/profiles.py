@@ -23,7 +23,7 @@ from typing import Literal
 from gpufleet.api.objects import CPU, MEMORY
 from gpufleet.gpu.catalog import Catalog
 from gpufleet.scheduling import gpuscore
-from gpufleet.scheduling.fgdplus import FgdPlusScorer
+from gpufleet.scheduling.fgdplus import FgdPlusScorer, model_pressure
 from gpufleet.scheduling.fragmentation import FragmentationModel, TypicalPod
 from gpufleet.scheduling.placement.devices import FractionPolicy, WholePolicy
 from gpufleet.scheduling.placement.filters import Filter, default_filters
@@ -106,20 +106,28 @@ class Scorers:
     then: list[ScorePlugin]
 
 
+def reserved_models(typical: Sequence[TypicalPod], model_gpus: Mapping[str, int]) -> frozenset[str]:
+    """GPU models under pressure (fgdplus.model_pressure > 1): the workloads that may run only on few models
+    are expected to need more of them than an even spread of all GPU demand would give."""
+    return frozenset(m for m, p in model_pressure(typical, model_gpus).items() if p > 1.0)
+
+
 def build_scorers(profile: Profile, catalog: Catalog, rng: random.Random,
                   fragmentation: FragmentationModel | None = None,
                   model_gpus: Mapping[str, int] | None = None) -> Scorers:
-    """The profile's plugins; ``model_gpus`` (GPUs per model in the fleet) feeds FGD+'s model pressure."""
-    tier: ScorePlugin | None = None
-    if profile.tier == "model":
-        tier = CheapestModel(catalog)
-    elif profile.tier == "demand":
-        tier = DemandCost(catalog)
+    """The profile's plugins; ``model_gpus`` (GPUs per model in the fleet) feeds FGD+'s model pressure and the
+    cheapest-model tier's reserved models."""
     # One FGD model for every use in the profile, so its memo is shared.
     frag = fragmentation
     names = (*(n for n, _ in profile.scorers), *profile.then)
     if frag is None and any(n in FRAGMENTATION_SCORERS for n in names):
         frag = FragmentationModel(profile.typical or DEFAULT_TYPICAL)
+    tier: ScorePlugin | None = None
+    if profile.tier == "model":
+        typical = frag.typical if frag is not None else (profile.typical or DEFAULT_TYPICAL)
+        tier = CheapestModel(catalog, reserved_models(typical, model_gpus) if model_gpus else ())
+    elif profile.tier == "demand":
+        tier = DemandCost(catalog)
     weighted = [(_plugin(name, profile, rng, frag, model_gpus), weight) for name, weight in profile.scorers]
     then = [_plugin(name, profile, rng, frag, model_gpus) for name in profile.then]
     return Scorers(tier, weighted, then)

@@ -15,6 +15,7 @@ search compares with no other tier (it competes with the best priced tier on the
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Protocol
 
 from gpufleet.api.objects import CPU, MEMORY
@@ -120,18 +121,29 @@ def _price_milli(catalog: Catalog, model: str | None) -> int | None:
 
 
 class CheapestModel:
-    """Tier: a GPU pod goes to the cheapest GPU model that can take it (CHF/GPU-hour, catalog prices)."""
+    """Tier: a GPU pod goes to the cheapest GPU model that can take it (CHF/GPU-hour, catalog prices).
+
+    ``reserved``: models whose room the expected demand of workloads that may run *only* on few models
+    claims (FGD+'s model pressure above 1). Their idle GPUs are not free for everyone: a reserved model is
+    UNRANKED, so an unrestricted pod goes there only when the scorers behind the tier prefer it. Without
+    that, a cheap model that restricted pods need (the T4 on openb's gpuspec traces) is filled first by
+    pods that could run anywhere, and the restricted pods arriving later find no room at all.
+    """
 
     name = "CheapestModel"
     normalizes = False
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, reserved: Collection[str] = ()) -> None:
         self.catalog = catalog
+        self.reserved = frozenset(reserved)
 
     def score(self, need: PodNeed, view: NodeView) -> int:
         if need.gpu.kind == "none":
             return 0
-        price = _price_milli(self.catalog, view.node.gpu_model)
+        model = view.node.gpu_model
+        if model in self.reserved:
+            return UNRANKED
+        price = _price_milli(self.catalog, model)
         return UNRANKED if price is None else -price
 
 
