@@ -138,6 +138,10 @@ def build_scorers(profile: Profile, catalog: Catalog, rng: random.Random,
 FRAGMENTATION_SCORERS = ("fgd", "fgdplus")
 DEFAULT_SCORER = "fgdplus"
 DEFAULT_THEN = ("bestfit",)
+# A light bin-packing pull in the gpufleet profile's sum: one MostAllocated point (0..100) weighs 0.3 milli-GPU
+# of FGD+'s score (micro-GPU), enough to settle near-ties towards fuller nodes, far too little to overrule a
+# real fragmentation difference (bench/README.md: weights 30-10000 measured, 300 best).
+DEFAULT_PACKING_WEIGHT = 300
 
 
 def _paper(name: str, typical: tuple[TypicalPod, ...] | None) -> Profile:
@@ -159,8 +163,8 @@ def make_profile(name: str, *, typical: Sequence[TypicalPod] | None = None) -> P
         return Profile("kube-default", (("kube_least", 1), ("balanced", 1)), whole_gpus="lowest",
                        fractions="lowest")
     if key == "gpufleet":
-        return Profile("gpufleet", ((DEFAULT_SCORER, 1),), tier="model", then=DEFAULT_THEN, fractions="scorer",
-                       typical=typ)
+        return Profile("gpufleet", ((DEFAULT_SCORER, 1), ("most_allocated", DEFAULT_PACKING_WEIGHT)), tier="model",
+                       then=DEFAULT_THEN, fractions="scorer", typical=typ)
     if key in gpuscore.SCORER_NAMES or key == "fgdplus":
         return _paper(key, typ)
     raise ValueError(f"unknown placement profile {name!r}; expected one of {', '.join(PROFILE_NAMES)}")
