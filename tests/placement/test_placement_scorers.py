@@ -173,7 +173,8 @@ def test_profile_names_and_validation() -> None:
     with pytest.raises(ValueError, match="unknown scorer"):
         Profile("bad", (("most_allocated", 1),), then=("nope",))
     gpufleet = make_profile("gpufleet")
-    assert gpufleet.tier == "model" and gpufleet.scorers == (("fgdplus", 1), ("most_allocated", 300)) and gpufleet.then == ("bestfit",)
+    assert gpufleet.tier == "model" and gpufleet.then == ("bestfit",)
+    assert gpufleet.scorers == (("fgdplus", 1), ("most_allocated", 300))
 
 
 def test_a_model_without_a_price_is_neither_cheaper_nor_dearer() -> None:

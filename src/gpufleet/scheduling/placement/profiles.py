@@ -3,14 +3,21 @@
 A profile is data; :func:`build_scorers` turns its scorer names into plugins once the cluster's catalog,
 the placer's rng and the FGD target workload are known.
 
-``gpufleet`` (the default) was chosen by measurement on the openb fragmentation benchmark (1213 nodes,
-130% fill, ``bench/placement_throughput.py --quality``; unallocated GPU % at 100% arrived demand, seeds
-42-44): FGD with BestFit breaking its ties 4.81, BestFit 7.23, kube-default 7.25, spread 7.66, binpack 9.70,
-DotProd 10.08, FGD alone 10.37, GpuPacking 11.27, GpuClustering 11.35, Random 13.87. FGD's integer scores
-tie often; drawn at random among them FGD scatters pods, while a deterministic tie-breaker that packs
-(BestFit) gives back the paper's FGD figure (4.77). In front of it, the cheapest-model tier keeps inference
-off an H100 while a T4 that meets every constraint has room (the guide's anti-pattern); it costs 1.1 points
-on openb (5.93), whose undisclosed, unpriced models rank first.
+``gpufleet`` (the default) was chosen by measurement on the openb fragmentation benchmark (1213 nodes, pods
+arrive until 130% of GPU capacity and never leave; bench/README.md). In order:
+
+1. the cheapest-model tier (issue 5's rule: never a dearer GPU model while a cheaper one that meets every
+   constraint has room). Prices order models only where both are known; a model without a price (openb's
+   G2/G3) and a model under pressure (restricted workloads are expected to need it, FGD+'s model pressure
+   above 1) are UNRANKED and compete with the cheapest priced model on the keys below;
+2. FGD+ (:mod:`gpufleet.scheduling.fgdplus`) plus a light MostAllocated pull (weight 300: 0.3 milli-GPU a
+   point) that settles FGD+'s near-ties towards fuller nodes;
+3. BestFit, then the placer's tie-break (a seeded draw; the benchmark takes the first node in its order).
+
+Measured (unallocated GPU % at 100% arrived demand, openb default trace, seeds 42-51): FGD 4.82, FGD+ alone
+3.94, this profile 3.99. When unpriced models counted as free (so were filled first) it measured 5.35, with
+the earlier FGD+ that alone gave 4.06; with no tie-breaker behind FGD+ 5.16 (CPU-only pods tie on many
+nodes); with BestFit but no MostAllocated pull 4.09.
 """
 
 from __future__ import annotations
@@ -133,8 +140,8 @@ def build_scorers(profile: Profile, catalog: Catalog, rng: random.Random,
     return Scorers(tier, weighted, then)
 
 
-# What the gpufleet profile puts behind its cheapest-model tier (see the module doc for why): FGD, its ties
-# (FGD's integer scores tie often) broken by BestFit before the random draw.
+# What the gpufleet profile puts behind its cheapest-model tier (see the module doc for why): FGD+, its
+# near-ties settled by BestFit before the placer's tie-break.
 FRAGMENTATION_SCORERS = ("fgd", "fgdplus")
 DEFAULT_SCORER = "fgdplus"
 DEFAULT_THEN = ("bestfit",)
