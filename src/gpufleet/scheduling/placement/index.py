@@ -18,8 +18,9 @@ bucket reaches the top. A repeated shape thus costs the node changes since its l
 of classes. The log is trimmed to what some shape has still to read; a shape that lags far behind is
 forgotten and rebuilt from the live classes on its next pod.
 
-Tiers: a tier that does not rank a node (a GPU model without a price, ``scorers.UNRANKED``) goes to a
-second lane of the shape's heap; the best of each lane are compared without the tier (:func:`better`).
+Tiers: a node the tier does not rank (``scorers.UNRANKED``: a GPU model without a price, or one reserved
+for restricted workloads) goes to a second lane of the shape's heap; the best of each lane are compared
+without the tier (:func:`better`, here on negated keys).
 
 Ties: :meth:`ClassIndex.search` returns every best class with its nodes; the caller draws one node
 uniformly over their union, so the random tie-break stays uniform over nodes, not classes.
@@ -137,7 +138,7 @@ class _Lane:
 
 class ShapeHeap:
     """Feasible classes for one pod shape, in two lanes: keys with a ranked tier and keys with the UNRANKED
-    tier (a GPU model without a price), whose best compete on the rest of the key (see :func:`better`).
+    tier, whose best compete on the rest of the key (:func:`better` on negated keys).
     ``cursor`` is how far into the creation log the shape has looked."""
 
     __slots__ = ("cursor", "entries", "ranked", "unranked")

@@ -7,9 +7,9 @@ weigh by the share they hold. The paper's scorers (random, dotprod, gpuclusterin
 are the functions of :mod:`gpufleet.scheduling.gpuscore`, called through :class:`GpuScore`.
 
 A scorer may also be a *tier*: a key compared before the weighted sum (cheapest GPU model first). Prices
-order models only where both are known: a model without a price gets the tier ``UNRANKED``, which the
-search compares with no other tier (it competes with the best priced tier on the rest of the key; see
-:func:`gpufleet.scheduling.placement.index.better`).
+order models only where both are known: a model without a price (or one :class:`CheapestModel` reserves)
+gets the tier ``UNRANKED``, which the search compares with no other tier: it competes with the best priced
+tier on the rest of the key (:func:`gpufleet.scheduling.placement.index.better`).
 """
 
 from __future__ import annotations
