@@ -41,7 +41,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 from gpufleet.scheduling.fragmentation import FragmentationModel, TypicalPod
-from gpufleet.scheduling.gpuscore import MILLI, GpuNodeView, GpuPodDemand, memoized_choice
+from gpufleet.scheduling.gpuscore import MILLI, GpuNodeView, GpuPodDemand, gradient_choice, memoized_choice
 
 __all__ = [
     "DEFAULT_PRESSURE_WEIGHT",
@@ -291,29 +291,4 @@ class FgdPlusScorer:
         return round((before - after) * _SCALE)
 
     def _evaluate(self, state: tuple[int, ...], cpu: int, model: str, d: GpuPodDemand) -> tuple[int, frozenset[int]]:
-        cpu_after = cpu - d.cpu_milli
-        before = self.measure(state, cpu, model)
-        if not d.is_sharing:
-            after = list(state)
-            taken = 0
-            for j in range(len(after) - 1, -1, -1):  # sorted ascending: fully free GPUs are last
-                if taken == d.num_gpu:
-                    break
-                if after[j] >= d.gpu_milli:
-                    after[j] -= d.gpu_milli
-                    taken += 1
-            if taken < d.num_gpu:
-                raise ValueError(f"{d} does not fit GPUs {list(state)}")
-            return self._delta(before, self.measure(after, cpu_after, model)), frozenset()
-        scores: dict[int, int] = {}
-        after = list(state)
-        for j, f in enumerate(state):
-            if f < d.gpu_milli or f in scores:
-                continue
-            after[j] = f - d.gpu_milli
-            scores[f] = self._delta(before, self.measure(after, cpu_after, model))
-            after[j] = f
-        if not scores:
-            raise ValueError(f"{d} does not fit GPUs {list(state)}")
-        best = max(scores.values())
-        return best, frozenset(f for f, s in scores.items() if s == best)
+        return gradient_choice(state, cpu, model, d, self.measure, self._delta)

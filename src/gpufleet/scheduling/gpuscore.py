@@ -367,35 +367,44 @@ class FgdScorer(_Identity):
                                lambda: self._evaluate(state, cpu, model, d), free, d)
 
     def _evaluate(self, state: tuple[int, ...], cpu: int, model: str, d: GpuPodDemand) -> tuple[int, frozenset[int]]:
-        frag = self.fragmentation.node
-        cpu_after = cpu - d.cpu_milli
-        before = frag(state, cpu, model)
-        if not d.is_sharing:
-            after = list(state)
-            # Non-sharing GPU pods take whole GPUs (gpu_milli == 1000): k fully free ones.
-            taken = 0
-            for j in range(len(after) - 1, -1, -1):
-                if taken == d.num_gpu:
-                    break
-                if after[j] >= d.gpu_milli:
-                    after[j] -= d.gpu_milli
-                    taken += 1
-            if taken < d.num_gpu:
-                raise ValueError(f"{d} does not fit GPUs {list(state)}")
-            return self._score_of(before, frag(after, cpu_after, model)), frozenset()
-        scores: dict[int, int] = {}
+        return gradient_choice(state, cpu, model, d, self.fragmentation.node, self._score_of)
+
+
+def gradient_choice(state: tuple[int, ...], cpu: int, model: str, d: GpuPodDemand,
+                    measure: Callable[[Sequence[int], int, str], float],
+                    score_of: Callable[[float, float], int]) -> tuple[int, frozenset[int]]:
+    """A fragmentation-gradient score: ``score_of(measure before, measure after)`` for the pod on a node
+    whose GPUs have ``state`` free (sorted ascending) and ``cpu`` free. A sharing pod is tried on each
+    distinct free value; the best score and the free values that reach it come back (empty for whole-GPU
+    pods, which take the fully free GPUs)."""
+    cpu_after = cpu - d.cpu_milli
+    before = measure(state, cpu, model)
+    if not d.is_sharing:
         after = list(state)
-        for j, f in enumerate(state):
-            # GPUs with equal free milli lead to the same node state; evaluate each value once.
-            if f < d.gpu_milli or f in scores:
-                continue
-            after[j] = f - d.gpu_milli
-            scores[f] = self._score_of(before, frag(after, cpu_after, model))
-            after[j] = f
-        if not scores:
+        # Non-sharing GPU pods take whole GPUs (gpu_milli == 1000): k fully free ones, which sort last.
+        taken = 0
+        for j in range(len(after) - 1, -1, -1):
+            if taken == d.num_gpu:
+                break
+            if after[j] >= d.gpu_milli:
+                after[j] -= d.gpu_milli
+                taken += 1
+        if taken < d.num_gpu:
             raise ValueError(f"{d} does not fit GPUs {list(state)}")
-        best = max(scores.values())
-        return best, frozenset(f for f, s in scores.items() if s == best)
+        return score_of(before, measure(after, cpu_after, model)), frozenset()
+    scores: dict[int, int] = {}
+    after = list(state)
+    for j, f in enumerate(state):
+        # GPUs with equal free milli lead to the same node state; evaluate each value once.
+        if f < d.gpu_milli or f in scores:
+            continue
+        after[j] = f - d.gpu_milli
+        scores[f] = score_of(before, measure(after, cpu_after, model))
+        after[j] = f
+    if not scores:
+        raise ValueError(f"{d} does not fit GPUs {list(state)}")
+    best = max(scores.values())
+    return best, frozenset(f for f, s in scores.items() if s == best)
 
 
 SCORER_NAMES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")

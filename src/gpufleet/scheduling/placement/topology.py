@@ -16,7 +16,7 @@ A cheapest-tier profile orders domains by the cheapest model they offer first, s
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
@@ -95,37 +95,43 @@ def _capacity(ops: GangOps, needs: Sequence[PodNeed], nodes: Sequence[NodeState]
 
 def place_required(ops: GangOps, needs: Sequence[PodNeed], levels: Sequence[str], depth: int,
                    scope: Sequence[NodeState]) -> list[Placement] | None:
-    cluster = ops.cluster
-    for _, _, _, nodes in _fitting(ops, needs, domains(scope, levels, depth)):
-        mark = cluster.checkpoint()
+    def attempt(nodes: Sequence[NodeState]) -> list[Placement] | None:
         if depth + 1 < len(levels):
-            placed = place_preferred(ops, needs, levels, depth + 1, nodes, spill=_names(nodes))
-        else:
-            placed = ops.place_all(needs, _names(nodes))
-        if placed is not None:
-            cluster.commit(mark)
-            return placed
-        cluster.rollback(mark)
-    return None
+            return place_preferred(ops, needs, levels, depth + 1, nodes, spill=_names(nodes))
+        return ops.place_all(needs, _names(nodes))
+
+    return _first_domain(ops, needs, domains(scope, levels, depth), attempt)
 
 
 def place_preferred(ops: GangOps, needs: Sequence[PodNeed], levels: Sequence[str], depth: int,
                     scope: Sequence[NodeState], spill: Collection[str] | None) -> list[Placement] | None:
     """``spill``: where pods that fit in no chosen domain may go (None: anywhere in the cluster)."""
-    cluster = ops.cluster
     for d in range(len(levels) - 1, depth - 1, -1):  # narrowest level first: the smallest domain
-        for _, _, _, nodes in _fitting(ops, needs, domains(scope, levels, d)):
-            mark = cluster.checkpoint()
+        def attempt(nodes: Sequence[NodeState], d: int = d) -> list[Placement] | None:
             if d + 1 < len(levels):
                 # Narrower levels could not hold it whole: use as few of their domains as possible.
-                placed = _fewest(ops, needs, levels, d + 1, nodes, _names(nodes))
-            else:
-                placed = ops.place_all(needs, _names(nodes))
-            if placed is not None:
-                cluster.commit(mark)
-                return placed
-            cluster.rollback(mark)
+                return _fewest(ops, needs, levels, d + 1, nodes, _names(nodes))
+            return ops.place_all(needs, _names(nodes))
+
+        placed = _first_domain(ops, needs, domains(scope, levels, d), attempt)
+        if placed is not None:
+            return placed
     return _fewest(ops, needs, levels, depth, scope, spill)
+
+
+def _first_domain(ops: GangOps, needs: Sequence[PodNeed], groups: dict[Path, list[NodeState]],
+                  attempt: Callable[[Sequence[NodeState]], list[Placement] | None]) -> list[Placement] | None:
+    """``attempt`` on each domain that can hold the gang, best fit first, each under a checkpoint; the first
+    placement that succeeds is kept, the others rolled back."""
+    cluster = ops.cluster
+    for _, _, _, nodes in _fitting(ops, needs, groups):
+        mark = cluster.checkpoint()
+        placed = attempt(nodes)
+        if placed is not None:
+            cluster.commit(mark)
+            return placed
+        cluster.rollback(mark)
+    return None
 
 
 def _fewest(ops: GangOps, needs: Sequence[PodNeed], levels: Sequence[str], depth: int,
