@@ -9,18 +9,23 @@ pairs, and the device-plugin sharing configuration in force. Shape::
                  "renameByDefault": false, "failRequestsGreaterThanOne": false},
      "gpus": [{"index": 0, "uuid": "GPU-...", "mig": [{"profile": "3g.40gb", "start": 0, "uuid": "MIG-..."}]}],
      "nvlinks": [[0, 1, 12], ...]}
+
+A GPU the node agent found broken (an XID outside NVIDIA's ignore list) carries ``"health": "Unhealthy"``;
+the key is absent on healthy GPUs, so a healthy node's annotation is the same whoever writes it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, cast
 
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION, GpuInventory
 from gpufleet.api.reader import FieldReader
 from gpufleet.gpu.mig import MigPlacement
 from gpufleet.gpu.sharing import DevicePluginConfig, PhysicalGpu
+
+UNHEALTHY = "Unhealthy"
 
 
 def nvlink_pairs(count: int, links_per_pair: int, mode: str) -> dict[tuple[int, int], int]:
@@ -33,7 +38,7 @@ def nvlink_pairs(count: int, links_per_pair: int, mode: str) -> dict[tuple[int, 
 
 
 def format_inventory(gpus: Sequence[PhysicalGpu], sharing: DevicePluginConfig,
-                     nvlinks: dict[tuple[int, int], int]) -> str:
+                     nvlinks: dict[tuple[int, int], int], unhealthy: Collection[int] = ()) -> str:
     if not gpus:
         return "{}"
     model = gpus[0].model
@@ -48,6 +53,7 @@ def format_inventory(gpus: Sequence[PhysicalGpu], sharing: DevicePluginConfig,
         },
         "gpus": [
             {"index": g.index, "uuid": g.uuid,
+             **({"health": UNHEALTHY} if g.index in unhealthy else {}),
              **({"mig": [{"profile": i.placement.profile, "start": i.placement.start, "uuid": i.uuid}
                          for i in g.mig]} if g.mig_enabled else {})}
             for g in gpus
@@ -91,4 +97,5 @@ def inventory_from_json(doc: dict[str, Any]) -> GpuInventory | None:
             rename_by_default=bool(sharing.get("renameByDefault", False)),
             fail_requests_greater_than_one=bool(sharing.get("failRequestsGreaterThanOne", False)),
         ),
+        unhealthy=frozenset(int(g["index"]) for g in gpus if g.get("health") == UNHEALTHY),
     )

@@ -115,9 +115,11 @@ class Requirement:
         # Gt / Lt compare integers; a label that is not an integer never matches (as kube-scheduler).
         if not present:
             return False
-        try:
-            have, want = int(labels[self.key]), int(self.values[0])
-        except (ValueError, IndexError):
+        from gpufleet.api.reader import parse_int_text
+
+        have = parse_int_text(labels[self.key])
+        want = parse_int_text(self.values[0]) if self.values else None
+        if have is None or want is None:
             return False
         return have > want if self.operator == "Gt" else have < want
 
@@ -212,6 +214,7 @@ class GpuInventory:
     mig: tuple[tuple[tuple[MigPlacement, str], ...], ...]  # per GPU: (placement, MIG UUID)
     nvlinks: dict[tuple[int, int], int]  # (i, j), i < j -> links between them
     sharing: DevicePluginConfig
+    unhealthy: frozenset[int] = frozenset()  # GPU indexes the node agent reported broken
 
     @property
     def count(self) -> int:

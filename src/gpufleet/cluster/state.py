@@ -102,6 +102,8 @@ def _gpu_slots_from_node(node: Node, catalog: Catalog) -> tuple[list[GpuSlot], s
                                      replica_holders=[None] * replicas))
             else:
                 slots.append(GpuSlot(i, uuid, model.key, model.memory_mib, "whole", GPU))
+        for gpu_slot in slots:
+            gpu_slot.healthy = gpu_slot.index not in inv.unhealthy
         return slots, model.key
 
     # No inventory: derive logical devices from the advertised resources and GFD labels.

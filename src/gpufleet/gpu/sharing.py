@@ -133,24 +133,47 @@ def check_node(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig) -> None:
         raise SharingError("; ".join(problems))
 
 
-def advertised_resources(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig) -> dict[str, int]:
-    """Extended resources and counts the device plugin registers (physical devices x replicas)."""
+@dataclass(frozen=True, slots=True)
+class AdvertisedUnit:
+    """One device the plugin lists under ``resource``: a whole GPU, a MIG instance, or one replica of either."""
+
+    resource: str
+    gpu: PhysicalGpu
+    mig: MigInstance | None = None
+    replica: int | None = None  # None when the resource is not time-sliced
+
+
+def advertised_units(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig) -> dict[str, list[AdvertisedUnit]]:
+    """The devices the device plugin lists, per extended resource, in GPU order (what the node agent serves)."""
     check_node(gpus, config)
-    out: Counter[str] = Counter()
+    out: dict[str, list[AdvertisedUnit]] = {}
+
+    def add(resource: str, gpu: PhysicalGpu, mig: MigInstance | None) -> None:
+        replicas = config.replicas_for(resource)
+        units = out.setdefault(_shared_name(resource, config), [])
+        if replicas > 1:
+            units.extend(AdvertisedUnit(_shared_name(resource, config), gpu, mig, i) for i in range(replicas))
+        else:
+            units.append(AdvertisedUnit(resource, gpu, mig))
+
     for gpu in gpus:
         if gpu.mig_enabled and config.mig_strategy == "single":
-            replicas = config.replicas_for(GPU_RESOURCE)
-            out[_shared_name(GPU_RESOURCE, config)] += len(gpu.mig) * replicas
-        elif gpu.mig_enabled and config.mig_strategy == "mixed":
             for instance in gpu.mig:
-                geometry = gpu.geometry
-                assert geometry is not None
-                resource = geometry.profile(instance.placement.profile).resource_name
-                out[_shared_name(resource, config)] += config.replicas_for(resource)
+                add(GPU_RESOURCE, gpu, instance)
+        elif gpu.mig_enabled and config.mig_strategy == "mixed":
+            geometry = gpu.geometry
+            assert geometry is not None
+            for instance in gpu.mig:
+                add(geometry.profile(instance.placement.profile).resource_name, gpu, instance)
         else:
             # migStrategy none exposes MIG-enabled GPUs as full GPUs too.
-            out[_shared_name(GPU_RESOURCE, config)] += config.replicas_for(GPU_RESOURCE)
-    return dict(out)
+            add(GPU_RESOURCE, gpu, None)
+    return out
+
+
+def advertised_resources(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig) -> dict[str, int]:
+    """Extended resources and counts the device plugin registers (physical devices x replicas)."""
+    return {resource: len(units) for resource, units in advertised_units(gpus, config).items()}
 
 
 def _sharing_labels(prefix: str, resource: str, config: DevicePluginConfig, product: str) -> dict[str, str]:
