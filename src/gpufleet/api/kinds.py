@@ -228,7 +228,11 @@ def parse_label_selector(r: FieldReader | None) -> LabelSelector | None:
 
 # ---- pods and templates ----------------------------------------------------------------------------------------
 
-def _container_resources(c: FieldReader, requests: ResourceList, limits: ResourceList) -> None:
+def _container_resources(c: FieldReader, requests: ResourceList, limits: ResourceList,
+                         pod_validation: bool = True) -> None:
+    """Add a container's requests and limits. ``pod_validation``: the API server validates this template as a
+    Pod (a Pod, a Job's template), so an extended resource needs a limit equal to its request; a Kueue
+    Workload's podSet template is not validated so (Kueue only refuses requests above limits)."""
     res = c.obj("resources")
     if res is None:
         return
@@ -238,12 +242,18 @@ def _container_resources(c: FieldReader, requests: ResourceList, limits: Resourc
         if is_native(resource):
             continue
         if resource in req and resource not in lim:
-            res.error(f"{resource} is requested without a limit", "requests", resource,
-                      fix=f"set limits.{resource} equal to requests.{resource} (extended resources are not "
-                      "overcommitted)")
+            if pod_validation:
+                res.error(f"{resource} is requested without a limit", "requests", resource,
+                          fix=f"set limits.{resource} equal to requests.{resource} (extended resources are not "
+                          "overcommitted)")
         elif resource in req and req[resource] != lim[resource]:
-            res.error(f"{resource} requests ({req[resource]}) differ from limits ({lim[resource]})",
-                      "limits", resource, fix=f"make requests.{resource} and limits.{resource} equal")
+            if pod_validation:
+                res.error(f"{resource} requests ({req[resource]}) differ from limits ({lim[resource]})",
+                          "limits", resource, fix=f"make requests.{resource} and limits.{resource} equal")
+            elif req[resource] > lim[resource]:
+                res.error(f"{resource} requests ({req[resource]}) exceed limits ({lim[resource]}); Kueue does not "
+                          "admit such a Workload", "requests", resource,
+                          fix=f"lower requests.{resource} to at most limits.{resource}, or drop the limit")
     for resource, amount in lim.items():
         # Kubernetes defaults a missing request to the limit.
         requests[resource] = requests.get(resource, 0) + req.get(resource, amount)
@@ -343,7 +353,7 @@ def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[s
 
 
 def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotations: dict[str, str],
-                       spec: FieldReader | None) -> PodTemplate:
+                       spec: FieldReader | None, *, pod_validation: bool = True) -> PodTemplate:
     requests: ResourceList = {}
     limits: ResourceList = {}
     node_selector: dict[str, str] = {}
@@ -357,11 +367,11 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
     if spec is not None:
         containers = list(spec.items("containers", required=True))
         for c in containers:
-            _container_resources(c, requests, limits)
+            _container_resources(c, requests, limits, pod_validation)
         for c in spec.items("initContainers"):
             init_req: ResourceList = {}
             init_lim: ResourceList = {}
-            _container_resources(c, init_req, init_lim)
+            _container_resources(c, init_req, init_lim, pod_validation)
             for k, v in init_req.items():
                 requests[k] = max(requests.get(k, 0), v)
         node_selector = spec.string_map("nodeSelector")
@@ -405,14 +415,14 @@ def parse_pod(r: FieldReader) -> Pod | None:
     return Pod(meta, template, node_name=spec.text("nodeName") if spec else None, phase=cast(Any, phase))
 
 
-def _template_of(r: FieldReader, key: str = "template") -> PodTemplate | None:
+def _template_of(r: FieldReader, key: str = "template", *, pod_validation: bool = True) -> PodTemplate | None:
     t = r.obj(key, required=True)
     if t is None:
         return None
     m = t.obj("metadata")
     labels = m.string_map("labels") if m else {}
     annotations = m.string_map("annotations") if m else {}
-    return parse_pod_template(t, labels, annotations, t.obj("spec", required=True))
+    return parse_pod_template(t, labels, annotations, t.obj("spec", required=True), pod_validation=pod_validation)
 
 
 def parse_job(r: FieldReader) -> Job | None:
@@ -693,7 +703,8 @@ def parse_workload(r: FieldReader) -> KueueWorkload | None:
         return None
     pod_sets: list[PodSetSpec] = []
     for ps in spec.items("podSets", required=True):
-        template = _template_of(ps)
+        # Kueue runs no Pod validation on a Workload's templates: requests without limits are accepted.
+        template = _template_of(ps, pod_validation=False)
         if template is None:
             continue
         pod_sets.append(PodSetSpec(ps.text("name", "main") or "main", ps.integer("count", 1, minimum=0) or 0, template,
