@@ -104,11 +104,11 @@ class Scenario:
         return [self.cycle() for _ in range(cycles)]
 
     def until_stable(self, cap: int = 50) -> list[Decisions]:
+        """Cycles until the next one would change nothing (``gpufleet plan --until-stable``'s rule)."""
         out = []
         for _ in range(cap):
-            d = self.cycle()
-            out.append(d)
-            if not d:
+            out.append(self.cycle())
+            if self.policy.settled():
                 break
         return out
 

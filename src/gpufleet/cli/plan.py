@@ -73,7 +73,8 @@ def plan(
     files: Annotated[list[str], typer.Argument(help="Manifest files or folders; - reads stdin.")],
     cycles: Annotated[int, typer.Option("--cycles", min=1, help="Scheduling cycles to run.")] = 1,
     until_stable: Annotated[bool, typer.Option(
-        "--until-stable", help=f"Run until a cycle admits and preempts nothing (at most {STABLE_CAP}).")] = False,
+        "--until-stable", help="Run until another cycle would change nothing: nothing admitted or preempted, and "
+        f"no queue head left untried (at most {STABLE_CAP} cycles).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decisions as JSON.")] = False,
 ) -> None:
     """Show the admission decisions Kueue's semantics give for a snapshot: admitted (ClusterQueue, flavors,
@@ -100,7 +101,7 @@ def plan(
         for victim in decisions.preempted:
             policy.evicted(victim.workload, now, requeue=True, reason=victim.reason)
         now += 1.0
-        if until_stable and not decisions:
+        if until_stable and policy.settled():
             break
     usage = _usage_json(policy)
     if as_json:

@@ -359,6 +359,8 @@ class Cycle:
         for e in [*entries, *inadmissible]:
             if not e.admitted:
                 self._requeue(e)
+        state.last_decided = bool(self.decisions)
+        state.last_evaluated = frozenset(info.key for info in heads)
         return self.decisions
 
     def _requeue(self, e: Entry) -> None:

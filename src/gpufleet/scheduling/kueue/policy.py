@@ -157,6 +157,11 @@ class KueuePolicy:
     def cycle(self, now: float) -> Decisions:
         return Cycle(self.state, now).run()
 
+    def settled(self) -> bool:
+        """Whether the next cycle would change nothing (see :meth:`SchedulerState.settled`): where ``gpufleet plan
+        --until-stable`` stops."""
+        return self.state.settled()
+
     def pending_count(self) -> int:
         s = self.state
         return s.queues.pending_count() + len(s.no_quota) + len(s.unqueued)

@@ -60,6 +60,16 @@ class ClusterQueueHeap:
                 return current[1]
         return None
 
+    def peek(self) -> WorkloadInfo | None:
+        """The workload :meth:`pop` would return, left in place (stale heap items are dropped on the way)."""
+        while self.heap:
+            item = self.heap[0]
+            current = self.active.get(item[4])
+            if current is not None and current[0] is item:
+                return current[1]
+            heapq.heappop(self.heap)
+        return None
+
     def park(self, info: WorkloadInfo) -> None:
         self.active.pop(info.key, None)  # its heap item goes stale
         self.parked[info.key] = info
@@ -132,6 +142,16 @@ class QueueManager:
             if head is not None:
                 out.append(head)
         return out
+
+    def next_heads(self) -> list[WorkloadInfo]:
+        """The heads the next cycle would take, as things stand (parked workloads a release would wake
+        count once they are woken, so callers check :attr:`releases_pending` too)."""
+        return [head for q in self.queues.values() if (head := q.peek()) is not None]
+
+    @property
+    def releases_pending(self) -> bool:
+        """Quota was released since the last cycle took its heads: parked workloads of those trees may return."""
+        return any(self.queues[cq].parked for root in self._released for cq in self.members.get(root, ()))
 
     def requeue(self, info: WorkloadInfo, reason: str) -> None:
         assert info.cluster_queue is not None

@@ -46,6 +46,9 @@ class SchedulerState:
         self.preemptor = Preemptor(self.tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
         self._seq = 0
+        # The last cycle: whether it admitted or preempted anything, and the heads it evaluated (see settled()).
+        self.last_decided = True
+        self.last_evaluated: frozenset[str] = frozenset()
 
     @property
     def placer(self) -> GangPlacer | None:
@@ -128,6 +131,19 @@ class SchedulerState:
 
     def all_pods_ready(self) -> bool:
         return not self.waiting_ready
+
+    def settled(self) -> bool:
+        """Whether another cycle would change nothing: the last one admitted and preempted nothing, no quota was
+        released since, and each ClusterQueue's next head is one that cycle already evaluated, with no flavor
+        left to try. A BestEffortFIFO head that does not fit is parked and the next workload becomes the head,
+        so a cycle that decided nothing is not settled while such workloads are still untried.
+
+        Timers are not rounds: a requeue backoff or a waitForPodsReady timeout that ends later can still
+        change things."""
+        if self.last_decided or self.queues.releases_pending:
+            return False
+        return all(head.key in self.last_evaluated and not head.pending_flavors()
+                   for head in self.queues.next_heads())
 
     # ---- views -------------------------------------------------------------------------------------------------
     def admitted_infos(self) -> Iterator[WorkloadInfo]:
