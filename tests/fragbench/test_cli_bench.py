@@ -5,16 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import typer
 from typer.testing import CliRunner
 
-from gpufleet.cli.bench import bench_app
+from gpufleet.cli.main import app
 from tests.fragbench.helpers import write_trace
 
 runner = CliRunner()
-# The group as the lead registers it under the main application.
-app = typer.Typer()
-app.add_typer(bench_app, name="bench")
 
 
 def test_fragmentation_table_json_and_plot(tmp_path: Path) -> None:
@@ -31,7 +27,7 @@ def test_fragmentation_table_json_and_plot(tmp_path: Path) -> None:
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bad_arguments_exit_2(tmp_path: Path) -> None:
+def test_bad_arguments_exit_2_and_a_missing_file_exits_1(tmp_path: Path) -> None:
     nodes_csv, pods_csv = write_trace(tmp_path)
     base = ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv)]
     for extra, message in ((["--seeds", "9-1"], "empty seed range"), (["--policy", "tetris"], "unknown policy"),
@@ -41,7 +37,7 @@ def test_bad_arguments_exit_2(tmp_path: Path) -> None:
         assert message in result.output
     missing = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(tmp_path / "none.csv"),
                                   "--pods", str(pods_csv)])
-    assert missing.exit_code == 2 and "no such file" in missing.output
+    assert missing.exit_code == 1 and "no such file" in missing.output  # an input that cannot be read
 
 
 def test_damaged_trace_exits_1(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def test_unknown_policy_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "in.yaml"
     f.write_text(pool("p", 1, 4) + job("a"))
     res = runner.invoke(app, [str(f), "--policy", "volcano"])
-    assert res.exit_code == 1 and "unknown policy volcano" in res.output
+    assert res.exit_code == 2 and "unknown policy volcano" in res.output  # a bad option value is a usage error
 
 
 def test_case_study_prints_the_published_claims_and_writes_a_report(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_failure_models_can_be_switched_off(tmp_path: Path) -> None:
     assert runs["rendezvous,oom,retries"]["failures"] == {"RendezvousTimeout": 1}
     assert runs["oom,retries"]["failures"] == {} and runs["oom,retries"]["jobs_unfinished"] == 1
     res = runner.invoke(app, [str(f), "--failures", "gremlins"])
-    assert res.exit_code == 1 and "unknown model(s) gremlins" in res.output
+    assert res.exit_code == 2 and "unknown model(s) gremlins" in res.output
 
 
 GENERATOR = """

@@ -7,107 +7,165 @@ can be admitted in the next cycle, as it would be once the evictions complete.
 
 from __future__ import annotations
 
-import json
-import sys
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from gpufleet.api.kinds import format_amount
-from gpufleet.api.manifests import load_manifests
+from gpufleet.api.manifests import Manifests
+from gpufleet.cli import console
+from gpufleet.cli.options import (
+    EXIT_FINDINGS,
+    Files,
+    Namespace,
+    Output,
+    OutputFormat,
+    examples,
+    output_format,
+)
+from gpufleet.cli.validate import load, print_problems
 from gpufleet.cluster.state import ClusterState
 from gpufleet.cluster.workloads import build_workloads
 from gpufleet.scheduling.kueue import KueuePolicy
-from gpufleet.scheduling.types import Decisions, PendingWorkload
+from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PendingWorkload, PreemptedWorkload
 
 STABLE_CAP = 1000  # --until-stable never runs more cycles than this
 
-_out = Console()
-_err = Console(stderr=True)
+EPILOG = examples(
+    "# one cycle on the case study's cluster and a snapshot of running and waiting work",
+    "gpufleet plan examples/casestudy examples/plan/snapshot.yaml",
+    "# every cycle until nothing changes, pods with their nodes and devices, one namespace",
+    "gpufleet plan examples/casestudy examples/plan/snapshot.yaml --until-stable -o wide -n research",
+    "# in CI: exit 1 when a workload would stay pending",
+    "gpufleet plan examples/casestudy examples/plan/snapshot.yaml --until-stable --fail-on-pending -o json",
+)
 
 
-def _usage_json(policy: KueuePolicy) -> dict[str, dict[str, dict[str, str]]]:
-    return {cq: {flavor: {r: format_amount(r, v) for r, v in resources.items()} for flavor, resources in per.items()}
-            for cq, per in policy.usage().items()}
+@dataclass(slots=True)
+class Cycle:
+    decisions: Decisions
+    pending: list[PendingWorkload]  # after the cycle
 
 
-def _cycle_json(d: Decisions, pending: list[PendingWorkload]) -> dict[str, Any]:
-    return {"admitted": [a.to_json() for a in d.admitted], "preempted": [p.to_json() for p in d.preempted],
-            "pending": [p.to_json() for p in pending]}
+@dataclass(slots=True)
+class PlanResult:
+    cycles: list[Cycle]
+    usage: dict[str, dict[str, dict[str, str]]]  # ClusterQueue -> flavor -> resource -> amount
 
 
-def _render(index: int, d: Decisions, pending: list[PendingWorkload]) -> None:
-    table = Table(title=f"cycle {index}: {len(d.admitted)} admitted, {len(d.preempted)} preempted, "
-                        f"{len(pending)} pending")
-    table.add_column("workload")
-    table.add_column("decision")
-    table.add_column("ClusterQueue / preemptor")
-    table.add_column("flavors / reason", overflow="fold")
-    table.add_column("pods", overflow="fold")
-    for a in d.admitted:
-        flavors = ", ".join(f"{r}={f}" for r, f in sorted(a.flavors.items()))
-        pods = ", ".join(f"{p.pod}→{p.node}" + (f" ({len(p.devices)} device(s))" if p.devices else "")
-                         for p in a.pods if p.node)
-        table.add_row(a.workload, "[green]admitted[/green]", a.cluster_queue or "(no queue: no quota)", flavors, pods)
-    for p in d.preempted:
-        table.add_row(p.workload, "[red]preempted[/red]", p.preemptor or "-", p.reason, "")
-    for w in pending:
-        table.add_row(w.workload, "[yellow]pending[/yellow]", "", w.reason, "")
-    _out.print(table)
-
-
-def _render_usage(usage: dict[str, dict[str, dict[str, str]]]) -> None:
-    table = Table(title="ClusterQueue usage")
-    for column in ("ClusterQueue", "flavor", "resource", "usage"):
-        table.add_column(column)
-    for cq, per in usage.items():
-        for flavor, resources in per.items():
-            for r, v in resources.items():
-                table.add_row(cq, flavor, r, v)
-    _out.print(table)
-
-
-def plan(
-    files: Annotated[list[str], typer.Argument(help="Manifest files or folders; - reads stdin.")],
-    cycles: Annotated[int, typer.Option("--cycles", min=1, help="Scheduling cycles to run.")] = 1,
-    until_stable: Annotated[bool, typer.Option(
-        "--until-stable", help="Run until another cycle would change nothing: nothing admitted or preempted, and "
-        f"no queue head left untried (at most {STABLE_CAP} cycles).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the decisions as JSON.")] = False,
-) -> None:
-    """Show the admission decisions Kueue's semantics give for a snapshot: admitted (ClusterQueue, flavors,
-    pods on nodes), preempted (by whom, why) and pending (why), cycle by cycle."""
-    manifests = load_manifests(files, stdin=sys.stdin)
+def run_cycles(manifests: Manifests, cycles: int, until_stable: bool) -> PlanResult:
+    """Submit every workload of the snapshot and run ``cycles`` cycles (or until one changes nothing)."""
     workloads = build_workloads(manifests)
-    problems = manifests.problems
-    for p in problems.all:
-        style = "yellow" if p.severity == "warning" else "red"
-        _err.print(f"[{style}]{p}[/{style}]", highlight=False, soft_wrap=True)
-    if problems.errors:
-        _err.print(f"[red]{len(problems.errors)} error(s)[/red]: nothing planned")
-        raise typer.Exit(1)
     cluster = ClusterState.from_nodes(manifests.nodes) if manifests.nodes else None
     policy = KueuePolicy(manifests, cluster)
     now = max((w.created for w in workloads), default=0.0) + 1.0
     for w in workloads:
         policy.submit(w, now)
-    limit = STABLE_CAP if until_stable else cycles
-    results: list[tuple[Decisions, list[PendingWorkload]]] = []
-    for _ in range(limit):
+    results: list[Cycle] = []
+    for _ in range(STABLE_CAP if until_stable else cycles):
         decisions = policy.cycle(now)
-        results.append((decisions, policy.pending_report()))
+        results.append(Cycle(decisions, policy.pending_report()))
         for victim in decisions.preempted:
             policy.evicted(victim.workload, now, requeue=True, reason=victim.reason)
         now += 1.0
         if until_stable and policy.settled():
             break
-    usage = _usage_json(policy)
-    if as_json:
-        doc = {"cycles": [_cycle_json(d, pending) for d, pending in results], "usage": usage}
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        return
-    for i, (d, pending) in enumerate(results, 1):
-        _render(i, d, pending)
-    _render_usage(usage)
+    usage = {cq: {flavor: {r: format_amount(r, v) for r, v in resources.items()} for flavor, resources in per.items()}
+             for cq, per in policy.usage().items()}
+    return PlanResult(results, usage)
+
+
+def _in(namespace: str | None, name: str) -> bool:
+    return namespace is None or name.partition("/")[0] == namespace
+
+
+def filtered(result: PlanResult, namespace: str | None) -> PlanResult:
+    """The decisions about workloads in ``namespace`` (ClusterQueue usage is cluster-wide and kept whole)."""
+    if namespace is None:
+        return result
+    cycles = [Cycle(Decisions([a for a in c.decisions.admitted if _in(namespace, a.workload)],
+                              [p for p in c.decisions.preempted if _in(namespace, p.workload)],
+                              [p for p in c.decisions.pending if _in(namespace, p.workload)]),
+                    [p for p in c.pending if _in(namespace, p.workload)]) for c in result.cycles]
+    return PlanResult(cycles, result.usage)
+
+
+def plan_document(result: PlanResult) -> dict[str, Any]:
+    return {"cycles": [{"admitted": [a.to_json() for a in c.decisions.admitted],
+                        "preempted": [p.to_json() for p in c.decisions.preempted],
+                        "pending": [p.to_json() for p in c.pending]} for c in result.cycles],
+            "usage": result.usage}
+
+
+def _pods(a: AdmittedWorkload) -> str:
+    return ", ".join(f"{p.pod}→{p.node}" + (f" ({', '.join(p.devices)})" if p.devices else "")
+                     for p in a.pods if p.node)
+
+
+def _cycle_table(index: int, c: Cycle, wide: bool) -> console.Table:
+    d = c.decisions
+    columns = ["WORKLOAD", "DECISION", "CLUSTERQUEUE / PREEMPTOR", "FLAVORS / REASON"] + (["PODS → NODES"] if wide
+                                                                                          else [])
+    table = console.make_table(f"cycle {index}: {len(d.admitted)} admitted, {len(d.preempted)} preempted, "
+                               f"{len(c.pending)} pending", *columns)
+    rows: list[list[str | console.Text]] = []
+    for a in d.admitted:
+        flavors = ", ".join(f"{r}={f}" for r, f in sorted(a.flavors.items()))
+        rows.append([a.workload, console.styled("admitted", "green"), a.cluster_queue or "(no queue: no quota)",
+                     flavors, _pods(a)])
+    p: PreemptedWorkload
+    for p in d.preempted:
+        rows.append([p.workload, console.styled("preempted", "red"), p.preemptor or "-", p.reason, ""])
+    for w in c.pending:
+        rows.append([w.workload, console.styled("pending", "yellow"), "", w.reason, ""])
+    for row in rows:
+        table.add_row(*(row if wide else row[:4]))
+    return table
+
+
+def _usage_table(usage: dict[str, dict[str, dict[str, str]]]) -> console.Table:
+    table = console.make_table("ClusterQueue usage", "CLUSTERQUEUE", "FLAVOR", "RESOURCE",
+                               console.Column("USAGE", justify="right"))
+    for cq, per in usage.items():
+        for flavor, resources in per.items():
+            for r, v in resources.items():
+                table.add_row(cq, flavor, r, v)
+    return table
+
+
+def plan(
+    files: Files,
+    cycles: Annotated[int, typer.Option("--cycles", min=1, help="Scheduling cycles to run.")] = 1,
+    until_stable: Annotated[bool, typer.Option(
+        "--until-stable", help="Run until another cycle would change nothing: nothing admitted or preempted, and "
+        f"no queue head left untried (at most {STABLE_CAP} cycles).")] = False,
+    namespace: Namespace = None,
+    output: Output = OutputFormat.text,
+    as_json: Annotated[bool, typer.Option("--json", help="The same as -o json.")] = False,
+    fail_on_pending: Annotated[bool, typer.Option(
+        "--fail-on-pending", help="Exit 1 when a workload (in --namespace, if given) is still pending after the "
+        "last cycle: a CI step that fails when the quota or the cluster is too small.")] = False,
+) -> None:
+    """Show the admission decisions Kueue's semantics give for a snapshot: admitted (ClusterQueue, flavors, pods
+    on nodes), preempted (by whom, why) and pending (why), cycle by cycle."""
+    fmt = output_format(output, as_json)
+    manifests = load(files)
+    print_problems(manifests)
+    if manifests.problems.errors:
+        console.error(f"{len(manifests.problems.errors)} error(s) in the input: nothing planned")
+        raise typer.Exit(EXIT_FINDINGS)
+    result = filtered(run_cycles(manifests, cycles, until_stable), namespace)
+    if fmt.is_document:
+        console.emit(plan_document(result), fmt.value)
+    else:
+        for i, c in enumerate(result.cycles, 1):
+            console.show(_cycle_table(i, c, wide=fmt is OutputFormat.wide))
+            console.say("")
+        console.show(_usage_table(result.usage))
+    pending = result.cycles[-1].pending if result.cycles else []
+    if fail_on_pending and pending:
+        where = f" in namespace {namespace}" if namespace else ""
+        console.error(f"{len(pending)} workload(s){where} still pending after cycle {len(result.cycles)}: "
+                      + "; ".join(f"{p.workload} ({p.reason})" for p in pending))
+        raise typer.Exit(EXIT_FINDINGS)

@@ -1,7 +1,4 @@
-"""``gpufleet simulate`` and ``gpufleet demo``: parse the options, run the simulator, render.
-
-The lead wires these into the application (``app.command()(simulate)``, ``app.command()(demo)``).
-"""
+"""``gpufleet simulate`` and ``gpufleet demo``: parse the options, run the simulator, render."""
 
 from __future__ import annotations
 
@@ -11,20 +8,26 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from gpufleet.cli import console
+from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, examples, usage_error
 from gpufleet.sim.model import SimulationError
 from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, write_report
-from gpufleet.sim.runner import casestudy_claims, plan, run_plan
+from gpufleet.sim.runner import casestudy_claims, parse_duration_option, parse_failures, parse_policies, plan, run_plan
 
-out = Console()
-err = Console(stderr=True)
+EPILOG = examples(
+    "# the embedded case study, before against after (what `gpufleet demo` runs)",
+    "gpufleet simulate",
+    "# the same from its files, with a report (report.md, report.html and plots)",
+    "gpufleet simulate examples/casestudy --report out/",
+    "# an openb trace under two policies, KPIs as JSON",
+    "gpufleet simulate nodes.csv pods.csv --compare kube-default,gpufleet -o json",
+)
 
 
 class _LazyBar:
-    """A progress bar that appears only once a run has taken more than a second of wall time."""
+    """A progress bar on a terminal's standard error, shown once a run has taken more than a second."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -36,6 +39,9 @@ class _LazyBar:
         if self.bar is None:
             if time.perf_counter() - self.started < 1.0:
                 return
+            err = console.stderr()
+            if not err.is_terminal:
+                return  # a log gets no bar (it would print a line per refresh)
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.fields[day]}"),
                                 TimeElapsedColumn(), console=err, transient=True)
             self.bar.start()
@@ -48,13 +54,11 @@ class _LazyBar:
             self.bar.stop()
 
 
-def _kpi_table(runs: list[RunOutput], claims: dict[str, str]) -> Table:
-    table = Table(title="Simulated KPIs")
-    table.add_column("KPI")
-    for r in runs:
-        table.add_column(r.label, justify="right")
+def _kpi_table(runs: list[RunOutput], claims: dict[str, str]) -> console.Table:
+    columns: list[str | console.Column] = ["KPI", *(console.Column(r.label, justify="right") for r in runs)]
     if claims:
-        table.add_column("published claim", justify="right", style="dim")
+        columns.append(console.Column("published claim", justify="right", style="dim"))
+    table = console.make_table("Simulated KPIs", *columns)
     for key, name in KPI_ROWS:
         row = [name, *(fmt(r.summary["kpis"].get(key)) for r in runs)]
         if claims:
@@ -65,10 +69,21 @@ def _kpi_table(runs: list[RunOutput], claims: dict[str, str]) -> Table:
     return table
 
 
+def _check_options(policy: str | None, compare: str | None, duration: str | None, failures: str | None) -> None:
+    """Option values are the command line's: a bad one is a usage error (exit 2), found before any work."""
+    for option, check in (("--policy/--compare", lambda: parse_policies(policy, compare)),
+                          ("--duration", lambda: parse_duration_option(duration)),
+                          ("--failures", lambda: parse_failures(failures))):
+        try:
+            check()
+        except SimulationError as exc:
+            raise usage_error(str(exc), option) from None
+
+
 def simulate(
     files: Annotated[list[str] | None, typer.Argument(
         help="Manifests (nodes, queues, workloads with sim.gpufleet.io/* annotations, WorkloadGenerator) and "
-             "openb CSVs. None: the embedded case study, before against after.")] = None,
+             "openb CSVs. None: the embedded case study, before against after.", show_default=False)] = None,
     policy: Annotated[str | None, typer.Option(help="Policy: gpufleet (default) or kube-default.")] = None,
     compare: Annotated[str | None, typer.Option(help="Run several policies on the same input: P1,P2.")] = None,
     duration: Annotated[str | None, typer.Option(
@@ -76,10 +91,14 @@ def simulate(
     seed: Annotated[int | None, typer.Option(help="Seed of the generator and the placers' tie-breaks.")] = None,
     failures: Annotated[str | None, typer.Option(
         help="Failure models to apply: rendezvous,oom,retries (default: all) or none.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the KPIs of every run as JSON.")] = None,
-    report: Annotated[Path | None, typer.Option(help="Write report.md and PNG plots into this folder.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Also write the KPIs of every run as JSON into this file.", dir_okay=False)] = None,
+    report: Annotated[Path | None, typer.Option(
+        help="Write report.md, report.html and PNG plots into this folder.", file_okay=False)] = None,
+    output: Output = OutputFormat.text,
 ) -> None:
     """Simulate scheduling on a virtual clock with the same core as the live scheduler."""
+    _check_options(policy, compare, duration, failures)
     bars: list[_LazyBar] = []
 
     def progress(label: str) -> _LazyBar:
@@ -91,36 +110,42 @@ def simulate(
         p = plan(files or [], policy=policy, compare=compare, duration=duration, seed=seed, failures=failures)
         runs = run_plan(p, progress)
     except SimulationError as exc:
-        err.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from exc
+        console.error(str(exc))
+        raise typer.Exit(EXIT_FINDINGS) from None
     finally:
         for bar in bars:
             bar.close()
     rows, explanation = casestudy_claims(runs) if p.is_casestudy else ([], [])
-    claims = {"gpu_utilization_pct": rows[0][2], "job_success_pct": rows[1][2],
-              "inference_cost": rows[2][2]} if rows else {}
-    out.print(_kpi_table(runs, claims))
-    if rows:
-        table = Table(title="The guide's published claims beside ours")
-        table.add_column("figure")
-        table.add_column("ours (before → after)", justify="right")
-        table.add_column("published claim", justify="right")
-        for row in rows:
-            table.add_row(*row)
-        out.print(table)
-        out.print("Why ours differ: see the report (--report DIR) for the full reasoning; in short, utilization "
-                  "rises only with the work that gets done, and the published workload is not known.",
-                  style="dim")
+    doc = {"runs": [r.summary for r in runs]}
+    if output.is_document:
+        console.emit(doc, output.value)
+    else:
+        claims = {"gpu_utilization_pct": rows[0][2], "job_success_pct": rows[1][2],
+                  "inference_cost": rows[2][2]} if rows else {}
+        console.show(_kpi_table(runs, claims))
+        if rows:
+            console.say("")
+            table = console.make_table("The guide's published claims beside ours", "figure",
+                                       console.Column("ours (before → after)", justify="right"),
+                                       console.Column("published claim", justify="right"))
+            for row in rows:
+                table.add_row(*row)
+            console.show(table)
+            console.say("Why ours differ: see the report (--report DIR) for the full reasoning; in short, "
+                        "utilization rises only with the work that gets done, and the published workload is "
+                        "not known.", style="dim")
     for r in runs:
         for note in r.summary["run"]["notes"]:
-            err.print(f"{r.label}: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+            console.warning(f"{r.label}: {note}")
     if json_out is not None:
-        json_out.write_text(json.dumps({"runs": [r.summary for r in runs]}, indent=1) + "\n", encoding="utf-8")
+        json_out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        console.note(f"JSON written to {json_out}")
     if report is not None:
         path = write_report(report, runs, title=p.title, intro=p.intro, claims=rows, explanation=explanation)
-        out.print(f"report written to {path}")
+        console.note(f"report written to {path}")
 
 
-def demo() -> None:
+def demo(output: Output = OutputFormat.text) -> None:
     """The embedded case study: before (exclusive GPUs, kube-default) against after (MIG, time-slicing, Kueue)."""
-    simulate()
+    simulate(files=None, policy=None, compare=None, duration=None, seed=None, failures=None, json_out=None,
+             report=None, output=output)
