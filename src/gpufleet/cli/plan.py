@@ -55,7 +55,8 @@ class PlanResult:
 
 
 def run_cycles(manifests: Manifests, cycles: int, until_stable: bool) -> PlanResult:
-    """Submit every workload of the snapshot and run ``cycles`` cycles (or until one changes nothing)."""
+    """Submit every workload of the snapshot and run ``cycles`` cycles (or, ``until_stable``, until another cycle
+    would change nothing: :meth:`KueuePolicy.settled`)."""
     workloads = build_workloads(manifests)
     cluster = ClusterState.from_nodes(manifests.nodes) if manifests.nodes else None
     policy = KueuePolicy(manifests, cluster)
