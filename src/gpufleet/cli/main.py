@@ -14,6 +14,7 @@ from gpufleet.cli import plan as plan_command
 from gpufleet.cli import validate as validate_command
 from gpufleet.cli.bench import bench_app
 from gpufleet.cli.mig import mig_app
+from gpufleet.cli.node import node_app
 from gpufleet.cli.nodes import nodes_app
 from gpufleet.cli.options import CONTEXT_SETTINGS, Output, OutputFormat, examples
 from gpufleet.cli.scheduler import scheduler
@@ -64,7 +65,7 @@ app.command(epilog=examples(
     "gpufleet scheduler --scheduler-name gpufleet --log-level debug",
 ))(scheduler)
 app.command(epilog=completion.EPILOG)(completion.completion)
-# The node agent (issue 11) registers here as `app.add_typer(node_app, name="node")` from gpufleet.cli.node.
+app.add_typer(node_app, name="node")
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -1,0 +1,240 @@
+"""A fake NVML: one machine described by a ``gpufleet.io/v1alpha1`` NodePool file (``--nvml fake:MACHINE``).
+
+The machine is the first node the pool renders: the same GPU model, count, MIG layout, NVLinks and UUIDs as
+``gpufleet nodes render MACHINE`` prints, because both come from :func:`gpufleet.api.nodepool.expand_node_pool`
+and :func:`gpufleet.gpu.sharing.make_gpus`. The pool's ``sharing`` block is the machine's own device-plugin
+setting (what ``--config`` overrides).
+
+Faults: append JSON lines to ``MACHINE.events`` while the agent runs::
+
+    {"gpu": 0, "xid": 79}                  # an XID on GPU 0 (the whole GPU)
+    {"gpu": 1, "xid": 94, "gi": 2}         # on GPU 1's MIG device of GPU instance 2 (optional "ci" too)
+
+A malformed line is reported (file and line) and skipped; it never stops the agent.
+
+Telemetry moves with load: the agent tells the fake how many pods hold each GPU (``holders``), and
+utilisation, framebuffer use, power and temperature follow it (temperature with some inertia), with a small
+deterministic jitter so two samples are never identical.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.api.inventory import inventory_from_json
+from gpufleet.api.manifests import load_manifests
+from gpufleet.api.nodepool import expand_node_pool
+from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION, NodePool
+from gpufleet.gpu.catalog import DEFAULT_CATALOG, GpuModel
+from gpufleet.gpu.mig import geometry_for
+from gpufleet.gpu.sharing import DevicePluginConfig, SharingError, make_gpus
+from gpufleet.node.contract import ALL_INSTANCES, Gpu, GpuSample, HolderCounts, Machine, MigDevice, NvmlError, XidEvent
+
+log = logging.getLogger(__name__)
+
+FAKE_DRIVER_VERSION = "550.127.05"
+FAKE_CUDA_DRIVER_VERSION = 12040  # CUDA 12.4, what driver 550 ships
+EVENTS_SUFFIX = ".events"
+
+
+@dataclass(frozen=True, slots=True)
+class FakeMachineSpec:
+    """What a MACHINE file describes: the machine and its own device-plugin sharing setting."""
+
+    node_name: str
+    machine: Machine
+    sharing: DevicePluginConfig
+    model: GpuModel
+
+
+def load_machine_spec(path: str) -> FakeMachineSpec:
+    """Read MACHINE; raise :class:`NvmlError` with every problem (file, line, field) when it is not usable."""
+    if not Path(path).is_file():
+        raise NvmlError(f"--nvml fake:{path}: no such file; give a YAML file holding one gpufleet.io/v1alpha1 "
+                        "NodePool (see examples/)")
+    loaded = load_manifests([path])
+    if loaded.problems.errors:
+        raise NvmlError("\n".join(str(p) for p in loaded.problems.errors))
+    pools = [p for p in loaded.node_pools if p.gpu is not None]
+    if not pools:
+        raise NvmlError(f"{path}: holds no NodePool with GPUs; a fake machine is the first node of such a pool")
+    pool = pools[0]
+    if len(loaded.node_pools) > 1:
+        log.warning("%s holds %d NodePools; the fake machine is the first node of %s", path,
+                    len(loaded.node_pools), pool.name)
+    try:
+        return _spec_from_pool(pool)
+    except SharingError as e:
+        raise NvmlError(f"{path}: NodePool {pool.name}: {e}") from e
+
+
+def _spec_from_pool(pool: NodePool) -> FakeMachineSpec:
+    assert pool.gpu is not None
+    rendered = expand_node_pool(pool)[0]
+    name = rendered["metadata"]["name"]
+    inventory = inventory_from_json(json.loads(rendered["metadata"]["annotations"][GPU_INVENTORY_ANNOTATION]))
+    assert inventory is not None
+    model = DEFAULT_CATALOG.resolve(pool.gpu.model, pool.gpu.memory_mib)
+    # Physically, a layout means MIG is on, whatever the device plugin then exposes (migStrategy none shows
+    # MIG-enabled GPUs as whole GPUs); make_gpus is what the render uses, so the UUIDs are the render's.
+    physical = make_gpus(name, model, pool.gpu.count, pool.gpu.mig_layout)
+    assert tuple(g.uuid for g in physical) == inventory.uuids
+    geometry = geometry_for(model.key)
+    gpus = []
+    for g in physical:
+        mig = []
+        for gi_id, instance in enumerate(g.mig, start=1):
+            assert geometry is not None
+            profile = geometry.profile(instance.placement.profile)
+            mig.append(MigDevice(instance.uuid, profile.name, instance.placement.start, gi_id, 0, profile.memory_mib,
+                                 profile.multiprocessors, profile.compute_slices, profile.compute_slices))
+        gpus.append(Gpu(g.index, g.uuid, model.nvml_name, model.memory_mib, model.compute_major, model.compute_minor,
+                        f"00000000:{0x10 + g.index:02X}:00.0", model.mig_capable, g.mig_enabled, tuple(mig),
+                        minor_number=g.index))
+    machine = Machine(FAKE_DRIVER_VERSION, FAKE_CUDA_DRIVER_VERSION, tuple(gpus), dict(inventory.nvlinks))
+    return FakeMachineSpec(name, machine, pool.sharing, model)
+
+
+@dataclass(slots=True)
+class _Thermal:
+    temperature: float = 32.0
+    energy_mj: float = 0.0
+    last: float = field(default_factory=time.monotonic)
+    last_xid: int = 0
+
+
+class FakeNvml:
+    """:class:`~gpufleet.node.contract.NvmlBackend` over a MACHINE file and its ``.events`` file."""
+
+    IDLE_W = 60.0
+
+    def __init__(self, path: str, holders: Callable[[], HolderCounts] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.spec = load_machine_spec(path)
+        self.events_path = Path(path + EVENTS_SUFFIX)
+        self._holders = holders or (lambda: {})
+        self._clock = clock
+        self._offset = 0
+        self._line = 0
+        self._closed = threading.Event()
+        self._thermal = {g.uuid: _Thermal(last=clock()) for g in self.spec.machine.gpus}
+        self._samples = 0
+        self._lock = threading.Lock()
+        # Faults already in the file when the agent starts count too (a node that had an XID stays suspect).
+
+    @property
+    def sharing(self) -> DevicePluginConfig:
+        return self.spec.sharing
+
+    def machine(self) -> Machine:
+        return self.spec.machine
+
+    # --- telemetry -----------------------------------------------------------------------------------
+
+    def _tdp(self) -> float:
+        model = self.spec.model
+        return 700.0 if model.compute_major >= 9 else 400.0 if model.compute_major == 8 else 300.0
+
+    def sample(self, gpu: Gpu) -> GpuSample:
+        with self._lock:
+            self._samples += 1
+            pods = max(0, int(self._holders().get(gpu.uuid, 0)))
+            jitter = math.sin(self._samples * 1.7 + gpu.index) * 2.0  # bounded, deterministic
+            util = 0.0 if pods == 0 else min(100.0, 35.0 + 30.0 * pods + jitter)
+            used = 0.0 if pods == 0 else min(gpu.memory_mib * 0.95, gpu.memory_mib * 0.3 * pods)
+            used += 1.0  # the driver's own context, as nvidia-smi shows on an idle GPU
+            power = self.IDLE_W + (self._tdp() - self.IDLE_W) * util / 100.0
+            state = self._thermal[gpu.uuid]
+            now = self._clock()
+            dt = max(0.0, now - state.last)
+            state.last = now
+            target = 32.0 + 0.5 * util
+            # First-order lag with a 20 s time constant: the card warms up and cools down, it does not jump.
+            state.temperature += (target - state.temperature) * (1.0 - math.exp(-dt / 20.0))
+            state.energy_mj += power * dt * 1000.0
+            busy = util / 100.0
+            return GpuSample(
+                gpu_util=util, mem_copy_util=round(util * 0.4, 1), fb_used_mib=round(used),
+                fb_free_mib=round(gpu.memory_mib - used), temperature_c=round(state.temperature, 1),
+                power_w=round(power, 1), sm_clock_mhz=210.0 + 1200.0 * busy, mem_clock_mhz=1593.0,
+                energy_mj=round(state.energy_mj), last_xid=state.last_xid)
+
+    # --- faults --------------------------------------------------------------------------------------
+
+    def wait_events(self, timeout: float) -> list[XidEvent]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            events = self._read_new_lines()
+            if events or self._closed.is_set() or time.monotonic() >= deadline:
+                return events
+            self._closed.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def _read_new_lines(self) -> list[XidEvent]:
+        try:
+            with self.events_path.open("rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                if size < self._offset:  # truncated or replaced: start again from the top
+                    self._offset, self._line = 0, 0
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            log.warning("cannot read %s: %s", self.events_path, e)
+            return []
+        if b"\n" not in data:  # a line still being written waits for its newline
+            return []
+        complete, _, _ = data.rpartition(b"\n")
+        self._offset += len(complete) + 1
+        events = []
+        for raw in complete.split(b"\n"):
+            self._line += 1
+            event = self._parse(raw.decode("utf-8", errors="replace"), self._line)
+            if event is not None:
+                events.append(event)
+                with self._lock:
+                    self._thermal[event.gpu_uuid].last_xid = event.xid
+        return events
+
+    def _parse(self, text: str, line: int) -> XidEvent | None:
+        if not text.strip():
+            return None
+        where = f"{self.events_path}:{line}"
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            log.warning("%s: not JSON (%s); write lines such as {\"gpu\": 0, \"xid\": 79}", where, e)
+            return None
+        if not isinstance(doc, dict):
+            log.warning("%s: expected an object such as {\"gpu\": 0, \"xid\": 79}", where)
+            return None
+        gpus = self.spec.machine.gpus
+        fields: dict[str, int] = {}
+        for key in ("gpu", "xid", "gi", "ci"):
+            value = doc.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                log.warning("%s: field %s must be a non-negative integer, got %r", where, key, value)
+                return None
+            fields[key] = value
+        if "gpu" not in fields or "xid" not in fields:
+            log.warning("%s: fields gpu and xid are required, e.g. {\"gpu\": 0, \"xid\": 79}", where)
+            return None
+        if fields["gpu"] >= len(gpus):
+            log.warning("%s: field gpu: the machine has GPUs 0..%d, got %d", where, len(gpus) - 1, fields["gpu"])
+            return None
+        return XidEvent(gpus[fields["gpu"]].uuid, fields["xid"], fields.get("gi", ALL_INSTANCES),
+                        fields.get("ci", ALL_INSTANCES))
+
+    def close(self) -> None:
+        self._closed.set()
