@@ -22,7 +22,12 @@ from gpufleet.gpu.mig import (
 mig_app = new_app("MIG geometry: layouts and checks.", epilog=examples(
     "gpufleet mig layouts A100-SXM4-80GB", "gpufleet mig check A100-SXM4-80GB 3g.40gb:2,1g.10gb"))
 
-Model = Annotated[str, typer.Argument(help="GPU model, e.g. A100-SXM4-80GB, H100, A30.", show_default=False)]
+def _complete_model(incomplete: str) -> list[str]:
+    return [m.key for m in DEFAULT_CATALOG if m.mig_capable and m.key.lower().startswith(incomplete.lower())]
+
+
+Model = Annotated[str, typer.Argument(help="GPU model, e.g. A100-SXM4-80GB, H100, A30.", show_default=False,
+                                      autocompletion=_complete_model)]
 
 
 def geometry(model: str) -> MigGeometry:

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.cli import console
 
 def _identity() -> str:
     # The Lease holder must be unique per replica: the pod name in a cluster, else host plus a random tail.
@@ -43,14 +44,14 @@ def scheduler(
     from gpufleet.kube.settings import SettingsError, load_settings
 
     if log_level.lower() not in ("debug", "info", "warning", "error"):
-        typer.echo(f"--log-level: {log_level!r} is not one of debug, info, warning, error", err=True)
+        console.error(f"--log-level: {log_level!r} is not one of debug, info, warning, error")
         raise typer.Exit(2)
     try:
         settings = load_settings(config)
     except SettingsError as e:
         for problem in e.errors:
-            typer.echo(f"error: {problem}", err=True)
-        typer.echo(f"{len(e.errors)} configuration error(s): the scheduler did not start", err=True)
+            console.error(str(problem))
+        console.error(f"{len(e.errors)} configuration error(s): the scheduler did not start")
         raise typer.Exit(2) from e
     if scheduler_name:
         settings = dataclasses.replace(settings, scheduler_name=scheduler_name)
@@ -58,13 +59,13 @@ def scheduler(
     try:
         cluster = ClusterConfig.load(kubeconfig, context=context)
     except ConfigError as e:
-        typer.echo(f"error: {e}", err=True)
+        console.error(str(e))
         raise typer.Exit(2) from e
     client = KubeClient(cluster, user_agent=f"gpufleet-scheduler/{settings.scheduler_name}")
     try:
         instance = Scheduler(client, settings, identity=_identity(), leader_elect=leader_elect)
     except (OSError, ValueError) as e:  # a port in use, an unreadable webhook certificate
-        typer.echo(f"error: {e}", err=True)
+        console.error(str(e))
         raise typer.Exit(2) from e
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
