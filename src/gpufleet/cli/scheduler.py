@@ -17,6 +17,7 @@ import typer
 
 from gpufleet.cli import console
 
+
 def _identity() -> str:
     # The Lease holder must be unique per replica: the pod name in a cluster, else host plus a random tail.
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
