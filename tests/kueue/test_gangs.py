@@ -211,10 +211,17 @@ def test_quota_only_mode_returns_no_pods() -> None:
     assert s.policy.cluster is None
 
 
-def test_a_cluster_without_nodes_means_quota_only_decisions() -> None:
+def test_a_cluster_without_nodes_leaves_the_pods_waiting_for_nodes() -> None:
+    # No node is not "admitted": quota-only decisions are for a policy given no ClusterState at all.
     s = Scenario(FLAVOR + cq("team", 10, None) + job("w", "team", count=2))
     policy = KueuePolicy(s.manifests, ClusterState())
     for w in s.workloads:
         policy.submit(w, s.now)
     d = policy.cycle(s.now)
-    assert names(d.admitted) == ["w"] and d.admitted[0].pods == []
+    assert d.admitted == [] and d.preempted == []
+    assert [p.workload for p in d.pending] == ["default/w"]
+    assert "0/0 nodes are available" in d.pending[0].reason
+    assert policy.usage() == {"team": {"default": {"cpu": 0}}}  # no quota charged
+    info = policy.info("default/w")
+    assert info is not None and info.placement_parked  # waits for nodes, not for quota
+    assert not policy.cycle(s.now + 1)

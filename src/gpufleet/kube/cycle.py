@@ -119,7 +119,8 @@ class CycleRunner:
         repairs = gangs.repair(world, s.binding.gang_repair_timeout)
         finish(world)
         report.world_s = time.perf_counter() - started
-        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=self.parked)
+        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=self.parked,
+                                     quota_only=s.quota_only)
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
         self.parked.remember(policy)
         report.policy_s = time.perf_counter() - started - report.world_s

@@ -44,8 +44,11 @@ class Plan:
 
 
 def make_policy(world: World, profile: str, shielded: Collection[str], seed: int = 0,
-                parked: ParkedMemory | None = None) -> KueuePolicy:
-    policy = KueuePolicy(world.manifests(), world.cluster, placer_factory=engine_placer_factory(profile), seed=seed)
+                parked: ParkedMemory | None = None, *, quota_only: bool = False) -> KueuePolicy:
+    """The policy for one cycle. It places pods on the world's nodes, even when there is none (pods then wait,
+    unschedulable); ``quota_only`` (the ``quotaOnly`` setting) gives it no nodes at all: admission by quota."""
+    cluster = None if quota_only else world.cluster
+    policy = KueuePolicy(world.manifests(), cluster, placer_factory=engine_placer_factory(profile), seed=seed)
     for w in world.workloads:
         policy.submit(w, world.now)
     shield(policy, shielded)

@@ -14,6 +14,7 @@ form as manifest errors. The file::
     metricsBindAddress: ":8080"
     healthProbeBindAddress: ":8081"
     placementProfile: gpufleet          # a profile of gpufleet.scheduling.placement
+    quotaOnly: false                    # true: admit by quota alone and place no pod (see SchedulerSettings)
     kueue:                              # Kueue's Configuration, embedded ...
       fairSharing: {enable: true}
       waitForPodsReady: {enable: true, timeout: 5m}
@@ -87,6 +88,10 @@ class SchedulerSettings:
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
     placement_profile: str = "gpufleet"
+    # Admit workloads by quota alone, placing no pod (for a dry run, or where another component places pods).
+    # Off, pods are placed, and with no node to take them they stay pending and Unschedulable, which is what
+    # makes a cluster autoscaler scale up, from zero nodes too.
+    quota_only: bool = False
     kueue: SchedulerConfig = field(default_factory=SchedulerConfig)
     binding: BindingSettings = field(default_factory=BindingSettings)
     disruption_budget_backoff: float = 60.0
@@ -95,7 +100,7 @@ class SchedulerSettings:
 
 _TOP = ("apiVersion", "kind", "schedulerName", "leaderElection", "cyclePeriod", "minCycleInterval",
         "maxCyclesPerRound", "roundBudget", "metricsBindAddress", "healthProbeBindAddress", "placementProfile",
-        "kueue", "kueueConfigFile", "binding", "preemption", "webhook")
+        "quotaOnly", "kueue", "kueueConfigFile", "binding", "preemption", "webhook")
 _LEADER = ("leaseName", "namespace", "leaseDuration", "renewDeadline", "retryPeriod")
 _BINDING = ("workers", "retries", "retryBackoff", "gangRepairTimeout", "assumeTimeout")
 _PREEMPTION = ("disruptionBudgetBackoff",)
@@ -256,6 +261,7 @@ def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
         metrics_bind_address=_address(r, "metricsBindAddress", d.metrics_bind_address),
         health_probe_bind_address=_address(r, "healthProbeBindAddress", d.health_probe_bind_address),
         placement_profile=_profile(r, d.placement_profile),
+        quota_only=r.flag("quotaOnly", d.quota_only),
         kueue=_kueue(r, base, r.problems),
         binding=_binding(r.obj("binding")),
         disruption_budget_backoff=_duration(preemption, "disruptionBudgetBackoff", d.disruption_budget_backoff)

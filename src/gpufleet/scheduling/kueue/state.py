@@ -52,8 +52,10 @@ class SchedulerState:
 
     @property
     def placer(self) -> GangPlacer | None:
-        """The gang placer when nodes are known; a cluster without any node means quota-only decisions."""
-        if self.gangs is None or self.cluster is None or not self.cluster.nodes:
+        """The gang placer when the policy places pods: it was given a ClusterState, even one without any node
+        (pods then wait for nodes, as kube-scheduler's do, and a cluster autoscaler can scale up from zero).
+        None in quota-only mode, where no ClusterState was given and admission is decided by quota alone."""
+        if self.gangs is None or self.cluster is None:
             return None
         return self.gangs
 
