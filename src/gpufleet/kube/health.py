@@ -1,18 +1,34 @@
-"""The operations endpoint: ``/healthz`` (the process works), ``/readyz`` (caches synced; says whether this
-replica leads) and ``/metrics`` (Prometheus text format). Plain ``http.server`` on a thread: three GETs do not
-deserve a web framework."""
+"""The operations endpoints: probes (``/healthz``, ``/livez``: the process works; ``/readyz``: caches synced,
+and whether this replica leads) and ``/metrics`` (Prometheus text format).
+
+Each listener serves only what it is for: the probe address serves the probes, the metrics address serves
+``/metrics``, and one address given for both serves both (the test settings do). With ``secureMetrics`` the
+metrics listener is HTTPS and every scrape is authenticated and authorized through the API server
+(:mod:`gpufleet.kube.metrics_auth`); the probes stay plain HTTP on their own port, as the kubelet calls them.
+Both run on the bounded server of :mod:`gpufleet.kube.serving`.
+"""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gpufleet.kube.settings import parse_address
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.metrics_auth import METRICS_PATH, MetricsAuthorizer
+from gpufleet.kube.serving import (
+    BoundedHandler,
+    BoundedHTTPServer,
+    ReloadingCertificate,
+    ServerThread,
+    ServingLimits,
+)
+from gpufleet.kube.settings import SchedulerSettings, parse_address
+
+PROBE_PATHS = ("/healthz", "/livez", "/readyz")
+# Probes and scrapes are small and few: a handful of workers, short deadlines.
+OPS_LIMITS = ServingLimits(workers=4, queue=8, handshake_timeout=5.0, read_timeout=5.0, write_timeout=10.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,53 +44,32 @@ class Endpoints:
     metrics: Callable[[], bytes]
 
 
-def _handler(endpoints: Endpoints) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(endpoints: Endpoints, probes: bool, metrics: bool,
+             authorizer: MetricsAuthorizer | None) -> type[BoundedHandler]:
+    class Handler(BoundedHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, endpoints.metrics(), CONTENT_TYPE_LATEST)
+            if metrics and path == METRICS_PATH:
+                if authorizer is not None:
+                    decision = authorizer.check(self.headers.get("Authorization"))
+                    if decision.status != 200:
+                        self.send_body(decision.status, (decision.message + "\n").encode(), "text/plain; charset=utf-8")
+                        return
+                self.send_body(200, endpoints.metrics(), CONTENT_TYPE_LATEST)
                 return
             probe = {"/healthz": endpoints.healthz, "/livez": endpoints.healthz,
-                     "/readyz": endpoints.readyz}.get(path)
+                     "/readyz": endpoints.readyz}.get(path) if probes else None
             if probe is None:
-                self._send(404, b"not found\n", "text/plain")
+                served = [*(PROBE_PATHS if probes else ()), *((METRICS_PATH,) if metrics else ())]
+                self.send_body(404, f"not found; this port serves {', '.join(served)}\n".encode(), "text/plain")
                 return
             result = probe()
-            self._send(200 if result.ok else 503, (result.text + "\n").encode(), "text/plain; charset=utf-8")
+            self.send_body(200 if result.ok else 503, (result.text + "\n").encode(), "text/plain; charset=utf-8")
 
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass  # a probe every few seconds would flood the logs
 
     return Handler
-
-
-class ServerThread:
-    """An HTTP server serving on a daemon thread, with the start/stop lifecycle the scheduler needs."""
-
-    def __init__(self, server: ThreadingHTTPServer, name: str) -> None:
-        self.server = server
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
-            self.server.shutdown()
-        self.server.server_close()
 
 
 def listen_address(address: str) -> tuple[str, int]:
@@ -85,7 +80,30 @@ def listen_address(address: str) -> tuple[str, int]:
 
 
 class OpsServer(ServerThread):
-    """One listener serving all three paths (the metrics and probe addresses may be the same or differ)."""
+    """One listener for the probes, the metrics, or both."""
 
-    def __init__(self, address: str, endpoints: Endpoints) -> None:
-        super().__init__(ThreadingHTTPServer(listen_address(address), _handler(endpoints)), f"ops-{address}")
+    def __init__(self, address: str, endpoints: Endpoints, *, probes: bool = True, metrics: bool = True,
+                 authorizer: MetricsAuthorizer | None = None, certificate: ReloadingCertificate | None = None) -> None:
+        handler = _handler(endpoints, probes, metrics, authorizer)
+        server = BoundedHTTPServer(listen_address(address), handler, OPS_LIMITS, name=f"ops-{address}",
+                                   tls=certificate.current if certificate is not None else None)
+        super().__init__(server, f"ops-{address}")
+        self.serves_probes, self.serves_metrics = probes, metrics
+
+
+def ops_servers(settings: SchedulerSettings, endpoints: Endpoints, client: KubeClient) -> list[OpsServer]:
+    """The listeners the settings ask for: probes on ``healthProbeBindAddress``, metrics on
+    ``metricsBindAddress`` (HTTPS with authentication when ``secureMetrics.enabled``)."""
+    probe_address, metrics_address = settings.health_probe_bind_address, settings.metrics_bind_address
+    secure = settings.secure_metrics
+    if not secure.enabled:
+        if probe_address == metrics_address:
+            return [OpsServer(probe_address, endpoints)]
+        return [OpsServer(probe_address, endpoints, metrics=False),
+                OpsServer(metrics_address, endpoints, probes=False)]
+    if probe_address == metrics_address:
+        raise ValueError("secureMetrics needs metricsBindAddress and healthProbeBindAddress to differ: "
+                         "the kubelet calls the probes over plain HTTP")
+    return [OpsServer(probe_address, endpoints, metrics=False),
+            OpsServer(metrics_address, endpoints, probes=False, authorizer=MetricsAuthorizer(client),
+                      certificate=ReloadingCertificate(secure.cert_file, secure.key_file, "metrics"))]

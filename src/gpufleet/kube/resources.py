@@ -75,6 +75,11 @@ WORKLOAD_PRIORITY_CLASSES = ResourceType(
 )
 NODE_POOLS = ResourceType(GROUP, VERSION, "nodepools", "NodePool", namespaced=False)
 
+# Create-only reviews: who a bearer token belongs to, and whether that user may do something (secure metrics).
+TOKEN_REVIEWS = ResourceType("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
+SUBJECT_ACCESS_REVIEWS = ResourceType("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
+                                      namespaced=False)
+
 # What the scheduler's informers watch: everything a scheduling cycle reads.
 SCHEDULER_RESOURCES: tuple[ResourceType, ...] = (
     NODES,

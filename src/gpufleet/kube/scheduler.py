@@ -22,13 +22,12 @@ from typing import Any
 
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.cycle import CycleReport, CycleRunner
-from gpufleet.kube.health import Endpoints, OpsServer, Probe
+from gpufleet.kube.health import Endpoints, OpsServer, Probe, ops_servers
 from gpufleet.kube.informer import InformerSet
 from gpufleet.kube.leader import LeaderElectionConfig, LeaderElector
 from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.resources import SCHEDULER_RESOURCES
 from gpufleet.kube.settings import SchedulerSettings
-from gpufleet.kube.webhook import WebhookPolicy
 from gpufleet.kube.webhook_server import WebhookServer
 
 log = logging.getLogger(__name__)
@@ -64,13 +63,10 @@ class Scheduler:
         self.servers: list[OpsServer] = []
         self.webhook: WebhookServer | None = None
         if serve:
-            endpoints = Endpoints(self.healthz, self.readyz, self.metrics.exposition)
-            addresses = dict.fromkeys([settings.health_probe_bind_address, settings.metrics_bind_address])
-            self.servers = [OpsServer(address, endpoints) for address in addresses]
+            self.servers = ops_servers(settings, Endpoints(self.healthz, self.readyz, self.metrics.exposition),
+                                       client)
         if settings.webhook.enabled:
-            w = settings.webhook
-            self.webhook = WebhookServer(w.bind_address, w.cert_file, w.key_file,
-                                         WebhookPolicy(settings.scheduler_name, w.runtime_class_name))
+            self.webhook = WebhookServer.from_settings(settings.webhook, settings.scheduler_name)
 
     # --- state ------------------------------------------------------------------------------------------
 

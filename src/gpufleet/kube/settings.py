@@ -21,7 +21,9 @@ form as manifest errors. The file::
     # kueueConfigFile: /etc/kueue/controller_manager_config.yaml   # ... or referenced
     binding: {workers: 16, retries: 5, retryBackoff: 100ms, gangRepairTimeout: 60s, assumeTimeout: 30s}
     preemption: {disruptionBudgetBackoff: 60s}
-    webhook: {enabled: false, bindAddress: ":9443", certFile: ..., keyFile: ..., runtimeClassName: nvidia}
+    webhook: {enabled: false, bindAddress: ":9443", certFile: ..., keyFile: ..., runtimeClassName: nvidia,
+              workers: 8, queue: 16, handshakeTimeout: 5s, readTimeout: 10s}
+    secureMetrics: {enabled: false, certFile: ..., keyFile: ...}   # HTTPS + TokenReview/SubjectAccessReview
 """
 
 from __future__ import annotations
@@ -75,6 +77,24 @@ class WebhookSettings:
     runtime_class_name: str | None = None
     # Bind a fractional pod only if the webhook mutated it; off only where another tool sets the env var.
     require_mutation: bool = True
+    # The listener's bounds (gpufleet.kube.serving): connections served at once, connections waiting for a
+    # worker (more are refused), and deadlines for the TLS handshake and for reading the whole request. The
+    # API server gives the webhook 5 seconds (timeoutSeconds), so a request slower than that is lost anyway.
+    workers: int = 8
+    queue: int = 16
+    handshake_timeout: float = 5.0
+    read_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class SecureMetricsSettings:
+    """``/metrics`` over HTTPS, each scrape's bearer token checked with a TokenReview and its user authorized
+    with a SubjectAccessReview (``get`` on the non-resource URL ``/metrics``), as controller-runtime's
+    ``WithAuthenticationAndAuthorization`` filter does."""
+
+    enabled: bool = False
+    cert_file: str = "/var/run/gpufleet/metrics/tls.crt"
+    key_file: str = "/var/run/gpufleet/metrics/tls.key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +116,18 @@ class SchedulerSettings:
     binding: BindingSettings = field(default_factory=BindingSettings)
     disruption_budget_backoff: float = 60.0
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    secure_metrics: SecureMetricsSettings = field(default_factory=SecureMetricsSettings)
 
 
 _TOP = ("apiVersion", "kind", "schedulerName", "leaderElection", "cyclePeriod", "minCycleInterval",
         "maxCyclesPerRound", "roundBudget", "metricsBindAddress", "healthProbeBindAddress", "placementProfile",
-        "quotaOnly", "kueue", "kueueConfigFile", "binding", "preemption", "webhook")
+        "quotaOnly", "kueue", "kueueConfigFile", "binding", "preemption", "webhook", "secureMetrics")
 _LEADER = ("leaseName", "namespace", "leaseDuration", "renewDeadline", "retryPeriod")
 _BINDING = ("workers", "retries", "retryBackoff", "gangRepairTimeout", "assumeTimeout")
 _PREEMPTION = ("disruptionBudgetBackoff",)
-_WEBHOOK = ("enabled", "bindAddress", "certFile", "keyFile", "runtimeClassName", "requireMutation")
+_WEBHOOK = ("enabled", "bindAddress", "certFile", "keyFile", "runtimeClassName", "requireMutation", "workers", "queue",
+            "handshakeTimeout", "readTimeout")
+_SECURE_METRICS = ("enabled", "certFile", "keyFile")
 _KUEUE = ("apiVersion", "kind", "fairSharing", "waitForPodsReady", "namespace", "manageJobsWithoutQueueName",
           "integrations", "resources", "queueVisibility", "featureGates")
 
@@ -112,7 +135,7 @@ _KUEUE = ("apiVersion", "kind", "fairSharing", "waitForPodsReady", "namespace", 
 def parse_address(text: str) -> tuple[str, int] | None:
     """``host:port`` or ``:port`` (all interfaces); None when malformed."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or not 0 <= int(port) <= 65535:
         return None
     return host.strip("[]"), int(port)
 
@@ -223,8 +246,33 @@ def _webhook(r: FieldReader | None) -> WebhookSettings:
         key_file=r.text("keyFile", d.key_file) or d.key_file,
         runtime_class_name=r.text("runtimeClassName") or None,
         require_mutation=r.flag("requireMutation", d.require_mutation),
+        workers=_bounded(r, "workers", d.workers, 256),
+        queue=_bounded(r, "queue", d.queue, 4096),
+        handshake_timeout=_duration(r, "handshakeTimeout", d.handshake_timeout),
+        read_timeout=_duration(r, "readTimeout", d.read_timeout),
     )
     return out
+
+
+def _bounded(r: FieldReader, key: str, default: int, top: int) -> int:
+    value = r.integer(key, default, minimum=1) or default
+    if value > top:
+        r.error(f"{key} {value:,} is more than {top:,}", key,
+                fix=f"each one is a thread or a held connection: use at most {top:,}")
+        return default
+    return value
+
+
+def _secure_metrics(r: FieldReader | None) -> SecureMetricsSettings:
+    d = SecureMetricsSettings()
+    if r is None:
+        return d
+    _unknown(r, _SECURE_METRICS)
+    return SecureMetricsSettings(
+        enabled=r.flag("enabled", d.enabled),
+        cert_file=r.text("certFile", d.cert_file) or d.cert_file,
+        key_file=r.text("keyFile", d.key_file) or d.key_file,
+    )
 
 
 def _profile(r: FieldReader, default: str) -> str:
@@ -251,7 +299,7 @@ def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
     if preemption is not None:
         _unknown(preemption, _PREEMPTION)
     name = r.text("schedulerName", d.scheduler_name) or d.scheduler_name
-    return SchedulerSettings(
+    out = SchedulerSettings(
         scheduler_name=name,
         leader_election=_leader(r.obj("leaderElection")),
         cycle_period=_duration(r, "cyclePeriod", d.cycle_period),
@@ -267,7 +315,13 @@ def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
         disruption_budget_backoff=_duration(preemption, "disruptionBudgetBackoff", d.disruption_budget_backoff)
         if preemption is not None else d.disruption_budget_backoff,
         webhook=_webhook(r.obj("webhook")),
+        secure_metrics=_secure_metrics(r.obj("secureMetrics")),
     )
+    if out.secure_metrics.enabled and out.metrics_bind_address == out.health_probe_bind_address:
+        r.error("secureMetrics needs a metrics port of its own", "metricsBindAddress",
+                fix='the kubelet calls the probes over plain HTTP: give metricsBindAddress and '
+                    'healthProbeBindAddress different ports, e.g. ":8443" and ":8081"')
+    return out
 
 
 def settings_from_text(text: str, file: str = "<config>") -> tuple[SchedulerSettings, Problems]:

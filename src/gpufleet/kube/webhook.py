@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,14 @@ JsonDict = dict[str, Any]
 _FRACTION_KEYS = (GPU_FRACTION_ANNOTATION, KAI_FRACTION_ANNOTATION)
 _MEMORY_KEYS = (GPU_MEMORY_ANNOTATION, KAI_MEMORY_ANNOTATION)
 
+# The largest JSON patch this webhook answers with. Why a 2.6 MB request once gave a 58 MB answer: every
+# container, however small (`{"name":"x"}`, 13 bytes), needs its own env entry in the patch (about 200 bytes,
+# a third more once base64-encoded), so 200,000 tiny containers asked for 200,000 entries. The patch is now
+# built compactly and stops at this bound (some 320 containers: far above any pod that shares a GPU); a pod
+# past it is refused with a message instead of answered.
+MAX_PATCH_BYTES = 64 * 1024
+MAX_UID_LENGTH = 128  # the API server sends a UUID (36 characters); the answer echoes it
+
 
 @dataclass(frozen=True, slots=True)
 class WebhookPolicy:
@@ -54,36 +62,50 @@ class WebhookPolicy:
     runtime_class_name: str | None = None  # set on fractional pods that name none (e.g. "nvidia")
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(pod.get("metadata")).get("annotations"))
+
+
 def is_fractional(pod: Mapping[str, Any]) -> bool:
     """The parser's rule (gpufleet.api.kinds): a fraction annotation, or a GPU memory annotation on a pod that
     requests no GPU device, makes a fractional pod."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = _annotations(pod)
     if any(key in annotations for key in _FRACTION_KEYS):
         return True
-    return any(key in annotations for key in _MEMORY_KEYS) and not _gpu_requests(pod.get("spec") or {})
+    return any(key in annotations for key in _MEMORY_KEYS) and not _gpu_requests(_mapping(pod.get("spec")))
 
 
 def _env_entry() -> JsonDict:
     return {"name": ENV_NAME, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": FIELD_PATH}}}
 
 
-def _containers(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
-    out: list[tuple[str, int, Mapping[str, Any]]] = []
+def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, JsonDict]]:
     for section in ("initContainers", "containers"):
-        for i, c in enumerate(spec.get(section) or []):
-            if isinstance(c, Mapping):
-                out.append((section, i, c))
-    return out
+        items = spec.get(section)
+        if type(items) is not list:
+            continue
+        for i, c in enumerate(items):
+            if type(c) is dict:
+                yield section, i, c
+
+
+def _env(container: Mapping[str, Any]) -> list[Any]:
+    env = container.get("env")
+    return env if isinstance(env, list) else []
 
 
 def is_mutated(pod: Mapping[str, Any]) -> bool:
     """Every container reads NVIDIA_VISIBLE_DEVICES from our annotation (what :func:`mutate` writes)."""
-    containers = _containers(pod.get("spec") or {})
+    containers = list(_containers(_mapping(pod.get("spec"))))
     if not containers:
         return False
     for _, _, c in containers:
-        env = [e for e in c.get("env") or [] if isinstance(e, Mapping) and e.get("name") == ENV_NAME]
-        if len(env) != 1 or ((env[0].get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") != FIELD_PATH:
+        env = [e for e in _env(c) if isinstance(e, dict) and e.get("name") == ENV_NAME]
+        if len(env) != 1 or _mapping(_mapping(env[0].get("valueFrom")).get("fieldRef")).get("fieldPath") != FIELD_PATH:
             return False
     return True
 
@@ -91,58 +113,165 @@ def is_mutated(pod: Mapping[str, Any]) -> bool:
 def _gpu_requests(spec: Mapping[str, Any]) -> list[str]:
     found: set[str] = set()
     for _, _, c in _containers(spec):
-        resources = c.get("resources") or {}
+        resources = c.get("resources")
+        if not resources or type(resources) is not dict:
+            continue
         for section in ("requests", "limits"):
-            for name in resources.get(section) or {}:
-                if str(name).startswith("nvidia.com/"):
-                    found.add(str(name))
+            amounts = resources.get(section)
+            if type(amounts) is dict:
+                found.update(name for name in amounts if str(name).startswith("nvidia.com/"))
     return sorted(found)
+
+
+class PatchTooLarge(Exception):
+    """The JSON patch a pod needs would pass :data:`MAX_PATCH_BYTES`."""
+
+
+class _Patch:
+    """JSON patch operations, with the size of their encoding kept under :data:`MAX_PATCH_BYTES` as they are
+    added: a pod whose mutation would pass the bound costs no more than the bound before it is refused."""
+
+    def __init__(self) -> None:
+        self.ops: list[JsonDict] = []
+        self.size = 2  # the list's brackets
+
+    def add(self, op: JsonDict) -> None:
+        self.size += len(_compact(op)) + 1
+        if self.size > MAX_PATCH_BYTES:
+            raise PatchTooLarge
+        self.ops.append(op)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def mutate(pod: Mapping[str, Any], policy: WebhookPolicy) -> tuple[list[JsonDict] | None, str | None]:
     """JSON patch operations for ``pod`` ([] when nothing to do), or (None, why) to deny it."""
     if not is_fractional(pod):
         return [], None
-    spec = pod.get("spec") or {}
+    spec = _mapping(pod.get("spec"))
     if (spec.get("schedulerName") or "default-scheduler") != policy.scheduler_name:
         return [], None  # another scheduler's pod: its GPU sharing is not ours to wire
     gpus = _gpu_requests(spec)
     if gpus:
         return None, (f"a fractional GPU pod must not also request {', '.join(gpus)}: the device plugin would "
                       "give it whole GPUs of its own choosing; drop the request and keep the fraction annotation")
-    ops: list[JsonDict] = []
-    for section, i, c in _containers(spec):
-        env = c.get("env")
-        base = f"/spec/{section}/{i}/env"
-        if not env:
-            ops.append({"op": "add", "path": base, "value": [_env_entry()]})
-            continue
-        # A value the pod set itself (or a CUDA image's "all") must not win over the scheduler's choice.
-        same = [k for k, e in enumerate(env) if isinstance(e, Mapping) and e.get("name") == ENV_NAME]
-        if len(same) == 1 and env[same[0]] == _env_entry():
-            continue  # already ours: a reinvocation must change nothing
-        for k in reversed(same):
-            ops.append({"op": "remove", "path": f"{base}/{k}"})
-        ops.append({"op": "add", "path": f"{base}/-", "value": _env_entry()})
-    if policy.runtime_class_name and not spec.get("runtimeClassName"):
-        ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": policy.runtime_class_name})
-    return ops, None
+    patch = _Patch()
+    try:
+        for section, i, c in _containers(spec):
+            env = _env(c)
+            base = f"/spec/{section}/{i}/env"
+            if not env:
+                patch.add({"op": "add", "path": base, "value": [_env_entry()]})
+                continue
+            # A value the pod set itself (or a CUDA image's "all") must not win over the scheduler's choice.
+            same = [k for k, e in enumerate(env) if isinstance(e, dict) and e.get("name") == ENV_NAME]
+            if len(same) == 1 and env[same[0]] == _env_entry():
+                continue  # already ours: a reinvocation must change nothing
+            for k in reversed(same):
+                patch.add({"op": "remove", "path": f"{base}/{k}"})
+            patch.add({"op": "add", "path": f"{base}/-", "value": _env_entry()})
+        if policy.runtime_class_name and not spec.get("runtimeClassName"):
+            patch.add({"op": "add", "path": "/spec/runtimeClassName", "value": policy.runtime_class_name})
+    except PatchTooLarge:
+        containers = list(_containers(spec))
+        duplicates = sum(1 for _, _, c in containers for e in _env(c)
+                         if isinstance(e, dict) and e.get("name") == ENV_NAME)
+        return None, (f"mutating this pod ({len(containers):,} containers, {duplicates:,} {ENV_NAME} entries) "
+                      f"would take a JSON patch of more than {MAX_PATCH_BYTES:,} bytes, the most gpufleet's "
+                      f"webhook answers with; a fractional GPU pod needs one container per process sharing the "
+                      f"GPU and no {ENV_NAME} of its own: drop the extra containers and entries")
+    return patch.ops, None
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview v1 request this webhook can answer; the message says where."""
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _expect(value: Any, want: type, path: str, *, optional: bool = True) -> None:
+    """``value`` is a ``want`` (or absent/null when optional)."""
+    if (value is None and optional) or type(value) is want:
+        return
+    raise BadReview(f"{path}: expected {_kind(want())}, got {_kind(value)}")
+
+
+def _check_pod(pod: JsonDict) -> None:
+    """The shape of every field of a Pod that this webhook reads (the rest is the API server's to validate).
+    Linear in the pod's size; paths are formatted only for the one field that is wrong."""
+    p = "request.object"
+    meta = pod.get("metadata")
+    _expect(meta, dict, f"{p}.metadata")
+    annotations = (meta or {}).get("annotations")
+    _expect(annotations, dict, f"{p}.metadata.annotations")
+    for key, value in (annotations or {}).items():
+        if type(value) is not str:
+            _expect(value, str, f"{p}.metadata.annotations[{key[:60]!r}]", optional=False)
+    spec = pod.get("spec")
+    _expect(spec, dict, f"{p}.spec")
+    spec = spec or {}
+    for field in ("schedulerName", "runtimeClassName"):
+        _expect(spec.get(field), str, f"{p}.spec.{field}")
+    for section in ("initContainers", "containers"):
+        items = spec.get(section)
+        _expect(items, list, f"{p}.spec.{section}")
+        for i, c in enumerate(items or ()):
+            if type(c) is not dict:
+                _expect(c, dict, f"{p}.spec.{section}[{i}]", optional=False)
+            env = c.get("env")
+            if env is not None:
+                if type(env) is not list:
+                    _expect(env, list, f"{p}.spec.{section}[{i}].env")
+                for k, e in enumerate(env):
+                    if type(e) is not dict or not (e.get("name") is None or type(e.get("name")) is str):
+                        where = f"{p}.spec.{section}[{i}].env[{k}]"
+                        _expect(e, dict, where, optional=False)
+                        _expect(e.get("name"), str, f"{where}.name")
+            resources = c.get("resources")
+            if resources is not None:
+                for part, value in (("", resources), (".requests", (resources if type(resources) is dict
+                                                                    else {}).get("requests")),
+                                    (".limits", (resources if type(resources) is dict else {}).get("limits"))):
+                    if value is not None and type(value) is not dict:
+                        _expect(value, dict, f"{p}.spec.{section}[{i}].resources{part}")
 
 
 def review(request_body: Any, policy: WebhookPolicy) -> JsonDict:
-    """The AdmissionReview answer to an AdmissionReview request (v1)."""
-    if not isinstance(request_body, Mapping) or not isinstance(request_body.get("request"), Mapping):
-        raise ValueError("not an AdmissionReview with a request")
-    request = request_body["request"]
-    response: JsonDict = {"uid": request.get("uid", ""), "allowed": True}
-    kind = (request.get("kind") or {}).get("kind")
+    """The AdmissionReview answer to an AdmissionReview request (v1); :class:`BadReview` names the first field
+    that does not have the shape the API server sends."""
+    _expect(request_body, dict, "the body", optional=False)
+    if (request_body.get("apiVersion"), request_body.get("kind")) != ("admission.k8s.io/v1", "AdmissionReview"):
+        raise BadReview("not an AdmissionReview: expected apiVersion admission.k8s.io/v1 and kind AdmissionReview "
+                        "(the webhook configuration must list admissionReviewVersions: [v1])")
+    request = request_body.get("request")
+    _expect(request, dict, "request", optional=False)
+    uid = request.get("uid")
+    _expect(uid, str, "request.uid", optional=False)
+    if not uid or len(uid) > MAX_UID_LENGTH:
+        raise BadReview(f"request.uid: expected 1 to {MAX_UID_LENGTH} characters, got {len(uid):,}")
+    kind = request.get("kind")
+    _expect(kind, dict, "request.kind")
+    _expect(_mapping(kind).get("kind"), str, "request.kind.kind")
+    _expect(request.get("operation"), str, "request.operation")
     obj = request.get("object")
-    if kind == "Pod" and request.get("operation") == "CREATE" and isinstance(obj, Mapping):
+    _expect(obj, dict, "request.object")
+    response: JsonDict = {"uid": uid, "allowed": True}
+    if _mapping(kind).get("kind") == "Pod" and request.get("operation") == "CREATE":
+        if obj is None:
+            raise BadReview("request.object: a Pod CREATE carries the pod")
+        _check_pod(obj)
         ops, denied = mutate(obj, policy)
         if denied is not None:
             response["allowed"] = False
             response["status"] = {"code": 403, "reason": "Forbidden", "message": denied}
         elif ops:
             response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+            response["patch"] = base64.b64encode(_compact(ops).encode()).decode()
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}

@@ -1,111 +1,79 @@
 """Serves the mutating webhook (:mod:`gpufleet.kube.webhook`) over HTTPS, as the API server requires.
 
-The certificate is reloaded when its file changes (cert-manager rotates it in the mounted Secret): each new
-connection is wrapped with the context current at that moment, so rotation needs no restart.
+Every answer is one of: 200 with an AdmissionReview; 400 with ``{"message": ...}`` saying what is wrong with
+the request (Content-Type, Content-Length, a truncated or non-UTF-8 body, JSON nested deeper than
+:data:`MAX_DEPTH`, a field of the wrong shape); 404 for another path; 408 when the request does not arrive
+within the read timeout. Connections are served by a bounded pool with handshake and read deadlines
+(:mod:`gpufleet.kube.serving`), and the certificate is reloaded when cert-manager rotates it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gpufleet.kube.health import ServerThread, listen_address
-from gpufleet.kube.webhook import MUTATE_PATH, WebhookPolicy, review
+from gpufleet.kube import safejson
+from gpufleet.kube.health import listen_address
+from gpufleet.kube.serving import (
+    BoundedHandler,
+    BoundedHTTPServer,
+    ClientError,
+    ReloadingCertificate,
+    ServerThread,
+    ServingLimits,
+)
+from gpufleet.kube.settings import WebhookSettings
+from gpufleet.kube.webhook import MUTATE_PATH, BadReview, WebhookPolicy, review
 
 log = logging.getLogger(__name__)
 
-_MAX_BODY = 3 * 1024 * 1024  # an AdmissionReview carries one object; the API server caps those near 1.5 MiB
+# The API server refuses request bodies over 3 MiB, so an AdmissionReview (one object plus a little
+# envelope) never needs more; a stored Pod is at most 1.5 MiB.
+MAX_BODY = 3 * 1024 * 1024 + 64 * 1024
+# Nesting of an AdmissionReview: a Pod's deepest fields (projected volumes, affinity terms, managedFields)
+# sit some 20 levels down; json.loads recurses once per level, so the bound is checked before it runs.
+MAX_DEPTH = 100
 
 
-class _Certificates:
-    def __init__(self, cert_file: str, key_file: str) -> None:
-        self.cert_file, self.key_file = cert_file, key_file
-        self._lock = threading.Lock()
-        self._stamp: tuple[float, float] | None = None
-        self._context: ssl.SSLContext | None = None
-        try:
-            self._context = self._load()
-        except (OSError, ssl.SSLError) as e:
-            # At install time cert-manager may not have written the Secret yet: serve as soon as it has.
-            log.info("webhook certificate not loaded (%s): connections are refused until it exists", e)
-
-    def _load(self) -> ssl.SSLContext:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(self.cert_file, self.key_file)
-        self._stamp = (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
-        return ctx
-
-    def current(self) -> ssl.SSLContext:
-        with self._lock:
-            try:
-                stamp = (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
-                if stamp != self._stamp:
-                    self._context = self._load()
-            except (OSError, ssl.SSLError) as e:  # mid-rotation: keep serving the last good pair
-                log.warning("webhook certificate reload failed: %s", e)
-            if self._context is None:
-                raise OSError(f"no webhook certificate at {self.cert_file} yet")
-            return self._context
-
-
-def _handler(policy: WebhookPolicy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def make_handler(policy: WebhookPolicy) -> type[BoundedHandler]:
+    class Handler(BoundedHandler):
         def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != MUTATE_PATH:
-                self._send(404, {"message": "not found"})
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length <= 0 or length > _MAX_BODY:
-                self._send(400, {"message": "an AdmissionReview body is required"})
-                return
             try:
-                answer = review(json.loads(self.rfile.read(length)), policy)
-            except ValueError as e:
-                self._send(400, {"message": f"bad AdmissionReview: {e}"})
+                body = self.read_body(MAX_BODY)
+                if self.path.split("?", 1)[0] != MUTATE_PATH:
+                    raise ClientError(404, f"not found: this webhook serves POST {MUTATE_PATH}")
+                self.require_json_content_type()
+                try:
+                    answer = review(safejson.loads(body, depth_limit=MAX_DEPTH), policy)
+                except (safejson.JsonBodyError, BadReview) as e:
+                    raise ClientError(400, f"bad AdmissionReview: {e}") from None
+            except ClientError as e:
+                self._send(e.status, {"message": e.message})
+                return
+            except Exception:  # a bug here must cost one request, not the connection's thread or a traceback
+                log.exception("webhook: answering an AdmissionReview failed")
+                self._send(500, {"message": "internal error in the gpufleet webhook; see its logs"})
                 return
             self._send(200, answer)
 
         def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("webhook: " + format, *args)
+            self.send_body(code, json.dumps(body, separators=(",", ":")).encode(), "application/json")
 
     return Handler
 
 
-class _TlsServer(ThreadingHTTPServer):
-    """Wraps each accepted connection with the certificate current at that moment."""
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], certs: _Certificates) -> None:
-        super().__init__(address, handler)
-        self.certs = certs
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, addr = self.socket.accept()
-        try:
-            context = self.certs.current()
-        except OSError:
-            sock.close()  # no certificate yet: refuse this one (the API server retries or fails the pod)
-            raise
-        # The handshake runs in the request thread (first read), so a slow client cannot stall accept().
-        return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
-
-
 class WebhookServer(ServerThread):
-    def __init__(self, address: str, cert_file: str, key_file: str, policy: WebhookPolicy) -> None:
-        super().__init__(_TlsServer(listen_address(address), _handler(policy), _Certificates(cert_file, key_file)),
-                         "webhook")
+    def __init__(self, address: str, cert_file: str, key_file: str, policy: WebhookPolicy,
+                 limits: ServingLimits | None = None) -> None:
+        certificate = ReloadingCertificate(cert_file, key_file, "webhook")
+        server = BoundedHTTPServer(listen_address(address), make_handler(policy), limits or ServingLimits(),
+                                   name="webhook", tls=certificate.current)
+        super().__init__(server, "webhook")
+
+    @classmethod
+    def from_settings(cls, settings: WebhookSettings, scheduler_name: str) -> WebhookServer:
+        limits = ServingLimits(workers=settings.workers, queue=settings.queue,
+                               handshake_timeout=settings.handshake_timeout, read_timeout=settings.read_timeout)
+        return cls(settings.bind_address, settings.cert_file, settings.key_file,
+                   WebhookPolicy(scheduler_name, settings.runtime_class_name), limits)

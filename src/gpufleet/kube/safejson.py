@@ -1,0 +1,55 @@
+"""JSON from an untrusted peer, with its nesting bounded *before* the parser runs.
+
+``json.loads`` recurses once per level of nesting, so a body of a million ``[`` costs a RecursionError (and
+the C stack of a deeper interpreter) before any check on the result could run. :func:`max_depth` measures the
+nesting of the raw bytes in linear time without recursing: string literals are blanked out first (so a ``[``
+inside a string does not count), then the running depth is a cumulative sum over the brackets that remain.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+# A JSON string literal: quote, then runs of ordinary bytes and escape pairs. '"' and '\' never occur inside a
+# multi-byte UTF-8 sequence, so scanning bytes is exact for UTF-8 text.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_OPEN = np.frombuffer(b"[{", dtype=np.uint8)
+_CLOSE = np.frombuffer(b"]}", dtype=np.uint8)
+
+
+class JsonBodyError(ValueError):
+    """The body is not JSON this process will read; the message says why, for the sender."""
+
+
+def max_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in ``data`` (0 for a scalar); linear, no recursion."""
+    structure = np.frombuffer(_STRING.sub(b'""', data), dtype=np.uint8)
+    if structure.size == 0:
+        return 0
+    step = np.isin(structure, _OPEN).astype(np.int32) - np.isin(structure, _CLOSE).astype(np.int32)
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _no_constants(name: str) -> Any:
+    raise JsonBodyError(f"{name} is not valid JSON (JSON has no NaN or Infinity)")
+
+
+def loads(data: bytes, *, depth_limit: int) -> Any:
+    """Strict JSON from UTF-8 bytes: no other encoding, no NaN/Infinity, nesting at most ``depth_limit``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise JsonBodyError(f"the body is not UTF-8 text (byte {e.start} is invalid)") from None
+    depth = max_depth(data)
+    if depth > depth_limit:
+        raise JsonBodyError(f"the JSON is nested {depth} levels deep, more than the {depth_limit} allowed")
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except JsonBodyError:
+        raise
+    except ValueError as e:  # JSONDecodeError, and int() refusing more than 4,300 digits
+        raise JsonBodyError(f"the body is not valid JSON: {str(e)[:200]}") from None
