@@ -5,7 +5,10 @@ Registered in :mod:`gpufleet.cli.main` as ``app.add_typer(node_app, name="node")
 
 from __future__ import annotations
 
+import os
+import signal
 from enum import StrEnum
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -99,3 +102,99 @@ def discover_command(
     finally:
         opened.backend.close()
     console.emit(found.document(), output.value)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@node_app.command("agent", epilog=examples(
+    "# in the DaemonSet (deploy/node-agent.yaml)",
+    "gpufleet node agent --node-name $NODE_NAME --config /etc/gpufleet-node/config.yaml",
+    "# on a workstation: a described machine, sockets in a scratch folder",
+    "gpufleet node agent --node-name dgx-a100-0 --nvml fake:examples/node/dgx-a100.yaml --device-plugin-dir /tmp/dp",
+))
+def agent_command(
+    node_name: Annotated[str, typer.Option("--node-name", help="This node's name (the DaemonSet passes "
+                                                               "spec.nodeName).", envvar="NODE_NAME")],
+    kubeconfig: Annotated[str | None, typer.Option(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, then ~/.kube/config).")] = None,
+    nvml: Nvml = "real",
+    config: DeviceConfig = None,
+    device_plugin_dir: Annotated[str, typer.Option(
+        "--device-plugin-dir", help="The kubelet's device-plugin folder (kubelet.sock and the plugins' sockets).")
+    ] = "/var/lib/kubelet/device-plugins",
+    pod_resources_socket: Annotated[str, typer.Option(
+        "--pod-resources-socket", help="The kubelet's PodResources API socket (checks which pod got which devices).")
+    ] = "/var/lib/kubelet/pod-resources/kubelet.sock",
+    metrics_bind_address: Annotated[str, typer.Option(
+        "--metrics-bind-address", help="GPU metrics (dcgm-exporter names) on host:port or :port; 0 disables.")
+    ] = ":9400",
+    health_probe_bind_address: Annotated[str, typer.Option(
+        "--health-probe-bind-address", help="/healthz and /readyz on host:port or :port; 0 disables.")] = ":9401",
+    inventory_only: Annotated[bool, typer.Option(
+        "--inventory-only", envvar="GPUFLEET_INVENTORY_ONLY",
+        help="Publish labels, inventory and metrics but serve no device plugin (clusters that keep NVIDIA's).")
+    ] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the node agent until SIGTERM: labels and inventory on the Node, kubelet device plugins, XID health."""
+    from gpufleet.kube.client import KubeClient
+    from gpufleet.kube.config import ClusterConfig
+    from gpufleet.kube.errors import ConfigError
+    from gpufleet.kube.logs import setup_logging
+    from gpufleet.kube.settings import parse_address
+    from gpufleet.node.agent import AgentOptions, NodeAgent
+    from gpufleet.node.backends import open_backend
+    from gpufleet.node.contract import NvmlError
+    from gpufleet.node.discovery import DiscoveryError
+    from gpufleet.node.health import HealthPolicy, HealthPolicyError
+
+    if log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise usage_error(f"{log_level!r} is not one of debug, info, warning, error", "--log-level")
+    _check_nvml(nvml)
+    for flag, value in (("--metrics-bind-address", metrics_bind_address),
+                        ("--health-probe-bind-address", health_probe_bind_address)):
+        if value != "0" and parse_address(value) is None:
+            raise usage_error(f"{value!r} is not a listen address (host:port, :port, or 0 to disable)", flag)
+    if not node_name.strip():
+        raise usage_error("the node name is empty", "--node-name")
+    try:
+        policy = HealthPolicy.from_environment(os.environ)
+    except HealthPolicyError as e:
+        console.error(str(e))
+        raise typer.Exit(EXIT_FINDINGS) from e
+    loaded = _load_config(config)
+    setup_logging(log_level)
+    try:
+        cluster = ClusterConfig.load(kubeconfig)
+    except ConfigError as e:
+        console.error(str(e))
+        raise typer.Exit(EXIT_FINDINGS) from e
+    options = AgentOptions(
+        node_name=node_name, device_plugin_dir=device_plugin_dir, pod_resources_socket=pod_resources_socket,
+        metrics_bind_address=None if metrics_bind_address == "0" else metrics_bind_address,
+        health_probe_bind_address=None if health_probe_bind_address == "0" else health_probe_bind_address,
+        inventory_only=inventory_only or _env_flag("GPUFLEET_INVENTORY_ONLY"), health=policy)
+    client = KubeClient(cluster, user_agent=f"gpufleet-node/{node_name}")
+    try:
+        agent = NodeAgent(client, options, loaded, lambda holders: open_backend(
+            nvml, holders=holders, machine_type_file=loaded.machine_type_file if loaded else None))
+        agent.start()
+    except (NvmlError, DiscoveryError, OSError, ValueError) as e:
+        console.error(str(e))
+        client.close()
+        raise typer.Exit(EXIT_FINDINGS) from e
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        agent.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        code = agent.wait()
+    finally:
+        agent.stop()
+        client.close()
+    if code:
+        raise typer.Exit(code)

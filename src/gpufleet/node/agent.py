@@ -1,0 +1,348 @@
+"""``gpufleet node agent``: the node agent's process.
+
+Threads, each with one job:
+
+* the **pod tracker** (an informer on this node's pods) wakes the loop when pods come, go or change;
+* the **event thread** waits on NVML's XID events and marks devices Unhealthy per the health policy;
+* the **loop** recomputes what the node offers whenever something changed (health, fractional pods, the MIG
+  layout it rediscovers every ``rediscover_period``), feeds the device plugins, patches the Node, watches the
+  kubelet's socket to register again after a kubelet restart, and checks the kubelet's record of allocations;
+* the **device plugins** answer the kubelet on their gRPC servers (:mod:`gpufleet.node.deviceplugin`);
+* the **ops servers** serve ``/metrics`` (dcgm-exporter names) and ``/healthz``/``/readyz``.
+
+A whole GPU that fractional pods use is advertised Unhealthy on its whole-GPU and replica resources, so the
+kubelet's accounting stays exact and never hands it out (docs/node-agent.md says why this mechanism).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.errors import KubeError
+from gpufleet.kube.health import Endpoints, OpsServer, Probe
+from gpufleet.node.allocation import Allocator
+from gpufleet.node.backends import OpenedBackend
+from gpufleet.node.contract import HolderCounts, Machine, NvmlError
+from gpufleet.node.deviceplugin import DeviceState
+from gpufleet.node.discovery import TIMESTAMP_LABEL, Discovery, discover, refresh_inventory
+from gpufleet.node.dpconfig import AgentDeviceConfig
+from gpufleet.node.health import DeviceHealth, HealthPolicy
+from gpufleet.node.metrics import AgentMetrics, render_gpu_metrics
+from gpufleet.node.plugins import PluginManager
+from gpufleet.node.podresources import PodResourcesClient
+from gpufleet.node.pods import PodTracker
+from gpufleet.node.publisher import NodePublisher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    node_name: str
+    device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    metrics_bind_address: str | None = ":9400"
+    health_probe_bind_address: str | None = ":9401"
+    inventory_only: bool = False
+    health: HealthPolicy = field(default_factory=HealthPolicy)
+    rediscover_period: float = 30.0  # MIG layouts change under a running agent (mig-parted)
+    loop_period: float = 0.5  # the longest the loop sleeps: kubelet restarts are noticed within it
+    publish_retry: float = 2.0
+    informer_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+BackendOpener = Callable[[Callable[[], HolderCounts]], OpenedBackend]
+
+
+class NodeAgent:
+    def __init__(self, client: KubeClient, options: AgentOptions, device_config: AgentDeviceConfig | None,
+                 open_backend: BackendOpener, *, metrics: AgentMetrics | None = None) -> None:
+        self.client = client
+        self.options = options
+        self.metrics = metrics or AgentMetrics()
+        self.tracker = PodTracker(client, options.node_name, **dict(options.informer_options))
+        self.pod_resources = PodResourcesClient(options.pod_resources_socket)
+        self.allocator = Allocator(self.tracker, self.pod_resources.list, self.metrics)
+        self.allocator.on_allocated = self._allocated
+        self.publisher = NodePublisher(client, options.node_name)
+        self.health = DeviceHealth(options.health)
+        self._open_backend = open_backend
+        self._device_config = device_config
+        self.opened: OpenedBackend | None = None
+        self.plugins: PluginManager | None = None
+        self.discovery: Discovery | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._exit_code = 0
+        self._threads: list[threading.Thread] = []
+        self._servers: list[OpsServer] = []
+        self._published: tuple[dict[str, str], dict[str, str]] | None = None
+        self._publish_due = 0.0
+        self._labels_at = time.time()
+        self._verify_due: float | None = None
+        self._loop_alive = time.monotonic()
+        self._last_holders: dict[str, int] = {}
+        self._holders_due = 0.0
+
+    # --- start and stop ------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> AgentDeviceConfig:
+        if self._device_config is not None:
+            return self._device_config
+        assert self.opened is not None
+        return AgentDeviceConfig(sharing=self.opened.sharing)
+
+    def start(self) -> None:
+        """Open NVML, discover, start serving; raises NvmlError, DiscoveryError or OSError when it cannot."""
+        self.opened = self._open_backend(self._holders)
+        log.info("node agent for %s on %s", self.options.node_name, self.opened.description)
+        machine = self.opened.backend.machine()
+        self.discovery = self._discover(machine)
+        self.allocator.set_discovery(self.discovery)
+        self.tracker.add_listener(self._wake.set)
+        self.tracker.start()
+        if not self.options.inventory_only:
+            self.plugins = PluginManager(self.options.device_plugin_dir, self.allocator, self.metrics)
+            self.plugins.sync(self._device_states(self.discovery))
+        self._start_servers()
+        for target, name in ((self._events, "xid-events"), (self._loop, "node-agent")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._wake.set()
+
+    def _start_servers(self) -> None:
+        endpoints = Endpoints(healthz=self._healthz, readyz=self._readyz, metrics=self.exposition)
+        addresses = [a for a in (self.options.metrics_bind_address, self.options.health_probe_bind_address) if a]
+        for address in dict.fromkeys(addresses):
+            server = OpsServer(address, endpoints)
+            server.start()
+            self._servers.append(server)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the agent stops; its exit code (non-zero when it had to give up)."""
+        self._done.wait(timeout)
+        return self._exit_code
+
+    def stop(self) -> None:
+        self.request_stop()
+        for thread in self._threads:
+            thread.join(5.0)
+        if self.plugins is not None:
+            self.plugins.stop()
+        for server in self._servers:
+            server.stop()
+        self.tracker.stop()
+        self.pod_resources.close()
+        if self.opened is not None:
+            self.opened.backend.close()
+        self._done.set()
+
+    @property
+    def ports(self) -> list[int]:
+        return [s.port for s in self._servers]
+
+    # --- what the node offers ------------------------------------------------------------------------
+
+    def _discover(self, machine: Machine) -> Discovery:
+        return discover(machine, self.config, unhealthy_gpus=self.health.unhealthy_gpus(machine),
+                        timestamp=self._labels_at)
+
+    def _device_states(self, found: Discovery) -> dict[str, list[DeviceState]]:
+        withheld = self.allocator.withheld()
+        out: dict[str, list[DeviceState]] = {}
+        counts: dict[tuple[str, str], int] = {}
+        for resource, devices in found.devices.items():
+            states = []
+            for d in devices:
+                broken = self.health.is_unhealthy(d.mig.uuid if d.mig is not None else d.gpu_uuid) or \
+                    self.health.is_unhealthy(d.gpu_uuid)
+                # A GPU fractional pods use is withheld from whole-GPU and replica pods (never a MIG device:
+                # fractions are only placed on whole-mode GPUs).
+                fractions = d.mig is None and d.gpu_uuid in withheld
+                if broken or fractions:
+                    reason = "xid" if broken else "fractions"
+                    counts[(resource, reason)] = counts.get((resource, reason), 0) + 1
+                states.append(DeviceState(d.id, not (broken or fractions), d.numa_node))
+            out[resource] = states
+        self.metrics.unhealthy.clear()
+        for (resource, reason), n in counts.items():
+            self.metrics.unhealthy.labels(resource, reason).set(n)
+        return out
+
+    def _holders(self) -> HolderCounts:
+        """Pods per GPU UUID (what the fake backend's telemetry follows), from the last loop's view."""
+        return dict(self._last_holders)
+
+    def _count_holders(self) -> dict[str, int]:
+        found = self.discovery
+        if found is None:
+            return {}
+        by_id = {d.id: d.gpu_uuid for ds in found.devices.values() for d in ds}
+        pods: dict[str, set[str]] = {}
+        allocated = self.pod_resources.list() if not self.options.inventory_only else None
+        if allocated is not None:
+            for pod, resources in allocated.items():
+                for ids in resources.values():
+                    for i in ids:
+                        if i in by_id:
+                            pods.setdefault(by_id[i], set()).add(pod)
+        else:
+            for view in self.tracker.pods():
+                for i in view.intent or ():
+                    if i in by_id:
+                        pods.setdefault(by_id[i], set()).add(view.key)
+        for uuid, holders in self.tracker.fraction_holders().items():
+            pods.setdefault(uuid, set()).update(holders)
+        return {uuid: len(p) for uuid, p in pods.items()}
+
+    # --- threads -------------------------------------------------------------------------------------
+
+    def _events(self) -> None:
+        assert self.opened is not None
+        backend = self.opened.backend
+        while not self._stop.is_set():
+            try:
+                events = backend.wait_events(1.0)
+            except NvmlError as e:
+                log.error("NVML event wait failed (%s): every device is marked Unhealthy", e)
+                if self.discovery is not None and self.health.mark_all(self.discovery.machine, str(e)):
+                    self._wake.set()
+                self._stop.wait(5.0)
+                continue
+            except Exception:
+                log.exception("NVML event wait failed: every device is marked Unhealthy")
+                if self.discovery is not None and self.health.mark_all(self.discovery.machine, "event wait failed"):
+                    self._wake.set()
+                self._stop.wait(5.0)
+                continue
+            found = self.discovery
+            for event in events:
+                changed = self.health.apply(event, found.machine) if found is not None else set()
+                effect = "unhealthy" if self.options.health.is_critical(event.xid) else "ignored"
+                self.metrics.xid_events.labels(str(event.xid), effect).inc()
+                log.warning("XID %d on %s: %s", event.xid, event.gpu_uuid,
+                            f"{len(changed)} device(s) now Unhealthy" if changed else
+                            ("ignored (an application error)" if effect == "ignored" else "already Unhealthy"),
+                            extra={"xid": event.xid, "gpu": event.gpu_uuid})
+                if changed:
+                    self._wake.set()
+
+    def _loop(self) -> None:
+        next_discovery = time.monotonic() + self.options.rediscover_period
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(self.options.loop_period)
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                self._loop_alive = time.monotonic()
+                try:
+                    if time.monotonic() >= next_discovery:
+                        next_discovery = time.monotonic() + self.options.rediscover_period
+                        self._rediscover()
+                    self._reconcile()
+                except (NvmlError, ValueError) as e:
+                    log.error("node agent: %s", e)
+                except Exception:
+                    log.exception("node agent loop failed; trying again")
+        finally:
+            self._done.set()
+
+    def _rediscover(self) -> None:
+        assert self.opened is not None
+        machine = self.opened.backend.machine()
+        assert self.discovery is not None
+        if machine != self.discovery.machine:
+            log.info("the machine changed (MIG layout or GPUs); rediscovering")
+            self.discovery = self._discover(machine)
+            self.allocator.set_discovery(self.discovery)
+
+    def _reconcile(self) -> None:
+        found = self.discovery
+        assert found is not None
+        if time.monotonic() >= self._holders_due:  # telemetry only: a PodResources call every 2 s is plenty
+            self._holders_due = time.monotonic() + 2.0
+            self._last_holders = self._count_holders()
+        self.allocator.set_withheld(self.tracker.fraction_holders() if self.tracker.synced else {})
+        unhealthy = self.health.unhealthy_gpus(found.machine)
+        found = refresh_inventory(found, unhealthy)
+        self.discovery = found
+        self.allocator.set_discovery(found)
+        if self.plugins is not None:
+            self.plugins.sync(self._device_states(found))
+            self.plugins.check()
+        self._publish(found)
+        if self._verify_due is not None and time.monotonic() >= self._verify_due:
+            self._verify_due = None
+            self.allocator.verify()
+
+    def _publish(self, found: Discovery) -> None:
+        labels = dict(found.labels)
+        if self._published is not None and TIMESTAMP_LABEL in labels:
+            # GFD's timestamp moves only when a label does, so an unchanged node is never patched.
+            before = {k: v for k, v in self._published[0].items() if k != TIMESTAMP_LABEL}
+            now = {k: v for k, v in labels.items() if k != TIMESTAMP_LABEL}
+            labels[TIMESTAMP_LABEL] = self._published[0].get(TIMESTAMP_LABEL, labels[TIMESTAMP_LABEL]) \
+                if before == now else str(int(time.time()))
+        wanted = (labels, dict(found.annotations))
+        if wanted == self._published or time.monotonic() < self._publish_due:
+            return
+        try:
+            self.publisher.publish(*wanted)
+        except KubeError as e:
+            self.metrics.node_patches.labels("failed").inc()
+            self._publish_due = time.monotonic() + self.options.publish_retry
+            log.warning("node %s: writing labels and inventory failed (%s); retrying in %.0fs",
+                        self.options.node_name, e, self.options.publish_retry)
+            return
+        self.metrics.node_patches.labels("ok").inc()
+        self._published = wanted
+
+    def _allocated(self) -> None:
+        # The kubelet records an allocation right after Allocate returns; check it shortly after.
+        self._verify_due = time.monotonic() + 0.2
+        self._wake.set()
+
+    # --- endpoints -----------------------------------------------------------------------------------
+
+    def _healthz(self) -> Probe:
+        stale = time.monotonic() - self._loop_alive
+        alive = all(t.is_alive() for t in self._threads) and not self._done.is_set()
+        ok = alive and stale < max(30.0, 10 * self.options.loop_period)
+        return Probe(ok, "ok" if ok else f"the agent loop has not run for {stale:.0f}s")
+
+    def _readyz(self) -> Probe:
+        problems = []
+        if not self.tracker.synced:
+            problems.append("pods not listed yet")
+        if self._published is None:
+            problems.append("node labels not written yet")
+        if self.plugins is not None and not self.plugins.registered:
+            problems.append("device plugins not registered with the kubelet")
+        return Probe(not problems, "; ".join(problems) or "ready")
+
+    def exposition(self) -> bytes:
+        found = self.discovery
+        gpu = b""
+        if found is not None and self.opened is not None:
+            samples = []
+            for g in found.machine.gpus:
+                try:
+                    samples.append((g, self.opened.backend.sample(g)))
+                except Exception as e:  # one GPU that cannot be read must not hide the others
+                    log.warning("reading telemetry of GPU %s failed: %s", g.uuid, e)
+            gpu = render_gpu_metrics(found.machine, samples, self.options.node_name)
+        return gpu + self.metrics.exposition()
