@@ -6,16 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from gpufleet.sim import casestudy
 from gpufleet.sim.metrics import run_summary
 from gpufleet.sim.scenario import run_scenario
 
 
 def test_exclusive_variant_drops_mig_and_time_slicing() -> None:
-    docs = list(yaml.safe_load_all(casestudy.exclusive_variant(casestudy.read_text("cluster.yaml"))))
+    docs = [d.data for d in casestudy.exclusive_documents(casestudy.embedded_documents())]
     pools = [d for d in docs if d["kind"] == "NodePool"]
+    assert all("migLayout" not in d["spec"].get("gpu", {}) for d in docs if d["kind"] == "NodePool")
     assert len(pools) == 4
     assert all("sharing" not in p["spec"] and "migLayout" not in p["spec"]["gpu"] for p in pools)
     assert {p["spec"]["labels"]["gpu-mode"] for p in pools} == {"exclusive"}

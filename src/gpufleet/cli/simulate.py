@@ -13,7 +13,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from gpufleet.cli import console
 from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, examples, usage_error
 from gpufleet.sim.model import SimulationError
-from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, write_report
+from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, kpi_cell, write_report
+from gpufleet.sim.report_plots import plotting_unavailable
 from gpufleet.sim.runner import casestudy_claims, parse_duration_option, parse_failures, parse_policies, plan, run_plan
 
 EPILOG = examples(
@@ -60,7 +61,7 @@ def _kpi_table(runs: list[RunOutput], claims: dict[str, str]) -> console.Table:
         columns.append(console.Column("published claim", justify="right", style="dim"))
     table = console.make_table("Simulated KPIs", *columns)
     for key, name in KPI_ROWS:
-        row = [name, *(fmt(r.summary["kpis"].get(key)) for r in runs)]
+        row = [name, *(kpi_cell(key, r.summary["kpis"]) for r in runs)]
         if claims:
             row.append(claims.get(key, ""))
         table.add_row(*row)
@@ -99,6 +100,10 @@ def simulate(
 ) -> None:
     """Simulate scheduling on a virtual clock with the same core as the live scheduler."""
     _check_options(policy, compare, duration, failures)
+    if report is not None:
+        missing = plotting_unavailable()
+        if missing is not None:  # said now, not after minutes of simulation
+            console.warning(f"the report will have no plots: {missing}")
     bars: list[_LazyBar] = []
 
     def progress(label: str) -> _LazyBar:
@@ -141,8 +146,9 @@ def simulate(
         json_out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         console.note(f"JSON written to {json_out}")
     if report is not None:
-        path = write_report(report, runs, title=p.title, intro=p.intro, claims=rows, explanation=explanation)
-        console.note(f"report written to {path}")
+        written = write_report(report, runs, title=p.title, intro=p.intro, claims=rows, explanation=explanation)
+        console.note(f"report written to {written.markdown} and {written.html}"
+                     + (f" ({len(written.plots)} plots)" if written.plots else " (no plots)"))
 
 
 def demo(output: Output = OutputFormat.text) -> None:

@@ -13,11 +13,10 @@ the demand forms differ by scenario. Files are read with importlib.resources, so
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from dataclasses import replace
 from importlib import resources
-from typing import Any
-
-import yaml
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests, build
@@ -52,22 +51,6 @@ def load_casestudy() -> Manifests:
     return build(docs, problems)
 
 
-def exclusive_variant(cluster_yaml: str) -> str:
-    """The cluster with every GPU exclusive: MIG layouts and time-slicing removed, nodes ``gpu-mode: exclusive``."""
-    docs: list[Any] = []
-    for doc in yaml.safe_load_all(cluster_yaml):
-        if isinstance(doc, dict) and doc.get("kind") == "NodePool":
-            spec = doc.setdefault("spec", {})
-            spec.pop("sharing", None)
-            if isinstance(spec.get("gpu"), dict):
-                spec["gpu"].pop("migLayout", None)
-            labels = spec.setdefault("labels", {})
-            labels["gpu-mode"] = "exclusive"
-        if doc is not None:
-            docs.append(doc)
-    return yaml.safe_dump_all(docs, sort_keys=False)
-
-
 def workload_spec() -> GeneratorSpec:
     errors: list[str] = []
     problems = Problems()
@@ -78,31 +61,83 @@ def workload_spec() -> GeneratorSpec:
     return specs[0]
 
 
-def scenario(name: str, policy: str, *, seed: int | None = None, duration_s: float | None = None) -> Scenario:
-    spec = workload_spec()
-    horizon = duration_s if duration_s is not None else spec.duration_s
+STUDY_SCENARIOS = tuple(name for name, _ in SCENARIOS)
+
+
+def is_study(specs: Sequence[GeneratorSpec]) -> bool:
+    """Whether a workload names demand forms for ``before`` or ``after``: then its input is a before/after study
+    of the cluster it comes with, run as the case study is (:func:`study`)."""
+    return any(name in STUDY_SCENARIOS for spec in specs for c in spec.classes for name in c.demand)
+
+
+def exclusive_documents(docs: Sequence[Document]) -> list[Document]:
+    """The documents with every GPU exclusive: MIG layouts and time-slicing removed from NodePools, which are
+    labelled ``gpu-mode: exclusive``; other documents unchanged."""
+    out: list[Document] = []
+    for doc in docs:
+        data = doc.data
+        if isinstance(data, dict) and data.get("kind") == "NodePool":
+            data = copy.deepcopy(data)
+            spec = data.setdefault("spec", {})
+            if isinstance(spec, dict):
+                spec.pop("sharing", None)
+                if isinstance(spec.get("gpu"), dict):
+                    spec["gpu"].pop("migLayout", None)
+                labels = spec.setdefault("labels", {})
+                if isinstance(labels, dict):
+                    labels["gpu-mode"] = "exclusive"
+        out.append(replace(doc, data=data))
+    return out
+
+
+def _scenario(name: str, policy: str, docs: Sequence[Document], specs: Sequence[GeneratorSpec], *,
+              seed: int | None, horizon: float | None) -> Scenario:
     problems = Problems()
-    cluster = read_text("cluster.yaml")
-    if name == "before":
-        cluster = exclusive_variant(cluster)
-    docs: list[Document] = load_text(cluster, f"casestudy/cluster.yaml ({name})", problems)
-    docs += load_text(read_text("queues.yaml"), "casestudy/queues.yaml", problems)
-    docs += generated_documents(spec, name, seed=seed, duration_s=horizon)
-    manifests = build(docs, problems)
+    every = list(exclusive_documents(docs) if name == "before" else docs)
+    for spec in specs:
+        every += generated_documents(spec, name, seed=seed, duration_s=horizon)
+    manifests = build(every, problems)
     jobs = jobs_from_manifests(manifests, problems)
     if problems.errors:
-        raise SimulationError(f"case study, scenario {name}: " + "; ".join(str(e) for e in problems.errors))
-    config = SimConfig(horizon_s=horizon, drain_s=DRAIN_S)
-    return Scenario(name, manifests, jobs, config, (policy,))
+        raise SimulationError(f"scenario {name}: " + "; ".join(str(e) for e in problems.errors))
+    return Scenario(name, manifests, jobs, SimConfig(horizon_s=horizon, drain_s=DRAIN_S), (policy,))
+
+
+def study(docs: Sequence[Document], specs: Sequence[GeneratorSpec], *, seed: int | None = None,
+          duration_s: float | None = None, policies: tuple[str, ...] | None = None) -> list[Scenario]:
+    """The case study's two runs of a cluster (``docs``: nodes, NodePools, queues) and workload generators:
+    before/kube-default on the cluster with every GPU exclusive and the jobs in their ``before`` (else
+    ``default``) demand forms, after/gpufleet on the cluster as written with the ``after`` forms. With
+    ``policies``, the after scenario under each of them. The window is the generators' duration unless
+    ``duration_s`` is given; a week of drain follows it."""
+    horizon = duration_s if duration_s is not None else max((s.duration_s for s in specs), default=None)
+    if policies:
+        return [replace(_scenario("after", policies[0], docs, specs, seed=seed, horizon=horizon),
+                        policies=policies)]
+    return [_scenario(n, p, docs, specs, seed=seed, horizon=horizon) for n, p in SCENARIOS]
+
+
+def embedded_documents() -> list[Document]:
+    """The embedded case study's cluster and queues, as documents."""
+    problems = Problems()
+    docs = [d for name in ("cluster.yaml", "queues.yaml") for d in load_text(read_text(name), f"casestudy/{name}",
+                                                                              problems)]
+    if problems.errors:
+        raise SimulationError("the embedded case study is broken: " + "; ".join(str(e) for e in problems.errors))
+    return docs
+
+
+def scenario(name: str, policy: str, *, seed: int | None = None, duration_s: float | None = None) -> Scenario:
+    """One of the embedded case study's scenarios (``before`` or ``after``) under ``policy``."""
+    spec = workload_spec()
+    horizon = duration_s if duration_s is not None else spec.duration_s
+    return _scenario(name, policy, embedded_documents(), [spec], seed=seed, horizon=horizon)
 
 
 def scenarios(*, seed: int | None = None, duration_s: float | None = None,
               policies: tuple[str, ...] | None = None) -> list[Scenario]:
     """before/kube-default and after/gpufleet; with ``policies``, the after cluster under each of them."""
-    if policies:
-        base = scenario("after", policies[0], seed=seed, duration_s=duration_s)
-        return [replace(base, policies=policies)]
-    return [scenario(n, p, seed=seed, duration_s=duration_s) for n, p in SCENARIOS]
+    return study(embedded_documents(), [workload_spec()], seed=seed, duration_s=duration_s, policies=policies)
 
 
 def default_seed() -> int:

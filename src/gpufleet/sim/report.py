@@ -1,28 +1,33 @@
-"""A Markdown report with PNG plots: KPIs side by side, per-pool allocation and utilization over time, the
-queue-wait CDF per queue, cost per team, and (for the case study) the published claims beside ours with the
-reasons they differ. matplotlib is optional (``pip install gpufleet[report]``): without it the report is
-written without plots and says so.
+"""The simulation report: what it says, once, and its Markdown form.
+
+:func:`build_report` turns runs into a :class:`Report` (sections of paragraphs, tables and figures): KPIs
+side by side, the published claims beside ours with the reasons they differ (case study), allocation and
+utilization per pool over time, per-queue waits, costs per team, model and class. Durations are written
+as people think of them (minutes, hours, days), not in seconds. :func:`write_report` writes it as
+``report.md`` with PNG plots beside it and as one self-contained ``report.html`` (plots embedded;
+:mod:`gpufleet.sim.report_html`). The plots need matplotlib (``pip install 'gpufleet[report]'``): without
+it both files are written without plots and say so (:func:`gpufleet.sim.report_plots.plotting_unavailable`
+lets a driver say it before running anything).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.sim.metrics import pool_series, queue_waits
 from gpufleet.sim.records import SimResult
 
 KPI_ROWS: tuple[tuple[str, str], ...] = (
     ("gpu_allocation_pct", "GPU allocation %"),
     ("gpu_utilization_pct", "GPU utilization %"),
     ("busy_of_held_pct", "busy share of held GPUs %"),
-    ("job_success_pct", "job success %"),
-    ("wait_p50_s", "queue wait p50 (s)"),
-    ("wait_p95_s", "queue wait p95 (s)"),
-    ("wait_p99_s", "queue wait p99 (s)"),
-    ("makespan_s", "makespan (s)"),
+    ("job_success_pct", "job success % (of jobs ended)"),
+    ("wait_p50_s", "queue wait p50"),
+    ("wait_p95_s", "queue wait p95"),
+    ("wait_p99_s", "queue wait p99"),
+    ("makespan_s", "makespan"),
     ("gpu_hours", "GPU-hours"),
     ("cost", "cost (CHF)"),
     ("inference_cost", "inference cost (CHF)"),
@@ -32,6 +37,8 @@ KPI_ROWS: tuple[tuple[str, str], ...] = (
     ("jobs_unfinished", "jobs unfinished"),
     ("preemptions", "preemptions"),
 )
+
+PLOT_HINT = "pip install 'gpufleet[report]'"
 
 
 @dataclass(slots=True)
@@ -54,134 +61,202 @@ def fmt(x: Any) -> str:
     return str(x)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+def duration_text(seconds: float | None) -> str:
+    """A duration in the unit people use for it: ``45 s``, ``12 min``, ``5.2 h``, ``3.4 d``."""
+    if seconds is None:
+        return "n/a"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def kpi_cell(key: str, kpis: dict[str, Any]) -> str:
+    """One KPI as a report or a terminal shows it: durations humanised, job success with how many jobs ended
+    (a success rate over 33 ended jobs of 425 is not the 100% it reads as alone)."""
+    value = kpis.get(key)
+    if key.endswith("_s"):
+        return duration_text(value)
+    if key == "job_success_pct" and kpis.get("jobs_unfinished"):
+        ended = kpis["jobs"] - kpis["jobs_unfinished"]
+        return f"{fmt(value)} ({ended} of {kpis['jobs']} ended)"
+    return fmt(value)
+
+
+# ---- the report's content -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TableBlock:
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    numeric: tuple[bool, ...]  # right-aligned columns
+
+    @staticmethod
+    def of(header: Sequence[str], rows: Sequence[Sequence[str]], first_text: int = 1) -> TableBlock:
+        """A table whose first ``first_text`` columns are text and the rest numbers."""
+        return TableBlock(tuple(header), tuple(tuple(r) for r in rows),
+                          tuple(i >= first_text for i in range(len(header))))
+
+
+@dataclass(frozen=True, slots=True)
+class FigureBlock:
+    file: str  # the PNG beside report.md; report.html embeds the same bytes
+    alt: str
+    caption: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BulletsBlock:
+    items: tuple[str, ...]
+
+
+Block = str | TableBlock | FigureBlock | BulletsBlock  # a str is a paragraph (with *emphasis* and `code`)
+
+
+@dataclass(slots=True)
+class Section:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Report:
+    title: str
+    intro: list[str]
+    sections: list[Section]
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    """A rendered figure: where it goes in the report, and its PNG bytes."""
+
+    file: str
+    alt: str
+    caption: str
+    png: bytes
+
+
+def _queue_rows(per_queue: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for q, v in per_queue.items():
+        rows.append([q, fmt(v.get("jobs")), fmt(v.get("succeeded")), fmt(v.get("failed")), fmt(v.get("unfinished")),
+                     *(duration_text(v.get(k)) for k in ("wait_p50_s", "wait_p95_s", "wait_p99_s")),
+                     fmt(v.get("gpu_hours")), fmt(v.get("cost"))])
+    return rows
+
+
+def build_report(runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] = (),
+                 claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = (),
+                 plots: Sequence[Plot] = (), plots_missing: str | None = None) -> Report:
+    """The report's content; ``plots`` are placed where their file names belong, ``plots_missing`` says why
+    there are none."""
+    by_file = {p.file: FigureBlock(p.file, p.alt, p.caption) for p in plots}
+    sections: list[Section] = []
+    kpi = Section("KPIs", [TableBlock.of(["KPI", *(r.label for r in runs)],
+                                         [[name, *(kpi_cell(key, r.summary["kpis"]) for r in runs)]
+                                          for key, name in KPI_ROWS])])
+    kpi.blocks.append("Failures by cause (failed attempts): "
+                      + "; ".join(f"{r.label}: {fmt(r.summary['kpis']['failures'])}" for r in runs) + ".")
+    kpi.blocks.append("Job success is counted over the jobs that ended (succeeded, or failed after their "
+                      "retries); jobs still waiting or running at the end are counted apart as unfinished.")
+    if plots_missing:
+        kpi.blocks.append(f"*No plots: {plots_missing}.*")
+    sections.append(kpi)
+    if claims:
+        sections.append(Section("Published claims beside ours", [
+            TableBlock.of(["figure", "ours (before → after)", "published claim"], [list(c) for c in claims]),
+            *explanation]))
+    if "allocation_utilization.png" in by_file:
+        sections.append(Section("Allocation and utilization per node pool", [
+            "Solid: GPUs held, dashed: GPUs busy, in % of the pool's GPUs, averaged per slice of the window.",
+            by_file["allocation_utilization.png"]]))
+    for r in runs:
+        s = r.summary
+        section = Section(r.label, [
+            TableBlock.of(["queue", "jobs", "succeeded", "failed", "unfinished", "wait p50", "wait p95",
+                           "wait p99", "GPU-hours", "cost (CHF)"], _queue_rows(s["per_queue"])),
+            TableBlock.of(["node pool", "GPUs", "allocation %", "utilization %"],
+                          [[p, fmt(v["gpus"]), fmt(v["gpu_allocation_pct"]), fmt(v["gpu_utilization_pct"])]
+                           for p, v in s["per_pool"].items()])])
+        for group, name in (("per_team", "team"), ("per_model", "GPU model"), ("per_class", "class")):
+            section.blocks.append(TableBlock.of([name, "GPU-hours", "cost (CHF)"],
+                                                [[k, fmt(v["gpu_hours"]), fmt(v["cost"])]
+                                                 for k, v in s[group].items()]))
+        if s["run"]["notes"]:
+            section.blocks.append(BulletsBlock(tuple(s["run"]["notes"])))
+        sections.append(section)
+    if "wait_cdf.png" in by_file:
+        sections.append(Section("Queue wait", [
+            "Share of attempts that waited at most so long, per queue (hours, logarithmic beyond 0.1 h).",
+            by_file["wait_cdf.png"]]))
+    if "cost_per_team.png" in by_file:
+        sections.append(Section("Cost per team", [by_file["cost_per_team.png"]]))
+    return Report(title, list(intro), sections)
+
+
+# ---- Markdown -----------------------------------------------------------------------------------------------
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(t: TableBlock) -> list[str]:
+    out = ["| " + " | ".join(_md_cell(h) for h in t.header) + " |",
+           "|" + "".join("---:|" if n else "---|" for n in t.numeric)]
+    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
     return out
 
 
-def _plots(directory: Path, runs: Sequence[RunOutput]) -> list[str]:
-    try:
-        import matplotlib
+def to_markdown(report: Report) -> str:
+    lines = [f"# {report.title}", ""]
+    for paragraph in report.intro:
+        lines += [paragraph, ""]
+    for section in report.sections:
+        lines += [f"## {section.title}", ""]
+        for block in section.blocks:
+            if isinstance(block, str):
+                lines += [block]
+            elif isinstance(block, TableBlock):
+                lines += _md_table(block)
+            elif isinstance(block, FigureBlock):
+                lines += [f"![{block.alt}]({block.file})"]
+            else:
+                lines += [f"- {item}" for item in block.items]
+            lines += [""]
+    return "\n".join(lines)
 
-        matplotlib.use("Agg")  # files only; never open a window
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError("the report's plots need matplotlib: pip install 'gpufleet[report]'") from exc
-    files: list[str] = []
-    series = [pool_series(r.result) for r in runs]
-    pools = sorted({p for s in series for p in s})
-    if pools:
-        cols = 2 if len(pools) > 1 else 1
-        rows = (len(pools) + cols - 1) // cols
-        fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 2.8 * rows), squeeze=False, sharex=True)
-        for ax, pool in zip(axes.flat, pools, strict=False):
-            for i, (run, s) in enumerate(zip(runs, series, strict=True)):
-                if pool not in s:
-                    continue
-                days = [t / 86400 for t in s[pool]["t"]]
-                ax.plot(days, s[pool]["allocation_pct"], color=f"C{i}", lw=1.2, label=f"{run.label} allocated")
-                ax.plot(days, s[pool]["utilization_pct"], color=f"C{i}", lw=1.0, ls="--",
-                        label=f"{run.label} busy")
-            ax.set_title(pool, fontsize=9)
-            ax.set_ylim(0, 105)
-            ax.set_ylabel("% of pool GPUs", fontsize=8)
-        for ax in axes.flat[len(pools):]:
-            ax.axis("off")
-        axes.flat[0].legend(fontsize=7, loc="upper right")
-        for ax in axes[-1]:
-            ax.set_xlabel("day")
-        fig.tight_layout()
-        fig.savefig(directory / "allocation_utilization.png", dpi=110)
-        plt.close(fig)
-        files.append("allocation_utilization.png")
-    waits = [queue_waits(r.result) for r in runs]
-    queues = sorted({q for w in waits for q in w})
-    if queues:
-        fig, axes = plt.subplots(1, len(queues), figsize=(4.2 * len(queues), 3.2), squeeze=False)
-        for ax, q in zip(axes[0], queues, strict=True):
-            right = max(1.0, 1.2 * max((v for w in waits for v in w.get(q, [])), default=0.0) / 3600)
-            for i, (run, w) in enumerate(zip(runs, waits, strict=True)):
-                values = w.get(q, [])
-                if not values:
-                    continue
-                # From (0, 0) to the right edge, so that a queue where nobody waits shows as a line at 1.
-                hours = [0.0, *(v / 3600 for v in values), right]
-                shares = [0.0, *((k + 1) / len(values) for k in range(len(values))), 1.0]
-                ax.step(hours, shares, where="post", color=f"C{i}", lw=1.8 - 0.5 * i, label=run.label)
-            ax.set_xscale("symlog", linthresh=0.1)
-            ax.set_xlim(0, right)
-            ax.set_title(f"queue {q}", fontsize=9)
-            ax.set_xlabel("wait (hours)")
-            ax.set_ylim(0, 1.02)
-        axes[0][0].set_ylabel("share of attempts")
-        axes[0][0].legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        fig.savefig(directory / "wait_cdf.png", dpi=110)
-        plt.close(fig)
-        files.append("wait_cdf.png")
-    teams = sorted({t for r in runs for t in r.summary["per_team"]})
-    if teams:
-        fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(teams), 3.2))
-        width = 0.8 / len(runs)
-        for i, run in enumerate(runs):
-            costs = [run.summary["per_team"].get(t, {}).get("cost", 0.0) for t in teams]
-            ax.bar([k + i * width for k in range(len(teams))], costs, width, label=run.label, color=f"C{i}")
-        ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(teams))], teams)
-        ax.set_ylabel("cost (CHF) in the window")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(directory / "cost_per_team.png", dpi=110)
-        plt.close(fig)
-        files.append("cost_per_team.png")
-    return files
+
+# ---- files --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    plots: tuple[Path, ...]
+    plots_missing: str | None  # why there are no plots, when there are none
 
 
 def write_report(directory: Path, runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] = (),
-                 claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = ()) -> Path:
-    """Write ``report.md`` and its plots into ``directory``; return the Markdown file's path."""
+                 claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = ()) -> ReportFiles:
+    """Write ``report.md`` with its PNG plots and the self-contained ``report.html`` into ``directory``."""
+    from gpufleet.sim.report_html import to_html
+    from gpufleet.sim.report_plots import plotting_unavailable, render_plots
+
     directory.mkdir(parents=True, exist_ok=True)
-    plots = _plots(directory, runs)
-    lines = [f"# {title}", ""]
-    lines += [*intro, ""] if intro else []
-    lines += ["## KPIs", ""]
-    lines += _table(["KPI", *(r.label for r in runs)],
-                    [[name, *(fmt(r.summary["kpis"].get(key)) for r in runs)] for key, name in KPI_ROWS])
-    lines += ["", "Failures by cause (failed attempts): "
-              + "; ".join(f"{r.label}: {fmt(r.summary['kpis']['failures'])}" for r in runs), ""]
-    if claims:
-        lines += ["## Published claims beside ours", ""]
-        lines += _table(["figure", "ours (before → after)", "published claim"], [list(c) for c in claims])
-        lines += ["", *[p + "\n" for p in explanation]]
-    if "allocation_utilization.png" in plots:
-        lines += ["## Allocation and utilization per node pool", "",
-                  "Solid: GPUs held, dashed: GPUs busy, in % of the pool's GPUs, averaged per slice of the window.",
-                  "", "![allocation and utilization](allocation_utilization.png)", ""]
-    for r in runs:
-        lines += [f"## {r.label}", ""]
-        lines += _table(["queue", "jobs", "succeeded", "failed", "unfinished", "wait p50 s", "wait p95 s",
-                         "wait p99 s", "GPU-hours", "cost"],
-                        [[q, *(fmt(v.get(k)) for k in ("jobs", "succeeded", "failed", "unfinished", "wait_p50_s",
-                                                        "wait_p95_s", "wait_p99_s", "gpu_hours", "cost"))]
-                         for q, v in r.summary["per_queue"].items()])
-        lines += [""]
-        lines += _table(["node pool", "GPUs", "allocation %", "utilization %"],
-                        [[p, fmt(v["gpus"]), fmt(v["gpu_allocation_pct"]), fmt(v["gpu_utilization_pct"])]
-                         for p, v in r.summary["per_pool"].items()])
-        lines += [""]
-        for group, name in (("per_team", "team"), ("per_model", "GPU model"), ("per_class", "class")):
-            lines += _table([name, "GPU-hours", "cost (CHF)"],
-                            [[k, fmt(v["gpu_hours"]), fmt(v["cost"])] for k, v in r.summary[group].items()])
-            lines += [""]
-        for note in r.summary["run"]["notes"]:
-            lines += [f"- {note}"]
-        lines += [""]
-    if "wait_cdf.png" in plots:
-        lines += ["## Queue wait", "", "![wait CDF per queue](wait_cdf.png)", ""]
-    if "cost_per_team.png" in plots:
-        lines += ["## Cost per team", "", "![cost per team](cost_per_team.png)", ""]
-    if not plots:
-        lines += ["_Plots need matplotlib: pip install 'gpufleet[report]'._", ""]
-    path = directory / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    missing = plotting_unavailable()
+    plots = render_plots(runs) if missing is None else []
+    for p in plots:
+        (directory / p.file).write_bytes(p.png)
+    report = build_report(runs, title=title, intro=intro, claims=claims, explanation=explanation, plots=plots,
+                          plots_missing=missing)
+    markdown = directory / "report.md"
+    markdown.write_text(to_markdown(report), encoding="utf-8")
+    html = directory / "report.html"
+    html.write_text(to_html(report, {p.file: p.png for p in plots}), encoding="utf-8")
+    return ReportFiles(markdown, html, tuple(directory / p.file for p in plots), missing)

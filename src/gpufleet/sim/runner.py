@@ -9,16 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpufleet.api.errors import Problems
+from gpufleet.api.source import load_paths
 from gpufleet.sim import casestudy
 from gpufleet.sim.claims import claim_rows, explain
 from gpufleet.sim.engine import Progress
-from gpufleet.sim.inputs import load_inputs
+from gpufleet.sim.inputs import load_inputs, split_generators
 from gpufleet.sim.metrics import run_summary
 from gpufleet.sim.model import FailureModels, SimConfig, SimulationError
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.report import RunOutput
 from gpufleet.sim.scenario import Scenario, run_scenario
 from gpufleet.sim.sources.distributions import DistributionError, seconds
+from gpufleet.sim.sources.generator import GeneratorSpec
 
 DEFAULT_POLICY = "gpufleet"
 
@@ -88,6 +91,9 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
     inputs = load_inputs(files, seed=seed, duration_s=duration_s)
     if inputs.problems:
         raise SimulationError("the input has problems:\n" + "\n".join(inputs.problems))
+    if casestudy.is_study(inputs.generators):
+        return _study_plan(files, inputs.generators, policies=policies, duration_s=duration_s, seed=seed,
+                           models=models)
     if not inputs.manifests.nodes:
         raise SimulationError("no nodes in the input: give Nodes, NodePools or an openb node list")
     horizon = duration_s
@@ -99,6 +105,31 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
     used_seed = seed if seed is not None else (inputs.generators[0].seed if inputs.generators else 0)
     intro = [f"Input: {', '.join(files)}: {len(inputs.manifests.nodes)} nodes, {len(inputs.jobs)} jobs."]
     return Plan("gpufleet simulate", [scenario], used_seed, False, intro)
+
+
+def _study_plan(files: Sequence[str], specs: Sequence[GeneratorSpec], *, policies: tuple[str, ...] | None,
+                duration_s: float | None, seed: int | None, models: FailureModels) -> Plan:
+    """Files whose workload names ``before``/``after`` demand forms: run as the case study runs its own files."""
+    if any(f.lower().endswith(".csv") for f in files) or "-" in files:
+        raise SimulationError("a before/after study (a WorkloadGenerator with 'before' or 'after' demand forms) "
+                              "is read from YAML files only, not from openb CSVs or stdin; give its files")
+    problems = Problems()
+    errors: list[str] = []
+    docs, _ = split_generators(load_paths(list(files), problems), errors)
+    if errors or problems.errors:  # the files changed since load_inputs read them
+        raise SimulationError("the input has problems:\n" + "\n".join(errors + [str(e) for e in problems.errors]))
+    used_seed = seed if seed is not None else specs[0].seed
+    scenarios = casestudy.study(docs, specs, seed=used_seed, duration_s=duration_s, policies=policies)
+    for sc in scenarios:
+        sc.config = replace(sc.config, failures=models)
+    embedded = list(specs) == [casestudy.workload_spec()]
+    names = ", ".join(s.name for s in specs)
+    intro = [f"Input: {', '.join(files)}: a before/after study of WorkloadGenerator {names} "
+             f"({len(scenarios[0].manifests.nodes)} nodes, {len(scenarios[0].jobs)} jobs). *before*: every GPU "
+             "exclusive, the jobs in their before (else default) demand forms, kube-default. *after*: the cluster "
+             f"as written, the after forms, gpufleet. Seed {used_seed}"
+             + (": the embedded case study's files." if embedded else ".")]
+    return Plan("gpufleet simulate: a before/after study", scenarios, used_seed, embedded, intro)
 
 
 def run_plan(p: Plan, progress: Callable[[str], Progress | None] | None = None) -> list[RunOutput]:
