@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
@@ -46,3 +48,13 @@ def test_damaged_trace_exits_1(tmp_path: Path) -> None:
     result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
                                  "--policy", "fgd", "--seeds", "1"])
     assert result.exit_code == 1 and "rows rejected" in result.output
+
+
+def test_a_plot_without_matplotlib_is_refused_before_running(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    nodes_csv, pods_csv = write_trace(tmp_path)
+    result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
+                                 "--policy", "fgd", "--seeds", "1", "--plot", str(tmp_path / "p.png")])
+    assert result.exit_code == 2 and "cannot write a plot: matplotlib is not installed" in result.output
+    assert "[1/1]" not in result.output  # nothing ran

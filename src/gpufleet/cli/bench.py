@@ -148,6 +148,12 @@ def fragmentation(
                           reference_stop=not exact_stop)
     except ValueError as exc:
         raise usage_error(str(exc), "--inflate") from None
+    if plot is not None:
+        from gpufleet.sim.report_plots import plotting_unavailable
+
+        missing = plotting_unavailable()
+        if missing is not None:  # said now, not after the runs
+            raise usage_error(f"cannot write a plot: {missing}", "--plot")
     total = len(cfg.policies) * len(cfg.seeds)
     done = 0
     started = time.perf_counter()
