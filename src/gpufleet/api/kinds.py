@@ -696,6 +696,28 @@ def parse_workload_priority_class(r: FieldReader) -> WorkloadPriorityClass | Non
     return WorkloadPriorityClass(meta, value, r.text("description", "") or "")
 
 
+def _admission_conditions(status: FieldReader) -> tuple[float | None, str | None]:
+    """What a Workload's status conditions say about its admission: when its quota was reserved (the True
+    ``QuotaReserved`` condition's lastTransitionTime, the time Kueue orders preemption candidates by) and the
+    reason of a True ``Evicted`` condition (an eviction under way)."""
+    reserved_at: float | None = None
+    evicted: str | None = None
+    for cond in status.items("conditions"):
+        kind = cond.text("type")
+        if cond.text("status") != "True":
+            continue
+        if kind == "QuotaReserved":
+            raw = cond.raw("lastTransitionTime")
+            reserved_at = parse_timestamp(raw)
+            if reserved_at is None:
+                cond.error(f"QuotaReserved condition: lastTransitionTime {raw!r} is not an RFC 3339 time",
+                           "lastTransitionTime",
+                           fix='write when the quota was reserved, e.g. lastTransitionTime: "2024-01-01T00:00:00Z"')
+        elif kind == "Evicted":
+            evicted = cond.text("reason") or "Evicted"
+    return reserved_at, evicted
+
+
 def parse_workload(r: FieldReader) -> KueueWorkload | None:
     meta = parse_meta(r, namespaced=True)
     spec = r.obj("spec", required=True)
@@ -726,7 +748,8 @@ def parse_workload(r: FieldReader) -> KueueWorkload | None:
             assignments.append(PodSetAssignment(a.text("name", "main") or "main", a.string_map("flavors"), usage,
                                                 a.integer("count", 0) or 0))
         if cq:
-            admission = Admission(cq, assignments)
+            reserved_at, evicted = _admission_conditions(status) if status is not None else (None, None)
+            admission = Admission(cq, assignments, reserved_at, evicted)
     return KueueWorkload(
         meta=meta, queue_name=spec.text("queueName"), pod_sets=pod_sets, priority=spec.integer("priority"),
         priority_class_name=spec.text("priorityClassName"), priority_class_source=spec.text("priorityClassSource"),

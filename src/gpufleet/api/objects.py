@@ -426,8 +426,15 @@ class PodSetAssignment:
 
 @dataclass(slots=True)
 class Admission:
+    """A Workload's ``status.admission``, with what its status conditions say about that admission."""
+
     cluster_queue: str
     pod_set_assignments: list[PodSetAssignment]
+    # The QuotaReserved condition's lastTransitionTime (seconds since the epoch) when it is True; None when the
+    # status does not record it (Kueue then takes the current time: such a workload counts as the newest).
+    quota_reserved_at: float | None = None
+    # The Evicted condition's reason when it is True: the eviction is under way, the quota is still held.
+    evicted: str | None = None
 
 
 @dataclass(slots=True)

@@ -74,6 +74,7 @@ class Workload:
     expected_pods: int | None = None  # a pod group's declared total count
     active: bool = True  # a Kueue Workload with spec.active false is never admitted
     order: int = 0  # input order, the last tie-breaker
+    uid: str | None = None  # a Kueue Workload's metadata.uid (Kueue's last tie-breaker among preemption candidates)
 
     @property
     def size(self) -> int:
@@ -216,7 +217,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
             key=wl.meta.key, namespace=ns, name=wl.meta.name, kind="Workload", queue=wl.queue_name,
             priority=priority, priority_class=pclass, created=_created(wl.meta), pod_sets=pod_sets,
             pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations,
-            active=wl.active, order=wl.meta.order))
+            active=wl.active, order=wl.meta.order, uid=wl.meta.uid))
     out.sort(key=lambda w: w.order)
     return out
 

@@ -59,8 +59,10 @@ class AdmissionRecord:
     cluster_queue: str | None  # None: admitted without quota (no queue)
     podsets: list[PodSetAdmission]
     usage: dict[FR, int]
+    # When the quota was reserved (Kueue's QuotaReserved lastTransitionTime): the most recent is preempted first
+    # among equals. math.inf for a snapshot's admission that does not record it: Kueue then takes the current
+    # time, later than every recorded reservation.
     admitted_at: float
-    seq: int  # admission order; the most recent is preempted first among equals
     pods: list[PodAssignment] = field(default_factory=list)
 
     def flavors(self) -> dict[str, str]:
@@ -116,6 +118,11 @@ class WorkloadInfo:
     @property
     def key(self) -> str:
         return self.workload.key
+
+    @property
+    def uid(self) -> str:
+        """The Workload object's UID when known (Kueue's tie-breaker), else the namespace/name key."""
+        return self.workload.uid or self.workload.key
 
     @property
     def namespace(self) -> str:

@@ -16,6 +16,7 @@ Lifecycle of a workload, driven by the simulator or the live driver:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -256,7 +257,11 @@ class KueuePolicy:
                 if flavor is not None and v > 0:
                     usage[(flavor, r)] = usage.get((flavor, r), 0) + v
             podsets.append(PodSetAdmission(psa.name, count, dict(psa.flavors)))
-        self.state.commit_admission(info, cq, podsets, usage, [], now, admitted_at=info.workload.created, ready=True)
+        # Kueue orders preemption candidates by when their quota was reserved; a status that does not say counts
+        # as reserved now, after every recorded reservation.
+        reserved_at = adm.quota_reserved_at if adm.quota_reserved_at is not None else math.inf
+        self.state.commit_admission(info, cq, podsets, usage, [], now, admitted_at=reserved_at, ready=True)
+        info.evicting = adm.evicted  # an eviction under way keeps the quota until the pods are gone
 
     def _admit_bound(self, info: WorkloadInfo, now: float) -> None:
         """Pods already on nodes: they hold node capacity, and their quota (flavors inferred from the node)."""

@@ -32,12 +32,21 @@ class Target:
     reason: str
 
 
-def candidate_order(cand: WorkloadInfo, preemptor_cq: str) -> tuple[int, int, int, float, int, str]:
-    """Kueue's CandidatesOrdering: already evicted first, other queues before the preemptor's own, lower
-    priority first, most recently admitted first, then a stable tie-break (Kueue uses the UID)."""
+def candidate_order(cand: WorkloadInfo, preemptor_cq: str) -> tuple[int, int, int, float, str]:
+    """Kueue's CandidatesOrdering (``pkg/scheduler/preemption/common/ordering.go``), first difference wins:
+
+    1. workloads already being evicted (Kueue: the Evicted condition is True) first;
+    2. workloads of other ClusterQueues before those of the preemptor's own;
+    3. lower priority first;
+    4. the most recently admitted first, admission being when the quota was reserved (the QuotaReserved
+       condition's lastTransitionTime, not the creation time; unrecorded counts as now);
+    5. the UID (the namespace/name key for workloads that have none), for a deterministic order.
+
+    Admission Fair Sharing's LocalQueue usage key (between 2 and 3) does not apply: gpufleet does not model
+    AdmissionFairSharing."""
     adm = cand.admission
     return (0 if cand.evicting else 1, 1 if cand.cluster_queue == preemptor_cq else 0, cand.priority,
-            -(adm.admitted_at if adm else 0.0), -(adm.seq if adm else 0), cand.key)
+            -(adm.admitted_at if adm else 0.0), cand.uid)
 
 
 class _Variant(enum.IntEnum):

@@ -45,7 +45,6 @@ class SchedulerState:
         self.backoff: dict[str, WorkloadInfo] = {}  # parked until requeue_at
         self.preemptor = Preemptor(self.tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
-        self._seq = 0
         # The last cycle: whether it admitted or preempted anything, and the heads it evaluated (see settled()).
         self.last_decided = True
         self.last_evaluated: frozenset[str] = frozenset()
@@ -59,17 +58,12 @@ class SchedulerState:
             return None
         return self.gangs
 
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
     # ---- admission ---------------------------------------------------------------------------------------------
     def commit_admission(self, info: WorkloadInfo, cq: str | None, podsets: list[PodSetAdmission],
                          usage: dict[FR, int], pods: list[PodAssignment], now: float,
                          admitted_at: float | None = None, ready: bool = False) -> AdmittedWorkload:
         """Record an admission and charge its quota (the caller has placed its pods already)."""
-        record = AdmissionRecord(cq, podsets, usage, now if admitted_at is None else admitted_at, self.next_seq(),
-                                 pods)
+        record = AdmissionRecord(cq, podsets, usage, now if admitted_at is None else admitted_at, pods)
         info.state = State.ADMITTED
         info.admission = record
         info.evicting = None
