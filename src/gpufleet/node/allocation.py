@@ -12,8 +12,9 @@ wrong-pod bugs, #1130, #3096/#3097):
    waiting pod whose container sizes and already-held devices fit the request is the one being admitted
    (two pods of equal size are told apart by order, which HAMi's and Volcano's size or time matching cannot).
 3. *The answer*: that pod's ``gpufleet.io/devices`` for this resource, when the kubelet offers them all. Else
-   (another scheduler's pod, or devices gone) an NVLink-aware best effort that avoids the devices other waiting
-   pods were promised and never touches a GPU that fractional pods use.
+   (another scheduler's pod, or devices gone) an NVLink-aware best effort that first takes devices the
+   scheduler chose for a pod admitted with others (so the set in use stays the scheduler's), avoids devices
+   other waiting pods were promised, and never touches a GPU that fractional pods use.
 4. *Verified afterwards*: PodResources says which pod got what; a pod whose devices differ from the scheduler's
    choice is logged and counted (``gpufleet_node_allocation_mismatches_total``).
 
@@ -91,6 +92,23 @@ def waiting_claims(pods: Sequence[PodView], resource: str, resource_ids: Collect
         claims.append(Claim(pod.key, intent, tuple(i for i in intent if i not in held), held, pending,
                             frozenset(pod.container_sizes(resource))))
     return claims
+
+
+def orphaned_choices(pods: Sequence[PodView], resource: str, resource_ids: Collection[str],
+                     allocated: Allocations | None, answered: Mapping[str, Mapping[str, Sequence[str]]]) -> set[str]:
+    """Devices the scheduler chose for pods that were admitted with other devices (the kubelet's order was not
+    the watch's). Handing them out first keeps the *set* of devices in use equal to the scheduler's account,
+    so its next placements stay right even though two pods swapped devices."""
+    out: set[str] = set()
+    for pod in pods:
+        intent = [i for i in pod.intent or () if i in resource_ids]
+        if not intent:
+            continue
+        held = set((allocated or {}).get(pod.key, {}).get(resource, [])) | set(answered.get(pod.key, {}).get(
+            resource, []))
+        if held and len(held) >= pod.need(resource):
+            out.update(i for i in intent if i not in held)
+    return out
 
 
 def identify(claims: Sequence[Claim], must_include: Collection[str], size: int) -> Claim | None:
@@ -223,13 +241,13 @@ class Allocator:
                     log.warning("reading this node's pods failed (%s); choosing devices without them", e)
                 claims = waiting_claims(self.pods.pods(), resource, devices, allocated, self._answered)
                 claim = identify(claims, must_include, size)
-            answer = self._choose(resource, devices, claim, claims, available, must_include, size)
+            answer = self._choose(resource, devices, claim, claims, allocated, available, must_include, size)
             self._last[resource] = _Answer(claim.pod if claim else "", tuple(answer))
             return answer
 
     def _choose(self, resource: str, devices: Mapping[str, PluginDevice], claim: Claim | None,
-                claims: Sequence[Claim], available: Sequence[str], must_include: Sequence[str],
-                size: int) -> list[str]:
+                claims: Sequence[Claim], allocated: Allocations | None, available: Sequence[str],
+                must_include: Sequence[str], size: int) -> list[str]:
         offered = [i for i in available if i in devices]
         withheld = set(self._withheld)
         if claim is not None and claim.intent:
@@ -245,10 +263,12 @@ class Allocator:
                         "choosing others", claim.pod, ",".join(claim.remaining), ",".join(offered),
                         ",".join(sorted(withheld)) or "none", extra={"pod": claim.pod, "resource": resource})
         promised = {i for c in claims if c is not claim for i in c.remaining}
+        orphaned = orphaned_choices(self.pods.pods(), resource, devices, allocated, self._answered)
         must = [devices[i] for i in must_include if i in devices]
         usable = [devices[i] for i in offered if devices[i].gpu_uuid not in withheld]
         picked: list[PluginDevice] = []
-        for pool in ([d for d in usable if d.id not in promised], usable):  # others' promises first, kept if we can
+        # Devices whose pod got others first, then anything not promised to a waiting pod, then anything.
+        for pool in ([d for d in usable if d.id in orphaned], [d for d in usable if d.id not in promised], usable):
             picked = self._best(resource, pool, must, size, devices, offered)
             if picked:
                 break

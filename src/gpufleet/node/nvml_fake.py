@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -118,6 +119,7 @@ class FakeNvml:
     def __init__(self, path: str, holders: Callable[[], HolderCounts] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
+        self._stamp = os.stat(path).st_mtime_ns if os.path.exists(path) else 0
         self.spec = load_machine_spec(path)
         self.events_path = Path(path + EVENTS_SUFFIX)
         self._holders = holders or (lambda: {})
@@ -135,6 +137,23 @@ class FakeNvml:
         return self.spec.sharing
 
     def machine(self) -> Machine:
+        """The machine as MACHINE describes it now: editing the file (a new MIG layout) is like mig-parted
+        reconfiguring the GPUs under a running agent. A file that no longer parses keeps the last machine."""
+        try:
+            stamp = os.stat(self.path).st_mtime_ns
+        except OSError:
+            return self.spec.machine
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                spec = load_machine_spec(self.path)
+            except NvmlError as e:
+                log.warning("%s changed but cannot be read (%s); keeping the previous machine", self.path, e)
+                return self.spec.machine
+            with self._lock:
+                self.spec = spec
+                self._thermal = {g.uuid: self._thermal.get(g.uuid, _Thermal(last=self._clock()))
+                                 for g in spec.machine.gpus}
         return self.spec.machine
 
     # --- telemetry -----------------------------------------------------------------------------------
