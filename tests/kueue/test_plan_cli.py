@@ -47,7 +47,7 @@ def test_json_of_one_cycle_has_exactly_the_documented_shape(tmp_path: Path) -> N
     assert doc == {
         "cycles": [{
             "admitted": [{"workload": "default/low", "clusterQueue": "a", "flavors": {"cpu": "default"},
-                          "pods": []}],
+                          "resourceUsage": {"cpu": "4"}, "pods": []}],
             "preempted": [],
             "pending": [],
         }],

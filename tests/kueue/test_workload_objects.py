@@ -119,5 +119,5 @@ def test_a_snapshot_with_such_a_workload_is_planned_and_the_request_charged() ->
                  + workload("more", RESOURCES_REQUESTS_ONLY).replace("2024-01-01T00:00:00Z", "2024-01-01T00:00:05Z"))
     s.run(2)
     assert s.admitted() == {"wl"}
-    assert s.usage("gpus", resource="nvidia.com/gpu") == 4
+    assert s.usage("gpus", resource="nvidia.com/gpu") == 4000  # quota keeps nvidia.com/gpu in thousandths
     assert "insufficient unused quota for nvidia.com/gpu" in s.pending()["more"]

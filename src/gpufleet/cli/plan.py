@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from gpufleet.api.kinds import format_amount
 from gpufleet.api.manifests import Manifests
 from gpufleet.cli import console
 from gpufleet.cli.options import (
@@ -27,6 +26,7 @@ from gpufleet.cli.options import (
 from gpufleet.cli.validate import load, print_problems
 from gpufleet.cluster.state import ClusterState
 from gpufleet.cluster.workloads import build_workloads
+from gpufleet.scheduling.charges import format_quota
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PendingWorkload, PreemptedWorkload
 
@@ -72,7 +72,7 @@ def run_cycles(manifests: Manifests, cycles: int, until_stable: bool) -> PlanRes
         now += 1.0
         if until_stable and policy.settled():
             break
-    usage = {cq: {flavor: {r: format_amount(r, v) for r, v in resources.items()} for flavor, resources in per.items()}
+    usage = {cq: {flavor: {r: format_quota(r, v) for r, v in resources.items()} for flavor, resources in per.items()}
              for cq, per in policy.usage().items()}
     return PlanResult(results, usage)
 
@@ -112,7 +112,7 @@ def _cycle_table(index: int, c: Cycle, wide: bool) -> console.Table:
                                f"{len(c.pending)} pending", *columns)
     rows: list[list[str | console.Text]] = []
     for a in d.admitted:
-        flavors = ", ".join(f"{r}={f}" for r, f in sorted(a.flavors.items()))
+        flavors = a.flavor_summary()  # resource=flavor (amount charged)
         rows.append([a.workload, console.styled("admitted", "green"), a.cluster_queue or "(no queue: no quota)",
                      flavors, _pods(a)])
     p: PreemptedWorkload

@@ -16,12 +16,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.api.kinds import format_amount
 from gpufleet.kube import resources as r
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.errors import Conflict, KubeError, NotFound
 from gpufleet.kube.informer import CacheSnapshot
 from gpufleet.kube.resources import ResourceType
+from gpufleet.scheduling.charges import format_quota
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State
 
@@ -84,8 +84,8 @@ def cluster_queue_status(name: str, policy: KueuePolicy, counts: QueueCounts, ol
                         continue
                     total = usage.get(flavor, {}).get(resource, 0)
                     borrowed = max(0, total - spec.nominal((flavor, resource)))
-                    resources.append({"name": resource, "total": format_amount(resource, total),
-                                      "borrowed": format_amount(resource, borrowed)})
+                    resources.append({"name": resource, "total": format_quota(resource, total),
+                                      "borrowed": format_quota(resource, borrowed)})
                 flavors.append({"name": flavor, "resources": resources})
     if spec is None:
         condition = _condition(old, False, "FlavorNotFound" if problem and "flavor" in problem else "Invalid",
@@ -108,7 +108,7 @@ def local_queue_status(namespace: str, name: str, cluster_queue: str, policy: Ku
         usage = counts.lq_usage.get(key, {})
         for group in spec.groups:
             for flavor in group.flavors:
-                resources = [{"name": res, "total": format_amount(res, usage.get((flavor, res), 0))}
+                resources = [{"name": res, "total": format_quota(res, usage.get((flavor, res), 0))}
                              for res in group.resources if (flavor, res) in spec.quotas]
                 flavors.append({"name": flavor, "resources": resources})
     if spec is None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from gpufleet.api.objects import PodTemplate, Taint, Toleration
 from gpufleet.cluster.state import ClusterState, Placement
 from gpufleet.cluster.workloads import Workload
+from gpufleet.scheduling.charges import format_quota
 
 # ---- decisions ------------------------------------------------------------------------------------------------
 
@@ -37,10 +38,19 @@ class AdmittedWorkload:
     cluster_queue: str | None  # None when the workload runs without quota (no queue)
     flavors: dict[str, str] = field(default_factory=dict)  # resource -> flavor
     pods: list[PodAssignment] = field(default_factory=list)
+    # Quota charged per resource, in quota units (gpufleet.scheduling.charges): which resource a GPU fraction
+    # was charged on shows here (gpufleet.io/gpu-milli, or nvidia.com/gpu where the queue covers only that).
+    usage: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"workload": self.workload, "clusterQueue": self.cluster_queue, "flavors": dict(self.flavors),
+                "resourceUsage": {r: format_quota(r, v) for r, v in sorted(self.usage.items())},
                 "pods": [p.to_json() for p in self.pods]}
+
+    def flavor_summary(self) -> str:
+        """Each charged resource with its flavor and amount: "cpu=default (2), nvidia.com/gpu=default (500m)"."""
+        return ", ".join(f"{r}={f}" + (f" ({format_quota(r, self.usage[r])})" if r in self.usage else "")
+                         for r, f in sorted(self.flavors.items()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from gpufleet.api.objects import (
     SchedulerConfig,
     Topology,
 )
+from gpufleet.scheduling.charges import to_quota
 from gpufleet.scheduling.quota import FR, QuotaTree, ResourceQuota
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every Namespace
@@ -88,11 +89,14 @@ def _groups(groups: list[ResourceGroup]) -> tuple[list[GroupSpec], dict[str, Gro
 
 
 def _quotas(groups: list[ResourceGroup]) -> dict[FR, ResourceQuota]:
+    """Quotas in quota units (:mod:`gpufleet.scheduling.charges`)."""
     out: dict[FR, ResourceQuota] = {}
     for g in groups:
         for f in g.flavors:
             for r, q in f.resources.items():
-                out[(f.name, r)] = ResourceQuota(q.nominal, q.borrowing_limit, q.lending_limit)
+                bl, ll = q.borrowing_limit, q.lending_limit
+                out[(f.name, r)] = ResourceQuota(to_quota(r, q.nominal), None if bl is None else to_quota(r, bl),
+                                                 None if ll is None else to_quota(r, ll))
     return out
 
 

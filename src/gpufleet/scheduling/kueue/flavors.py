@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gpufleet.api.kinds import format_amount
-from gpufleet.api.objects import ResourceFlavor, Topology
+from gpufleet.api.kinds import FRACTION_RESOURCE
+from gpufleet.api.objects import GPU, ResourceFlavor, Topology
+from gpufleet.scheduling.charges import charge, format_quota
 from gpufleet.scheduling.kueue.config import CQSpec, GroupSpec
 from gpufleet.scheduling.kueue.info import PodSetRequest, WorkloadInfo
 from gpufleet.scheduling.kueue.modes import BEST, WORST, Granular, Mode, Outcome, is_preferred, should_try_next_flavor
@@ -104,7 +105,7 @@ class FlavorAssigner:
         out = Assignment()
         for ps in info.podsets:
             count = ps.count if counts is None else counts[ps.index]
-            requests = ps.total(count)
+            requests = charge(ps.total(count), self.cq.group_of)
             if self.cq.covers_pods:
                 requests["pods"] = count
             psa, tried = self._assign_podset(info, ps, count, requests, out.usage)
@@ -127,7 +128,9 @@ class FlavorAssigner:
                 continue  # got its group's flavor already
             group = self.cq.group_of.get(res)
             if group is None:
-                psa.reasons.append(f"resource {res} unavailable in ClusterQueue")
+                psa.reasons.append(f"resource {res} unavailable in ClusterQueue" + (
+                    f" (a GPU fraction is charged on {FRACTION_RESOURCE}, or on {GPU} where the ClusterQueue "
+                    f"covers only that)" if res == FRACTION_RESOURCE else ""))
                 psa.failed = True
                 return psa, tried
             reqs = {r: v for r, v in requests.items() if r in group.resources}
@@ -188,14 +191,14 @@ class FlavorAssigner:
         if val > most:
             return Granular(Mode.NO_FIT, 0), (
                 f"insufficient quota for {resource} in flavor {flavor}, previously considered podsets requests "
-                f"({format_amount(resource, assumed)}) + current podset request ({format_amount(resource, request)}) "
-                f"> maximum capacity ({format_amount(resource, most)})")
+                f"({format_quota(resource, assumed)}) + current podset request ({format_quota(resource, request)}) "
+                f"> maximum capacity ({format_quota(resource, most)})")
         borrow, may_reclaim = tree.lowest_subtree_that_fits(cq, fr, val)
         available = tree.available(cq, fr)
         if val <= available:
             return Granular(Mode.FIT, borrow), ""
         reason = (f"insufficient unused quota for {resource} in flavor {flavor}, "
-                  f"{format_amount(resource, val - available)} more needed")
+                  f"{format_quota(resource, val - available)} more needed")
         if self.cq.nominal(fr) >= val or may_reclaim or self._can_preempt_while_borrowing():
             return self.oracle(fr, val), reason
         return Granular(Mode.NO_FIT, borrow), reason

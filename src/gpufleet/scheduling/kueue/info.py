@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.api.objects import PREFERRED_TOPOLOGY_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION, PodTemplate
 from gpufleet.cluster.workloads import Workload
+from gpufleet.scheduling.charges import quota_amounts
 from gpufleet.scheduling.quota import FR
 from gpufleet.scheduling.types import PodAssignment
 
@@ -38,7 +39,7 @@ class PodSetRequest:
     name: str
     count: int
     min_count: int | None
-    per_pod: dict[str, int]  # positive requests of one pod
+    per_pod: dict[str, int]  # positive requests of one pod, in quota units (gpufleet.scheduling.charges)
     template: PodTemplate
     topology: TopologyAsk | None
 
@@ -87,7 +88,7 @@ def pod_set_requests(workload: Workload) -> list[PodSetRequest]:
     out = []
     for i, ps in enumerate(workload.pod_sets):
         # Zero requests carry no quota and need no flavor (Kueue skips them too).
-        per_pod = {r: v for r, v in ps.requests.items() if v > 0}
+        per_pod = quota_amounts(ps.requests)
         out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, per_pod, ps.template,
                                  topology_ask(ps.template)))
     return out

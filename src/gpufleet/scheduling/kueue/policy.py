@@ -25,6 +25,7 @@ from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import Topology
 from gpufleet.cluster.state import ClusterState
 from gpufleet.cluster.workloads import Workload
+from gpufleet.scheduling.charges import charge, quota_amounts
 from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, QueueConfig, queue_config
 from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
@@ -175,7 +176,8 @@ class KueuePolicy:
 
     # ---- reports ---------------------------------------------------------------------------------------------
     def usage(self) -> dict[str, dict[str, dict[str, int]]]:
-        """Admitted usage per ClusterQueue, flavor and resource (every declared flavor-resource)."""
+        """Admitted usage per ClusterQueue, flavor and resource (every declared flavor-resource), in quota units
+        (``gpufleet.scheduling.charges.format_quota`` writes them)."""
         out: dict[str, dict[str, dict[str, int]]] = {}
         tree = self.state.tree
         for name, cq in self.config.cluster_queues.items():
@@ -251,7 +253,8 @@ class KueuePolicy:
         for psa in adm.pod_set_assignments:
             ps = by_name.get(psa.name)
             count = psa.count or (ps.count if ps else 0)
-            amounts = dict(psa.resource_usage) or (ps.total(count) if ps else {})
+            covered = self.config.cluster_queues[cq].group_of
+            amounts = quota_amounts(psa.resource_usage) or (charge(ps.total(count), covered) if ps else {})
             for r, v in amounts.items():
                 flavor = psa.flavors.get(r)
                 if flavor is not None and v > 0:
@@ -283,7 +286,7 @@ class KueuePolicy:
         for ps in info.podsets:
             flavors: dict[str, str] = {}
             if cq is not None:
-                requests = ps.total()
+                requests = charge(ps.total(), cq.group_of)
                 if cq.covers_pods:
                     requests["pods"] = ps.count
                 labels = node_labels.get(ps.name, {})

@@ -88,7 +88,10 @@ class SchedulerState:
         else:
             info.ready = True
             info.ready_deadline = None
-        return AdmittedWorkload(info.key, cq, record.flavors(), list(pods))
+        charged: dict[str, int] = {}
+        for (_, resource), amount in usage.items():
+            charged[resource] = charged.get(resource, 0) + amount
+        return AdmittedWorkload(info.key, cq, record.flavors(), list(pods), charged)
 
     def release(self, info: WorkloadInfo, now: float) -> None:
         """Give back the workload's quota and node capacity; parked workloads that may now fit return."""
