@@ -5,14 +5,16 @@
   that kubernetes-validate has no schema for, so its structure is checked by hand below.
 * The CRDs' own OpenAPI schemas are exercised with jsonschema on the project's example objects, with
   unknown fields forbidden (the API server would silently prune them, losing user intent).
-* The Helm chart is rendered without helm: its templates may only substitute values and guard a whole file,
-  which a tiny renderer here can do exactly; anything richer fails the test instead of being half-rendered.
+* The Helm chart is rendered without helm: its templates may only substitute values (a scalar as it is, a map
+  or list with ``toJson``, whose JSON is YAML) and guard a whole file, which a tiny renderer here can do
+  exactly; anything richer fails the test instead of being half-rendered.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -30,7 +32,17 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 CHART = ROOT / "charts" / "gpufleet"
 CASESTUDY = ROOT / "src" / "gpufleet" / "data" / "casestudy"
-K8S_VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
+
+def kube_version_floor() -> str:
+    """The oldest Kubernetes the chart admits (Chart.yaml's kubeVersion ">=X.Y.0-0"), as "X.Y"."""
+    spec = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    floor = re.fullmatch(r">=(\d+)\.(\d+)\.0-0", spec)
+    assert floor, f"kubeVersion {spec!r}: expected '>=X.Y.0-0'"
+    return f"{floor.group(1)}.{floor.group(2)}"
+
+
+# Every manifest is validated against the oldest Kubernetes the chart admits and the newest schema known.
+K8S_VERSIONS = (kube_version_floor(), kubernetes_validate.utils.latest_version())
 NAMESPACE = "gpufleet-system"
 
 Doc = dict[str, Any]
@@ -421,8 +433,10 @@ def _lookup(values: Mapping[str, Any], dotted: str) -> Any:
 
 
 def render(template: str, values: Mapping[str, Any], release_namespace: str, app_version: str) -> str:
-    """Helm's output for templates that only substitute ``.Values.*``, ``.Release.Namespace`` and
-    ``.Chart.AppVersion`` and may guard the whole file with one ``if .Values.*``; anything else raises."""
+    """Helm's output for templates that only substitute ``.Values.*`` (a scalar), ``toJson .Values.*`` (any
+    value, as JSON: Helm's toJson is Go's json.Marshal, which parses to the same YAML value),
+    ``.Release.Namespace`` and ``.Chart.AppVersion``, and may guard the whole file with one ``if .Values.*``;
+    anything else raises."""
     guard = _GUARD.match(template)
     if guard:
         if not _lookup(values, guard.group(1)):
@@ -438,6 +452,9 @@ def render(template: str, values: Mapping[str, Any], release_namespace: str, app
             return release_namespace
         if inner == ".Chart.AppVersion":
             return app_version
+        as_json = re.fullmatch(r"toJson \.Values\.([A-Za-z0-9_.]+)", inner)
+        if as_json:
+            return json.dumps(_lookup(values, as_json.group(1)), separators=(",", ":"))
         if re.fullmatch(r"\.Values\.[A-Za-z0-9_.]+", inner):
             value = _lookup(values, inner[len(".Values."):])
             if isinstance(value, Mapping | list) or value is None:
@@ -524,7 +541,55 @@ def test_chart_metadata_matches_the_package() -> None:
     "a: {{- .Values.replicas }}",
     "a: {{ .Values.image }}",
     "a: {{ .Values.missing }}",
+    "a: {{ toJson .Values.missing }}",
+    "a: {{ toJson . }}",
+    "a: {{ toJson .Values.image | nindent 2 }}",
 ])
 def test_renderer_refuses_what_it_cannot_render_faithfully(template: str) -> None:
     with pytest.raises(UnsupportedTemplate):
         render(template, chart_values(), NAMESPACE, "0.1.0")
+
+
+def test_chart_values_users_expect_reach_the_deployment() -> None:
+    resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    tolerations = [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}}
+    config = "leaderElection:\n  leaseName: gpufleet-scheduler\nmetricsBindAddress: \":8080\"\n"
+    docs = render_chart(chart_values(resources=resources, nodeSelector={"pool": "system"}, tolerations=tolerations,
+                                     affinity=affinity, imagePullSecrets=[{"name": "regcred"}],
+                                     priorityClassName="gpufleet-critical", extraArgs=["--log-level", "debug"],
+                                     schedulerConfig=config))
+    [dep] = [d for d in docs if d["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["resources"] == resources and container["args"] == ["--log-level", "debug"]
+    assert pod["nodeSelector"] == {"pool": "system"} and pod["tolerations"] == tolerations
+    assert pod["affinity"] == affinity and pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["priorityClassName"] == "gpufleet-critical"
+    [cm] = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert cm["data"]["config.yaml"] == config
+    for version in K8S_VERSIONS:
+        for doc in (dep, cm):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_chart_default_scheduler_config_is_a_valid_settings_file(tmp_path: Path) -> None:
+    from gpufleet.kube.settings import load_settings
+
+    path = tmp_path / "config.yaml"
+    path.write_text(chart_values()["schedulerConfig"])
+    settings = load_settings(str(path))
+    assert settings.scheduler_name  # parsed, every field known (load_settings raises on an unknown one)
+    assert chart_values()["schedulerConfig"] == one("ConfigMap")["data"]["config.yaml"]
+
+
+def test_kube_version_floor_admits_what_the_manifests_use() -> None:
+    webhooks = [w for f in sorted((DEPLOY / "webhook").glob("*.yaml")) for d in load_docs(f)
+                if d["kind"] == "MutatingWebhookConfiguration" for w in d["webhooks"]]
+    major, minor = (int(x) for x in kube_version_floor().split("."))
+    if any("matchConditions" in w for w in webhooks):
+        # Beta and on by default from 1.28; in 1.27 the API server drops the field (every pod reaches the webhook).
+        assert (major, minor) >= (1, 28)
+    if any("x-kubernetes-validations" in json.dumps(c) for c in crds().values()):
+        assert (major, minor) >= (1, 25)
