@@ -739,7 +739,7 @@ def parse_layout(text: str, geometry: MigGeometry) -> tuple[MigPlacement, ...]:
         wanted = ", ".join(f"{name}:{n}" for name, n in sorted(counts.items()) if n)
         raise MigError(
             f"{wanted} cannot be placed together on one {geometry.model}; "
-            "use fewer or smaller instances (see enumerate_maximal_layouts for what fits)",
+            f"use fewer or smaller instances (`gpufleet mig layouts {geometry.model}` lists what fits)",
             model=geometry.model,
         )
     return packed
