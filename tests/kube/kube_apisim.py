@@ -404,7 +404,11 @@ class ApiSim:
             raise failure(409, "Conflict", "Precondition failed: UID in precondition")
         if (pod.get("spec") or {}).get("nodeName"):
             raise failure(409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
-        self._patch(res, ns, name, {"spec": {"nodeName": body["target"]["name"]}})
+        # As BindingREST.setPodHostAndAnnotations: the Binding's annotations are merged onto the pod in the
+        # same update that sets spec.nodeName.
+        notes = (body.get("metadata") or {}).get("annotations") or {}
+        self._patch(res, ns, name, {"metadata": {"annotations": dict(notes)},
+                                    "spec": {"nodeName": body["target"]["name"]}})
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _evict(self, res: ResourceType, ns: str | None, name: str, body: JsonDict) -> Any:

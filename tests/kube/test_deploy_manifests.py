@@ -326,8 +326,7 @@ def test_cluster_role_reads_exactly_what_the_informers_watch() -> None:
 def test_cluster_role_writes_only_what_the_scheduler_produces() -> None:
     writes = {p for p in permissions("ClusterRole") if p[2] not in READ}
     assert writes == {
-        ("", "pods", "patch"),
-        ("", "pods/binding", "create"),
+        ("", "pods/binding", "create"),  # carries the assignment annotations: no write on pods themselves
         ("", "pods/eviction", "create"),
         ("", "pods/status", "patch"),
         ("events.k8s.io", "events", "create"),

@@ -95,7 +95,9 @@ def test_a_500_on_binding_is_retried_and_a_409_for_the_same_node_counts_as_done(
     assert len(bindings(apisim, "flaky")) == 2  # the 500, then the retry that bound it
     assert len(bindings(apisim, "lost")) == 2  # the lost answer, then a 409 read back as done
     assert not any(c.bind_failed for c in sched.reports)
-    assert len(annotation_patches(apisim, "lost")) == 1  # the intent is written once
+    assert not annotation_patches(apisim, "lost")  # the intent travels in the Binding: the retry sends the same
+    first, retry = (b.data["metadata"]["annotations"] for b in bindings(apisim, "lost"))
+    assert first == retry and first["gpufleet.io/node"] == "n0"
     text = sched.metrics.exposition().decode()
     assert 'gpufleet_bind_errors_total{code="500"} 2.0' in text
     assert 'gpufleet_bind_errors_total{code="409"} 1.0' in text

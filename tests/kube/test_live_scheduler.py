@@ -23,7 +23,6 @@ from live_env import (
     local_queue,
     node,
     pod,
-    pod_requests,
     priority_class,
     scheduled_condition,
     wait_until,
@@ -54,11 +53,11 @@ def test_pending_gpu_pod_is_bound_to_the_right_node_and_devices_annotation_first
     assert len(devices) == 2 and len(set(devices)) == 2
     assert set(devices) <= {gpu_uuid("big", i) for i in range(4)} - {gpu_uuid("big", 0)}
     assert obj["metadata"]["annotations"]["gpufleet.io/node"] == "big"
-    # The device assignment is written before the Binding is posted.
-    order = [(str(q.method.value), q.subresource) for q in pod_requests(apisim) if q.name == "train"
-             and str(q.method.value) in ("PATCH", "POST")]
-    assert order.index(("PATCH", None)) < order.index(("POST", "binding"))
-    assert len(bindings(apisim, "train")) == 1 and len(annotation_patches(apisim, "train")) == 1
+    # The device assignment travels in the Binding itself: one write, no patch of the pod.
+    [binding] = bindings(apisim, "train")
+    assert binding.data["metadata"]["annotations"] == {
+        k: v for k, v in obj["metadata"]["annotations"].items() if k.startswith("gpufleet.io/")}
+    assert not annotation_patches(apisim)
     wait_until(lambda: any(e["regarding"]["name"] == "train" for e in events(apisim, "Scheduled")))
     [event] = [e for e in events(apisim, "Scheduled") if e["regarding"]["name"] == "train"]
     assert event["note"] == f"Successfully assigned {NS}/train to big"
@@ -108,11 +107,15 @@ def test_gang_binds_nothing_until_it_fits_then_all_16_in_one_cycle(
     wait_until(lambda: any(c.bound for c in sched.reports), what="the binding cycle's report")
     [cycle] = [c for c in sched.reports if c.bound]
     assert sorted(cycle.bound) == sorted(f"{NS}/{n}" for n in names)  # one cycle bound them all
-    requests = pod_requests(apisim)
-    first_bind = min(i for i, q in enumerate(requests) if q.subresource == "binding")
-    last_patch = max(i for i, q in enumerate(requests) if str(q.method.value) == "PATCH" and q.subresource is None)
-    assert last_patch < first_bind  # every intent written before the first Binding
-    assert len(bindings(apisim)) == 16
+    assert not annotation_patches(apisim)  # every intent travelled in its pod's Binding
+    binds = bindings(apisim)
+    assert len(binds) == 16
+    # The first Binding also records the whole gang's plan, so a crash after it can be completed; no other does.
+    plan = json.loads(binds[0].data["metadata"]["annotations"]["gpufleet.io/gang-plan"])
+    assert sorted(plan["pods"]) == names
+    assert not any("gpufleet.io/gang-plan" in b.data["metadata"]["annotations"] for b in binds[1:])
+    for name, placed in plan["pods"].items():
+        assert placed["node"] == bound_node(apisim, name)
     used = [json.loads(apisim.get(r.PODS, NS, n)["metadata"]["annotations"]["gpufleet.io/devices"])[0]
             for n in names]
     assert len(set(used)) == 16  # every GPU of the cluster, each once

@@ -1,10 +1,12 @@
-"""Carrying out one admitted workload: write each pod's intent, then POST its Binding; all pods or retry.
+"""Carrying out one admitted workload: POST each pod's Binding, carrying its intent; all pods or retry.
 
-Order matters and is fixed: for every pod of the workload the intent annotation is written first (device
-IDs, node, decision time; for a fractional pod the GPU its container will see), and only when *every* pod
-has its intent are the Bindings posted. A crash before the first Binding leaves nothing bound (the
-intents are mere plans); a crash after it leaves a partial gang whose unbound members all carry their
-intent, which the next cycle completes (:mod:`gpufleet.kube.gangs`).
+Each Binding carries the pod's intent in its ``metadata.annotations`` (device IDs, node, decision time; for a
+fractional pod the GPU its container will see), which the API server writes onto the pod in the same update
+that binds it: the scheduler patches no pod. For a gang, every Binding up to and including the first that
+succeeds also carries the plan of the whole gang (``gpufleet.io/gang-plan``). A crash before the first
+Binding leaves nothing bound and nothing written; a crash after it leaves a partial gang whose first bound
+member records where every other member goes, and the next cycle completes it there
+(:mod:`gpufleet.kube.gangs`). The order of the Bindings is the job's order.
 
 A Binding is retried when the outcome is unknown or transient (5xx, 429, no answer), and every ambiguous
 answer is settled by reading the pod back:
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpufleet.kube.annotations import intent_annotations
+from gpufleet.kube.annotations import GANG_PLAN_ANNOTATION, PlannedPod, gang_plan, intent_annotations
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.errors import (
     ApiConnectionError,
@@ -54,7 +56,7 @@ class PodBind:
     node: str
     devices: tuple[str, ...]
     visible: str | None  # NVIDIA_VISIBLE_DEVICES for a fractional pod
-    annotate: bool  # write the intent first (GPU pods and gang members)
+    annotate: bool  # the Binding carries the intent annotations (GPU pods and gang members)
     raw: JsonDict  # the cached pod, for events
 
     @property
@@ -112,21 +114,20 @@ class Binder:
         if not self.may_write():
             result.failed = {p.key: "not the leader" for p in job.pods}
             return
-        for p in job.pods:
-            if not p.annotate:
-                continue
-            why = self._annotate(p, now)
-            if why is not None:
-                # Nothing is bound yet: give the whole workload back to the next cycle.
-                result.failed = {q.key: why if q.key == p.key else f"{p.key}: {why}" for q in job.pods}
-                return
+        plan = self._plan(job, now)
+        anchored = plan is None  # until one Binding with the plan succeeds, each carries it
         for p in job.pods:
             if not self.may_write():
                 result.failed[p.key] = "lost the leadership mid-bind"
                 continue
-            state, why = self._bind(p)
+            notes = intent_annotations(p.node, p.devices, now, p.visible) if p.annotate else {}
+            if not anchored:
+                assert plan is not None
+                notes[GANG_PLAN_ANNOTATION] = plan
+            state, why = self._bind(p, notes)
             if state == "bound":
                 result.bound.append(p.key)
+                anchored = True
             elif state == "elsewhere":
                 result.elsewhere.append(p.key)
             else:
@@ -141,30 +142,25 @@ class Binder:
 
     # --- one pod ----------------------------------------------------------------------------------------
 
-    def _annotate(self, p: PodBind, now: float) -> str | None:
-        patch = {"metadata": {"annotations": intent_annotations(p.node, p.devices, now, p.visible)}}
-        for attempt in range(self.retries + 1):
-            try:
-                self.client.patch(PODS, p.name, patch, p.namespace)
-                return None
-            except NotFound:
-                return "the pod was deleted"
-            except (ServerError, TooManyRequests, ApiConnectionError) as e:
-                # A merge patch of fixed values is idempotent: retrying an unknown outcome is safe.
-                if attempt == self.retries:
-                    return f"writing the device assignment failed: {e}"
-                self.sleep(self._delay(attempt, e))
-            except KubeError as e:
-                return f"writing the device assignment failed: {e}"
-        return "unreachable"  # pragma: no cover
+    @staticmethod
+    def _plan(job: BindJob, now: float) -> str | None:
+        if len(job.pods) < 2:
+            return None
+        plan = gang_plan([PlannedPod(p.name, p.uid, p.node, p.devices) for p in job.pods], now)
+        if plan is None:
+            log.warning("workload %s: the plan of its %d pods is too large to record on a pod; if this scheduler "
+                        "stops mid-bind, the partial gang is evicted and planned again instead of completed",
+                        job.workload, len(job.pods))
+        return plan
 
-    def _bind(self, p: PodBind) -> tuple[BindState, str]:
+    def _bind(self, p: PodBind, annotations: dict[str, str]) -> tuple[BindState, str]:
         last = ""
         for attempt in range(self.retries + 1):
             if attempt and not self.may_write():
                 return "unknown", "lost the leadership mid-bind"
             try:
-                self.client.bind(p.namespace, p.name, p.node, pod_uid=p.uid)
+                # Fixed values: a retry of an unknown outcome writes the same annotations or meets a 409.
+                self.client.bind(p.namespace, p.name, p.node, pod_uid=p.uid, annotations=annotations)
                 return "bound", ""
             except Conflict as e:
                 self.metrics.bind_errors.labels("409").inc()

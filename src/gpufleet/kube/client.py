@@ -443,12 +443,16 @@ class KubeClient:
 
     # --- scheduler verbs ------------------------------------------------------------------------------
 
-    def bind(self, namespace: str, pod_name: str, node_name: str, *, pod_uid: str | None = None) -> None:
+    def bind(self, namespace: str, pod_name: str, node_name: str, *, pod_uid: str | None = None,
+             annotations: Mapping[str, str] | None = None) -> None:
         """POST a Binding: the one write that places a pod. ``pod_uid`` guards against binding a
-        same-named replacement pod (the server answers Conflict if the UID differs)."""
+        same-named replacement pod (the server answers Conflict if the UID differs). ``annotations`` are
+        written onto the pod in the same update that binds it (the API server merges them in)."""
         meta: JsonDict = {"name": pod_name, "namespace": namespace}
         if pod_uid:
             meta["uid"] = pod_uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

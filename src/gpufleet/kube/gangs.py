@@ -4,8 +4,10 @@ A gang is bound in one cycle, but the API server can fail some of its Bindings, 
 between two of them. A gang left partially bound holds its nodes while it cannot run, so each cycle looks
 for pod groups with some members holding nodes and others not:
 
-* every unbound member carries our intent annotation (the cut-short binds of an earlier cycle) and its
-  node still has room → **complete**: bind them there, this cycle, before anything else is planned;
+* every unbound member has a placement recorded (the cut-short binds of an earlier cycle: the gang plan that
+  the first bound member's Binding carried, :func:`gpufleet.kube.annotations.read_gang_plan`, or an intent
+  annotation an older gpufleet wrote on the pod itself) and its node still has room → **complete**: bind
+  them there, this cycle, before anything else is planned;
 * otherwise (a member has no intent, e.g. it was recreated, or its node is gone or full) → once the gang
   has been incomplete for ``timeout`` seconds, **evict** the members that hold nodes, so the whole gang is
   planned again from scratch. The wait absorbs a member that is being recreated right now.
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpufleet.api.objects import PodsReadyPolicy
+from gpufleet.kube.annotations import Intent, read_gang_plan
 from gpufleet.kube.world import PodEntry, World, account, expected_size
 
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
@@ -51,6 +54,7 @@ def repair(world: World, timeout: float) -> list[GangAction]:
         if not held or not unbound:
             continue
         key = f"{ns}/{group}"
+        _recall_plans(held, unbound)
         if _complete(world, unbound):
             actions.append(GangAction(key, "complete", tuple(m.key for m in unbound), "PartialBind",
                                       "completing a partial bind on the nodes chosen before"))
@@ -64,6 +68,21 @@ def repair(world: World, timeout: float) -> list[GangAction]:
                                           f"{len(held)} of {expected_size(members)} pods hold nodes and the rest "
                                           f"could not join them for {timeout:g}s"))
     return actions
+
+
+def _recall_plans(held: list[PodEntry], unbound: list[PodEntry]) -> None:
+    """Give each unbound member the placement a bound member's gang plan records for it (same UID: a
+    recreated pod is another pod); the newest plan wins where several name the same pod."""
+    planned: dict[str, tuple[str | None, Intent]] = {}
+    for m in held:
+        for name, (uid, intent) in read_gang_plan((m.raw.get("metadata") or {}).get("annotations") or {}).items():
+            seen = planned.get(name)
+            if seen is None or (intent.at or 0.0) > (seen[1].at or 0.0):
+                planned[name] = (uid, intent)
+    for m in unbound:
+        found = planned.get(m.key.split("/", 1)[1])
+        if found is not None and (found[0] is None or m.uid is None or found[0] == m.uid):
+            m.intent = found[1]
 
 
 def _complete(world: World, unbound: list[PodEntry]) -> bool:
