@@ -58,3 +58,19 @@ def test_a_plot_without_matplotlib_is_refused_before_running(tmp_path: Path,
                                  "--policy", "fgd", "--seeds", "1", "--plot", str(tmp_path / "p.png")])
     assert result.exit_code == 2 and "cannot write a plot: matplotlib is not installed" in result.output
     assert "[1/1]" not in result.output  # nothing ran
+
+
+def test_jobs_default_to_the_cores_and_progress_is_one_line_per_run(tmp_path: Path) -> None:
+    from gpufleet.cli.bench import available_cores
+
+    nodes_csv, pods_csv = write_trace(tmp_path)
+    result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
+                                 "--policy", "fgd", "--seeds", "1-3"])
+    assert result.exit_code == 0, result.output
+    assert f"3 run(s) of pods on {min(3, available_cores())} process(es)" in result.stderr
+    progress = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert [line.split("]")[0] for line in progress] == ["[1/3", "[2/3", "[3/3"]
+    assert "left" in progress[0] and "left" not in progress[-1]
+    assert f"({available_cores()} job(s)" in result.stderr
+    help_text = " ".join(runner.invoke(app, ["bench", "fragmentation", "-h"]).output.split())
+    assert "default: the number of cores" in help_text
