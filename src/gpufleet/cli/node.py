@@ -104,10 +104,6 @@ def discover_command(
     console.emit(found.document(), output.value)
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 @node_app.command("agent", epilog=examples(
     "# in the DaemonSet (deploy/node-agent.yaml)",
     "gpufleet node agent --node-name $NODE_NAME --config /etc/gpufleet-node/config.yaml",
@@ -148,6 +144,7 @@ def agent_command(
     from gpufleet.node.backends import open_backend
     from gpufleet.node.contract import NvmlError
     from gpufleet.node.discovery import DiscoveryError
+    from gpufleet.node.dpconfig import DEFAULT_MACHINE_TYPE_FILE
     from gpufleet.node.health import HealthPolicy, HealthPolicyError
 
     if log_level.lower() not in ("debug", "info", "warning", "error"):
@@ -175,14 +172,16 @@ def agent_command(
         node_name=node_name, device_plugin_dir=device_plugin_dir, pod_resources_socket=pod_resources_socket,
         metrics_bind_address=None if metrics_bind_address == "0" else metrics_bind_address,
         health_probe_bind_address=None if health_probe_bind_address == "0" else health_probe_bind_address,
-        inventory_only=inventory_only or _env_flag("GPUFLEET_INVENTORY_ONLY"), health=policy)
+        inventory_only=inventory_only, health=policy)
     client = KubeClient(cluster, user_agent=f"gpufleet-node/{node_name}")
+    machine_type_file = loaded.machine_type_file if loaded else DEFAULT_MACHINE_TYPE_FILE
+    agent = NodeAgent(client, options, loaded,
+                      lambda holders: open_backend(nvml, holders=holders, machine_type_file=machine_type_file))
     try:
-        agent = NodeAgent(client, options, loaded, lambda holders: open_backend(
-            nvml, holders=holders, machine_type_file=loaded.machine_type_file if loaded else None))
         agent.start()
     except (NvmlError, DiscoveryError, OSError, ValueError) as e:
         console.error(str(e))
+        agent.stop()
         client.close()
         raise typer.Exit(EXIT_FINDINGS) from e
 

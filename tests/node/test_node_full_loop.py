@@ -1,0 +1,64 @@
+"""The whole loop: the live scheduler places pods on devices it reads from the agent's inventory, binds them,
+the fake kubelet admits them, and the agent hands each pod exactly the devices the scheduler chose."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_env import node_object, running_agent
+from kube_apisim import ApiSim
+from live_env import FAST_INFORMERS, NS, bound_node, fast_settings, pod, wait_until
+from machines import WHOLE_8, write_machine
+
+from gpufleet.kube import resources as r
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.scheduler import Scheduler
+
+GPU = "nvidia.com/gpu"
+
+
+def test_the_scheduler_binds_the_kubelet_asks_the_agent_answers_with_the_scheduler_devices(
+        apisim: ApiSim, sockdir: Path) -> None:
+    machine = write_machine(sockdir, WHOLE_8)
+    with running_agent(apisim, sockdir, machine, create_node=False) as env:
+        # What the kubelet writes once the plugin registered: capacity and allocatable of nvidia.com/gpu.
+        node = node_object(env.node)
+        for key in ("capacity", "allocatable"):
+            node["status"][key][GPU] = "8"
+        apisim.create(r.NODES, node)
+        kubelet = env.kubelet
+        assert kubelet is not None
+        kubelet.wait_registered([GPU])
+        wait_until(lambda: bool(env.inventory()), what="the agent's inventory on the Node")
+        with KubeClient(host=apisim.url, timeout=5.0, user_agent="gpufleet-test/scheduler") as client:
+            scheduler = Scheduler(client, fast_settings(), identity="s1", leader_elect=False,
+                                  informer_options=FAST_INFORMERS)
+            scheduler.start()
+            try:
+                apisim.create(r.PODS, pod("first", gpus=3))
+                apisim.create(r.PODS, pod("second", gpus=3))
+                apisim.create(r.PODS, pod("third", gpus=2))
+                names = ("first", "second", "third")
+                wait_until(lambda: all(bound_node(apisim, n) == env.node for n in names), what="all three bound")
+            finally:
+                scheduler.stop()
+        uuids = set(env.uuids())
+        chosen = {}
+        for name in names:
+            obj = apisim.get(r.PODS, NS, name)
+            assert obj is not None
+            devices = json.loads(obj["metadata"]["annotations"]["gpufleet.io/devices"])
+            assert set(devices) <= uuids  # the scheduler used the UUIDs the agent published
+            chosen[name] = devices
+        env.wait_tracked(*names)
+        # The kubelet admits them in the order its watch delivered the bindings, the order this agent's watch saw
+        # (the scheduler binds workloads concurrently, so that is not necessarily creation order).
+        order = [p.key.split("/", 1)[1] for p in env.agent.tracker.pods() if p.key.split("/", 1)[1] in names]
+        assert sorted(order) == sorted(names)
+        for name in order:
+            grant = kubelet.admit(f"{NS}/{name}", {"main": {GPU: len(chosen[name])}})["main"][GPU]
+            assert grant.ids == chosen[name], name
+            assert grant.envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(chosen[name])
+        env.agent.allocator.verify()
+        assert not any(s.value for m in env.agent.metrics.mismatches.collect() for s in m.samples)
