@@ -73,8 +73,18 @@ def crds() -> dict[str, Doc]:
     return {d["spec"]["names"]["kind"]: d for d in deploy_docs() if d["kind"] == "CustomResourceDefinition"}
 
 
+def is_node_agent(doc: Doc) -> bool:
+    """deploy/node-agent.yaml: its own namespace and RBAC, checked by tests/node/test_node_agent_manifests.py."""
+    return bool(doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "node-agent"
+                or (doc["kind"] == "Namespace" and doc["metadata"]["name"] == "gpufleet-node"))
+
+
+def scheduler_docs() -> list[Doc]:
+    return [d for d in deploy_docs() if not is_node_agent(d)]
+
+
 def one(kind: str, name: str | None = None) -> Doc:
-    [doc] = [d for d in deploy_docs() if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    [doc] = [d for d in scheduler_docs() if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     return doc
 
 
@@ -408,7 +418,7 @@ def test_config_volume_and_restricted_security() -> None:
 
 def test_everything_namespaced_lives_in_one_namespace() -> None:
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
-    for doc in deploy_docs():
+    for doc in scheduler_docs():
         assert (doc["metadata"].get("namespace") == NAMESPACE) == (doc["kind"] not in cluster_scoped), doc["kind"]
 
 
@@ -489,7 +499,8 @@ def _key(doc: Doc) -> tuple[str, str]:
 
 
 def test_chart_renders_exactly_the_deploy_manifests() -> None:
-    rendered = sorted(render_chart(chart_values(serviceMonitor__enabled=True)), key=_key)
+    rendered = sorted((d for d in render_chart(chart_values(serviceMonitor__enabled=True))
+                       if d["kind"] != "Namespace"), key=_key)
     expected = sorted((d for d in deploy_docs()
                        if d["kind"] not in ("Namespace", "CustomResourceDefinition")), key=_key)
     assert [_key(d) for d in rendered] == [_key(d) for d in expected]
@@ -510,9 +521,9 @@ def test_chart_values_reach_the_objects() -> None:
     assert container["image"] == "registry.local/gf:9.9" and container["imagePullPolicy"] == "Always"
     assert dep["spec"]["replicas"] == 3
     assert container["command"][2:4] == ["--scheduler-name", "gpu-sched"]
-    namespaced = [d for d in docs if d["kind"] not in ("ClusterRole", "ClusterRoleBinding")]
+    namespaced = [d for d in docs if d["kind"] not in ("ClusterRole", "ClusterRoleBinding") and not is_node_agent(d)]
     assert {d["metadata"]["namespace"] for d in namespaced} == {"ops"}
-    [crb] = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    [crb] = [d for d in docs if d["kind"] == "ClusterRoleBinding" and not is_node_agent(d)]
     assert crb["subjects"][0]["namespace"] == "ops"
     for doc in docs:
         if doc["kind"] != "ServiceMonitor":
@@ -566,7 +577,7 @@ def test_chart_values_users_expect_reach_the_deployment() -> None:
     assert pod["nodeSelector"] == {"pool": "system"} and pod["tolerations"] == tolerations
     assert pod["affinity"] == affinity and pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["priorityClassName"] == "gpufleet-critical"
-    [cm] = [d for d in docs if d["kind"] == "ConfigMap"]
+    [cm] = [d for d in docs if d["kind"] == "ConfigMap" and not is_node_agent(d)]
     assert cm["data"]["config.yaml"] == config
     for version in K8S_VERSIONS:
         for doc in (dep, cm):
