@@ -14,7 +14,7 @@ The live scheduler (``gpufleet scheduler``) on top of them:
   rebuilt from the cache, via :mod:`~gpufleet.kube.parsing`, :mod:`~gpufleet.kube.grants`,
   :mod:`~gpufleet.kube.assumed`), :mod:`~gpufleet.kube.gangs` (partial gangs, waitForPodsReady),
   :mod:`~gpufleet.kube.planner` (the KueuePolicy run);
-* the writes: :mod:`~gpufleet.kube.binder` (intent annotations, then Bindings), :mod:`~gpufleet.kube.evictor`
+* the writes: :mod:`~gpufleet.kube.binder` (Bindings that carry the intent annotations), :mod:`~gpufleet.kube.evictor`
   (Eviction API, PodDisruptionBudget shields), :mod:`~gpufleet.kube.recorder` (events, PodScheduled),
   :mod:`~gpufleet.kube.queuestatus` (ClusterQueue/LocalQueue status); :mod:`~gpufleet.kube.annotations` names
   what is written on pods;

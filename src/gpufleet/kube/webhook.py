@@ -7,7 +7,8 @@ A pod asking for a share of a GPU (``gpufleet.io/gpu-fraction``, or KAI's ``gpu-
 
 1. at pod creation this webhook adds, to every container, ``NVIDIA_VISIBLE_DEVICES`` taken through the
    downward API from the annotation ``gpufleet.io/visible-devices``;
-2. the scheduler, after choosing a GPU, writes that annotation (the GPU's UUID) and only then binds;
+2. the scheduler, after choosing a GPU, writes that annotation (the GPU's UUID) with the Binding: the API
+   server sets the node and the annotation in one update;
 3. the kubelet resolves the env var when it creates the container (after the bind), and the NVIDIA
    container runtime exposes exactly that GPU.
 
