@@ -90,9 +90,9 @@ def _tie_break(name: str) -> TieBreak:
 
 
 @bench_app.command("fragmentation", epilog=examples(
-    "# FGD against the paper's baselines, 10 seeds, on every core (about 40 minutes on 2 cores)",
+    "# the paper's six policies, 10 seeds: 60 runs on every core (3-6 minutes on 2 cores)",
     "gpufleet bench fragmentation",
-    "# one policy, one seed (about 30 s), the results as JSON and a plot",
+    "# one policy, one seed (5-10 s), the results as JSON and a plot",
     "gpufleet bench fragmentation --policy gpufleet --seeds 42 --json out.json --plot out.png",
 ))
 def fragmentation(
@@ -120,8 +120,9 @@ def fragmentation(
     output: Output = OutputFormat.text,
 ) -> None:
     """FGD's fragmentation benchmark: pods arrive one at a time (never leave) until 130% of GPU capacity;
-    report unallocated GPU % per policy at 100/110/120/130% arrived demand. Each run of the full openb trace
-    takes 20-60 s on one core; progress is printed on standard error, one line per run."""
+    report unallocated GPU % per policy at 100/110/120/130% arrived demand. A run of the full openb trace takes
+    2-12 s on one core (bench/README.md); progress goes to standard error, one line per run with the time
+    left."""
     default_nodes, default_pods = default_trace_paths()
     nodes_csv = nodes or default_nodes
     pods_csv = pods or default_pods
