@@ -182,15 +182,16 @@ items:
     assert "the number 42" in error.message
 
 
-def test_duplicate_keys_warn_and_keep_the_last() -> None:
-    text = "kind: Pod\nmetadata:\n  name: a\n  namespace: ns\nspec:\n  x: 1\n  x: 2\n"
+def test_duplicate_keys_refuse_the_document_as_the_api_server_does() -> None:
+    # kubectl's default (--validate=strict) fails on duplicate fields: keeping the last value would silently
+    # lose the first (a GPU limit, say). The documents around it are still read.
+    text = ("kind: Pod\nmetadata:\n  name: a\n  namespace: ns\nspec:\n  x: 1\n  x: 2\n---\n"
+            "kind: Pod\nmetadata: {name: b}\n")
     docs, problems = load(text)
-    assert docs[0].data["spec"] == {"x": 2}
-    assert docs[0].line_of("spec", "x") == 7
-    assert not problems  # warnings only
-    (warning,) = problems.warnings
-    assert (warning.line, warning.field, warning.kind, warning.name) == (7, "spec.x", "Pod", "ns/a")
-    assert str(warning).startswith("warning: m.yaml:7: Pod ns/a: spec.x: duplicate key 'x'")
+    assert [d.data["metadata"]["name"] for d in docs] == ["b"]
+    (error,) = problems.errors
+    assert (error.line, error.field, error.kind, error.name) == (7, "spec.x", "Pod", "ns/a")
+    assert str(error).startswith("m.yaml:7: Pod ns/a: spec.x: duplicate key 'x'")
 
 
 def test_merge_override_is_not_a_duplicate() -> None:

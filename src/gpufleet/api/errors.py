@@ -9,9 +9,67 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Severity = Literal["error", "warning"]
+
+# A message quotes user values; past this length its middle is cut, so one giant value cannot flood a terminal
+# or a log line (an error is still one readable line).
+MAX_MESSAGE_CHARS = 400
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A short, bounded rendering of a user-supplied value for messages: like ``repr`` for small values, cut
+    for long ones, and never formatting a whole structure (a YAML alias bomb holds billions of shared items,
+    and an int of 5,000 digits cannot even be turned into a string)."""
+    return _shown(value, limit, 2)
+
+
+def _shown(value: Any, limit: int, depth: int) -> str:
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 200:
+            return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+        text = repr(value)
+    elif isinstance(value, float):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = repr(value if len(value) <= limit else value[:limit])
+        if len(value) > limit:
+            return f"{text[:-1]}...{text[-1]} ({len(value)} characters)"
+        return text
+    elif isinstance(value, dict):
+        if depth <= 0 or not value:
+            return "{...}" if value else "{}"
+        head = [f"{_shown(k, 20, 0)}: {_shown(v, 20, depth - 1)}" for k, v in _first(value.items(), 3)]
+        more = ", ..." if len(value) > 3 else ""
+        text = "{" + ", ".join(head) + more + "}"
+    elif isinstance(value, list | tuple):
+        if depth <= 0 or not value:
+            return "[...]" if value else "[]"
+        head = [_shown(v, 20, depth - 1) for v in _first(value, 3)]
+        more = ", ..." if len(value) > 3 else ""
+        text = "[" + ", ".join(head) + more + "]"
+    else:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit + 20 else text[: limit + 17] + "..."
+
+
+def _first(items: Iterable[Any], n: int) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if len(out) == n:
+            break
+        out.append(item)
+    return out
+
+
+def _bounded(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    half = MAX_MESSAGE_CHARS // 2
+    return f"{text[:half]} ...[{len(text) - 2 * half} characters cut]... {text[-half:]}"
 
 
 def field_path(parts: Iterable[str | int]) -> str:
@@ -42,6 +100,14 @@ class ManifestError:
     field: str | None = None
     fix: str | None = None
     severity: Severity = "error"
+
+    def __post_init__(self) -> None:
+        # Bounded once here, so every consumer (terminal, JSON, events, logs) gets the same readable text.
+        for name in ("message", "fix", "field", "name", "file"):
+            value = getattr(self, name)
+            bounded = _bounded(value)
+            if bounded is not value:
+                object.__setattr__(self, name, bounded)
 
     def __str__(self) -> str:
         parts: list[str] = []
@@ -94,10 +160,11 @@ class ManifestErrors(Exception):
 class Problems:
     """Collects errors and warnings while manifests are read; truthy when at least one *error* was seen."""
 
-    __slots__ = ("_items",)
+    __slots__ = ("_errors", "_items")
 
     def __init__(self) -> None:
         self._items: list[ManifestError] = []
+        self._errors = 0
 
     def error(
         self,
@@ -111,6 +178,7 @@ class Problems:
         fix: str | None = None,
     ) -> None:
         self._items.append(ManifestError(message, file, line, kind, name, field, fix, "error"))
+        self._errors += 1
 
     def warning(
         self,
@@ -127,9 +195,16 @@ class Problems:
 
     def add(self, e: ManifestError) -> None:
         self._items.append(e)
+        self._errors += e.severity == "error"
 
     def extend(self, es: Iterable[ManifestError]) -> None:
-        self._items.extend(es)
+        for e in es:
+            self.add(e)
+
+    @property
+    def error_count(self) -> int:
+        """How many errors so far, in O(1) (parsers compare it before and after an object)."""
+        return self._errors
 
     @property
     def errors(self) -> list[ManifestError]:
@@ -148,7 +223,9 @@ class Problems:
         return iter(list(self._items))
 
     def __bool__(self) -> bool:
-        return any(e.severity == "error" for e in self._items)
+        # Truthiness means "has errors". Never write ``problems or Problems()``: a collector holding only
+        # warnings is falsy and would be replaced, losing them.
+        return self._errors > 0
 
     def __repr__(self) -> str:
         return f"Problems(errors={len(self.errors)}, warnings={len(self.warnings)})"

@@ -8,12 +8,15 @@ not lose the pod's other fields, and the caller decides whether an object with e
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any, cast
 
+from gpufleet.api import limits
+from gpufleet.api.errors import shown
 from gpufleet.api.objects import (
     CPU,
     GPU,
@@ -23,6 +26,7 @@ from gpufleet.api.objects import (
     KAI_FRACTION_ANNOTATION,
     KAI_MEMORY_ANNOTATION,
     NO_GPU,
+    POD_GROUP_COUNT_ANNOTATION,
     Admission,
     BorrowWithinCohort,
     ClusterQueue,
@@ -61,13 +65,16 @@ from gpufleet.api.objects import (
     WorkloadPriorityClass,
 )
 from gpufleet.api.quantity import QuantityError, int_value, milli_value, parse_quantity
-from gpufleet.api.reader import FieldReader
+from gpufleet.api.reader import FieldReader, parse_int_text
 from gpufleet.gpu.mig import GEOMETRIES, MigError, parse_layout, profile_from_resource_name
 from gpufleet.gpu.sharing import DevicePluginConfig
 
 SHARED_GPU = "nvidia.com/gpu.shared"
+JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 FRACTION_RESOURCE = "gpufleet.io/gpu-milli"  # quota resource charged by fractional pods, in thousandths
 BYTE_RESOURCES = ("memory", "ephemeral-storage")
+_MAX_POD_SETS = 8  # Kueue's validation: a Workload holds 1 to 8 pod sets
+_INT32 = 2**31 - 1  # Kubernetes' int32 fields (priorities, counts, weights)
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -98,8 +105,21 @@ def format_amount(resource: str, amount: int) -> str:
     return str(amount)
 
 
-def _resource_list(r: FieldReader, key: str) -> tuple[ResourceList, dict[str, Fraction]]:
-    """Canonical amounts, and the exact quantities (to spot a fractional extended resource)."""
+def _pod_cap(resource: str) -> limits.Limit | None:
+    return limits.GPUS_PER_POD if resource.startswith("nvidia.com/") else None
+
+
+def _node_cap(resource: str) -> limits.Limit | None:
+    if resource.startswith("nvidia.com/"):
+        return limits.DEVICES_PER_NODE
+    return limits.PODS_PER_NODE if resource == "pods" else None
+
+
+def _resource_list(r: FieldReader, key: str, cap: Callable[[str], limits.Limit | None] = _pod_cap,
+                   ) -> tuple[ResourceList, dict[str, Fraction]]:
+    """Canonical amounts, and the exact quantities (to spot a fractional extended resource).
+
+    ``cap`` bounds the resources that later become one object each (GPU devices, pod slots)."""
     out: ResourceList = {}
     exact: dict[str, Fraction] = {}
     section = r.obj(key)
@@ -115,7 +135,13 @@ def _resource_list(r: FieldReader, key: str) -> tuple[ResourceList, dict[str, Fr
             fix = ("extended resources are whole numbers; to share a GPU, set the annotation "
                    f'{GPU_FRACTION_ANNOTATION}: "{float(q):g}" and drop this resource') if resource == GPU else (
                 "extended resources are whole numbers; request a whole count")
-            section.error(f"{resource} must be a whole number, got {section.raw(resource)!r}", resource, fix=fix)
+            section.error(f"{resource} must be a whole number, got {shown(section.raw(resource))}", resource,
+                          fix=fix)
+            continue
+        limit = cap(resource)
+        if limit is not None and q > limit.value:
+            section.error(f"{resource}: {shown(section.raw(resource))} is too large: {limit.says()}", resource,
+                          fix=f"use at most {limit.value:,}")
             continue
         out[resource] = canonical_amount(resource, q)
     return out, exact
@@ -123,18 +149,28 @@ def _resource_list(r: FieldReader, key: str) -> tuple[ResourceList, dict[str, Fr
 
 # ---- metadata ---------------------------------------------------------------------------------------------------
 
+# Seconds since the epoch that a timestamp may hold: year 1 to year 9999, what RFC 3339 can write.
+_EPOCH_RANGE = (-62_135_596_800.0, 253_402_300_799.0)
+
+
 def parse_timestamp(value: Any) -> float | None:
+    """Seconds since the epoch from an RFC 3339 time (or a number of seconds); None when it is not one."""
     if value is None:
         return None
     if isinstance(value, dt.datetime):
         stamp = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
         return stamp.timestamp()
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip()
+        seconds = float(value) if abs(value) < 1e300 else math.inf
+        return seconds if _EPOCH_RANGE[0] <= seconds <= _EPOCH_RANGE[1] else None
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp()
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    text = value.strip()
     try:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -146,7 +182,7 @@ def parse_meta(r: FieldReader, *, namespaced: bool) -> ObjectMeta | None:
     if name is None:
         return None
     if not _NAME_RE.match(name) or len(name) > 253:
-        m.error(f"name {name!r} is not a valid Kubernetes object name", "name",
+        m.error(f"name {shown(name)} is not a valid Kubernetes object name", "name",
                 fix="use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
     namespace = (m.text("namespace") or "default") if namespaced else None
     r.name = f"{namespace}/{name}" if namespace else name
@@ -154,7 +190,7 @@ def parse_meta(r: FieldReader, *, namespaced: bool) -> ObjectMeta | None:
     created = m.raw("creationTimestamp")
     stamp = parse_timestamp(created)
     if created is not None and stamp is None:
-        m.error(f"creationTimestamp {created!r} is not an RFC 3339 time", "creationTimestamp",
+        m.error(f"creationTimestamp {shown(created)} is not an RFC 3339 time", "creationTimestamp",
                 fix="write it like 2026-01-31T12:00:00Z")
     return ObjectMeta(
         name=name,
@@ -181,7 +217,7 @@ def parse_toleration(r: FieldReader) -> Toleration:
     operator = r.enum("operator", ("Equal", "Exists"), "Equal")
     effect = r.text("effect", "") or ""
     if effect and effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-        r.error(f"effect {effect!r} is not NoSchedule, PreferNoSchedule or NoExecute", "effect")
+        r.error(f"effect {shown(effect)} is not NoSchedule, PreferNoSchedule or NoExecute", "effect")
     return Toleration(r.text("key", "") or "", cast(Any, operator), r.text("value", "") or "", effect)
 
 
@@ -194,14 +230,14 @@ def parse_requirement(r: FieldReader) -> Requirement | None:
     if key is None or op is None:
         return None
     if op not in _OPS:
-        r.error(f"operator {op!r} is not one of {', '.join(_OPS)}", "operator")
+        r.error(f"operator {shown(op)} is not one of {', '.join(_OPS)}", "operator")
         return None
     values = tuple(r.string_list("values"))
     if op in ("In", "NotIn") and not values:
         r.error(f"operator {op} needs at least one value", "values")
     if op in ("Exists", "DoesNotExist") and values:
         r.error(f"operator {op} takes no values", "values", fix="remove values")
-    if op in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+    if op in ("Gt", "Lt") and (len(values) != 1 or parse_int_text(values[0]) is None):
         r.error(f"operator {op} needs exactly one integer value", "values")
         return None
     return Requirement(key, cast(Any, op), values)
@@ -318,7 +354,7 @@ def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[s
         except QuantityError:
             f = Fraction(-1)
         if not 0 < f <= 1:
-            r.error(f"annotation {fraction_key}: the fraction must be in (0, 1], got {fraction_text!r}",
+            r.error(f"annotation {fraction_key}: the fraction must be in (0, 1], got {shown(fraction_text)}",
                     "metadata", "annotations", fraction_key,
                     fix="write a share of one GPU such as \"0.5\"; for more than one GPU request nvidia.com/gpu")
             fraction_text = None
@@ -337,6 +373,10 @@ def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[s
     if not gpu_resources:
         return NO_GPU
     resource, count = next(iter(gpu_resources.items()))
+    if count > limits.MAX_GPUS_PER_POD:
+        r.error(f"{resource}: {count:,} devices in one pod is too many: {limits.GPUS_PER_POD.says()}", "spec",
+                "containers", fix="a pod runs on one node: ask for at most the devices one node has")
+        return NO_GPU
     if resource == GPU:
         return GpuDemand(kind="gpu", count=count, resource=resource, memory_mib=memory_mib)
     if resource == SHARED_GPU:
@@ -382,13 +422,13 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
             if req is not None:
                 required = req.each("nodeSelectorTerms", parse_term, required=True)
             for item in node_aff.items("preferredDuringSchedulingIgnoredDuringExecution"):
-                weight = item.integer("weight", 1, minimum=1) or 1
+                weight = item.integer("weight", 1, minimum=1, maximum=100) or 1
                 pref = item.obj("preference", required=True)
                 if pref is not None:
                     preferred.append(PreferredTerm(weight, parse_term(pref)))
         tolerations = spec.each("tolerations", parse_toleration)
         priority_class = spec.text("priorityClassName")
-        priority = spec.integer("priority")
+        priority = spec.integer("priority", minimum=-_INT32, maximum=_INT32)
         scheduler = spec.text("schedulerName", "default-scheduler") or "default-scheduler"
         restart = spec.enum("restartPolicy", ("Always", "OnFailure", "Never"), "Always")
     gpu = _gpu_demand(r, requests, meta_annotations)
@@ -407,12 +447,23 @@ def parse_pod(r: FieldReader) -> Pod | None:
     meta = parse_meta(r, namespaced=True)
     if meta is None:
         return None
+    _check_count_annotation(r, meta.annotations, POD_GROUP_COUNT_ANNOTATION)
     spec = r.obj("spec", required=True)
     template = parse_pod_template(r, meta.labels, meta.annotations, spec)
     status = r.obj("status")
     phase = status.enum("phase", ("Pending", "Running", "Succeeded", "Failed", "Unknown"), "Pending") \
         if status else "Pending"
     return Pod(meta, template, node_name=spec.text("nodeName") if spec else None, phase=cast(Any, phase))
+
+
+def _check_count_annotation(r: FieldReader, annotations: dict[str, str], key: str) -> None:
+    text = annotations.get(key)
+    if text is None:
+        return
+    count = parse_int_text(text)
+    if count is None or not 0 < count <= limits.MAX_PODS_PER_WORKLOAD:
+        r.error(f"annotation {key}: {shown(text)} is not a count of pods from 1 to {limits.MAX_PODS_PER_WORKLOAD:,}",
+                "metadata", "annotations", key, fix=f'write a whole number of pods in ASCII digits, e.g. {key}: "4"')
 
 
 def _template_of(r: FieldReader, key: str = "template", *, pod_validation: bool = True) -> PodTemplate | None:
@@ -433,18 +484,28 @@ def parse_job(r: FieldReader) -> Job | None:
     template = _template_of(spec)
     if template is None:
         return None
-    min_par = meta.annotations.get("kueue.x-k8s.io/job-min-parallelism")
+    _check_count_annotation(r, meta.annotations, JOB_MIN_PARALLELISM_ANNOTATION)
+    min_par_text = meta.annotations.get(JOB_MIN_PARALLELISM_ANNOTATION)
+    min_par = parse_int_text(min_par_text) if min_par_text is not None else None
     return Job(
         meta, template,
-        parallelism=spec.integer("parallelism", 1, minimum=0) or 0,
-        completions=spec.integer("completions", minimum=0),
-        backoff_limit=spec.integer("backoffLimit", 6, minimum=0) or 0,
+        parallelism=spec.integer("parallelism", 1, minimum=0, maximum=limits.PODS_PER_WORKLOAD) or 0,
+        completions=spec.integer("completions", minimum=0, maximum=limits.PODS_PER_WORKLOAD),
+        backoff_limit=spec.integer("backoffLimit", 6, minimum=0, maximum=_INT32) or 0,
         suspend=spec.flag("suspend"),
-        min_parallelism=int(min_par) if min_par and min_par.isdigit() else None,
+        min_parallelism=min_par,
     )
 
 
 # ---- nodes -------------------------------------------------------------------------------------------------------
+
+# GPU Feature Discovery labels that gpufleet reads as numbers when a node has no gpufleet.io/gpus inventory.
+_GFD_INT_LABELS = {
+    "nvidia.com/gpu.count": limits.MAX_GPUS_PER_NODE,
+    "nvidia.com/gpu.replicas": limits.MAX_REPLICAS_PER_GPU,
+    "nvidia.com/gpu.memory": 16 * 2**20,  # MiB
+}
+
 
 def parse_node(r: FieldReader) -> Node | None:
     from gpufleet.api.inventory import parse_inventory_annotation
@@ -454,8 +515,8 @@ def parse_node(r: FieldReader) -> Node | None:
         return None
     spec = r.obj("spec")
     status = r.obj("status")
-    capacity, _ = _resource_list(status, "capacity") if status else ({}, {})
-    allocatable, _ = _resource_list(status, "allocatable") if status else ({}, {})
+    capacity, _ = _resource_list(status, "capacity", _node_cap) if status else ({}, {})
+    allocatable, _ = _resource_list(status, "allocatable", _node_cap) if status else ({}, {})
     if not allocatable:
         allocatable = dict(capacity)
     if not capacity:
@@ -470,6 +531,12 @@ def parse_node(r: FieldReader) -> Node | None:
             if cond.text("type") == "Ready":
                 ready = cond.text("status") == "True"
     meta.labels.setdefault("kubernetes.io/hostname", meta.name)
+    for label, top in _GFD_INT_LABELS.items():
+        text = meta.labels.get(label)
+        value = parse_int_text(text) if text is not None else 0
+        if value is None or not 0 <= value <= top:
+            r.error(f"label {label}: {shown(text)} is not a whole number from 0 to {top:,}", "metadata", "labels",
+                    label, fix="let GPU Feature Discovery write it, or correct the value")
     gpus = parse_inventory_annotation(r, meta.annotations)
     return Node(
         meta=meta, capacity=capacity, allocatable=allocatable,
@@ -486,7 +553,7 @@ def parse_namespace(r: FieldReader) -> Namespace | None:
 
 def parse_priority_class(r: FieldReader) -> PriorityClass | None:
     meta = parse_meta(r, namespaced=False)
-    value = r.integer("value", required=True)
+    value = r.integer("value", required=True, minimum=-_INT32, maximum=_INT32)
     if meta is None or value is None:
         return None
     return PriorityClass(meta, value, r.flag("globalDefault"),
@@ -500,7 +567,7 @@ def _quota_amount(r: FieldReader, key: str, resource: str) -> int | None:
     if q is None:
         return None
     if not is_native(resource) and q.denominator != 1:
-        r.error(f"{key} for {resource} must be a whole number, got {r.raw(key)!r}", key)
+        r.error(f"{key} for {resource} must be a whole number, got {shown(r.raw(key))}", key)
         return None
     return canonical_amount(resource, q)
 
@@ -577,37 +644,47 @@ def parse_pods_ready(r: FieldReader | None) -> PodsReadyPolicy | None:
         enable=r.flag("enable", True),
         timeout_s=timeout,
         block_admission=r.flag("blockAdmission"),
-        backoff_base_s=float(rq.integer("backoffBaseSeconds", 60, minimum=0) or 0) if rq else 60.0,
-        backoff_max_s=float(rq.integer("backoffMaxSeconds", 3600, minimum=0) or 0) if rq else 3600.0,
-        backoff_limit_count=rq.integer("backoffLimitCount", minimum=0) if rq else None,
+        backoff_base_s=float(rq.integer("backoffBaseSeconds", 60, minimum=0, maximum=limits.MAX_DURATION_S) or 0)
+        if rq else 60.0,
+        backoff_max_s=float(rq.integer("backoffMaxSeconds", 3600, minimum=0, maximum=limits.MAX_DURATION_S) or 0)
+        if rq else 3600.0,
+        backoff_limit_count=rq.integer("backoffLimitCount", minimum=0, maximum=_INT32) if rq else None,
         requeue_timestamp=cast(Any, rq.enum("timestamp", ("Eviction", "Creation"), "Eviction") if rq else "Eviction"),
     )
 
 
-_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
+_NUM = r"[0-9]{1,12}(?:\.[0-9]{1,9})?"  # ASCII digits: \d would also take "²", which float() refuses
+_DURATION_RE = re.compile(rf"(?:({_NUM})h)?(?:({_NUM})m(?!s))?(?:({_NUM})s)?(?:([0-9]{{1,12}})ms)?")
 
 
 def parse_duration(text: str) -> float | None:
-    """A Go duration ("30m", "1h30m", "45s", "500ms") or a plain number of seconds; None if malformed."""
+    """A Go duration ("30m", "1h30m", "45s", "500ms") or a plain number of seconds, at most a year long;
+    None if malformed or longer."""
     text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    if re.fullmatch(r"\d+(\.\d+)?d", text):
-        return float(text[:-1]) * 86400
-    m = _DURATION_RE.match(text)
-    if not text or m is None or not any(m.groups()):
+    if len(text) > 64:
         return None
-    h, mi, s, ms = (float(x) if x else 0.0 for x in m.groups())
-    return h * 3600 + mi * 60 + s + ms / 1000
+    if re.fullmatch(_NUM, text):
+        seconds = float(text)
+    elif re.fullmatch(_NUM + "d", text):
+        seconds = float(text[:-1]) * 86400
+    else:
+        m = _DURATION_RE.fullmatch(text)
+        if not text or m is None or not any(m.groups()):
+            return None
+        h, mi, s, ms = (float(x) if x else 0.0 for x in m.groups())
+        seconds = h * 3600 + mi * 60 + s + ms / 1000
+    return seconds if seconds <= limits.MAX_DURATION_S else None
 
 
 def _duration(r: FieldReader, key: str, default: float) -> float:
     raw = r.raw(key)
     if raw is None:
         return default
-    value = parse_duration(str(raw))
+    value = parse_duration(str(raw)) if isinstance(raw, str | int | float) and not isinstance(raw, bool) and (
+        not isinstance(raw, int) or raw.bit_length() < 64) else None
     if value is None:
-        r.error(f"{raw!r} is not a duration", key, fix="write a duration such as 30m, 1h or 90s")
+        r.error(f"{shown(raw)} is not a duration of at most a year", key,
+                fix="write a duration such as 30m, 1h or 90s")
         return default
     return value
 
@@ -634,7 +711,7 @@ def parse_cluster_queue(r: FieldReader) -> ClusterQueue | None:
                                                      "Never")),
             borrow_within_cohort=BorrowWithinCohort(
                 cast(Any, bwc.enum("policy", ("Never", "LowerPriority"), "Never")),
-                bwc.integer("maxPriorityThreshold")) if bwc else BorrowWithinCohort(),
+                bwc.integer("maxPriorityThreshold", minimum=-_INT32, maximum=_INT32)) if bwc else BorrowWithinCohort(),
         )
         if preemption.reclaim_within_cohort == "Never" and preemption.borrow_within_cohort.policy != "Never":
             pre.error("borrowWithinCohort needs reclaimWithinCohort other than Never", "borrowWithinCohort",
@@ -690,7 +767,7 @@ def parse_local_queue(r: FieldReader) -> LocalQueue | None:
 
 def parse_workload_priority_class(r: FieldReader) -> WorkloadPriorityClass | None:
     meta = parse_meta(r, namespaced=False)
-    value = r.integer("value", required=True)
+    value = r.integer("value", required=True, minimum=-_INT32, maximum=_INT32)
     if meta is None or value is None:
         return None
     return WorkloadPriorityClass(meta, value, r.text("description", "") or "")
@@ -724,13 +801,19 @@ def parse_workload(r: FieldReader) -> KueueWorkload | None:
     if meta is None or spec is None:
         return None
     pod_sets: list[PodSetSpec] = []
+    listed = spec.raw("podSets")
+    if isinstance(listed, list) and len(listed) > _MAX_POD_SETS:
+        spec.error(f"{len(listed)} podSets; Kueue allows at most {_MAX_POD_SETS}", "podSets",
+                   fix="merge pod sets with the same template")
+        return None
     for ps in spec.items("podSets", required=True):
         # Kueue runs no Pod validation on a Workload's templates: requests without limits are accepted.
         template = _template_of(ps, pod_validation=False)
         if template is None:
             continue
-        pod_sets.append(PodSetSpec(ps.text("name", "main") or "main", ps.integer("count", 1, minimum=0) or 0, template,
-                                   ps.integer("minCount", minimum=0)))
+        count = ps.integer("count", 1, minimum=0, maximum=limits.PODS_PER_WORKLOAD) or 0
+        pod_sets.append(PodSetSpec(ps.text("name", "main") or "main", count, template,
+                                   ps.integer("minCount", minimum=0, maximum=limits.PODS_PER_WORKLOAD)))
     admission: Admission | None = None
     status = r.obj("status")
     adm = status.obj("admission") if status else None
@@ -746,12 +829,14 @@ def parse_workload(r: FieldReader) -> KueueWorkload | None:
                     if q is not None:
                         usage[str(res)] = canonical_amount(str(res), q)
             assignments.append(PodSetAssignment(a.text("name", "main") or "main", a.string_map("flavors"), usage,
-                                                a.integer("count", 0) or 0))
+                                                a.integer("count", 0, minimum=0,
+                                                          maximum=limits.PODS_PER_WORKLOAD) or 0))
         if cq:
             reserved_at, evicted = _admission_conditions(status) if status is not None else (None, None)
             admission = Admission(cq, assignments, reserved_at, evicted)
     return KueueWorkload(
-        meta=meta, queue_name=spec.text("queueName"), pod_sets=pod_sets, priority=spec.integer("priority"),
+        meta=meta, queue_name=spec.text("queueName"), pod_sets=pod_sets,
+        priority=spec.integer("priority", minimum=-_INT32, maximum=_INT32),
         priority_class_name=spec.text("priorityClassName"), priority_class_source=spec.text("priorityClassSource"),
         active=spec.flag("active", True), admission=admission,
     )
@@ -803,15 +888,18 @@ def parse_sharing(r: FieldReader | None) -> DevicePluginConfig:
         rename = ts.flag("renameByDefault")
         fail_gt1 = ts.flag("failRequestsGreaterThanOne")
         if ts.has("replicas"):
-            n = ts.integer("replicas", minimum=2)
+            n = ts.integer("replicas", minimum=2, maximum=limits.REPLICAS_PER_GPU)
             if n is not None:
                 replicas["nvidia.com/gpu"] = n
         for item in ts.items("resources"):
             name = item.text("name", required=True)
-            n = item.integer("replicas", required=True, minimum=2)
+            n = item.integer("replicas", required=True, minimum=2, maximum=limits.REPLICAS_PER_GPU)
             if name and n:
                 replicas[name] = n
     return DevicePluginConfig(cast(Any, strategy), replicas, rename, fail_gt1)
+
+
+_MAX_GPU_MEMORY_MIB = 16 * 2**20  # 16 TiB: a bound on one GPU's memory, far above any product
 
 
 def parse_node_pool(r: FieldReader) -> NodePool | None:
@@ -821,7 +909,7 @@ def parse_node_pool(r: FieldReader) -> NodePool | None:
     spec = r.obj("spec", required=True)
     if meta is None or spec is None:
         return None
-    count = spec.integer("count", required=True, minimum=0)
+    count = spec.integer("count", required=True, minimum=0, maximum=limits.NODES_PER_POOL)
     cpu = spec.quantity("cpu")
     memory = spec.quantity("memory")
     if cpu is None:
@@ -833,12 +921,16 @@ def parse_node_pool(r: FieldReader) -> NodePool | None:
     sharing = parse_sharing(spec.obj("sharing"))
     if gpu_r is not None:
         model = gpu_r.text("model", required=True) or ""
-        gcount = gpu_r.integer("count", required=True, minimum=1) or 0
+        gcount = gpu_r.integer("count", required=True, minimum=1, maximum=limits.GPUS_PER_NODE) or 0
         mem_q = gpu_r.quantity("memory")
         memory_mib = int_value(mem_q / 2**20) if mem_q is not None else None
+        if memory_mib is not None and not 0 < memory_mib <= _MAX_GPU_MEMORY_MIB:
+            gpu_r.error(f"GPU memory {shown(gpu_r.raw('memory'))} is out of range (more than 0, at most 16Ti)",
+                        "memory", fix="give one GPU's memory, e.g. memory: 32Gi")
+            memory_mib = None
         found = DEFAULT_CATALOG.find(model)
-        if model and found is None and memory_mib is None:
-            gpu_r.error(f"unknown GPU model {model!r} and no memory given", "model",
+        if model and found is None and memory_mib is None and not gpu_r.has("memory"):
+            gpu_r.error(f"unknown GPU model {shown(model)} and no memory given", "model",
                         fix="add gpu.memory (e.g. 32Gi) or use one of: " + ", ".join(m.key for m in DEFAULT_CATALOG))
         layout = None
         mig_text = gpu_r.raw("migLayout")
@@ -867,7 +959,7 @@ def parse_node_pool(r: FieldReader) -> NodePool | None:
     for t in spec.items("topology"):
         label = t.text("nodeLabel", required=True)
         values = t.string_list("values")
-        size = t.integer("nodesPerDomain", minimum=1)
+        size = t.integer("nodesPerDomain", minimum=1, maximum=limits.MAX_NODES)
         if label and not values and size is None:
             t.error("a topology level needs values or nodesPerDomain", "values",
                     fix="e.g. {nodeLabel: example.com/rack, nodesPerDomain: 4}")
@@ -881,7 +973,7 @@ def parse_node_pool(r: FieldReader) -> NodePool | None:
         meta=meta, count=count or 0, name_prefix=spec.text("namePrefix", meta.name) or meta.name, gpu=gpu,
         cpu_milli=milli_value(cpu) if cpu is not None else 0,
         memory_bytes=int_value(memory) if memory is not None else 0,
-        pods=spec.integer("pods", 110, minimum=1) or 110, sharing=sharing,
+        pods=spec.integer("pods", 110, minimum=1, maximum=limits.PODS_PER_NODE) or 110, sharing=sharing,
         node_labels=spec.string_map("labels"), taints=tuple(spec.each("taints", parse_taint)),
         topology=topology, nodes_per_domain=per_domain,
     )

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.kinds import PARSERS
+from gpufleet.api.limits import COHORT_DEPTH, MAX_COHORT_DEPTH, MAX_NODES, NODES
 from gpufleet.api.nodepool import expand_node_pool
 from gpufleet.api.objects import (
     PRODUCT_LABEL,
@@ -103,9 +104,9 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
         r.warning(f"{api_version} {kind} is not a kind gpufleet reads; it is left out", "kind",
                   fix="remove it, or check apiVersion and kind spelling")
         return
-    before = len(problems.errors)
+    before = problems.error_count
     obj = parser(r)
-    if obj is None or len(problems.errors) > before:
+    if obj is None or problems.error_count > before:
         return  # an object with errors is not kept; its errors say why
     if hasattr(obj, "meta"):
         obj.meta.order = position
@@ -167,22 +168,40 @@ def _check_references(out: Manifests) -> None:
 
 
 def _check_cohort_cycles(out: Manifests) -> None:
+    """Cycles and excessive depth in the cohort tree, found in one linear pass (each cohort's chain is walked
+    once; later walks stop at a cohort already settled)."""
     parent = {c.name: c.parent for c in out.cohorts}
-    reported: set[str] = set()
+    by_name = {c.name: c for c in out.cohorts}
+    depth: dict[str, int] = {}  # settled cohorts: levels from the root (1 for a root); -1 inside a cycle
+    bad: set[str] = set()
     for start in parent:
         path: list[str] = []
+        on_path: set[str] = set()
         node: str | None = start
-        while node is not None and node in parent and node not in path:
+        while node is not None and node in parent and node not in depth and node not in on_path:
             path.append(node)
+            on_path.add(node)
             node = parent[node]
-        if node is not None and node in path:
+        if node is not None and node in on_path:  # the walk closed a loop
             cycle = path[path.index(node):]
-            if not reported.intersection(cycle):
-                reported.update(cycle)
-                cohort = next(c for c in out.cohorts if c.name == node)
-                _error_at(out, cohort, "cycle of cohorts: " + " -> ".join([*cycle, node]), "spec.parentName",
-                          "break the cycle: one cohort of it must have no parentName or a parent outside it")
-    out.cohorts = [c for c in out.cohorts if c.name not in reported]
+            _error_at(out, by_name[node], "cycle of cohorts: " + " -> ".join([*cycle, node]), "spec.parentName",
+                      "break the cycle: one cohort of it must have no parentName or a parent outside it")
+            for name in cycle:
+                depth[name] = -1
+            bad.update(cycle)
+            path = path[:path.index(node)]
+        above = depth.get(node, 0) if node is not None and node in parent else 0
+        for name in reversed(path):
+            above = -1 if above < 0 else above + 1
+            depth[name] = above
+            up = parent[name]
+            if above > MAX_COHORT_DEPTH and up is not None and depth.get(up) == MAX_COHORT_DEPTH:
+                _error_at(out, by_name[name], f"the cohort tree is more than {COHORT_DEPTH.value} levels deep here: "
+                          f"{COHORT_DEPTH.says()}", "spec.parentName",
+                          "flatten the cohort tree; this cohort and those below it are left out")
+            if above > MAX_COHORT_DEPTH:
+                bad.add(name)  # below a cycle (-1) stays: the quota tree disables it, as Kueue does
+    out.cohorts = [c for c in out.cohorts if c.name not in bad]
 
 
 def _check_mig_requests(out: Manifests) -> None:
@@ -205,8 +224,14 @@ def _check_mig_requests(out: Manifests) -> None:
 
 
 def _expand_pools(out: Manifests) -> None:
+    room = MAX_NODES - len(out.nodes)
     for pool in out.node_pools:
         src = pool.meta.source
+        if pool.count > room:
+            _error_at(out, pool, f"its {pool.count:,} nodes would bring the input above {NODES.says()}", "spec.count",
+                      "give fewer nodes per run; this pool is not expanded")
+            continue
+        room -= pool.count
         for i, data in enumerate(expand_node_pool(pool)):
             doc = Document(data=data, file=src.file if src else "<nodepool>", line=src.line if src else 0, index=i)
             r = FieldReader(doc, out.problems, kind="Node", name=None)
@@ -216,7 +241,7 @@ def _expand_pools(out: Manifests) -> None:
 
 
 def build(documents: Sequence[Document], problems: Problems | None = None) -> Manifests:
-    out = Manifests(problems=problems or Problems(), documents=len(documents))
+    out = Manifests(problems=problems if problems is not None else Problems(), documents=len(documents))
     for position, doc in enumerate(documents):
         _parse_document(doc, out, position)
     _check_duplicates(out)

@@ -21,6 +21,8 @@ import math
 import re
 from fractions import Fraction
 
+from gpufleet.api.errors import shown
+
 __all__ = [
     "QuantityError",
     "format_quantity",
@@ -55,8 +57,11 @@ _DECIMAL = {
 }
 _MULTIPLIERS: dict[str, Fraction] = {**{k: Fraction(v) for k, v in _BINARY.items()}, **_DECIMAL}
 
-# Far beyond any real resource amount; the cap keeps "1e999999999" from building a gigantic integer.
-_MAX_EXPONENT = 1000
+# Far beyond any real resource amount. Together the caps keep every quantity below 10**170, so an exact
+# Fraction stays cheap and float() of one never overflows: "1e999999999" or 5,000 digits are refused here
+# instead of building gigantic integers (or hitting Python's 4,300-digit int limit) further on.
+_MAX_EXPONENT = 100
+MAX_QUANTITY_CHARS = 64
 
 
 class QuantityError(ValueError):
@@ -64,7 +69,7 @@ class QuantityError(ValueError):
 
 
 def _invalid(value: object, why: str) -> QuantityError:
-    return QuantityError(f"invalid quantity {value!r}: {why} ({_EXAMPLES})")
+    return QuantityError(f"invalid quantity {shown(value)}: {why} ({_EXAMPLES})")
 
 
 def parse_quantity(value: str | int | float) -> Fraction:
@@ -76,6 +81,8 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if isinstance(value, bool):
         raise _invalid(value, "a boolean is not a quantity")
     if isinstance(value, int):
+        if value.bit_length() > 3 * MAX_QUANTITY_CHARS:
+            raise _invalid(value, f"it has more than {MAX_QUANTITY_CHARS} digits")
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -88,6 +95,8 @@ def parse_quantity(value: str | int | float) -> Fraction:
     text = value.strip()
     if not text:
         raise _invalid(value, "it is empty")
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise _invalid(value, f"it is longer than {MAX_QUANTITY_CHARS} characters")
     m = _QUANTITY_RE.fullmatch(text)
     if m is None:
         raise _invalid(value, _diagnose(text))

@@ -7,16 +7,32 @@ never raises on bad input: it records the problem and returns a default, so one 
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any, TypeVar
 
-from gpufleet.api.errors import Problems
+from gpufleet.api.errors import Problems, shown
+from gpufleet.api.limits import Limit
 from gpufleet.api.quantity import QuantityError, parse_quantity
 from gpufleet.api.source import Document
 
 T = TypeVar("T")
 PathPart = str | int
+
+# ASCII digits only: str.isdigit() also accepts "²" and "٣", which int() then refuses or misreads. 18 digits
+# keep every accepted integer inside int64, as Kubernetes' own fields are.
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+_INT64 = 2**63 - 1
+
+
+def parse_int_text(text: str) -> int | None:
+    """A decimal integer written in ASCII digits (optionally signed, at most 18 digits); None otherwise.
+
+    The one integer reader for text from labels, annotations and quoted fields."""
+    stripped = text.strip()
+    return int(stripped) if _INT_TEXT.fullmatch(stripped) else None
 
 
 def _fmt_path(path: tuple[PathPart, ...]) -> str:
@@ -94,7 +110,8 @@ class FieldReader:
         return self.child(key, value)
 
     def items(self, key: str, *, required: bool = False) -> Iterator[FieldReader]:
-        """Readers over the list under ``key``."""
+        """Readers over the list of mappings under ``key``; an item that is not a mapping is reported and
+        skipped (every list gpufleet reads this way holds objects)."""
         value = self.raw(key)
         if value is None:
             if required:
@@ -105,6 +122,10 @@ class FieldReader:
             return
         base = self.child(key, value)
         for i, item in enumerate(value):
+            if not isinstance(item, Mapping):
+                base.error(f"expected a mapping, got {shown(item)}", i,
+                           fix=f"write each item of {key} as key: value pairs")
+                continue
             yield base.child(i, item)
 
     # -- scalars ---------------------------------------------------------------------------------------
@@ -130,27 +151,43 @@ class FieldReader:
         if value is None:
             return default
         if value not in allowed:
-            self.error(f"{value!r} is not one of {', '.join(allowed)}", key,
+            self.error(f"{shown(value)} is not one of {', '.join(allowed)}", key,
                        fix=f"use one of {', '.join(allowed)}")
             return default
         return value
 
     def integer(self, key: str, default: int | None = None, *, minimum: int | None = None,
-            required: bool = False) -> int | None:
+                maximum: int | Limit | None = None, required: bool = False) -> int | None:
+        """An integer field (a YAML int or a quoted ASCII integer), within ``minimum`` and ``maximum``."""
         value = self.raw(key)
         if value is None:
             if required:
                 self.error(f"missing required field {key}", key, fix=f"add {key}")
             return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                value = int(value)
-            else:
-                self.error(f"expected an integer, got {value!r}", key)
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= _INT64:
+            value = int(value)  # "1e3" read by YAML as a float
+        if isinstance(value, str):
+            parsed = parse_int_text(value)
+            if parsed is None:
+                self.error(f"expected an integer, got {shown(value)}", key,
+                           fix="write a whole number in ASCII digits, e.g. 4")
                 return default
+            value = parsed
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(f"expected an integer, got {shown(value)}", key, fix="write a whole number, e.g. 4")
+            return default
+        if abs(value) > _INT64:
+            self.error(f"{shown(value)} is out of range for an integer", key, fix="write a smaller number")
+            return default
         if minimum is not None and value < minimum:
             self.error(f"must be at least {minimum}, got {value}", key)
             return default
+        if maximum is not None:
+            top = maximum.value if isinstance(maximum, Limit) else maximum
+            if value > top:
+                said = maximum.says() if isinstance(maximum, Limit) else f"at most {top:,}"
+                self.error(f"{value:,} is too large: {said}", key, fix=f"use a value of at most {top:,}")
+                return default
         return int(value)
 
     def flag(self, key: str, default: bool = False) -> bool:
@@ -161,21 +198,25 @@ class FieldReader:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-        self.error(f"expected true or false, got {value!r}", key)
+        self.error(f"expected true or false, got {shown(value)}", key)
         return default
 
     def number(self, key: str, default: float | None = None) -> float | None:
+        """A finite number (int, float or numeric string)."""
         value = self.raw(key)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            self.error(f"expected a number, got {value!r}", key)
+            self.error(f"expected a number, got {shown(value)}", key)
             return default
         try:
-            return float(value)
-        except ValueError:
-            self.error(f"expected a number, got {value!r}", key)
+            number = float(value) if not isinstance(value, str) or len(value) <= 64 else math.nan
+        except (ValueError, OverflowError):
+            number = math.nan
+        if not math.isfinite(number):
+            self.error(f"expected a finite number, got {shown(value)}", key, fix="write a number such as 2.5")
             return default
+        return number
 
     def quantity(self, key: str, *, allow_negative: bool = False) -> Fraction | None:
         value = self.raw(key)
@@ -187,7 +228,7 @@ class FieldReader:
             self.error(str(exc), key, fix="write a Kubernetes quantity such as 500m, 2, 10Gi or 1e3")
             return None
         if q < 0 and not allow_negative:
-            self.error(f"quantity must not be negative, got {value!r}", key, fix="use a value of 0 or more")
+            self.error(f"quantity must not be negative, got {shown(value)}", key, fix="use a value of 0 or more")
             return None
         return q
 
@@ -201,8 +242,8 @@ class FieldReader:
         out: dict[str, str] = {}
         for k, v in value.items():
             if v is None or isinstance(v, list | dict):
-                self.error(f"value of {k!r} must be a string", key, str(k),
-                           fix=f'quote it: {k}: "{v}"' if v is not None else "give it a value")
+                self.error(f"value of {shown(k)} must be a string", key, str(k),
+                           fix=f'quote it: {shown(k)}: "..."' if v is not None else "give it a value")
                 continue
             out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
         return out

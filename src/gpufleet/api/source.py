@@ -15,23 +15,25 @@ import gc
 import itertools
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO, TypeAlias
+from typing import Any, BinaryIO, TextIO, TypeAlias
 
 import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from gpufleet.api.errors import Problems, field_path
+from gpufleet.api.errors import Problems, field_path, shown
+from gpufleet.api.limits import MAX_DOCUMENT_BYTES, MAX_DOCUMENTS, MAX_INPUT_BYTES, MAX_NODES_PER_DOCUMENT
 
 try:
     from yaml import CSafeLoader as _BaseLoader
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
 
-__all__ = ["MANIFEST_SUFFIXES", "STDIN_NAME", "Document", "load_paths", "load_text"]
+__all__ = ["MANIFEST_SUFFIXES", "STDIN_NAME", "Document", "InputBudget", "load_paths", "load_text"]
 
 STDIN_NAME = "<stdin>"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -171,7 +173,7 @@ class _Builder:
             return ctor(self.ctor, node)
         except ValueError as exc:
             kind = tag.rsplit(":", 1)[-1]
-            raise _BuildError(f"cannot read {node.value!r} as {kind}: {exc}", node) from None
+            raise _BuildError(f"cannot read {shown(node.value)} as {kind}: {shown(str(exc), 100)}", node) from None
 
     def collection(self, node: Node) -> tuple[Any, _Lines | None]:
         key = id(node)
@@ -280,14 +282,15 @@ class _Builder:
         return _BuildError(f"a mapping key must be a plain value, got {what}", key_node, fix="use a string key")
 
 
-def _path_to(root: Node, target: Node) -> tuple[PathPart, ...] | None:
-    """Field path from ``root`` to ``target``, for messages about a node found while building."""
+def _paths_to(root: Node, targets: set[int]) -> dict[int, tuple[PathPart, ...]]:
+    """Field paths from ``root`` to the nodes whose ids are in ``targets``, in one walk of the tree."""
+    found: dict[int, tuple[PathPart, ...]] = {}
     stack: list[tuple[Node, tuple[PathPart, ...]]] = [(root, ())]
     seen: set[int] = set()
-    while stack:
+    while stack and len(found) < len(targets):
         node, path = stack.pop()
-        if node is target:
-            return path
+        if id(node) in targets and id(node) not in found:
+            found[id(node)] = path
         if id(node) in seen:
             continue
         seen.add(id(node))
@@ -297,19 +300,18 @@ def _path_to(root: Node, target: Node) -> tuple[PathPart, ...] | None:
         elif isinstance(node, SequenceNode):
             for i, v in enumerate(node.value):
                 stack.append((v, (*path, i)))
-    return None
+    return found
 
 
 def _describe(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"the string {shown!r}"
+        return f"the string {shown(value, 40)}"
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
-        return f"the number {value!r}"
+        return f"the number {shown(value)}"
     return f"a value of type {type(value).__name__}"
 
 
@@ -326,6 +328,43 @@ def _label(data: Any) -> tuple[str | None, str | None]:
     return (kind if isinstance(kind, str) else None), name
 
 
+def _node_count_exceeds(text: str, limit: int) -> bool:
+    """Whether a document holds more than ``limit`` YAML values; a streaming count of parser events that
+    stops at the limit, so it costs little memory and bounded time. Syntax errors are left to the reader."""
+    loader = _Loader(text)
+    count = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, _VALUE_EVENTS):
+                count += 1
+                if count > limit:
+                    return True
+    except yaml.YAMLError:
+        return False
+    finally:
+        loader.dispose()
+    return False
+
+
+_VALUE_EVENTS = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.AliasEvent)
+
+
+class InputBudget:
+    """What is left of one run's input limits (bytes, documents), shared by every file it reads."""
+
+    def __init__(self, max_bytes: int = MAX_INPUT_BYTES, max_documents: int = MAX_DOCUMENTS) -> None:
+        self.bytes = max_bytes
+        self.documents = max_documents
+        self.max_bytes = max_bytes
+        self.max_documents = max_documents
+        self.exhausted = False
+
+
+class _DocumentLimit(Exception):
+    """Raised inside a file's loader when the run's document budget is spent."""
+
+
 class _FileLoader:
     """Loads the documents of one file (or stdin).
 
@@ -333,12 +372,26 @@ class _FileLoader:
     piece, and what the first pass reported must not appear twice.
     """
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, budget: InputBudget) -> None:
         self.file = file
         self.problems = Problems()
         self.docs: list[Document] = []
         self.index = 0
         self.ctor = SafeConstructor()
+        self.budget = budget
+        self.documents_before = budget.documents
+
+    def take(self, line: int) -> None:
+        """Count one more document against the run's budget; at the limit, say so once and stop."""
+        if self.budget.documents <= 0:
+            if not self.budget.exhausted:
+                self.budget.exhausted = True
+                self.problems.error(
+                    f"more than {self.budget.max_documents:,} documents: gpufleet's limit per input (see "
+                    "docs/limits.md); this one and all after it are not read", file=self.file, line=line,
+                    fix="give fewer objects per run")
+            raise _DocumentLimit
+        self.budget.documents -= 1
 
     def syntax_error(self, exc: yaml.YAMLError, offset: int) -> None:
         line: int | None = offset + 1
@@ -395,6 +448,7 @@ class _FileLoader:
         doc = Document(data, self.file, line, index, lines)
         if builder.duplicates:
             self.report_duplicates(doc, root, builder.duplicates, offset)
+            return  # refused whole, as the API server refuses it: which value was meant is unknown
         if not isinstance(data, dict):
             self.problems.error(
                 f"a manifest document must be a mapping with apiVersion and kind, got {_describe(data)}",
@@ -405,16 +459,20 @@ class _FileLoader:
         elif data.get("kind") == "List":
             self.expand_list(doc)
         else:
+            self.take(line)
             self.docs.append(doc)
 
     def report_duplicates(
         self, doc: Document, root: Node, duplicates: list[tuple[MappingNode, Node, Any]], offset: int
     ) -> None:
         kind, name = _label(doc.data)
+        paths = _paths_to(root, {id(m) for m, _, _ in duplicates})  # one walk for all of them
         for mapping_node, key_node, key in duplicates:
-            parent = _path_to(root, mapping_node) or ()
-            self.problems.warning(
-                f"duplicate key {key!r}; YAML keeps only the last value",
+            parent = paths.get(id(mapping_node), ())
+            # An error, as kubectl and the API server make it: YAML keeps only the last value, so the first
+            # (a GPU limit, say) would silently vanish.
+            self.problems.error(
+                f"duplicate key {shown(key)}: YAML keeps only the last value, the first is lost",
                 file=self.file,
                 line=key_node.start_mark.line + 1 + offset,
                 kind=kind,
@@ -453,9 +511,16 @@ class _FileLoader:
                 )
                 continue
             sub = item_lines[i] if item_lines is not None else None
+            self.take(line)
             self.docs.append(Document(item, self.file, line, doc.index, sub[1] if isinstance(sub, tuple) else None))
 
     def load(self, text: str) -> None:
+        if len(text) > MAX_DOCUMENT_BYTES:
+            # A document's node tree costs ~60 bytes of memory per byte of YAML: a big file is read piece by
+            # piece, and a piece too big for the API server is first counted (streaming) so one huge
+            # document cannot exhaust memory.
+            self.load_pieces(text)
+            return
         roots: Iterator[Node] = yaml.compose_all(text, Loader=_Loader)
         while True:
             try:
@@ -469,7 +534,19 @@ class _FileLoader:
         self.docs.clear()
         self.problems = Problems()
         self.index = 0
+        self.budget.documents = self.documents_before
+        self.load_pieces(text)
+
+    def load_pieces(self, text: str) -> None:
         for offset, piece in _split_documents(text):
+            if len(piece) > MAX_DOCUMENT_BYTES and _node_count_exceeds(piece, MAX_NODES_PER_DOCUMENT):
+                self.problems.error(
+                    f"this document holds more than {MAX_NODES_PER_DOCUMENT:,} YAML values, gpufleet's limit per "
+                    "document (see docs/limits.md); it is left out", file=self.file, line=offset + 1,
+                    fix="split it into several documents (a List of many objects: one document per object, "
+                    "as `kubectl get -o yaml` items can be written)")
+                self.index += 1
+                continue
             try:
                 piece_roots = list(yaml.compose_all(piece, Loader=_Loader))
             except yaml.YAMLError as exc:
@@ -520,17 +597,21 @@ def _split_documents(text: str) -> list[tuple[int, str]]:
     return pieces
 
 
-def load_text(text: str, file: str, problems: Problems) -> list[Document]:
-    """Documents of one YAML/JSON stream, ``file`` naming it in messages. Problems go to ``problems``."""
+def load_text(text: str, file: str, problems: Problems, budget: InputBudget | None = None) -> list[Document]:
+    """Documents of one YAML/JSON stream, ``file`` naming it in messages. Problems go to ``problems``;
+    ``budget`` is the run's input limits (a fresh one when the text is read on its own)."""
+    budget = budget if budget is not None else InputBudget()
     if text.startswith("\ufeff"):
         text = text[1:]
-    loader = _FileLoader(file)
+    loader = _FileLoader(file, budget)
     # The loader allocates millions of small objects that all stay alive; the cyclic collector would
     # rescan them again and again (measured 3-4x slower on 50,000 documents) to find no garbage.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         loader.load(text)
+    except _DocumentLimit:
+        pass  # said once by the loader; what was read before the limit is kept
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -560,28 +641,68 @@ def _folder_files(folder: str, problems: Problems) -> list[str]:
     return [path for _, path in found]
 
 
-def _read_file(path: str, problems: Problems) -> str | None:
+def _read_file(path: str, problems: Problems, budget: InputBudget) -> str | None:
+    """The text of one regular file within the run's byte budget; None (with the problem said) otherwise."""
     try:
-        with open(path, encoding="utf-8-sig") as fh:
-            return fh.read()
+        # O_NONBLOCK: opening a FIFO nobody writes to would otherwise block before fstat can tell what it is.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                # A FIFO, a device such as /dev/zero or a socket: reading it could block or never end.
+                problems.warning(
+                    "not a regular file (a pipe, device or socket); it is skipped", file=path,
+                    fix="save the manifests to a file, or pipe them into `-` (stdin)")
+                return None
+            if st.st_size > budget.bytes:
+                problems.error(
+                    f"the input would exceed {budget.max_bytes // 2**20} MiB, gpufleet's limit per run (see "
+                    f"docs/limits.md); this file ({st.st_size:,} bytes) is not read", file=path,
+                    fix="give fewer or smaller files per run")
+                return None
+            data = fh.read(budget.bytes + 1)
+    except OSError as exc:
+        problems.error(f"cannot read {path}: {exc.strerror}", file=path, fix="check the file's permissions")
+        return None
+    return _decode(data, path, problems, budget)
+
+
+def _decode(data: bytes, name: str, problems: Problems, budget: InputBudget) -> str | None:
+    if len(data) > budget.bytes:
+        problems.error(
+            f"the input exceeds {budget.max_bytes // 2**20} MiB, gpufleet's limit per run (see docs/limits.md); "
+            "it is not read", file=name, fix="give fewer or smaller files per run")
+        return None
+    budget.bytes -= len(data)
+    try:
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         problems.error(
             f"the file is not UTF-8 text ({exc.reason} at byte {exc.start})",
-            file=path,
+            file=name,
             fix="save the file as UTF-8",
         )
-    except OSError as exc:
-        problems.error(f"cannot read {path}: {exc.strerror}", file=path, fix="check the file's permissions")
     return None
 
 
-def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None = None) -> list[Document]:
-    """Documents of every path in order: files, folders (recursively, sorted) and ``-`` for stdin."""
+def _read_stream(stream: TextIO | BinaryIO, problems: Problems, budget: InputBudget) -> str | None:
+    raw = stream.buffer if hasattr(stream, "buffer") else stream
+    data = raw.read(budget.bytes + 1)
+    if isinstance(data, str):  # a text stream without a buffer (tests pass io.StringIO)
+        data = data.encode("utf-8")
+    return _decode(data, STDIN_NAME, problems, budget)
+
+
+def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None = None,
+               budget: InputBudget | None = None) -> list[Document]:
+    """Documents of every path in order: files, folders (recursively, sorted) and ``-`` for stdin, within
+    the run's input limits (bytes and documents, ``docs/limits.md``)."""
+    budget = budget if budget is not None else InputBudget()
     docs: list[Document] = []
     for path in paths:
         if path == "-":
-            stream = sys.stdin if stdin is None else stdin
-            docs.extend(load_text(stream.read(), STDIN_NAME, problems))
+            text = _read_stream(sys.stdin if stdin is None else stdin, problems, budget)
+            if text is not None:
+                docs.extend(load_text(text, STDIN_NAME, problems, budget))
             continue
         if os.path.isdir(path):
             files = _folder_files(path, problems)
@@ -601,7 +722,9 @@ def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None
             )
             continue
         for file in files:
-            text = _read_file(file, problems)
+            if budget.exhausted:
+                return docs
+            text = _read_file(file, problems, budget)
             if text is not None:
-                docs.extend(load_text(text, file, problems))
+                docs.extend(load_text(text, file, problems, budget))
     return docs

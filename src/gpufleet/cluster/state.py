@@ -25,6 +25,7 @@ from gpufleet.api.objects import (
     ResourceList,
     Taint,
 )
+from gpufleet.api.reader import parse_int_text
 from gpufleet.cluster.devices import DeviceGrant, GpuSlot, InvariantError, MigSlot, fraction_need, grant_device_id
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, Catalog
 from gpufleet.gpu.mig import MigPlacement, geometry_for, profile_from_resource_name
@@ -75,6 +76,12 @@ class Placement:
     device_ids: tuple[str, ...]
 
 
+def _label_int(labels: dict[str, str], key: str, default: int) -> int:
+    """A GFD number label (checked by the Node parser); ``default`` when absent or empty."""
+    value = parse_int_text(labels.get(key) or "")
+    return value if value is not None and value > 0 else default
+
+
 def _gpu_slots_from_node(node: Node, catalog: Catalog) -> tuple[list[GpuSlot], str | None]:
     """Build the node's GPU slots from its inventory annotation, else from its resources and GFD labels."""
     inv = node.gpus
@@ -109,15 +116,15 @@ def _gpu_slots_from_node(node: Node, catalog: Catalog) -> tuple[list[GpuSlot], s
     # No inventory: derive logical devices from the advertised resources and GFD labels.
     product = labels.get(PRODUCT_LABEL)
     model_obj = catalog.find(product) if product else None
-    memory = int(labels.get("nvidia.com/gpu.memory", "0") or 0) or (model_obj.memory_mib if model_obj else 0)
+    memory = _label_int(labels, "nvidia.com/gpu.memory", 0) or (model_obj.memory_mib if model_obj else 0)
     model_key = model_obj.key if model_obj else (product or None)
     slots = []
     for resource in (GPU, SHARED_GPU):
         count = node.allocatable.get(resource, 0)
         if count <= 0:
             continue
-        replicas = int(labels.get("nvidia.com/gpu.replicas", "1") or 1)
-        physical = int(labels.get("nvidia.com/gpu.count", "0") or 0)
+        replicas = _label_int(labels, "nvidia.com/gpu.replicas", 1)
+        physical = _label_int(labels, "nvidia.com/gpu.count", 0)
         if replicas > 1 and physical > 0:
             for _ in range(physical):
                 base = f"{node.name}/gpu-{len(slots)}"

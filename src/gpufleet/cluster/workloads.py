@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpufleet.api.errors import Problems
+from gpufleet.api.limits import MAX_PODS, MAX_PODS_PER_WORKLOAD, PODS
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import (
     GPUFLEET_QUEUE_LABEL,
@@ -30,6 +31,7 @@ from gpufleet.api.objects import (
     PodTemplate,
     ResourceList,
 )
+from gpufleet.api.reader import parse_int_text
 
 WorkloadKind = Literal["Pod", "PodGroup", "Job", "Workload"]
 
@@ -153,7 +155,8 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
         first = members[0]
         counts = {m.meta.annotations.get(POD_GROUP_COUNT_ANNOTATION) for m in members}
         total: int | None = None
-        if len(counts) != 1 or None in counts or not str(next(iter(counts))).isdigit():
+        declared = parse_int_text(str(next(iter(counts)))) if len(counts) == 1 and None not in counts else None
+        if declared is None or not 0 < declared <= MAX_PODS_PER_WORKLOAD:
             src = first.meta.source
             problems.error(
                 f"pod group {ns}/{group}: every member needs the same {POD_GROUP_COUNT_ANNOTATION} annotation",
@@ -161,7 +164,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
                 field=f"metadata.annotations.{POD_GROUP_COUNT_ANNOTATION}",
                 fix=f'set {POD_GROUP_COUNT_ANNOTATION}: "{len(members)}" on every pod of the group')
             continue
-        total = int(str(next(iter(counts))))
+        total = declared
         queues = {queue_of(m.meta.labels) for m in members}
         if len(queues) > 1:
             src = first.meta.source
@@ -219,7 +222,23 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
             pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations,
             active=wl.active, order=wl.meta.order, uid=wl.meta.uid))
     out.sort(key=lambda w: w.order)
-    return out
+    return _within_pod_limit(out, problems)
+
+
+def _within_pod_limit(workloads: list[Workload], problems: Problems) -> list[Workload]:
+    """The workloads, in order, while their pods stay within gpufleet's limit per input; the rest are refused
+    with an error each (their objects were valid, but together they are more than a run may hold)."""
+    kept: list[Workload] = []
+    total = 0
+    for w in workloads:
+        total += len(w.pods)
+        if total > MAX_PODS:
+            problems.error(f"{w.kind} {w.key}: the input's workloads hold more than {MAX_PODS:,} pods together: "
+                           f"{PODS.says()}; this workload is left out", kind=w.kind, name=w.key,
+                           fix="plan or simulate fewer workloads per run")
+            continue
+        kept.append(w)
+    return kept
 
 
 def index_by_key(workloads: Iterable[Workload]) -> dict[str, Workload]:

@@ -727,7 +727,8 @@ def parse_layout(text: str, geometry: MigGeometry) -> tuple[MigPlacement, ...]:
     for token in tokens:
         name, sep, num = token.partition(":")
         num = num.strip()
-        if sep and not re.fullmatch(r"[0-9]+", num):
+        # Two digits at most: no GPU holds more than 7 instances, and a huge count must not become a huge int.
+        if sep and not re.fullmatch(r"[0-9]{1,2}", num):
             raise MigError(
                 f"bad count {num!r} in MIG layout entry {token!r} for {geometry.model}; "
                 "use '<profile>:<count>', e.g. '3g.40gb:2'",

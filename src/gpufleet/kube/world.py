@@ -24,6 +24,7 @@ from typing import Any
 from gpufleet.api.errors import ManifestError, Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
+from gpufleet.api.reader import parse_int_text
 from gpufleet.cluster.devices import InvariantError
 from gpufleet.cluster.state import ClusterState, first_free_grants
 from gpufleet.cluster.workloads import Workload, build_workloads
@@ -247,6 +248,7 @@ def expected_size(members: list[PodEntry]) -> int:
     """A pod group's declared total (kueue.x-k8s.io/pod-group-total-count), else its member count."""
     for e in members:
         raw = ((e.raw.get("metadata") or {}).get("annotations") or {}).get(POD_GROUP_COUNT_ANNOTATION)
-        if raw is not None and str(raw).isdigit():
-            return int(raw)
+        declared = parse_int_text(str(raw)) if raw is not None else None
+        if declared is not None and declared > 0:
+            return declared
     return len(members)

@@ -72,12 +72,15 @@ def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | 
     docs = load_paths(yamls, problems, stdin=sys.stdin) if yamls else []
     docs, specs = split_generators(docs, errors)
     for spec in specs:
-        docs.extend(generated_documents(spec, scenario, seed=seed, duration_s=duration_s))
+        try:
+            docs.extend(generated_documents(spec, scenario, seed=seed, duration_s=duration_s))
+        except GeneratorError as exc:
+            errors.append(str(exc))
     manifests = build(docs, problems)
     jobs = jobs_from_manifests(manifests, problems)
     for path in csvs:
-        if not Path(path).is_file():
-            errors.append(f"{path}: no such file")
+        if not Path(path).is_file():  # also refuses pipes and devices, whose reading might never end
+            errors.append(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a regular file")
             continue
         if _is_node_list(path):
             rows, report = read_nodes(path)

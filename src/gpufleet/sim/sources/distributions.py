@@ -16,6 +16,7 @@ numbers), so ``median: 6h`` and ``median: 20Gi`` both work where they make sense
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.api.errors import shown
 from gpufleet.api.kinds import parse_duration
+from gpufleet.api.limits import MAX_DURATION_S
 from gpufleet.api.quantity import QuantityError, parse_quantity
 
 Unit = Callable[[Any], float]
@@ -36,10 +39,13 @@ class DistributionError(ValueError):
 
 def seconds(value: Any) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    parsed = parse_duration(str(value))
+        parsed: float | None = number(value)
+        if parsed is not None and not 0 <= parsed <= MAX_DURATION_S:
+            parsed = None
+    else:
+        parsed = parse_duration(str(value))
     if parsed is None:
-        raise DistributionError(f"{value!r} is not a duration (write 30m, 6h, 2d or seconds)")
+        raise DistributionError(f"{shown(value)} is not a duration of at most a year (write 30m, 6h, 2d or seconds)")
     return parsed
 
 
@@ -47,17 +53,21 @@ def mebibytes(value: Any) -> float:
     try:
         q = parse_quantity(value if isinstance(value, (int, float, str)) else str(value))
     except QuantityError as exc:
-        raise DistributionError(f"{value!r} is not a memory quantity (write 20Gi)") from exc
+        raise DistributionError(f"{shown(value)} is not a memory quantity (write 20Gi)") from exc
     return float(q) / 2**20
 
 
 def number(value: Any) -> float:
-    if isinstance(value, bool):
-        raise DistributionError(f"{value!r} is not a number")
+    """A finite number; strings longer than a number can be are refused before float() reads them."""
+    if isinstance(value, bool) or (isinstance(value, str) and len(value) > 64):
+        raise DistributionError(f"{shown(value)} is not a number")
     try:
-        return float(value)
-    except (TypeError, ValueError) as exc:
-        raise DistributionError(f"{value!r} is not a number") from exc
+        result = float(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise DistributionError(f"{shown(value)} is not a finite number") from exc
+    if not math.isfinite(result):
+        raise DistributionError(f"{shown(value)} is not a finite number")
+    return result
 
 
 @dataclass(frozen=True, slots=True)

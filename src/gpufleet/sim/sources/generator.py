@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet.api.limits import MAX_GPUS_PER_NODE, MAX_PODS, MAX_PODS_PER_WORKLOAD, MAX_RATE_PER_HOUR
 from gpufleet.api.objects import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
 from gpufleet.sim.model import (
     ARRIVAL_ANNOTATION,
@@ -198,8 +199,9 @@ def _class(r: _Reader, data: Any, i: int) -> ClassSpec:
         weekend = number(arrival.get("weekendFactor", 1.0))
     except DistributionError as exc:
         raise r.fail((*path, "arrival"), str(exc)) from exc
-    if rate < 0 or not 0 <= amplitude <= 1 or weekend < 0:
-        raise r.fail((*path, "arrival"), "ratePerHour >= 0, diurnal.amplitude in [0, 1], weekendFactor >= 0")
+    if not 0 <= rate <= MAX_RATE_PER_HOUR or not 0 <= amplitude <= 1 or not 0 <= weekend <= 100:
+        raise r.fail((*path, "arrival"), f"ratePerHour in [0, {MAX_RATE_PER_HOUR:,.0f}] (gpufleet's limit, see "
+                     "docs/limits.md), diurnal.amplitude in [0, 1], weekendFactor in [0, 100]")
     role = str(data.get("role", "batch"))
     if role not in ROLES:
         raise r.fail((*path, "role"), f"{role!r} is not one of {', '.join(ROLES)}")
@@ -207,8 +209,8 @@ def _class(r: _Reader, data: Any, i: int) -> ClassSpec:
     demand = {str(k): _form(r, v, (*path, "demand", str(k))) for k, v in demand_raw.items()}
     gang = data.get("gang")
     backoff = data.get("backoffLimit", 0)
-    if not isinstance(backoff, int) or isinstance(backoff, bool) or backoff < 0:
-        raise r.fail((*path, "backoffLimit"), "a whole number >= 0")
+    if not isinstance(backoff, int) or isinstance(backoff, bool) or not 0 <= backoff <= 1000:
+        raise r.fail((*path, "backoffLimit"), "a whole number from 0 to 1000")
     mem = data.get("gpuMemoryUsed")
     return ClassSpec(
         name=name, namespace=str(data.get("namespace", name)),
@@ -241,8 +243,8 @@ def parse_generator(data: Mapping[str, Any], where: str = "<generator>",
     if dup:
         raise r.fail(("spec", "classes"), f"class names must be unique: {', '.join(dup)}")
     seed = spec.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise r.fail(("spec", "seed"), "a whole number")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise r.fail(("spec", "seed"), "a whole number from 0 to 2**63-1")
     try:
         duration = seconds(spec.get("duration", DEFAULT_DURATION_S))
     except DistributionError as exc:
@@ -289,14 +291,21 @@ def draw(spec: GeneratorSpec, *, seed: int | None = None, duration_s: float | No
         rng = _stream(seed, c.name)
         # Non-homogeneous Poisson by thinning: candidates at the peak rate, each kept with rate(t)/peak.
         peak = c.arrival.rate_max
-        n = int(rng.poisson(peak * horizon / 3600.0)) if peak > 0 else 0
+        expected = peak * horizon / 3600.0
+        if expected > MAX_PODS:
+            raise GeneratorError(f"class {c.name}: {expected:,.0f} arrivals expected over the run, more than "
+                                 f"{MAX_PODS:,} (gpufleet's limit per input, docs/limits.md); lower ratePerHour "
+                                 "or the duration")
+        n = int(rng.poisson(expected)) if peak > 0 else 0
         times = np.sort(rng.uniform(0.0, horizon, n))
         keep = rng.uniform(0.0, 1.0, n) * peak < c.arrival.rate_at(times)
         times = times[keep]
         m = len(times)
         durations = c.duration.sample(rng, m)
-        pods = np.maximum(1, np.rint(c.pods.sample(rng, m))).astype(int)
-        gpus = np.maximum(1, np.rint(c.gpus_per_pod.sample(rng, m))).astype(int)
+        # Drawn sizes are clipped to what one workload and one node may hold (docs/limits.md): a heavy-tailed
+        # distribution must not produce a million-pod job.
+        pods = np.clip(np.rint(c.pods.sample(rng, m)), 1, MAX_PODS_PER_WORKLOAD).astype(int)
+        gpus = np.clip(np.rint(c.gpus_per_pod.sample(rng, m)), 1, MAX_GPUS_PER_NODE).astype(int)
         util = np.clip(c.utilization.sample(rng, m), 0.0, 1.0)
         memory = c.memory_used.sample(rng, m) if c.memory_used is not None else None
         for i in range(m):

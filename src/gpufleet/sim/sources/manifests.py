@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
-from gpufleet.api.errors import Problems
+from gpufleet.api.errors import Problems, shown
 from gpufleet.api.kinds import parse_duration
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_LABEL, ObjectMeta
 from gpufleet.api.quantity import QuantityError, parse_quantity
+from gpufleet.api.reader import parse_int_text
 from gpufleet.cluster.workloads import Workload, build_workloads
 from gpufleet.sim.model import (
     ARRIVAL_ANNOTATION,
@@ -127,9 +128,10 @@ def _count(a: Mapping[str, str], key: str, default: int) -> int:
     text = a.get(key)
     if text is None:
         return default
-    if not text.strip().isdigit():
-        raise _Bad(key, f"{text!r} is not a count", f'write it like {key}: "3"')
-    return int(text)
+    count = parse_int_text(text)
+    if count is None or count < 0:
+        raise _Bad(key, f"{shown(text)} is not a count", f'write it like {key}: "3"')
+    return count
 
 
 def _profile(a: Mapping[str, str]) -> PodProfile:
