@@ -106,7 +106,10 @@ def fraction_need(milli: int, memory_mib: int | None, gpu_memory_mib: int) -> tu
 
     A share means that share of the GPU's compute and memory (the openb trace's and KAI's reading); a pod
     that declares only memory takes the compute share its memory is of the GPU, so packing stays honest.
+    A GPU whose memory is unknown (0) holds no declared memory: the pod's MiB are taken as they are.
     """
+    if gpu_memory_mib <= 0:
+        return milli, memory_mib or 0
     by_memory = -(-1000 * memory_mib // gpu_memory_mib) if memory_mib else 0
     share = max(milli, by_memory)
     memory = max(memory_mib or 0, (share * gpu_memory_mib) // 1000)

@@ -8,13 +8,15 @@ identical nodes and dynamic ones once per class of identical node states. Order 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from gpufleet.api.objects import PODS, Taint
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
-from gpufleet.scheduling.placement.need import PodNeed
+from gpufleet.scheduling.placement.need import PodNeed, compile_need
 from gpufleet.scheduling.placement.nodeview import device_kind, fraction_share, gpu_free_milli, whole_gpus
+from gpufleet.scheduling.types import PodRequest
 
 DEFAULT_MAX_PODS = 110  # what ClusterState assumes when a node does not publish "pods"
 
@@ -244,6 +246,26 @@ def default_filters() -> tuple[Filter, ...]:
     """Every filter, static ones first, in the order explain() attributes failures."""
     return (NodeReady(), NodeAffinity(), FlavorNodeLabels(), TaintToleration(), GpuModel(), TimeSliceLimit(),
             GpuMemory(), Resources(), WholeGpus(), TimeSliceReplicas(), MigInstances(), Fraction())
+
+
+DEFAULT_FILTERS = default_filters()
+
+
+def unfit_reason(need: PodNeed, node: NodeState, filters: Sequence[Filter] = DEFAULT_FILTERS) -> str | None:
+    """Why ``node`` cannot take the pod now (the first filter it fails), None when it can.
+
+    The one node-fit check: the placement engine runs these filters (per equivalence class of nodes), and the
+    first-fit placer and the simulator's stranded-capacity metric ask this function."""
+    for f in filters:
+        reason = f.check(need, node)
+        if reason is not None:
+            return reason
+    return None
+
+
+def pod_unfit_reason(pod: PodRequest, node: NodeState) -> str | None:
+    """:func:`unfit_reason` for a pod request (compiled once, nothing cached)."""
+    return unfit_reason(compile_need(pod), node)
 
 
 def fit_count(need: PodNeed, node: NodeState) -> int:

@@ -64,7 +64,8 @@ class Interner:
         return i
 
 
-def compile_need(req: PodRequest, intern: Interner) -> PodNeed:
+def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
+    """The pod's need; without an ``intern``, its keys are -1 (a one-off check that caches nothing)."""
     t = req.template
     requests = tuple(sorted((r, a) for r, a in t.requests.items() if a and r != FRACTION_RESOURCE))
     selector = tuple(sorted(t.node_selector.items()))
@@ -83,6 +84,6 @@ def compile_need(req: PodRequest, intern: Interner) -> PodNeed:
         tolerations=tolerations,
         node_labels=node_labels,
         per_node=_mentions_identity(selector, t.required_affinity, node_labels),
-        constraint_key=intern(constraint),
-        shape_key=intern((constraint, requests)),
+        constraint_key=intern(constraint) if intern is not None else -1,
+        shape_key=intern((constraint, requests)) if intern is not None else -1,
     )
