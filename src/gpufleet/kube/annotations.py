@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufleet.api.kinds import parse_timestamp
+from gpufleet.api.limits import MAX_ANNOTATION_BYTES
 from gpufleet.api.objects import DEVICES_ANNOTATION
 
 NODE_ANNOTATION = "gpufleet.io/node"
@@ -71,11 +72,11 @@ def format_time(seconds: float) -> str:
 def read_devices(annotations: Mapping[str, str]) -> tuple[str, ...] | None:
     """The device IDs of ``gpufleet.io/devices`` (a JSON list of strings); None when absent or malformed."""
     raw = annotations.get(DEVICES_ANNOTATION)
-    if raw is None:
+    if not isinstance(raw, str) or len(raw) > MAX_ANNOTATION_BYTES:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a user-written "[[[[..." thousands deep
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None

@@ -54,6 +54,13 @@ class AssumedPods:
         """The cache shows the pod bound or deleted: the assumption has done its job."""
         self.forget(pod)
 
+    def copy(self) -> AssumedPods:
+        """An independent copy, for trial cycles that must not change the real assumptions."""
+        other = AssumedPods(self.ttl)
+        with self._lock:
+            other._pods = dict(self._pods)
+        return other
+
     def keys(self) -> set[str]:
         with self._lock:
             return set(self._pods)

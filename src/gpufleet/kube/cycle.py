@@ -13,6 +13,7 @@ The two phases are timed separately; the benchmark reports their share.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
@@ -21,18 +22,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.api.errors import shown
 from gpufleet.kube import gangs, planner
+from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import Intent
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.binder import Binder, BindJob, BindResult, PodBind
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.kube.grants import visible_devices
-from gpufleet.kube.informer import ObjectCache
+from gpufleet.kube.informer import CacheSnapshot, ObjectCache
 from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.quarantine import Quarantine, find_culprit
 from gpufleet.kube.queuestatus import queue_statuses, write_status
 from gpufleet.kube.recorder import Recorder
+from gpufleet.kube.resources import SCHEDULER_RESOURCES, ResourceType
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.world import World, assemble, finish
 from gpufleet.scheduling.kueue.info import WorkloadInfo
@@ -42,6 +47,23 @@ log = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
 
 _QUEUED = re.compile(r"(Waiting|Next) in ClusterQueue ")
+
+
+# A cycle that fails sets aside at most this many objects before it gives up (and retries next period).
+MAX_CULPRITS_PER_CYCLE = 3
+
+
+@dataclass(slots=True)
+class _Decided:
+    world: World
+    repairs: list[gangs.GangAction]
+    plan: planner.Plan
+    jobs: list[BindJob]
+    victims: list[Victim]
+    unschedulable: list[tuple[JsonDict, str]]
+    statuses: list[tuple[Any, JsonDict, JsonDict]]
+    world_s: float
+    policy_s: float
 
 
 @dataclass(slots=True)
@@ -94,6 +116,7 @@ class CycleRunner:
         self.assumed = AssumedPods(settings.binding.assume_timeout)
         self.shields = Shields()
         self.parked = planner.ParkedMemory()
+        self.quarantine = Quarantine()
         self.recorder = Recorder(client, settings.scheduler_name, identity)
         b = settings.binding
         self.binder = Binder(client, self.recorder, metrics, may_write=may_write, retries=b.retries,
@@ -112,33 +135,20 @@ class CycleRunner:
         now = self.clock()
         report = CycleReport(self.count, now)
         started = time.perf_counter()
-        s = self.settings
-        snapshot = self.cache.snapshot()
-        world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
-                         assumed=self.assumed, now=now, require_mutation=s.webhook.require_mutation)
-        repairs = gangs.repair(world, s.binding.gang_repair_timeout)
-        finish(world)
-        report.world_s = time.perf_counter() - started
-        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=self.parked,
-                                     quota_only=s.quota_only)
-        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
-        self.parked.remember(policy)
-        report.policy_s = time.perf_counter() - started - report.world_s
-        timeouts = gangs.timed_out(world, plan.pods_ready_policy)
-        jobs = self._jobs(world, plan, repairs)
-        victims = self._victims(world, plan, [*repairs, *timeouts])
-        unschedulable = self._unschedulable(world, plan)
-        problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
-        statuses = queue_statuses(snapshot, policy, problems, now)
+        d = self._decide_isolating(self.cache.snapshot(), now)
+        world, plan = d.world, d.plan
+        report.world_s, report.policy_s = d.world_s, d.policy_s
         self._gauge(world, plan)
-        for job in jobs:
+        self._reject(world)
+        for job in d.jobs:
             for p in job.pods:
                 self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
         report.policy_cycles = plan.cycles
         report.admitted = [a.workload for a in plan.admitted]
-        report.completed_gangs = [a.workload for a in repairs if a.kind == "complete"]
+        report.completed_gangs = [a.workload for a in d.repairs if a.kind == "complete"]
         report.pending = len(plan.pending)
         report.core_s = time.perf_counter() - started
+        jobs, victims, unschedulable, statuses = d.jobs, d.victims, d.unschedulable, d.statuses
 
         api_started = time.perf_counter()
         self._apply(report, jobs, victims, unschedulable, statuses, now)
@@ -152,6 +162,92 @@ class CycleRunner:
                      extra={"cycle": report.number, "core_s": round(report.core_s, 4),
                             "api_s": round(report.api_s, 4), "policy_cycles": report.policy_cycles})
         return report
+
+    # --- the core, and what to do when it fails ----------------------------------------------------------
+
+    def _decide(self, snapshot: CacheSnapshot, now: float, assumed: AssumedPods,
+                parked: planner.ParkedMemory) -> _Decided:
+        """Everything the cycle decides from ``snapshot``, without a single write: the part a poisoned object
+        can make fail, and the part :meth:`_decide_isolating` reruns to find which object it is."""
+        started = time.perf_counter()
+        s = self.settings
+        world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
+                         assumed=assumed, now=now, require_mutation=s.webhook.require_mutation)
+        repairs = gangs.repair(world, s.binding.gang_repair_timeout)
+        finish(world)
+        world_s = time.perf_counter() - started
+        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=parked,
+                                     quota_only=s.quota_only)
+        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        parked.remember(policy)
+        policy_s = time.perf_counter() - started - world_s
+        timeouts = gangs.timed_out(world, plan.pods_ready_policy)
+        problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
+        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
+                        self._victims(world, plan, [*repairs, *timeouts]), self._unschedulable(world, plan),
+                        queue_statuses(snapshot, policy, problems, now), world_s, policy_s)
+
+    def _decide_isolating(self, snapshot: CacheSnapshot, now: float) -> _Decided:
+        """:meth:`_decide`, and when it raises, find the object responsible, set it aside and decide again
+        without it (at most :data:`MAX_CULPRITS_PER_CYCLE` times); re-raise what no object explains."""
+        for attempt in range(MAX_CULPRITS_PER_CYCLE + 1):
+            filtered = self.quarantine.filter(snapshot)
+            try:
+                return self._decide(filtered, now, self.assumed, self.parked)
+            except Exception as exc:
+                if attempt == MAX_CULPRITS_PER_CYCLE:
+                    raise
+                log.exception("scheduling cycle %d failed; looking for the object responsible", self.count)
+                culprit = find_culprit(filtered, lambda trial: self._fails(trial, now))
+                if culprit is None:
+                    raise
+                self._hold(filtered, culprit, exc)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _fails(self, snapshot: CacheSnapshot, now: float) -> bool:
+        """Whether the core raises on ``snapshot``, run on copies of the state it would otherwise change."""
+        try:
+            self._decide(snapshot, now, self.assumed.copy(), copy.copy(self.parked))
+        except Exception:
+            return True
+        return False
+
+    def _hold(self, snapshot: CacheSnapshot, culprit: tuple[str, str], exc: Exception) -> None:
+        resource_key, key = culprit
+        resource = next((res for res in SCHEDULER_RESOURCES if res.key == resource_key), None)
+        obj = snapshot.objects[resource_key][key]
+        why = f"{type(exc).__name__}: {shown(str(exc), 200)}"
+        self.quarantine.hold(resource or r.PODS, key, obj, why)
+        kind = resource.kind if resource else resource_key
+        log.error("%s %s set aside: without it the scheduling cycle succeeds (%s); it gets another chance when "
+                  "it changes", kind, key, why, extra={"object": f"{kind}/{key}"})
+        message = (f"gpufleet set this {kind} aside: scheduling failed with it ({why}) and succeeds without it; "
+                   "edit or recreate it to have it considered again")
+        if resource is not None and self.may_write():
+            self.pool.submit(self._tell, resource, obj, message, time.time())
+
+    def _tell(self, resource: ResourceType, obj: JsonDict, message: str, now: float) -> None:
+        """A Warning event on the object (and, for a pod of ours, the Unschedulable condition)."""
+        regarding = {**obj, "apiVersion": resource.api_version, "kind": resource.kind}
+        spec = obj.get("spec") or {}
+        if resource is r.PODS and spec.get("schedulerName") == self.settings.scheduler_name \
+                and not spec.get("nodeName"):
+            self.recorder.unschedulable(regarding, message, now)
+        else:
+            self.recorder.event(regarding, "Rejected", message, "Scheduling", type="Warning")
+
+    def _reject(self, world: World) -> None:
+        """Count invalid and set-aside objects; tell about each invalid one once per version (our pending
+        pods are told through their Unschedulable condition already)."""
+        leading = self.may_write()
+        fresh = self.quarantine.set_invalid(world.invalid, tell=leading)
+        if leading:
+            for rejection, obj in fresh:
+                if rejection.kind != "Pod":
+                    log.warning("%s %s: %s", rejection.kind, rejection.key, rejection.message)
+                    resource = next(res for res in SCHEDULER_RESOURCES if res.kind == rejection.kind)
+                    self.pool.submit(self._tell, resource, dict(obj), rejection.message, time.time())
+        self.metrics.set_rejected(self.quarantine.counts())
 
     # --- plans ------------------------------------------------------------------------------------------
 

@@ -36,6 +36,10 @@ class SchedulerMetrics:
                                          "Evictions refused by a PodDisruptionBudget (429).", registry=reg)
         self.cycle_failures = Counter("gpufleet_cycle_failures", "Scheduling cycles that raised an error.",
                                       registry=reg)
+        self.rejected_objects = Gauge(
+            "gpufleet_rejected_objects", "Objects the scheduler leaves out: Invalid (they do not parse) or "
+            "CycleFailure (set aside because scheduling failed with them and succeeds without).",
+            ["kind", "reason"], registry=reg)
         self.is_leader = Gauge("gpufleet_is_leader", "1 while this replica holds the Lease.", registry=reg)
         self.informers_synced = Gauge("gpufleet_informers_synced", "1 once every informer has listed.", registry=reg)
 
@@ -44,6 +48,11 @@ class SchedulerMetrics:
         self.pending_workloads.clear()
         for (queue, reason), n in counts.items():
             self.pending_workloads.labels(queue, reason).set(n)
+
+    def set_rejected(self, counts: Mapping[tuple[str, str], int]) -> None:
+        self.rejected_objects.clear()
+        for (kind, reason), n in counts.items():
+            self.rejected_objects.labels(kind, reason).set(n)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -13,6 +13,7 @@ few.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,10 @@ from gpufleet.api.source import Document
 from gpufleet.kube.resources import ResourceType
 
 SOURCE = "<api>"
+log = logging.getLogger(__name__)
+# The memo key of a foreign pod's resources-only parse (kept apart from its full parse).
+_HOLDINGS = ResourceType("", "v1", "pods (resources only)", "Pod", namespaced=True)
+_HOLDINGS_OF = "pods"  # ResourceType("", "v1", "pods", ...).key: forgetting pods forgets their slim parses too
 
 JsonDict = dict[str, Any]
 
@@ -61,21 +66,49 @@ class ParseCache:
         hit = self._single.get((resource.key, key))
         if hit is not None and rv and hit[0] == rv:
             return hit[1]
-        manifests = build([document(obj)])
         self.parses += 1
-        typed: Node | Pod | None = None
-        if resource.kind == "Node" and manifests.nodes:
-            typed = manifests.nodes[0]
-        elif resource.kind == "Pod" and manifests.pods:
-            typed = manifests.pods[0]
-        parsed = Parsed(typed, tuple(manifests.problems.errors))
+        try:
+            manifests = build([document(obj)])
+        except Exception as exc:  # a parser bug must cost this object only, never the cycle
+            log.exception("parsing %s %s failed", resource.kind, key)
+            parsed = Parsed(None, (ManifestError(f"gpufleet could not read it ({type(exc).__name__}); this is a "
+                                                 "bug, please report it with the object", kind=resource.kind,
+                                                 name=key),))
+        else:
+            typed: Node | Pod | None = None
+            if resource.kind == "Node" and manifests.nodes:
+                typed = manifests.nodes[0]
+            elif resource.kind == "Pod" and manifests.pods:
+                typed = manifests.pods[0]
+            parsed = Parsed(typed, tuple(manifests.problems.errors))
         self._single[(resource.key, key)] = (rv, parsed)
         return parsed
+
+    def holdings(self, key: str, obj: Mapping[str, Any]) -> Pod | None:
+        """Another scheduler's bound pod that does not parse, read for what it holds on its node: its name and
+        its containers' resources, nothing else (its annotations, affinity and the like are not ours to judge).
+        None when not even that parses: its node's capacity is then not charged for it."""
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        assert isinstance(meta, Mapping) and isinstance(spec, Mapping)
+
+        def containers(field: str) -> list[Any]:
+            items = spec.get(field)
+            return [{"name": c.get("name"), "resources": c.get("resources")} for c in items
+                    if isinstance(c, Mapping)] if isinstance(items, list) else []
+
+        slim = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+                "spec": {"containers": containers("containers"), "initContainers": containers("initContainers"),
+                         "nodeName": spec.get("nodeName")}}
+        parsed = self.one(_HOLDINGS, key, slim)
+        return parsed.obj if isinstance(parsed.obj, Pod) else None
 
     def forget_except(self, resource: ResourceType, live: Iterable[str]) -> None:
         """Drop memoised parses of objects that no longer exist."""
         keep = set(live)
-        for memo_key in [k for k in self._single if k[0] == resource.key and k[1] not in keep]:
+        kinds = {resource.key, _HOLDINGS.key} if resource.key == _HOLDINGS_OF else {resource.key}
+        for memo_key in [k for k in self._single if k[0] in kinds and k[1] not in keep]:
             del self._single[memo_key]
 
     def queues(self, objects: Iterable[Mapping[str, Any]]) -> Manifests:

@@ -93,6 +93,8 @@ class World:
     workload_of: dict[str, str] = field(default_factory=dict)  # pod key -> workload key
     pods_of: dict[str, list[str]] = field(default_factory=dict)  # workload key -> pod keys
     unaccounted: list[str] = field(default_factory=list)  # bound pods whose capacity could not be charged
+    # Objects left out because they do not parse: (resource, key, object, why), for events and the metric.
+    invalid: list[tuple[r.ResourceType, str, JsonDict, str]] = field(default_factory=list)
 
     def manifests(self) -> Manifests:
         """The bundle the policy reads (queues and the Kueue Configuration); never the cached one itself."""
@@ -121,13 +123,23 @@ def _entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, assu
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
-    parsed = parse.one(r.PODS, key, raw)
-    pod = parsed.obj if isinstance(parsed.obj, Pod) else None
     annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        annotations = {}
     uid = meta.get("uid")
     bound_node = spec.get("nodeName") or None
+    ours = spec.get("schedulerName") == scheduler_name
+    pod: Pod | None = None
+    parsed = None
+    if ours or bound_node is not None:
+        # Another scheduler's pending pod is none of our business; its bound pods matter only for what they
+        # hold, so one that does not parse is read again for its resources alone.
+        parsed = parse.one(r.PODS, key, raw)
+        pod = parsed.obj if isinstance(parsed.obj, Pod) else None
+        if pod is None and not ours:
+            pod = parse.holdings(key, raw)
     entry = PodEntry(
-        key=key, raw=raw, pod=pod, ours=spec.get("schedulerName") == scheduler_name, uid=uid,
+        key=key, raw=raw, pod=pod, ours=ours, uid=uid,
         node=bound_node, devices=None, intent=read_intent(annotations),
         terminal=status.get("phase") in _TERMINAL, deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
@@ -142,7 +154,7 @@ def _entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, assu
             entry.node, entry.devices, entry.assumed = intent.node, intent.devices, True
     if entry.ours and entry.node is None:
         if pod is None:
-            entry.problem = f"the pod is invalid: {parsed.message}"
+            entry.problem = f"the pod is invalid: {parsed.message if parsed else 'unreadable'}"
         elif require_mutation and is_fractional(raw) and not is_mutated(raw):
             entry.problem = ("fractional GPU pod was not mutated by the gpufleet admission webhook "
                              "(NVIDIA_VISIBLE_DEVICES from gpufleet.io/visible-devices is missing); "
@@ -179,12 +191,13 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     queues = parse.queues(o for res in QUEUE_KINDS for o in snapshot.of(res).values())
     nodes: list[Node] = []
     raw_nodes = snapshot.of(r.NODES)
+    invalid: list[tuple[r.ResourceType, str, JsonDict, str]] = []
     for key in sorted(raw_nodes):
         parsed = parse.one(r.NODES, key, raw_nodes[key])
         if isinstance(parsed.obj, Node):
             nodes.append(parsed.obj)
         else:
-            log.warning("node %s left out: %s", key, parsed.message)
+            invalid.append((r.NODES, key, raw_nodes[key], f"the node is left out: {parsed.message}"))
     parse.forget_except(r.NODES, raw_nodes)
     cluster = ClusterState.from_nodes(nodes)
 
@@ -195,6 +208,9 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     for gone in assumed.keys() - raw_pods.keys():
         assumed.forget(gone)  # deleted before the cache ever showed it bound
     world = World(now, queues, kueue, nodes, cluster, pods)
+    invalid += [(r.PODS, e.key, e.raw, e.problem) for e in pods.values()
+                if e.ours and e.pod is None and e.problem is not None]
+    world.invalid = invalid + _invalid_queue_objects(snapshot, queues)
     # Recorded devices first: they are facts (or our own earlier choices); first-fit only fills around them.
     holders = [e for e in pods.values() if e.holds_capacity]
     for e in sorted(holders, key=lambda e: (e.devices is None, e.key)):
@@ -202,6 +218,23 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
             world.unaccounted.append(e.key)
             log.warning("pod %s on %s: its resources could not be charged there", e.key, e.node)
     return world
+
+
+def _invalid_queue_objects(snapshot: CacheSnapshot, queues: Manifests) -> list[
+        tuple[r.ResourceType, str, JsonDict, str]]:
+    """The queue-kind objects their parse left out, each with its errors joined."""
+    by_kind = {res.kind: res for res in QUEUE_KINDS}
+    messages: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for e in queues.problems.errors:
+        if e.kind in by_kind and e.name:
+            messages[(e.kind, e.name)].append(f"{e.field}: {e.message}" if e.field else e.message)
+    out = []
+    for (kind, name), texts in sorted(messages.items()):
+        res = by_kind[kind]
+        obj = snapshot.of(res).get(name)
+        if obj is not None:
+            out.append((res, name, obj, f"{res.kind} left out: " + "; ".join(texts)))
+    return out
 
 
 def finish(world: World) -> None:
