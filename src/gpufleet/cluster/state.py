@@ -20,13 +20,15 @@ from gpufleet.api.objects import (
     GPU,
     HOSTNAME_LABEL,
     PRODUCT_LABEL,
-    GpuDemand,
     Node,
     ResourceList,
     Taint,
 )
 from gpufleet.api.reader import parse_int_text
-from gpufleet.cluster.devices import DeviceGrant, GpuSlot, InvariantError, MigSlot, fraction_need, grant_device_id
+from gpufleet.cluster.devices import DeviceGrant, GpuSlot, InvariantError, MigSlot, grant_device_id
+
+# The first-fit device search lives with the other free-device answers; importers find it here too.
+from gpufleet.cluster.free_devices import first_free_grants as first_free_grants
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, Catalog
 from gpufleet.gpu.mig import MigPlacement, geometry_for, profile_from_resource_name
 
@@ -162,43 +164,6 @@ def node_state_from(node: Node, catalog: Catalog = DEFAULT_CATALOG) -> NodeState
         gpus=gpus, unschedulable=node.unschedulable, ready=node.ready, pool=node.pool, gpu_model=model,
         fail_requests_greater_than_one=fail_gt1, nvlinks=dict(node.gpus.nvlinks) if node.gpus else {},
     )
-
-
-def first_free_grants(node: NodeState, demand: GpuDemand) -> list[DeviceGrant] | None:
-    """The first free devices of ``node``, in GPU order, that can hold ``demand``: [] for a pod without GPUs,
-    None when they are not there. Whole GPUs and replicas must be advertised under the resource the pod asks
-    (``nvidia.com/gpu`` or ``nvidia.com/gpu.shared``); MIG instances match by profile; a fraction takes the
-    first whole-mode GPU with room for its share and memory. No scoring: callers that need a choice use the
-    placement engine; this serves accounting of pods placed by others and simple reference placers."""
-    if demand.kind == "none":
-        return []
-    healthy = [g for g in node.gpus if g.healthy]
-    if demand.kind == "fraction":
-        for g in healthy:
-            if g.mode != "whole" or g.holder is not None:
-                continue
-            milli, memory = fraction_need(demand.milli, demand.memory_mib, g.memory_mib)
-            if g.used_milli + milli <= 1000 and g.used_memory_mib + memory <= g.memory_mib:
-                return [DeviceGrant("fraction", g.index, milli=milli, memory_mib=memory)]
-        return None
-    grants: list[DeviceGrant] = []
-    if demand.kind == "mig":
-        for g in healthy:
-            for k, mig in enumerate(g.mig):
-                if len(grants) < demand.count and mig.holder is None and mig.placement.profile == demand.mig_profile:
-                    grants.append(DeviceGrant("mig", g.index, k))
-        return grants if len(grants) == demand.count else None
-    resource = GPU if demand.kind == "gpu" else SHARED_GPU
-    for g in healthy:
-        if g.resource != resource:
-            continue
-        if g.mode == "whole" and g.is_free and len(grants) < demand.count:
-            grants.append(DeviceGrant("whole", g.index))
-        elif g.mode == "replicas":
-            for slot in g.free_replicas():
-                if len(grants) < demand.count:
-                    grants.append(DeviceGrant("replica", g.index, slot))
-    return grants if len(grants) == demand.count else None
 
 
 # ---- undo log entries ------------------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
-"""A plain first-fit :class:`~gpufleet.scheduling.types.Placer`, used only when the placement engine
-(``gpufleet.scheduling.placement``) is not installed, so that gangs can still be placed on nodes.
+"""A plain first-fit :class:`~gpufleet.scheduling.types.Placer`: a reference for tests of the queueing core's
+gang logic, independent of the placement engine's scoring.
 
-Nodes are tried in name order; a node fits a pod when it is ready and schedulable, carries the flavor's node
-labels, matches the pod's nodeSelector and required affinity, has no untolerated NoSchedule/NoExecute taint,
-has the requested resources free, and can grant the pod's GPU devices (whole GPUs, time-slice replicas, MIG
-instances or a fraction of a GPU). No scoring: the engine does that.
+Nodes are tried in name order; whether a node fits a pod is the placement filters' one node-fit check
+(:func:`~gpufleet.scheduling.placement.filters.unfit_reason`), and the pod gets the node's first free devices
+(:func:`~gpufleet.cluster.free_devices.first_free_grants`), which that check guarantees are there. No scoring.
 """
 
 from __future__ import annotations
@@ -12,18 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from gpufleet.api.kinds import FRACTION_RESOURCE
-from gpufleet.api.objects import GpuDemand
-from gpufleet.cluster.devices import DeviceGrant
-from gpufleet.cluster.state import ClusterState, NodeState, Placement, first_free_grants
+from gpufleet.cluster.free_devices import first_free_grants
+from gpufleet.cluster.state import ClusterState, NodeState, Placement
+from gpufleet.scheduling.placement.filters import pod_unfit_reason
 from gpufleet.scheduling.types import PodRequest, TopologyRequest
-
-
-def _grants(node: NodeState, demand: GpuDemand) -> list[DeviceGrant] | None:
-    """The devices of ``node`` that would hold ``demand``, or None."""
-    if demand.kind != "none" and demand.models and node.gpu_model not in demand.models:
-        return None
-    return first_free_grants(node, demand)
 
 
 class FirstFitPlacer:
@@ -32,33 +23,13 @@ class FirstFitPlacer:
 
     # ---- feasibility -------------------------------------------------------------------------------------------
     def _why_not(self, pod: PodRequest, node: NodeState) -> str | None:
-        t = pod.template
-        labels = node.labels
-        if not node.ready or node.unschedulable:
-            return "node(s) were unschedulable or not ready"
-        if any(labels.get(k) != v for k, v in pod.node_labels) or any(
-                labels.get(k) != v for k, v in t.node_selector.items()):
-            return "node(s) didn't match Pod's node affinity/selector"
-        if t.required_affinity and not any(term.matches(labels) for term in t.required_affinity):
-            return "node(s) didn't match Pod's node affinity/selector"
-        tolerations = (*t.tolerations, *pod.extra_tolerations)
-        for taint in node.taints:
-            if taint.effect != "PreferNoSchedule" and not any(x.tolerates(taint) for x in tolerations):
-                return "node(s) had untolerated taint"
-        for r, v in t.requests.items():
-            if r != FRACTION_RESOURCE and v > 0 and node.free(r) < v:
-                return f"Insufficient {r}"
-        if node.used.get("pods", 0) + 1 > node.allocatable.get("pods", 110):
-            return "Too many pods"
-        if _grants(node, t.gpu) is None:
-            return "node(s) had no free GPU device for the request"
-        return None
+        return pod_unfit_reason(pod, node)
 
     def _place_one(self, pod: PodRequest, nodes: Sequence[NodeState]) -> Placement | None:
         for node in nodes:
             if self._why_not(pod, node) is None:
-                grants = _grants(node, pod.template.gpu)
-                assert grants is not None
+                grants = first_free_grants(node, pod.template.gpu)
+                assert grants is not None, "the fit check passed, so the devices are there"
                 return self.cluster.allocate(pod.key, node.name, pod.template.requests, grants)
         return None
 

@@ -16,9 +16,17 @@ from itertools import combinations
 from typing import Literal
 
 from gpufleet.cluster.devices import DeviceGrant, GpuSlot
+from gpufleet.cluster.free_devices import (
+    demand_resource,
+    device_kind,
+    fraction_options,
+    free_mig,
+    free_whole,
+    replica_gpus,
+)
 from gpufleet.cluster.state import NodeState
 from gpufleet.scheduling.placement.need import PodNeed
-from gpufleet.scheduling.placement.nodeview import NodeView, device_kind, fraction_share, gpu_free_milli
+from gpufleet.scheduling.placement.nodeview import NodeView, gpu_free_milli
 
 WholePolicy = Literal["nvlink", "lowest"]
 FractionPolicy = Literal["scorer", "best_fit", "worst_fit", "lowest"]
@@ -70,9 +78,8 @@ def best_nvlink_set(free: list[int], count: int, nvlinks: dict[tuple[int, int], 
     return tuple(sorted(chosen))
 
 
-def _whole(need: PodNeed, node: NodeState, policy: WholePolicy) -> list[DeviceGrant]:
-    resource = need.gpu.resource
-    free = [g.index for g in node.gpus if g.mode == "whole" and g.resource == resource and g.healthy and g.is_free]
+def _whole(need: PodNeed, node: NodeState, resource: str, policy: WholePolicy) -> list[DeviceGrant]:
+    free = free_whole(node, resource)
     count = need.gpu.count
     if len(free) < count:
         raise NoDevice(f"{node.name}: {count} whole GPUs asked, {len(free)} free")
@@ -80,9 +87,8 @@ def _whole(need: PodNeed, node: NodeState, policy: WholePolicy) -> list[DeviceGr
     return [DeviceGrant("whole", i) for i in chosen]
 
 
-def _replicas(need: PodNeed, node: NodeState) -> list[DeviceGrant]:
-    resource = need.gpu.resource
-    gpus = [g for g in node.gpus if g.mode == "replicas" and g.resource == resource and g.healthy]
+def _replicas(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
+    gpus = replica_gpus(node, resource)
     held = {g.index: g.replicas - len(g.free_replicas()) for g in gpus}
     free = {g.index: g.free_replicas() for g in gpus}
     picked: dict[int, int] = {}
@@ -98,32 +104,17 @@ def _replicas(need: PodNeed, node: NodeState) -> list[DeviceGrant]:
     return grants
 
 
-def _mig(need: PodNeed, node: NodeState) -> list[DeviceGrant]:
-    resource = need.gpu.resource
-    want = need.gpu.memory_mib or 0
-    grants = [DeviceGrant("mig", g.index, k) for g in node.gpus if g.mode == "mig" and g.healthy
-              for k, s in enumerate(g.mig) if s.holder is None and s.resource == resource and s.memory_mib >= want]
+def _mig(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
+    grants = [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, need.gpu.memory_mib)]
     if len(grants) < need.gpu.count:
         raise NoDevice(f"{node.name}: {need.gpu.count} instances of {resource} asked, {len(grants)} free")
     return grants[: need.gpu.count]
 
 
-def fraction_candidates(need: PodNeed, node: NodeState) -> list[tuple[GpuSlot, int, int]]:
-    """(GPU, thousandths, MiB) for every whole-mode GPU that can take the fraction now."""
-    out = []
-    for g in node.gpus:
-        if g.mode != "whole" or g.holder is not None or not g.healthy:
-            continue
-        share, memory = fraction_share(need, g.memory_mib)
-        if gpu_free_milli(g) >= share and g.used_memory_mib + memory <= g.memory_mib:
-            out.append((g, share, memory))
-    return out
-
-
 def _fraction(need: PodNeed, view: NodeView, policy: FractionPolicy,
               scorer_choice: Callable[[PodNeed, NodeView], int] | None) -> list[DeviceGrant]:
     node = view.node
-    options = fraction_candidates(need, node)
+    options: list[tuple[GpuSlot, int, int]] = fraction_options(node, need.gpu)
     if not options:
         raise NoDevice(f"{node.name}: no GPU with room for the fraction")
     if policy == "scorer" and scorer_choice is not None:
@@ -150,11 +141,12 @@ def assign_devices(need: PodNeed, view: NodeView, whole: WholePolicy, fractions:
     if g.kind == "fraction":
         return _fraction(need, view, fractions, scorer_choice)
     node = view.node
-    kind = device_kind(node, g.resource or "")
+    resource = demand_resource(g) or ""
+    kind = device_kind(node, resource)
     if kind == "whole":
-        return _whole(need, node, whole)
+        return _whole(need, node, resource, whole)
     if kind == "replicas":
-        return _replicas(need, node)
+        return _replicas(need, node, resource)
     if kind == "mig":
-        return _mig(need, node)
-    raise NoDevice(f"{node.name} offers no {g.resource}")
+        return _mig(need, node, resource)
+    raise NoDevice(f"{node.name} offers no {resource}")

@@ -12,10 +12,20 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from gpufleet.api.objects import PODS, Taint
+from gpufleet.cluster.free_devices import (
+    demand_resource,
+    device_kind,
+    fraction_copies,
+    fraction_options,
+    free_device_count,
+    free_mig,
+    free_replica_count,
+    free_whole,
+)
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
-from gpufleet.scheduling.placement.nodeview import device_kind, fraction_share, gpu_free_milli, whole_gpus
+from gpufleet.scheduling.placement.nodeview import fraction_share, whole_gpus
 from gpufleet.scheduling.types import PodRequest
 
 DEFAULT_MAX_PODS = 110  # what ClusterState assumes when a node does not publish "pods"
@@ -122,8 +132,10 @@ class TimeSliceLimit:
 
     def check(self, need: PodNeed, node: NodeState) -> str | None:
         g = need.gpu
-        if (g.count > 1 and g.kind in ("gpu", "shared") and node.fail_requests_greater_than_one
-                and g.resource is not None and device_kind(node, g.resource) == "replicas"):
+        if g.count <= 1 or g.kind not in ("gpu", "shared") or not node.fail_requests_greater_than_one:
+            return None
+        resource = demand_resource(g)
+        if resource is not None and device_kind(node, resource) == "replicas":
             return "node(s) refuse requests of more than one time-slice replica"
         return None
 
@@ -142,12 +154,12 @@ class GpuMemory:
             return None
         if g.kind == "fraction":
             ok = any(fraction_share(need, gpu.memory_mib)[0] <= 1000 for gpu in whole_gpus(node))
-        elif g.kind == "mig":
-            ok = any(s.resource == g.resource and s.memory_mib >= want for gpu in node.gpus for s in gpu.mig)
         else:
-            ok = any((gpu.memory_mib >= want and gpu.resource == g.resource and gpu.mode != "mig")
-                     or any(s.resource == g.resource and s.memory_mib >= want for s in gpu.mig)
-                     for gpu in node.gpus)
+            resource = demand_resource(g)
+            ok = any(s.resource == resource and s.memory_mib >= want for gpu in node.gpus for s in gpu.mig)
+            if g.kind != "mig":
+                ok = ok or any(gpu.memory_mib >= want and gpu.resource == resource and gpu.mode != "mig"
+                               for gpu in node.gpus)
         return None if ok else f"node(s) had GPUs with less memory than the pod's {want} MiB"
 
 
@@ -176,13 +188,10 @@ class WholeGpus:
 
     def check(self, need: PodNeed, node: NodeState) -> str | None:
         g = need.gpu
-        if g.kind not in ("gpu", "shared") or g.resource is None:
+        resource = demand_resource(g) if g.kind in ("gpu", "shared") else None
+        if resource is None or device_kind(node, resource) != "whole":
             return None
-        if device_kind(node, g.resource) != "whole":
-            return None
-        free = sum(1 for gpu in node.gpus
-                   if gpu.mode == "whole" and gpu.resource == g.resource and gpu.healthy and gpu.is_free)
-        return None if free >= g.count else f"Insufficient {g.resource}"
+        return None if len(free_whole(node, resource)) >= g.count else f"Insufficient {resource}"
 
 
 class TimeSliceReplicas:
@@ -193,13 +202,10 @@ class TimeSliceReplicas:
 
     def check(self, need: PodNeed, node: NodeState) -> str | None:
         g = need.gpu
-        if g.kind not in ("gpu", "shared") or g.resource is None:
+        resource = demand_resource(g) if g.kind in ("gpu", "shared") else None
+        if resource is None or device_kind(node, resource) != "replicas":
             return None
-        if device_kind(node, g.resource) != "replicas":
-            return None
-        free = sum(len(gpu.free_replicas()) for gpu in node.gpus
-                   if gpu.mode == "replicas" and gpu.resource == g.resource and gpu.healthy)
-        return None if free >= g.count else f"Insufficient {g.resource}"
+        return None if free_replica_count(node, resource) >= g.count else f"Insufficient {resource}"
 
 
 class MigInstances:
@@ -211,34 +217,24 @@ class MigInstances:
 
     def check(self, need: PodNeed, node: NodeState) -> str | None:
         g = need.gpu
-        if g.kind not in ("mig", "gpu", "shared") or g.resource is None:
+        resource = demand_resource(g) if g.kind in ("mig", "gpu", "shared") else None
+        if resource is None or (g.kind != "mig" and device_kind(node, resource) != "mig"):
             return None
-        if g.kind != "mig" and device_kind(node, g.resource) != "mig":
+        if len(free_mig(node, resource, g.memory_mib)) >= g.count:
             return None
-        want = g.memory_mib or 0
-        free = sum(1 for gpu in node.gpus if gpu.mode == "mig" and gpu.healthy
-                   for s in gpu.mig if s.holder is None and s.resource == g.resource and s.memory_mib >= want)
-        if free >= g.count:
-            return None
-        what = f"MIG instance {g.mig_profile}" if g.mig_profile else f"MIG instance for {g.resource}"
+        what = f"MIG instance {g.mig_profile}" if g.mig_profile else f"MIG instance for {resource}"
         return f"node(s) had no free {what}"
 
 
 class Fraction:
-    """A fractional pod fits on ONE whole-mode GPU: its thousandths and its memory (fraction_need)."""
+    """A fractional pod fits on ONE whole-mode GPU: its thousandths and its memory (free_devices.fraction_room)."""
 
     name = "GpuFraction"
     static = False
 
     def check(self, need: PodNeed, node: NodeState) -> str | None:
-        if need.gpu.kind != "fraction":
+        if need.gpu.kind != "fraction" or fraction_options(node, need.gpu):
             return None
-        for gpu in node.gpus:
-            if gpu.mode != "whole" or gpu.holder is not None or not gpu.healthy:
-                continue
-            share, memory = fraction_share(need, gpu.memory_mib)
-            if gpu_free_milli(gpu) >= share and gpu.used_memory_mib + memory <= gpu.memory_mib:
-                return None
         return "node(s) had no GPU with room for the pod's GPU fraction"
 
 
@@ -282,30 +278,13 @@ def fit_count(need: PodNeed, node: NodeState) -> int:
         return 0
     g = need.gpu
     if g.kind == "fraction":
-        copies = 0
-        for gpu in node.gpus:
-            if gpu.mode != "whole" or gpu.holder is not None or not gpu.healthy:
-                continue
-            share, memory = fraction_share(need, gpu.memory_mib)
-            by_milli = gpu_free_milli(gpu) // share if share else n
-            by_memory = (gpu.memory_mib - gpu.used_memory_mib) // memory if memory else n
-            copies += min(by_milli, by_memory)
-        return min(n, copies)
-    if g.kind == "none" or g.resource is None or g.count <= 0:
+        return min(n, sum(fraction_copies(gpu, g.milli, g.memory_mib) for gpu in node.gpus))
+    wanted = demand_resource(g)
+    if g.kind == "none" or wanted is None or g.count <= 0:
         return n
-    kind = device_kind(node, g.resource)
-    if kind == "whole":
-        free = sum(1 for gpu in node.gpus
-                   if gpu.mode == "whole" and gpu.resource == g.resource and gpu.healthy and gpu.is_free)
-    elif kind == "replicas":
-        if g.count > 1 and node.fail_requests_greater_than_one:
-            return 0
-        free = sum(len(gpu.free_replicas()) for gpu in node.gpus
-                   if gpu.mode == "replicas" and gpu.resource == g.resource and gpu.healthy)
-    elif kind == "mig":
-        want = g.memory_mib or 0
-        free = sum(1 for gpu in node.gpus if gpu.mode == "mig" and gpu.healthy
-                   for s in gpu.mig if s.holder is None and s.resource == g.resource and s.memory_mib >= want)
-    else:
+    kind = device_kind(node, wanted)
+    if kind is None:
         return 0
-    return min(n, free // g.count)
+    if kind == "replicas" and g.count > 1 and node.fail_requests_greater_than_one:
+        return 0
+    return min(n, free_device_count(node, g) // g.count)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from gpufleet.api.objects import CPU
 from gpufleet.cluster.devices import GpuSlot, fraction_need
+from gpufleet.cluster.free_devices import device_kind
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
 from gpufleet.scheduling.gpuscore import MILLI, GpuPodDemand
 from gpufleet.scheduling.placement.need import PodNeed
@@ -35,20 +36,7 @@ def gpu_free_milli(g: GpuSlot) -> int:
 
 def fraction_share(need: PodNeed, gpu_memory_mib: int) -> tuple[int, int]:
     """(thousandths, MiB) the fractional pod takes on a GPU of that memory; >1000 when it cannot fit."""
-    if gpu_memory_mib <= 0:
-        return need.gpu.milli, need.gpu.memory_mib or 0
     return fraction_need(need.gpu.milli, need.gpu.memory_mib, gpu_memory_mib)
-
-
-def device_kind(node: NodeState, resource: str) -> str | None:
-    """How the node offers ``resource``: "whole", "replicas" or "mig" devices (None: not at all)."""
-    for g in node.gpus:
-        if g.mode == "mig":
-            if any(s.resource == resource for s in g.mig):
-                return "mig"
-        elif g.resource == resource:
-            return g.mode
-    return None
 
 
 def gpu_demand(need: PodNeed, node: NodeState) -> GpuPodDemand:
