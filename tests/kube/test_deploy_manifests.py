@@ -98,10 +98,20 @@ def test_manifest_is_valid_for_kubernetes(doc: Doc, version: str) -> None:
     kubernetes_validate.validate(doc, version, strict=True)
 
 
-def test_kustomization_lists_every_manifest() -> None:
+# Manifests `kubectl apply -k deploy/` leaves out, as the chart's defaults do (values.yaml: serviceMonitor).
+OPT_IN = {"servicemonitor.yaml"}
+
+
+def kustomized_docs() -> list[Doc]:
+    """What ``kubectl apply -k deploy/`` applies."""
+    return [d for f in load_docs(DEPLOY / "kustomization.yaml")[0]["resources"] for d in load_docs(DEPLOY / f)]
+
+
+def test_kustomization_lists_every_manifest_but_the_opt_in_ones() -> None:
     listed = load_docs(DEPLOY / "kustomization.yaml")[0]["resources"]
     on_disk = [str(f.relative_to(DEPLOY)) for f in manifest_files() if f.name != "kustomization.yaml"]
-    assert sorted(listed) == sorted(on_disk)
+    assert sorted(listed) == sorted(set(on_disk) - OPT_IN)
+    assert set(on_disk) >= OPT_IN
     assert len(listed) == len(set(listed))
 
 
@@ -508,9 +518,12 @@ def test_chart_renders_exactly_the_deploy_manifests() -> None:
         assert got == want, _key(want)
 
 
-def test_chart_defaults_leave_out_the_service_monitor() -> None:
-    kinds = [d["kind"] for d in render_chart(chart_values())]
-    assert "ServiceMonitor" not in kinds and "Deployment" in kinds
+def test_chart_defaults_render_what_kustomize_applies() -> None:
+    rendered = sorted((d for d in render_chart(chart_values()) if d["kind"] != "Namespace"), key=_key)
+    expected = sorted((d for d in kustomized_docs() if d["kind"] not in ("Namespace", "CustomResourceDefinition")),
+                      key=_key)
+    assert "ServiceMonitor" not in [d["kind"] for d in rendered]
+    assert rendered == expected
 
 
 def test_chart_values_reach_the_objects() -> None:
