@@ -43,7 +43,8 @@ class _LazyBar:
             err = console.stderr()
             if not err.is_terminal:
                 return  # a log gets no bar (it would print a line per refresh)
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.fields[day]}"),
+            self.bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                TextColumn("day {task.fields[day]}", markup=False),
                                 TimeElapsedColumn(), console=err, transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=max(end, 1.0), day="0")
