@@ -342,7 +342,8 @@ class Cycle:
         tree = state.tree
         mark = tree.checkpoint()
         try:
-            entries, inadmissible = self._nominate(heads)
+            with state.preemptor.nomination():
+                entries, inadmissible = self._nominate(heads)
             self._searches.clear()  # processing changes the snapshot
             order: Iterable[Orderable] = (fair_sharing(entries, tree) if state.config.fair_sharing
                                           else classical(entries))

@@ -1,74 +1,60 @@
 """Preemption target search (§1.12 classical, §1.13 fair sharing) against the cycle's quota snapshot.
 
-Both searches simulate evictions on the live :class:`QuotaTree` inside a checkpoint and leave it as they
-found it. Candidates are admitted workloads that use a flavor-resource needing preemption; the search removes
-them greedily in candidate order until the preemptor fits, then adds back (newest first, the last one
-excluded) every one whose removal turned out unnecessary, leaving a minimal set.
+The searches here are the straightforward ones, Kueue's algorithm step by step: they simulate evictions on the
+live :class:`QuotaTree` inside a checkpoint and leave it as they found it. Candidates are admitted workloads
+that use a flavor-resource needing preemption; the search removes them greedily in candidate order until the
+preemptor fits, then adds back (newest first, the last one excluded) every one whose removal turned out
+unnecessary, leaving a minimal set.
+
+During a cycle's nomination (:meth:`Preemptor.nomination`) the classical search of a head in a cohort is answered
+by :class:`~gpufleet.scheduling.kueue.cohort_search.CohortSearch`, which shares the work between the heads of the
+cohort and gives the same targets; ``Preemptor.shared = False`` keeps the straightforward search everywhere (the
+baseline of ``bench/kueue_cycles.py`` and the reference of the property tests).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpufleet.api.objects import FairSharingStrategy
+from gpufleet.scheduling.kueue.admitted import AdmittedQueue
+from gpufleet.scheduling.kueue.cohort_search import CohortSearch
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.info import WorkloadInfo
+from gpufleet.scheduling.kueue.preemption_order import (
+    IN_CLUSTER_QUEUE,
+    IN_COHORT_FAIR_SHARING,
+    IN_COHORT_RECLAIM_WHILE_BORROWING,
+    IN_COHORT_RECLAMATION,
+    Target,
+    Variant,
+    candidate_order,
+    priority_allows,
+)
 from gpufleet.scheduling.quota import FR, QuotaNode, QuotaTree
 
-IN_CLUSTER_QUEUE = "InClusterQueue"
-IN_COHORT_RECLAMATION = "InCohortReclamation"
-IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
-IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+__all__ = [
+    "IN_CLUSTER_QUEUE",
+    "IN_COHORT_FAIR_SHARING",
+    "IN_COHORT_RECLAIM_WHILE_BORROWING",
+    "IN_COHORT_RECLAMATION",
+    "Preemptor",
+    "Target",
+    "candidate_order",
+    "priority_allows",
+]
 
 ShareKey = tuple[int, float]
 ZERO_SHARE: ShareKey = (0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
-    info: WorkloadInfo
-    reason: str
-
-
-def candidate_order(cand: WorkloadInfo, preemptor_cq: str) -> tuple[int, int, int, float, str]:
-    """Kueue's CandidatesOrdering (``pkg/scheduler/preemption/common/ordering.go``), first difference wins:
-
-    1. workloads already being evicted (Kueue: the Evicted condition is True) first;
-    2. workloads of other ClusterQueues before those of the preemptor's own;
-    3. lower priority first;
-    4. the most recently admitted first, admission being when the quota was reserved (the QuotaReserved
-       condition's lastTransitionTime, not the creation time; unrecorded counts as now);
-    5. the UID (the namespace/name key for workloads that have none), for a deterministic order.
-
-    Admission Fair Sharing's LocalQueue usage key (between 2 and 3) does not apply: gpufleet does not model
-    AdmissionFairSharing."""
-    adm = cand.admission
-    return (0 if cand.evicting else 1, 1 if cand.cluster_queue == preemptor_cq else 0, cand.priority,
-            -(adm.admitted_at if adm else 0.0), cand.uid)
-
-
-class _Variant(enum.IntEnum):
-    WITHIN_CQ = 1
-    HIERARCHICAL_RECLAIM = 2  # the preemptor's side of the tree has unused guaranteed quota the candidate holds
-    RECLAIM_WITHOUT_BORROWING = 3  # only if the preemptor would not borrow afterwards
-    RECLAIM_WHILE_BORROWING = 4  # borrowWithinCohort allows it even while borrowing
-
-    @property
-    def reason(self) -> str:
-        if self is _Variant.WITHIN_CQ:
-            return IN_CLUSTER_QUEUE
-        if self is _Variant.RECLAIM_WHILE_BORROWING:
-            return IN_COHORT_RECLAIM_WHILE_BORROWING
-        return IN_COHORT_RECLAMATION
-
-
-@dataclass(frozen=True, slots=True)
 class _Candidate:
     info: WorkloadInfo
     lca: QuotaNode | None  # the subtree root under which it was found; validity is checked up to it
-    variant: _Variant
+    variant: Variant
 
 
 @dataclass(slots=True)
@@ -80,22 +66,14 @@ class _Ctx:
     usage: dict[FR, int]
 
 
-def priority_allows(policy: str, preemptor: WorkloadInfo, cand: WorkloadInfo) -> bool:
-    """Whether a preemption policy lets ``preemptor`` evict ``cand`` on priority grounds."""
-    if policy == "Any":
-        return True
-    if policy == "LowerPriority":
-        return cand.priority < preemptor.priority
-    if policy == "LowerOrNewerEqualPriority":
-        return cand.priority < preemptor.priority or (
-            cand.priority == preemptor.priority and preemptor.queue_ts < cand.queue_ts)
-    return False
-
-
 class Preemptor:
-    """Finds preemption targets; ``admitted`` maps each ClusterQueue to its admitted workloads."""
+    """Finds preemption targets; ``admitted`` maps each ClusterQueue to its admitted workloads.
 
-    def __init__(self, tree: QuotaTree, cqs: Mapping[str, CQSpec], admitted: Mapping[str, Mapping[str, WorkloadInfo]],
+    ``shared``: answer classical searches made inside :meth:`nomination` with the cohort-shared search (the
+    default); False keeps the straightforward search everywhere.
+    """
+
+    def __init__(self, tree: QuotaTree, cqs: Mapping[str, CQSpec], admitted: Mapping[str, AdmittedQueue],
                  fair_sharing: bool, strategies: Sequence[FairSharingStrategy]) -> None:
         self.tree = tree
         self.cqs = cqs
@@ -103,6 +81,19 @@ class Preemptor:
         self.fair_sharing = fair_sharing
         self.strategies: tuple[FairSharingStrategy, ...] = tuple(strategies) or (
             "LessThanOrEqualToFinalShare", "LessThanInitialShare")
+        self.shared = True
+        self._cohorts: CohortSearch | None = None
+
+    @contextmanager
+    def nomination(self) -> Iterator[None]:
+        """A cycle's nomination: every search inside sees one quota snapshot and the same admitted workloads
+        (searches leave the tree as they found it), so work is shared between them. Nothing may admit, release
+        or evict inside."""
+        self._cohorts = CohortSearch(self.tree, self.admitted) if self.shared else None
+        try:
+            yield
+        finally:
+            self._cohorts = None
 
     # ---- shared helpers --------------------------------------------------------------------------------------
     def _within_nominal(self, node: QuotaNode, frs: frozenset[FR]) -> bool:
@@ -143,10 +134,14 @@ class Preemptor:
         ctx = _Ctx(info, cq, self.tree.cluster_queue(cq.name), frozenset(frs), usage)
         if self.fair_sharing:
             return self._fair_targets(ctx)
+        if self._cohorts is not None:
+            found = self._cohorts.classical_targets(info, cq, ctx.node, ctx.frs, usage)
+            if found is not None:
+                return found
         return self._classical_targets(ctx)
 
     # ---- classical -------------------------------------------------------------------------------------------
-    def _classify(self, ctx: _Ctx, cand: WorkloadInfo, advantage: bool) -> _Variant | None:
+    def _classify(self, ctx: _Ctx, cand: WorkloadInfo, advantage: bool) -> Variant | None:
         if not cand.uses_any(ctx.frs):
             return None
         p = ctx.cq.preemption
@@ -154,15 +149,15 @@ class Preemptor:
         if not priority_allows(p.within_cluster_queue if same else p.reclaim_within_cohort, ctx.info, cand):
             return None
         if same:
-            return _Variant.WITHIN_CQ
+            return Variant.WITHIN_CQ
         if advantage:
-            return _Variant.HIERARCHICAL_RECLAIM
+            return Variant.HIERARCHICAL_RECLAIM
         bwc = p.borrow_within_cohort
         if bwc.policy == "Never" or cand.priority >= ctx.info.priority:
-            return _Variant.RECLAIM_WITHOUT_BORROWING
+            return Variant.RECLAIM_WITHOUT_BORROWING
         if bwc.max_priority_threshold is not None and cand.priority > bwc.max_priority_threshold:
-            return _Variant.RECLAIM_WITHOUT_BORROWING
-        return _Variant.RECLAIM_WHILE_BORROWING
+            return Variant.RECLAIM_WITHOUT_BORROWING
+        return Variant.RECLAIM_WHILE_BORROWING
 
     def _from_cq(self, ctx: _Ctx, cq: str, lca: QuotaNode | None, advantage: bool) -> list[_Candidate]:
         out = []
@@ -217,7 +212,7 @@ class Preemptor:
     def _valid(self, ctx: _Ctx, c: _Candidate, borrowing: bool) -> bool:
         if c.info.cluster_queue == ctx.cq.name:
             return True
-        if borrowing and c.variant is _Variant.RECLAIM_WITHOUT_BORROWING:
+        if borrowing and c.variant is Variant.RECLAIM_WITHOUT_BORROWING:
             return False
         assert c.info.cluster_queue is not None
         node: QuotaNode | None = self.tree.cluster_queue(c.info.cluster_queue)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from gpufleet.cluster.state import ClusterState
+from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.config import QueueConfig
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import AdmissionRecord, PodSetAdmission, State, WorkloadInfo
@@ -36,7 +37,7 @@ class SchedulerState:
         self.cluster = cluster
         self.gangs = gangs
         self.infos: dict[str, WorkloadInfo] = {}
-        self.admitted: dict[str, dict[str, WorkloadInfo]] = {name: {} for name in config.cluster_queues}
+        self.admitted: dict[str, AdmittedQueue] = {name: AdmittedQueue() for name in config.cluster_queues}
         self.running_free: dict[str, WorkloadInfo] = {}  # admitted without quota (no queue)
         self.no_quota: dict[str, WorkloadInfo] = {}  # pending without quota: only placement gates them
         self.unqueued: dict[str, WorkloadInfo] = {}  # pending with a problem that keeps them out of any queue
