@@ -141,7 +141,7 @@ GENERATED: list[Case] = [
         "  namespace: ml\n", "  namespace: ml\n  creationTimestamp: " + "9" * 400 + "\n")),
          ("creationTimestamp",)),
     Case("inventory-5000-deep", _writer("n.yaml", lambda: _node("[" * 5000 + "]" * 5000)),
-         ("gpufleet.io/gpus", "deeper than")),
+         ("gpufleet.io/gpus", "levels deep")),
     Case("inventory-huge", _writer("n.yaml", lambda: _node('{"model": "' + "x" * 300_000 + '"}')),
          ("gpufleet.io/gpus", "characters long")),
     Case("cohort-chain-2000", _writer("c.yaml", lambda: _cohort_chain(2000)), ("levels deep",)),

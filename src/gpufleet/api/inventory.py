@@ -20,6 +20,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
+from gpufleet.api import safejson
 from gpufleet.api.errors import shown
 from gpufleet.api.limits import MAX_ANNOTATION_BYTES, MAX_GPUS_PER_NODE, MAX_JSON_DEPTH, MAX_REPLICAS_PER_GPU
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION, GpuInventory
@@ -83,40 +84,14 @@ def parse_inventory_annotation(r: FieldReader, annotations: dict[str, str]) -> G
         return None
 
 
-def json_depth_exceeds(text: str, limit: int) -> bool:
-    """Whether brackets in ``text`` nest deeper than ``limit`` (strings skipped); one linear pass, so a
-    deep document is refused before a recursive parser ever sees it."""
-    depth = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif ch in "]}":
-            depth -= 1
-    return False
-
-
 def load_json_bounded(text: str, *, max_bytes: int = MAX_ANNOTATION_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads`` with the size and nesting bounded; :class:`InventoryError` on anything wrong."""
+    """JSON of an annotation with its size and nesting bounded; :class:`InventoryError` on anything wrong."""
     if len(text) > max_bytes:
         raise InventoryError(f"it is {len(text):,} characters long; at most {max_bytes:,} are read")
-    if json_depth_exceeds(text, max_depth):
-        raise InventoryError(f"it nests deeper than {max_depth} levels")
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InventoryError(f"it is not JSON ({shown(str(exc), 80)})") from None
+        return safejson.loads(text.encode("utf-8", "surrogatepass"), depth_limit=max_depth)
+    except safejson.JsonBodyError as exc:
+        raise InventoryError(str(exc).replace("the body", "it").replace("the JSON", "it")) from None
 
 
 def _need(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:

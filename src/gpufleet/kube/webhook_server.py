@@ -13,7 +13,7 @@ import json
 import logging
 from typing import Any
 
-from gpufleet.kube import safejson
+from gpufleet.api import safejson
 from gpufleet.kube.health import listen_address
 from gpufleet.kube.serving import (
     BoundedHandler,

@@ -1,4 +1,4 @@
-"""JSON from an untrusted peer, with its nesting bounded *before* the parser runs.
+"""JSON from an untrusted peer (an HTTP body, an annotation), with its nesting bounded *before* the parser runs.
 
 ``json.loads`` recurses once per level of nesting, so a body of a million ``[`` costs a RecursionError (and
 the C stack of a deeper interpreter) before any check on the result could run. :func:`max_depth` measures the
