@@ -66,12 +66,13 @@ from gpufleet.api.objects import (
 )
 from gpufleet.api.quantity import QuantityError, int_value, milli_value, parse_quantity
 from gpufleet.api.reader import FieldReader, parse_int_text
+from gpufleet.gpu.constants import DEFAULT_MAX_PODS
+from gpufleet.gpu.constants import FRACTION_RESOURCE as FRACTION_RESOURCE
+from gpufleet.gpu.constants import SHARED_GPU as SHARED_GPU
 from gpufleet.gpu.mig import GEOMETRIES, MigError, parse_layout, profile_from_resource_name
 from gpufleet.gpu.sharing import DevicePluginConfig
 
-SHARED_GPU = "nvidia.com/gpu.shared"
 JOB_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
-FRACTION_RESOURCE = "gpufleet.io/gpu-milli"  # quota resource charged by fractional pods, in thousandths
 BYTE_RESOURCES = ("memory", "ephemeral-storage")
 _MAX_POD_SETS = 8  # Kueue's validation: a Workload holds 1 to 8 pod sets
 _INT32 = 2**31 - 1  # Kubernetes' int32 fields (priorities, counts, weights)
@@ -524,7 +525,7 @@ def parse_node(r: FieldReader) -> Node | None:
     if not allocatable:
         r.error("node has no status.allocatable (nor status.capacity): nothing can be placed on it", "status",
                 fix="add status.allocatable with cpu, memory, pods and the GPU resources it offers")
-    allocatable.setdefault("pods", 110)
+    allocatable.setdefault("pods", DEFAULT_MAX_PODS)
     ready = True
     if status is not None:
         for cond in status.items("conditions"):
@@ -973,7 +974,8 @@ def parse_node_pool(r: FieldReader) -> NodePool | None:
         meta=meta, count=count or 0, name_prefix=spec.text("namePrefix", meta.name) or meta.name, gpu=gpu,
         cpu_milli=milli_value(cpu) if cpu is not None else 0,
         memory_bytes=int_value(memory) if memory is not None else 0,
-        pods=spec.integer("pods", 110, minimum=1, maximum=limits.PODS_PER_NODE) or 110, sharing=sharing,
+        pods=spec.integer("pods", DEFAULT_MAX_PODS, minimum=1, maximum=limits.PODS_PER_NODE) or DEFAULT_MAX_PODS,
+        sharing=sharing,
         node_labels=spec.string_map("labels"), taints=tuple(spec.each("taints", parse_taint)),
         topology=topology, nodes_per_domain=per_domain,
     )

@@ -10,15 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+# Resource names live in gpufleet.gpu.constants, re-exported here for the importers that read them with the
+# objects.
+from gpufleet.gpu.constants import CPU as CPU
+from gpufleet.gpu.constants import DEFAULT_MAX_PODS
+from gpufleet.gpu.constants import GPU as GPU
+from gpufleet.gpu.constants import MEMORY as MEMORY
+from gpufleet.gpu.constants import PODS as PODS
 from gpufleet.gpu.mig import MigPlacement
 from gpufleet.gpu.sharing import DevicePluginConfig
 
 ResourceList = dict[str, int]
-
-CPU = "cpu"
-MEMORY = "memory"
-PODS = "pods"
-GPU = "nvidia.com/gpu"
 
 # Label and annotation keys the rest of gpufleet reads.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -493,7 +495,7 @@ class NodePool:
     gpu: NodePoolGpu | None
     cpu_milli: int
     memory_bytes: int
-    pods: int = 110
+    pods: int = DEFAULT_MAX_PODS
     sharing: DevicePluginConfig = field(default_factory=DevicePluginConfig)
     node_labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()

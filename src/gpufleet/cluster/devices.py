@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpufleet.gpu.constants import MILLI
 from gpufleet.gpu.mig import MigPlacement
 
 GpuMode = Literal["whole", "replicas", "mig"]
@@ -58,17 +59,17 @@ class GpuSlot:
     @property
     def used_milli(self) -> int:
         if self.mode == "whole":
-            return 1000 if self.holder is not None else sum(m for m, _ in self.fractions.values())
+            return MILLI if self.holder is not None else sum(m for m, _ in self.fractions.values())
         if self.mode == "replicas":
             held = sum(1 for h in self.replica_holders if h is not None)
-            return (1000 * held) // self.replicas
+            return (MILLI * held) // self.replicas
         total = sum(s.compute_slices for s in self.mig) or 1
-        return 1000 * sum(s.compute_slices for s in self.mig if s.holder is not None) // total
+        return MILLI * sum(s.compute_slices for s in self.mig if s.holder is not None) // total
 
     @property
     def free_milli(self) -> int:
         """Thousandths of this GPU not held (the fragmentation view of a whole-mode GPU)."""
-        return 1000 - self.used_milli
+        return MILLI - self.used_milli
 
     @property
     def used_memory_mib(self) -> int:
@@ -110,9 +111,9 @@ def fraction_need(milli: int, memory_mib: int | None, gpu_memory_mib: int) -> tu
     """
     if gpu_memory_mib <= 0:
         return milli, memory_mib or 0
-    by_memory = -(-1000 * memory_mib // gpu_memory_mib) if memory_mib else 0
+    by_memory = -(-MILLI * memory_mib // gpu_memory_mib) if memory_mib else 0
     share = max(milli, by_memory)
-    memory = max(memory_mib or 0, (share * gpu_memory_mib) // 1000)
+    memory = max(memory_mib or 0, (share * gpu_memory_mib) // MILLI)
     return share, memory
 
 

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from gpufleet.api.objects import GPU, GpuDemand
+from gpufleet.api.objects import GpuDemand
 from gpufleet.cluster.devices import DeviceGrant, GpuSlot, fraction_need
-from gpufleet.gpu.constants import MILLI
+from gpufleet.gpu.constants import GPU, MILLI, SHARED_GPU
 
 if TYPE_CHECKING:
     from gpufleet.cluster.state import NodeState
 
 DeviceKind = Literal["whole", "replicas", "mig"]
-
-SHARED_GPU = "nvidia.com/gpu.shared"
 
 
 def demand_resource(demand: GpuDemand) -> str | None:

@@ -30,9 +30,9 @@ from gpufleet.cluster.devices import DeviceGrant, GpuSlot, InvariantError, MigSl
 # The first-fit device search lives with the other free-device answers; importers find it here too.
 from gpufleet.cluster.free_devices import first_free_grants as first_free_grants
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, Catalog
+from gpufleet.gpu.constants import DEFAULT_MAX_PODS, MILLI, PODS
+from gpufleet.gpu.constants import SHARED_GPU as SHARED_GPU
 from gpufleet.gpu.mig import MigPlacement, geometry_for, profile_from_resource_name
-
-SHARED_GPU = "nvidia.com/gpu.shared"
 
 
 @dataclass(slots=True)
@@ -285,7 +285,7 @@ class ClusterState:
                 raise InvariantError(
                     f"pod {p.pod} on {p.node}: {resource} {ns.used.get(resource, 0)}+{amount} exceeds allocatable "
                     f"{ns.allocatable.get(resource, 0)}")
-        if ns.used.get("pods", 0) + 1 > ns.allocatable.get("pods", 110):
+        if ns.used.get(PODS, 0) + 1 > ns.allocatable.get(PODS, DEFAULT_MAX_PODS):
             raise InvariantError(f"pod {p.pod} on {p.node}: node already runs its maximum of pods")
         done: list[DeviceGrant] = []
         try:
@@ -336,7 +336,7 @@ class ClusterState:
         elif g.kind == "fraction":
             if gpu.mode != "whole" or gpu.holder is not None:
                 raise InvariantError(f"{ns.name} GPU {g.gpu} cannot take a fraction (pod {pod})")
-            if g.milli <= 0 or gpu.used_milli + g.milli > 1000:
+            if g.milli <= 0 or gpu.used_milli + g.milli > MILLI:
                 raise InvariantError(f"{ns.name} GPU {g.gpu}: fractions would exceed one GPU (pod {pod})")
             if gpu.used_memory_mib + g.memory_mib > gpu.memory_mib:
                 raise InvariantError(f"{ns.name} GPU {g.gpu}: fractions' memory would exceed the GPU's (pod {pod})")
@@ -392,7 +392,7 @@ class ClusterState:
                 if r != "pods" and a > ns.allocatable.get(r, 0) and a > 0:
                     raise InvariantError(f"{ns.name}: {r} used {a} exceeds allocatable")
             for gpu in ns.gpus:
-                if gpu.used_milli > 1000 or gpu.used_memory_mib > gpu.memory_mib > 0:
+                if gpu.used_milli > MILLI or gpu.used_memory_mib > gpu.memory_mib > 0:
                     raise InvariantError(f"{ns.name} GPU {gpu.index} over-committed")
                 if gpu.holder is not None and gpu.fractions:
                     raise InvariantError(f"{ns.name} GPU {gpu.index} held whole and by fractions")
@@ -414,4 +414,4 @@ class ClusterState:
 
     def gpu_allocated(self) -> float:
         """GPUs held, counting fractions, replicas and MIG instances by their share."""
-        return sum(g.used_milli for ns in self.nodes.values() for g in ns.gpus) / 1000
+        return sum(g.used_milli for ns in self.nodes.values() for g in ns.gpus) / MILLI

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpufleet.gpu.catalog import GpuModel
+from gpufleet.gpu.constants import GPU
 from gpufleet.gpu.mig import MigGeometry, MigPlacement, check_layout, geometry_for
 
 MigStrategy = Literal["none", "single", "mixed"]
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = GPU  # the resource the device plugin advertises GPUs under (gpu.constants)
 SHARED_SUFFIX = ".shared"
 
 

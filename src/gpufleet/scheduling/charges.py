@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from gpufleet.api.kinds import FRACTION_RESOURCE, format_amount
-from gpufleet.api.objects import GPU
-from gpufleet.gpu.constants import MILLI
+from gpufleet.api.kinds import format_amount
+from gpufleet.gpu.constants import FRACTION_RESOURCE, GPU, MILLI
 
 # Resources quota keeps in thousandths of their canonical unit.
 QUOTA_MILLI: frozenset[str] = frozenset({GPU})

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
 
+from gpufleet.gpu.constants import MILLI
+
 __all__ = [
     "MILLI",
     "FragCategory",
@@ -35,7 +37,6 @@ __all__ = [
     "typical_pods",
 ]
 
-MILLI = 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from gpufleet.gpu.constants import MILLI as MILLI
 from gpufleet.scheduling.fragmentation import FragmentationModel
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "select_host",
 ]
 
-MILLI = 1000
 # Normalisers of the reference plugins: the largest node shape they assume (128 cores, 8 GPUs).
 MAX_SPEC_CPU = 128_000
 MAX_SPEC_GPU = 8_000

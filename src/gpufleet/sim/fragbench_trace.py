@@ -34,9 +34,10 @@ from gpufleet.api.objects import CPU, GPU, MEMORY, PODS, GpuDemand, PodTemplate
 from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.gpu.catalog import BUILTIN_MODELS, DEFAULT_CATALOG, Catalog, GpuModel
+from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling.fragmentation import TypicalPod, typical_pods
 from gpufleet.scheduling.gpuscore import GpuPodDemand
-from gpufleet.sim.openb import MILLI, OpenbNode, OpenbPod, TraceReadReport, read_nodes, read_pods
+from gpufleet.sim.openb import OpenbNode, OpenbPod, TraceReadReport, read_nodes, read_pods
 
 __all__ = [
     "MIB",

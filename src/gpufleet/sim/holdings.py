@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.cluster.state import ClusterState, Placement
+from gpufleet.gpu.constants import MILLI
 from gpufleet.gpu.mig import geometry_for
 
 
@@ -49,7 +50,7 @@ def holding_of(cluster: ClusterState, placement: Placement) -> Holding:
             whole += 1
             devices.append(MemoryDevice(gpu_key, gpu.memory_mib, False))
         elif g.kind == "fraction":
-            share += g.milli / 1000
+            share += g.milli / MILLI
             shared.append(gpu_key)
             devices.append(MemoryDevice(gpu_key, gpu.memory_mib, True))
         elif g.kind == "replica":

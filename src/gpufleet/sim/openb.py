@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from gpufleet.gpu.constants import MILLI
+
 __all__ = [
     "DEFAULT_POD_FILE",
     "GPU_NODE_FILE",
@@ -28,7 +30,6 @@ __all__ = [
     "read_pods",
 ]
 
-MILLI = 1000
 _T = TypeVar("_T")
 OPENB_DIR_ENV = "GPUFLEET_OPENB_DIR"
 GPU_NODE_FILE = "openb_node_list_gpu_node.csv"

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from gpufleet.api.objects import PodTemplate
 from gpufleet.cluster.state import ClusterState, NodeState
+from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling.placement.filters import unfit_reason
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
 from gpufleet.scheduling.types import PodRequest
@@ -34,7 +35,7 @@ def fits_alone(node: NodeState, t: PodTemplate) -> bool:
 
 
 def idle_gpus(node: NodeState) -> float:
-    return sum(g.free_milli for g in node.gpus if g.healthy) / 1000
+    return sum(g.free_milli for g in node.gpus if g.healthy) / MILLI
 
 
 def stranded_gpus(cluster: ClusterState, pending: Iterable[PodTemplate]) -> tuple[float, float]:

@@ -24,11 +24,10 @@ from gpufleet.cluster.free_devices import (
 )
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
+from gpufleet.gpu.constants import DEFAULT_MAX_PODS, MILLI
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
 from gpufleet.scheduling.placement.nodeview import fraction_share, whole_gpus
 from gpufleet.scheduling.types import PodRequest
-
-DEFAULT_MAX_PODS = 110  # what ClusterState assumes when a node does not publish "pods"
 
 
 class Filter(Protocol):
@@ -153,7 +152,7 @@ class GpuMemory:
         if not want or g.kind == "none":
             return None
         if g.kind == "fraction":
-            ok = any(fraction_share(need, gpu.memory_mib)[0] <= 1000 for gpu in whole_gpus(node))
+            ok = any(fraction_share(need, gpu.memory_mib)[0] <= MILLI for gpu in whole_gpus(node))
         else:
             resource = demand_resource(g)
             ok = any(s.resource == resource and s.memory_mib >= want for gpu in node.gpus for s in gpu.mig)

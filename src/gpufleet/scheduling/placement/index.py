@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.state import ClusterState, NodeState
+from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling.placement.need import IDENTITY_LABELS, PodNeed
 from gpufleet.scheduling.placement.nodeview import TagIndex
 from gpufleet.scheduling.placement.scorers import UNRANKED
@@ -62,7 +63,7 @@ def _gpu_state(g: GpuSlot) -> tuple[Any, ...]:
         if g.holder is not None:
             return (0, g.memory_mib, g.healthy, g.resource, 0, g.memory_mib)
         if not g.fractions:
-            return (0, g.memory_mib, g.healthy, g.resource, 1000, 0)
+            return (0, g.memory_mib, g.healthy, g.resource, MILLI, 0)
         return (0, g.memory_mib, g.healthy, g.resource, g.free_milli, g.used_memory_mib)
     if g.mode == "replicas":
         return (1, g.memory_mib, g.healthy, g.resource, g.replicas, len(g.free_replicas()))

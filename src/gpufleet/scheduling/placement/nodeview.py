@@ -14,7 +14,8 @@ from gpufleet.api.objects import CPU
 from gpufleet.cluster.devices import GpuSlot, fraction_need
 from gpufleet.cluster.free_devices import device_kind
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
-from gpufleet.scheduling.gpuscore import MILLI, GpuPodDemand
+from gpufleet.gpu.constants import MILLI
+from gpufleet.scheduling.gpuscore import GpuPodDemand
 from gpufleet.scheduling.placement.need import PodNeed
 
 
@@ -30,7 +31,7 @@ def gpu_free_milli(g: GpuSlot) -> int:
         if g.holder is not None:
             return 0
         if not g.fractions:
-            return 1000
+            return MILLI
     return g.free_milli
 
 

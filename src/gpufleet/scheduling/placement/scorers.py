@@ -20,6 +20,7 @@ from typing import Protocol
 
 from gpufleet.api.objects import CPU, MEMORY
 from gpufleet.gpu.catalog import Catalog
+from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling import gpuscore
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.placement.nodeview import NodeView, gpu_demand, gpu_milli_taken
@@ -45,7 +46,7 @@ def _requested_and_capacity(need: PodNeed, view: NodeView, resource: str) -> tup
         if not node.gpus or need.gpu.kind == "none":
             return 0, 0  # kube skips an extended resource the pod does not ask for
         used = sum(g.used_milli for g in node.gpus)
-        return used + gpu_milli_taken(need, node), 1000 * len(node.gpus)
+        return used + gpu_milli_taken(need, node), MILLI * len(node.gpus)
     alloc = node.allocatable.get(resource, 0)
     asked = need.cpu if resource == CPU else need.memory if resource == MEMORY else dict(need.requests).get(
         resource, 0)
@@ -161,7 +162,7 @@ class DemandCost:
         if need.gpu.kind == "none":
             return 0
         price = _price_milli(self.catalog, view.node.gpu_model)
-        return UNRANKED if price is None else -(price * gpu_milli_taken(need, view.node) // 1000)
+        return UNRANKED if price is None else -(price * gpu_milli_taken(need, view.node) // MILLI)
 
 
 class GpuScore:

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.api.limits import MAX_GPUS_PER_NODE, MAX_PODS, MAX_PODS_PER_WORKLOAD, MAX_RATE_PER_HOUR
-from gpufleet.api.objects import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
+from gpufleet.api.objects import GPU, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL
 from gpufleet.sim.model import (
     ARRIVAL_ANNOTATION,
     CLASS_LABEL,
@@ -103,7 +103,7 @@ class Arrival:
 
 @dataclass(frozen=True, slots=True)
 class DemandForm:
-    resource: str | None = "nvidia.com/gpu"
+    resource: str | None = GPU
     count: int | None = None  # None: gpusPerPod
     fraction: str | None = None
     memory: str | None = None
@@ -177,7 +177,7 @@ def _form(r: _Reader, data: Any, path: tuple[str | int, ...]) -> DemandForm:
     if "fraction" in data:
         return DemandForm(None, None, str(data["fraction"]), str(data["memory"]) if "memory" in data else None,
                           {str(k): str(v) for k, v in selector.items()})
-    resource = str(data.get("resource", "nvidia.com/gpu"))
+    resource = str(data.get("resource", GPU))
     if not resource.startswith("nvidia.com/"):
         raise r.fail((*path, "resource"), f"{resource!r} is not an nvidia.com/ GPU resource")
     return DemandForm(resource, count, None, None, {str(k): str(v) for k, v in selector.items()})

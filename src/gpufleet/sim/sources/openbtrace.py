@@ -37,8 +37,9 @@ from gpufleet.api.objects import (
 )
 from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, Catalog
+from gpufleet.gpu.constants import MILLI
 from gpufleet.sim.model import SimJob
-from gpufleet.sim.openb import MILLI, OpenbNode, OpenbPod, TraceReadReport
+from gpufleet.sim.openb import OpenbNode, OpenbPod, TraceReadReport
 
 NAMESPACE = "openb"
 MIB = 2**20
