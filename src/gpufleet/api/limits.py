@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # --- input -----------------------------------------------------------------------------------------------------
-MAX_INPUT_BYTES = 64 * 2**20  # all files of one run together; one file alone counts the same way
+MAX_INPUT_BYTES = 32 * 2**20  # all files of one run together; one file alone counts the same way
 MAX_DOCUMENTS = 100_000  # documents of one run, items of `kind: List` included
 MAX_DOCUMENT_BYTES = 3 * 2**20  # the API server refuses larger requests; larger documents are counted first
 MAX_NODES_PER_DOCUMENT = 500_000  # YAML values (scalars, mappings, lists) of one document
@@ -22,7 +22,7 @@ MAX_JSON_DEPTH = 20  # nesting of a JSON annotation such as gpufleet.io/gpus (4 
 MAX_ANNOTATION_BYTES = 256 * 1024  # the API server's limit for all annotations of an object together
 
 # --- cluster ---------------------------------------------------------------------------------------------------
-MAX_NODES = 10_000  # Nodes of one input, NodePools expanded
+MAX_NODES = 5_000  # Nodes of one input, NodePools expanded: Kubernetes' own tested scale
 MAX_NODES_PER_POOL = MAX_NODES
 MAX_GPUS_PER_NODE = 64
 MAX_REPLICAS_PER_GPU = 64  # time-slicing replicas
@@ -33,7 +33,7 @@ MAX_COHORT_DEPTH = 64  # levels of a cohort tree
 
 # --- workloads -------------------------------------------------------------------------------------------------
 MAX_PODS_PER_WORKLOAD = 10_000  # a Job's parallelism or completions, a pod set's count, a group's total
-MAX_PODS = 200_000  # pods of one input once workloads are expanded
+MAX_PODS = 150_000  # pods of one input once workloads are expanded: Kubernetes' own tested scale
 MAX_GPUS_PER_POD = MAX_DEVICES_PER_NODE  # a pod runs on one node
 MAX_PRIORITY = 2_000_000_000  # PriorityClass values are int32; 2e9 is above every system class
 MAX_DURATION_S = 366 * 86_400  # a timeout or a generated duration longer than a year is a mistake

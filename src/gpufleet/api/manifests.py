@@ -9,7 +9,7 @@ object is kept; unknown kinds are warned about and left out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -240,21 +240,39 @@ def _expand_pools(out: Manifests) -> None:
                 out.nodes.append(node)
 
 
-def build(documents: Sequence[Document], problems: Problems | None = None) -> Manifests:
-    out = Manifests(problems=problems if problems is not None else Problems(), documents=len(documents))
-    for position, doc in enumerate(documents):
-        _parse_document(doc, out, position)
-    _check_duplicates(out)
-    _check_references(out)
-    _expand_pools(out)
-    _check_duplicates(out)
-    return out
+class ManifestBuilder:
+    """Parses documents one at a time (:meth:`add`), then checks what needs them all (:meth:`finish`).
+
+    Fed straight from the file loader, a raw document is dropped as soon as its typed object exists: a big
+    input never holds all its raw documents at once (docs/limits.md)."""
+
+    def __init__(self, problems: Problems | None = None) -> None:
+        self.out = Manifests(problems=problems if problems is not None else Problems())
+
+    def add(self, doc: Document) -> None:
+        _parse_document(doc, self.out, self.out.documents)
+        self.out.documents += 1
+
+    def finish(self) -> Manifests:
+        out = self.out
+        _check_duplicates(out)
+        _check_references(out)
+        _expand_pools(out)
+        _check_duplicates(out)
+        return out
+
+
+def build(documents: Iterable[Document], problems: Problems | None = None) -> Manifests:
+    builder = ManifestBuilder(problems)
+    for doc in documents:
+        builder.add(doc)
+    return builder.finish()
 
 
 def load_manifests(paths: Sequence[str], *, stdin: TextIO | None = None) -> Manifests:
-    problems = Problems()
-    documents = load_paths(paths, problems, stdin=stdin)
-    return build(documents, problems)
+    builder = ManifestBuilder()
+    load_paths(paths, builder.out.problems, stdin=stdin, sink=builder.add)
+    return builder.finish()
 
 
 def load_manifest_text(text: str, file: str = "<text>") -> Manifests:

@@ -372,14 +372,29 @@ class _FileLoader:
     piece, and what the first pass reported must not appear twice.
     """
 
-    def __init__(self, file: str, budget: InputBudget) -> None:
+    def __init__(self, file: str, budget: InputBudget, sink: Callable[[Document], None] | None = None) -> None:
         self.file = file
         self.problems = Problems()
         self.docs: list[Document] = []
+        # With a sink each document is handed on as soon as it is read, so a big input never holds all its raw
+        # documents at once. After a syntax error the file is read again piece by piece: the documents
+        # already handed on are then skipped (same text, same documents, same order).
+        self.sink = sink
+        self.handed = 0
+        self.skip = 0
         self.index = 0
         self.ctor = SafeConstructor()
         self.budget = budget
         self.documents_before = budget.documents
+
+    def emit(self, doc: Document) -> None:
+        if self.sink is None:
+            self.docs.append(doc)
+        elif self.skip:
+            self.skip -= 1
+        else:
+            self.sink(doc)
+            self.handed += 1
 
     def take(self, line: int) -> None:
         """Count one more document against the run's budget; at the limit, say so once and stop."""
@@ -460,7 +475,7 @@ class _FileLoader:
             self.expand_list(doc)
         else:
             self.take(line)
-            self.docs.append(doc)
+            self.emit(doc)
 
     def report_duplicates(
         self, doc: Document, root: Node, duplicates: list[tuple[MappingNode, Node, Any]], offset: int
@@ -512,7 +527,7 @@ class _FileLoader:
                 continue
             sub = item_lines[i] if item_lines is not None else None
             self.take(line)
-            self.docs.append(Document(item, self.file, line, doc.index, sub[1] if isinstance(sub, tuple) else None))
+            self.emit(Document(item, self.file, line, doc.index, sub[1] if isinstance(sub, tuple) else None))
 
     def load(self, text: str) -> None:
         if len(text) > MAX_DOCUMENT_BYTES:
@@ -532,6 +547,7 @@ class _FileLoader:
             self.add_root(root, 0)
         # Slow path after a syntax error: parse each document alone so a bad one loses only itself.
         self.docs.clear()
+        self.skip, self.handed = self.handed, 0
         self.problems = Problems()
         self.index = 0
         self.budget.documents = self.documents_before
@@ -597,13 +613,15 @@ def _split_documents(text: str) -> list[tuple[int, str]]:
     return pieces
 
 
-def load_text(text: str, file: str, problems: Problems, budget: InputBudget | None = None) -> list[Document]:
+def load_text(text: str, file: str, problems: Problems, budget: InputBudget | None = None,
+              sink: Callable[[Document], None] | None = None) -> list[Document]:
     """Documents of one YAML/JSON stream, ``file`` naming it in messages. Problems go to ``problems``;
-    ``budget`` is the run's input limits (a fresh one when the text is read on its own)."""
+    ``budget`` is the run's input limits (a fresh one when the text is read on its own). With ``sink`` each
+    document goes there as soon as it is read and the list returned is empty."""
     budget = budget if budget is not None else InputBudget()
     if text.startswith("\ufeff"):
         text = text[1:]
-    loader = _FileLoader(file, budget)
+    loader = _FileLoader(file, budget, sink)
     # The loader allocates millions of small objects that all stay alive; the cyclic collector would
     # rescan them again and again (measured 3-4x slower on 50,000 documents) to find no garbage.
     gc_was_enabled = gc.isenabled()
@@ -693,16 +711,17 @@ def _read_stream(stream: TextIO | BinaryIO, problems: Problems, budget: InputBud
 
 
 def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None = None,
-               budget: InputBudget | None = None) -> list[Document]:
+               budget: InputBudget | None = None, sink: Callable[[Document], None] | None = None) -> list[Document]:
     """Documents of every path in order: files, folders (recursively, sorted) and ``-`` for stdin, within
-    the run's input limits (bytes and documents, ``docs/limits.md``)."""
+    the run's input limits (bytes and documents, ``docs/limits.md``); handed to ``sink`` one by one when
+    given (then the list returned is empty)."""
     budget = budget if budget is not None else InputBudget()
     docs: list[Document] = []
     for path in paths:
         if path == "-":
             text = _read_stream(sys.stdin if stdin is None else stdin, problems, budget)
             if text is not None:
-                docs.extend(load_text(text, STDIN_NAME, problems, budget))
+                docs.extend(load_text(text, STDIN_NAME, problems, budget, sink))
             continue
         if os.path.isdir(path):
             files = _folder_files(path, problems)
@@ -726,5 +745,5 @@ def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None
                 return docs
             text = _read_file(file, problems, budget)
             if text is not None:
-                docs.extend(load_text(text, file, problems, budget))
+                docs.extend(load_text(text, file, problems, budget, sink))
     return docs
