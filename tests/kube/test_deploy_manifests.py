@@ -427,7 +427,8 @@ def test_config_volume_and_restricted_security() -> None:
 
 
 def test_everything_namespaced_lives_in_one_namespace() -> None:
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for doc in scheduler_docs():
         assert (doc["metadata"].get("namespace") == NAMESPACE) == (doc["kind"] not in cluster_scoped), doc["kind"]
 
@@ -534,7 +535,8 @@ def test_chart_values_reach_the_objects() -> None:
     assert container["image"] == "registry.local/gf:9.9" and container["imagePullPolicy"] == "Always"
     assert dep["spec"]["replicas"] == 3
     assert container["command"][2:4] == ["--scheduler-name", "gpu-sched"]
-    namespaced = [d for d in docs if d["kind"] not in ("ClusterRole", "ClusterRoleBinding") and not is_node_agent(d)]
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    namespaced = [d for d in docs if d["kind"] not in cluster_scoped and not is_node_agent(d)]
     assert {d["metadata"]["namespace"] for d in namespaced} == {"ops"}
     [crb] = [d for d in docs if d["kind"] == "ClusterRoleBinding" and not is_node_agent(d)]
     assert crb["subjects"][0]["namespace"] == "ops"

@@ -1,4 +1,4 @@
-"""The NetworkPolicy (deploy/), the placement-annotation ValidatingAdmissionPolicy (deploy/admission-policy/) and
+"""The NetworkPolicy (deploy/), the placement-annotation ValidatingAdmissionPolicy (deploy/admission-policy.yaml) and
 the metrics RBAC (deploy/metrics-auth/), checked offline: valid for Kubernetes, wired to what they guard, the
 chart rendering the same objects, and the policy's CEL evaluated (cel-python) on the requests it must refuse
 and those it must let through."""
@@ -18,7 +18,7 @@ from gpufleet.kube.annotations import PLACEMENT_ANNOTATIONS
 from gpufleet.kube.metrics_auth import METRICS_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
-POLICY_DIR = ROOT / "deploy" / "admission-policy"
+POLICY_FILE = ROOT / "deploy" / "admission-policy.yaml"
 METRICS_AUTH_DIR = ROOT / "deploy" / "metrics-auth"
 SCHEDULER = "system:serviceaccount:gpufleet-system:gpufleet-scheduler"
 # ValidatingAdmissionPolicy is admissionregistration.k8s.io/v1 from Kubernetes 1.30.
@@ -36,7 +36,11 @@ def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
     return doc
 
 
-@pytest.mark.parametrize("folder", [POLICY_DIR, METRICS_AUTH_DIR])
+def policy_docs() -> list[Doc]:
+    return [d for d in yaml.safe_load_all(POLICY_FILE.read_text()) if d]
+
+
+@pytest.mark.parametrize("folder", [METRICS_AUTH_DIR])
 def test_kustomization_lists_every_file(folder: Path) -> None:
     k = yaml.safe_load((folder / "kustomization.yaml").read_text())
     assert sorted(k["resources"]) == sorted(f.name for f in folder.glob("*.yaml") if f.name != "kustomization.yaml")
@@ -77,11 +81,11 @@ def test_the_chart_can_leave_the_network_policy_out() -> None:
 @pytest.mark.parametrize("version", VAP_VERSIONS)
 @pytest.mark.parametrize("kind", ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
 def test_admission_policy_objects_are_valid_for_kubernetes(kind: str, version: str) -> None:
-    kubernetes_validate.validate(one(docs_of(POLICY_DIR), kind), version, strict=True)
+    kubernetes_validate.validate(one(policy_docs(), kind), version, strict=True)
 
 
 def test_the_binding_enforces_the_policy() -> None:
-    docs = docs_of(POLICY_DIR)
+    docs = policy_docs()
     policy, binding = one(docs, "ValidatingAdmissionPolicy"), one(docs, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     assert policy["spec"]["failurePolicy"] == "Fail"
@@ -115,7 +119,7 @@ class Policy:
 
 @pytest.fixture(scope="module")
 def policy() -> Policy:
-    return Policy(one(docs_of(POLICY_DIR), "ValidatingAdmissionPolicy"))
+    return Policy(one(policy_docs(), "ValidatingAdmissionPolicy"))
 
 
 def test_the_policy_guards_every_placement_annotation(policy: Policy) -> None:
@@ -125,7 +129,7 @@ def test_the_policy_guards_every_placement_annotation(policy: Policy) -> None:
 
 def test_the_policy_names_the_scheduler_of_deploy() -> None:
     sa = one(deploy_docs(), "ServiceAccount", "gpufleet-scheduler")["metadata"]
-    expression = next(v["expression"] for v in one(docs_of(POLICY_DIR), "ValidatingAdmissionPolicy")["spec"]
+    expression = next(v["expression"] for v in one(policy_docs(), "ValidatingAdmissionPolicy")["spec"]
                       ["variables"] if v["name"] == "isScheduler")
     assert f"'system:serviceaccount:{sa['namespace']}:{sa['name']}'" in expression
 
@@ -171,11 +175,12 @@ def test_the_policy_refuses_exactly_what_it_must(policy: Policy, case: str, oper
     assert policy.admits(operation, user, obj, old) is admitted, case
 
 
-def test_the_chart_renders_the_policy_for_its_namespace_when_enabled() -> None:
-    assert not [d for d in render_chart(chart_values()) if d["kind"].startswith("ValidatingAdmissionPolicy")]
-    rendered = {d["kind"]: d for d in render_chart(chart_values(admissionPolicy__enabled=True))
+def test_the_chart_renders_the_policy_by_default_for_its_namespace() -> None:
+    assert not [d for d in render_chart(chart_values(admissionPolicy__enabled=False))
+                if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    rendered = {d["kind"]: d for d in render_chart(chart_values())
                 if d["kind"].startswith("ValidatingAdmissionPolicy")}
-    for doc in docs_of(POLICY_DIR):
+    for doc in policy_docs():
         assert rendered[doc["kind"]] == doc
     [other] = [d for d in render_chart(chart_values(admissionPolicy__enabled=True), namespace="ops")
                if d["kind"] == "ValidatingAdmissionPolicy"]
