@@ -535,7 +535,8 @@ def test_chart_values_reach_the_objects() -> None:
     assert container["image"] == "registry.local/gf:9.9" and container["imagePullPolicy"] == "Always"
     assert dep["spec"]["replicas"] == 3
     assert container["command"][2:4] == ["--scheduler-name", "gpu-sched"]
-    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding")
     namespaced = [d for d in docs if d["kind"] not in cluster_scoped and not is_node_agent(d)]
     assert {d["metadata"]["namespace"] for d in namespaced} == {"ops"}
     [crb] = [d for d in docs if d["kind"] == "ClusterRoleBinding" and not is_node_agent(d)]
