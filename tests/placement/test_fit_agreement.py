@@ -27,7 +27,8 @@ from gpufleet.sim.stranded import fits_alone
 from tests.placement import former_fit_checks as former
 from tests.placement.fit_cases import MODELS, NodeCase, PodCase, build_node, node_and_pod, request
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=200, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
 def _exact_models(pod: PodCase) -> bool:
