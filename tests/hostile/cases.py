@@ -128,6 +128,52 @@ def _generator(rate: str) -> str:
             f"spec:\n  classes:\n  - name: flood\n    arrival: {{ratePerHour: {rate}}}\n")
 
 
+def _at_limits_cluster() -> str:
+    """5,000 nodes (two pools of 2,500 eight-GPU nodes) and 150,000 pods (60 Jobs of 2,500) in 20 queues."""
+    nodes_per_pool = limits.MAX_NODES // 2
+    jobs, per_job = 60, limits.MAX_PODS // 60
+    docs = [f"apiVersion: gpufleet.io/v1alpha1\nkind: NodePool\nmetadata: {{name: pool{i}}}\nspec:\n"
+            f"  count: {nodes_per_pool}\n  cpu: 128\n  memory: 1Ti\n  gpu: {{model: A100-SXM4-80GB, count: 8}}\n"
+            for i in range(2)]
+    docs.append("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: f}\n")
+    for q in range(20):
+        docs.append(f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {{name: cq{q}}}\nspec:\n"
+                    "  namespaceSelector: {}\n  cohort: all\n  resourceGroups:\n"
+                    "  - coveredResources: [cpu, memory, nvidia.com/gpu]\n    flavors: [{name: f, resources: ["
+                    "{name: cpu, nominalQuota: 100000}, {name: memory, nominalQuota: 100Ti}, "
+                    "{name: nvidia.com/gpu, nominalQuota: 2000}]}]\n")
+        docs.append(f"apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {{name: lq, namespace: ns{q}}}\n"
+                    f"spec: {{clusterQueue: cq{q}}}\n")
+    for j in range(jobs):
+        docs.append(f"apiVersion: batch/v1\nkind: Job\nmetadata: {{name: job{j}, namespace: ns{j % 20}, "
+                    "labels: {kueue.x-k8s.io/queue-name: lq}}\nspec:\n"
+                    f"  parallelism: {per_job}\n  completions: {per_job}\n  template:\n    spec:\n"
+                    "      restartPolicy: Never\n      containers: [{name: c, image: x, resources: {requests: "
+                    "{cpu: 1, memory: 1Gi}, limits: {nvidia.com/gpu: 1}}}]\n")
+    return "---\n".join(docs)
+
+
+def _at_limits_bytes(folder: Path) -> list[str]:
+    """Just under the byte limit of the worst YAML there is (tiny keys), in documents just under 3 MiB."""
+    path = folder / "tiny-keys.yaml"
+    budget = limits.MAX_INPUT_BYTES - 4096
+    with open(path, "w", encoding="utf-8") as fh:
+        written = d = 0
+        while written < budget:
+            head = f"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{d}}}\ndata:\n"
+            fh.write(head)
+            written += len(head)
+            size = i = 0
+            while size < limits.MAX_DOCUMENT_BYTES - 1024 and written + size < budget:
+                line = f"  k{i}: v\n"
+                fh.write(line)
+                size += len(line)
+                i += 1
+            written += size
+            d += 1
+    return [str(path)]
+
+
 DIGITS = "9" * 5000
 
 GENERATED: list[Case] = [
@@ -154,6 +200,11 @@ GENERATED: list[Case] = [
     Case("input-over-limit", _oversized, ("MiB",), commands=("validate",)),
     Case("fifo-and-a-file", _fifo, ("not a regular file", "duplicate key")),
     Case("dev-zero", lambda _d: ["/dev/zero"], ("not a regular file",), exit=0),
+    Case("at-limits-cluster-validate", _writer("big.yaml", _at_limits_cluster),
+         (f"valid: {limits.MAX_NODES} Node",), exit=0, commands=("validate",)),
+    Case("at-limits-cluster-plan", _writer("big.yaml", _at_limits_cluster), ("admitted",), exit=0,
+         commands=("plan",)),
+    Case("at-limits-bytes", _at_limits_bytes, ("valid: no objects",), exit=0, commands=("validate", "plan")),
     Case("generator-rate-1e100", _writer("g.yaml", lambda: _generator("1e100")), ("ratePerHour",),
          commands=(), simulate=True),
     Case("generator-rate-5000-digits", _writer("g.yaml", lambda: _generator(f'"{DIGITS}"')), ("not a number",),

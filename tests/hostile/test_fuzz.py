@@ -128,6 +128,13 @@ def _valid_inventory(model: str, count: int, layout: str | None) -> dict[str, An
     return dict(json.loads(text))
 
 
+def _has(target: Any, step: Any, *, setting: bool = False) -> bool:
+    """Whether ``target[step]`` exists (for a dict key, may be set when ``setting``)."""
+    if isinstance(target, dict) and isinstance(step, str):
+        return setting or step in target
+    return isinstance(target, list) and isinstance(step, int) and step < len(target)
+
+
 @FUZZ
 @given(model=st.sampled_from(["A100-SXM4-80GB", "H100-SXM5-80GB", "L40S"]), count=st.integers(1, 8),
        path=st.lists(st.sampled_from(["gpus", 0, "index", "mig", "start", "uuid", "nvlinks", "memoryMiB"]),
@@ -138,9 +145,9 @@ def test_mutated_inventories_are_read_or_refused(model: str, count: int, path: l
     assert _parse_annotation(json.dumps(doc))[0] is not None  # the unmutated one is valid
     target: Any = doc
     for step in path[:-1]:
-        if (isinstance(target, dict) and isinstance(step, str) and step in target) or (isinstance(target, list) and isinstance(step, int) and step < len(target)):
+        if _has(target, step):
             target = target[step]
-    if (path and isinstance(target, dict) and isinstance(path[-1], str)) or (path and isinstance(target, list) and isinstance(path[-1], int) and path[-1] < len(target)):
+    if path and _has(target, path[-1], setting=True):
         target[path[-1]] = replacement
     inventory, problems = _parse_annotation(json.dumps(doc))
     _assert_clean(problems)
