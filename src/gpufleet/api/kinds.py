@@ -193,11 +193,16 @@ def parse_meta(r: FieldReader, *, namespaced: bool) -> ObjectMeta | None:
     if created is not None and stamp is None:
         m.error(f"creationTimestamp {shown(created)} is not an RFC 3339 time", "creationTimestamp",
                 fix="write it like 2026-01-31T12:00:00Z")
+    annotations = m.string_map("annotations")
+    size = sum(len(k) + len(v) for k, v in annotations.items())
+    if size > limits.MAX_ANNOTATION_BYTES:
+        m.error(f"the annotations hold {size:,} characters: {limits.ANNOTATION_BYTES.says()}", "annotations",
+                fix="keep large data out of annotations (a ConfigMap, say)")
     return ObjectMeta(
         name=name,
         namespace=namespace,
         labels=m.string_map("labels"),
-        annotations=m.string_map("annotations"),
+        annotations=annotations,
         creation_timestamp=stamp,
         uid=m.text("uid"),
         source=SourceRef(r.doc.file, r.doc.line),
