@@ -17,7 +17,7 @@ from gpufleet.api.quantity import parse_quantity
 from gpufleet.kube.queuestatus import QueueCounts, cluster_queue_status
 from gpufleet.scheduling.charges import charge, format_quota, to_quota
 from tests.kueue.scenario import Scenario, ts
-from tests.kueue.test_plan_cli import run_json, write
+from tests.kueue.test_plan_cli import app, run_json, runner, write
 
 GPU = "nvidia.com/gpu"
 MILLI = "gpufleet.io/gpu-milli"
@@ -213,3 +213,10 @@ def test_with_gpu_milli_covered_fractions_leave_the_gpu_quota_alone(nominal: int
     fractions = sum(_cost(a) for i, a in enumerate(workloads) if a[0] == "fraction" and f"w-{i}" in admitted)
     assert s.usage("gpus", resource=GPU) == wholes
     assert s.usage("gpus", resource=MILLI) == fractions <= 4000
+
+
+def test_plan_table_shows_the_amount_charged_next_to_each_flavor(tmp_path: Path) -> None:
+    text = FLAVOR + queue("gpus", {GPU: 1}) + fraction_pod("on-gpu", "gpus", "0.5")
+    result = runner.invoke(app, ["plan", write(tmp_path, text)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "nvidia.com/gpu=default (500m)" in result.stdout
