@@ -172,6 +172,9 @@ class ApiSim:
                 self.history.setdefault(res.key, [])
                 self.compacted.setdefault(res.key, 0)
                 selector = kmock.resource(res.group, res.version, res.plural)
+                # Declared so that discovery (/apis/GROUP/VERSION) names the kind and scope as a real server.
+                self.kmock.resources[f"{res.group}/{res.version}/{res.plural}"] = kmock.ResourceInfo(
+                    kind=res.kind, namespaced=res.namespaced, verbs=["get", "list", "watch"])
                 # Priority -1: below any reaction a test adds to inject faults, above kmock's 404 fallbacks.
                 (self.kmock ** -1)[selector] << self._dispatcher(res)
 

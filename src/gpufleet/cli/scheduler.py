@@ -39,7 +39,7 @@ def scheduler(
 
     from gpufleet.kube.client import KubeClient
     from gpufleet.kube.config import ClusterConfig
-    from gpufleet.kube.errors import ConfigError
+    from gpufleet.kube.errors import ConfigError, KubeError
     from gpufleet.kube.logs import setup_logging
     from gpufleet.kube.scheduler import Scheduler
     from gpufleet.kube.settings import SettingsError, load_settings
@@ -68,6 +68,14 @@ def scheduler(
     except (OSError, ValueError) as e:  # a port in use, an unreadable webhook certificate
         console.error(str(e))
         raise typer.Exit(2) from e
+    except ConfigError as e:  # the queue API queues.source asks for is not served
+        client.close()
+        console.error(str(e))
+        raise typer.Exit(2) from e
+    except KubeError as e:  # the API server did not answer discovery: a restart tries again
+        client.close()
+        console.error(f"cannot reach the API server: {e}")
+        raise typer.Exit(1) from e
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         instance.request_stop()

@@ -17,13 +17,13 @@ import copy
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.api.errors import shown
-from gpufleet.kube import gangs, planner
+from gpufleet.kube import beside, gangs, planner
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import Intent
 from gpufleet.kube.assumed import AssumedPods
@@ -35,6 +35,7 @@ from gpufleet.kube.informer import CacheSnapshot, ObjectCache
 from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.quarantine import Quarantine, find_culprit
+from gpufleet.kube.queuesource import QueueChooser, QueueKinds
 from gpufleet.kube.queuestatus import queue_statuses, write_status
 from gpufleet.kube.recorder import Recorder
 from gpufleet.kube.resources import SCHEDULER_RESOURCES, ResourceType
@@ -105,7 +106,8 @@ def pending_reason(info: WorkloadInfo | None, message: str) -> str:
 class CycleRunner:
     def __init__(self, client: KubeClient, cache: ObjectCache, settings: SchedulerSettings, *, identity: str,
                  metrics: SchedulerMetrics, may_write: Callable[[], bool], clock: Callable[[], float] = time.time,
-                 pool: ThreadPoolExecutor | None = None) -> None:
+                 pool: ThreadPoolExecutor | None = None,
+                 resources: Sequence[ResourceType] = SCHEDULER_RESOURCES) -> None:
         self.client = client
         self.cache = cache
         self.settings = settings
@@ -124,6 +126,10 @@ class CycleRunner:
         self.evictor = Evictor(client, self.recorder, metrics, may_write=may_write)
         self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
         self.count = 0
+        # Whose queue objects each cycle reads (gpufleet.kube.queuesource), and beside Kueue, Kueue's Workloads.
+        self.queues = QueueChooser(resources)
+        self.queue_kinds: QueueKinds = self.queues.kinds(cache.snapshot())
+        self.kueue_workloads = beside.WorkloadParses()
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -171,9 +177,13 @@ class CycleRunner:
         can make fail, and the part :meth:`_decide_isolating` reruns to find which object it is."""
         started = time.perf_counter()
         s = self.settings
+        kinds = self.queue_kinds = self.queues.kinds(snapshot)
         world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
-                         assumed=assumed, now=now, require_mutation=s.webhook.require_mutation)
+                         assumed=assumed, now=now, require_mutation=s.webhook.require_mutation,
+                         queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *kinds.resources))
         repairs = gangs.repair(world, s.binding.gang_repair_timeout)
+        if s.beside_kueue.enabled:
+            return self._decide_beside(snapshot, world, repairs, started)
         finish(world)
         world_s = time.perf_counter() - started
         policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=parked,
@@ -185,7 +195,22 @@ class CycleRunner:
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
                         self._victims(world, plan, [*repairs, *timeouts]), self._unschedulable(world, plan),
-                        queue_statuses(snapshot, policy, problems, now), world_s, policy_s)
+                        queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
+                                       local_queues=kinds.local_queues), world_s, policy_s)
+
+    def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
+                       started: float) -> _Decided:
+        """Beside Kueue (gpufleet.kube.beside): Kueue admitted, we place and answer our AdmissionChecks; Kueue
+        writes the queue statuses and does preemption and waitForPodsReady."""
+        s = self.settings
+        world_s = time.perf_counter() - started
+        result = beside.plan(world, snapshot, controller=s.beside_kueue.admission_check_controller,
+                             profile=s.placement_profile, parses=self.kueue_workloads,
+                             max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        policy_s = time.perf_counter() - started - world_s
+        plan = result.plan
+        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
+                        self._unschedulable(world, plan), beside.status_writes(result, world.now), world_s, policy_s)
 
     def _decide_isolating(self, snapshot: CacheSnapshot, now: float) -> _Decided:
         """:meth:`_decide`, and when it raises, find the object responsible, set it aside and decide again
@@ -214,7 +239,7 @@ class CycleRunner:
 
     def _hold(self, snapshot: CacheSnapshot, culprit: tuple[str, str], exc: Exception) -> None:
         resource_key, key = culprit
-        resource = next((res for res in SCHEDULER_RESOURCES if res.key == resource_key), None)
+        resource = r.by_key(resource_key)
         obj = snapshot.objects[resource_key][key]
         why = f"{type(exc).__name__}: {shown(str(exc), 200)}"
         self.quarantine.hold(resource or r.PODS, key, obj, why)
@@ -245,7 +270,8 @@ class CycleRunner:
             for rejection, obj in fresh:
                 if rejection.kind != "Pod":
                     log.warning("%s %s: %s", rejection.kind, rejection.key, rejection.message)
-                    resource = next(res for res in SCHEDULER_RESOURCES if res.kind == rejection.kind)
+                    resource = next(res for res in (r.NODES, r.PODS, r.PRIORITY_CLASSES, r.NAMESPACES,
+                                                    *self.queue_kinds.resources) if res.kind == rejection.kind)
                     self.pool.submit(self._tell, resource, dict(obj), rejection.message, time.time())
         self.metrics.set_rejected(self.quarantine.counts())
 

@@ -124,23 +124,25 @@ def local_queue_status(namespace: str, name: str, cluster_queue: str, policy: Ku
             "admittedWorkloads": admitted, "flavorUsage": flavors, "conditions": [condition]}
 
 
-def queue_statuses(snapshot: CacheSnapshot, policy: KueuePolicy, problems: Mapping[str, str],
-                   now: float) -> list[tuple[ResourceType, JsonDict, JsonDict]]:
-    """(resource, cached object, wanted status) for every queue whose status must change."""
+def queue_statuses(snapshot: CacheSnapshot, policy: KueuePolicy, problems: Mapping[str, str], now: float, *,
+                   cluster_queues: ResourceType = r.CLUSTER_QUEUES, local_queues: ResourceType = r.LOCAL_QUEUES,
+                   ) -> list[tuple[ResourceType, JsonDict, JsonDict]]:
+    """(resource, cached object, wanted status) for every queue whose status must change; ``cluster_queues`` and
+    ``local_queues``: gpufleet.io's kinds or Kueue's (the queue source of the cycle)."""
     counts = QueueCounts(policy)
     out: list[tuple[ResourceType, JsonDict, JsonDict]] = []
-    for name, obj in sorted(snapshot.of(r.CLUSTER_QUEUES).items()):
+    for name, obj in sorted(snapshot.of(cluster_queues).items()):
         old = obj.get("status")
         want = cluster_queue_status(name, policy, counts, old, problems.get(name), now)
         if want != old:
-            out.append((r.CLUSTER_QUEUES, obj, want))
-    for key, obj in sorted(snapshot.of(r.LOCAL_QUEUES).items()):
+            out.append((cluster_queues, obj, want))
+    for key, obj in sorted(snapshot.of(local_queues).items()):
         ns, _, name = key.partition("/")
         cq = str((obj.get("spec") or {}).get("clusterQueue") or "")
         old = obj.get("status")
         want = local_queue_status(ns, name, cq, policy, counts, old, now)
         if want != old:
-            out.append((r.LOCAL_QUEUES, obj, want))
+            out.append((local_queues, obj, want))
     return out
 
 

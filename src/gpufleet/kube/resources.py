@@ -80,7 +80,8 @@ TOKEN_REVIEWS = ResourceType("authentication.k8s.io", "v1", "tokenreviews", "Tok
 SUBJECT_ACCESS_REVIEWS = ResourceType("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
                                       namespaced=False)
 
-# What the scheduler's informers watch: everything a scheduling cycle reads.
+# What the scheduler's informers watch: everything a scheduling cycle reads (with gpufleet.io's queue kinds;
+# gpufleet.kube.queuesource swaps in Kueue's where Kueue's own objects are the source).
 SCHEDULER_RESOURCES: tuple[ResourceType, ...] = (
     NODES,
     PODS,
@@ -92,3 +93,44 @@ SCHEDULER_RESOURCES: tuple[ResourceType, ...] = (
     COHORTS,
     WORKLOAD_PRIORITY_CLASSES,
 )
+
+# Kueue's own API (kueue.x-k8s.io/v1beta1): the same queue kinds, read as Kueue users already have them, plus
+# the Workloads Kueue's controller admits and the AdmissionChecks it asks controllers like ours to answer.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta1"
+KUEUE_RESOURCE_FLAVORS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", "ResourceFlavor", namespaced=False)
+KUEUE_CLUSTER_QUEUES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", "ClusterQueue", namespaced=False)
+KUEUE_LOCAL_QUEUES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", namespaced=True)
+KUEUE_COHORTS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "cohorts", "Cohort", namespaced=False)
+KUEUE_WORKLOAD_PRIORITY_CLASSES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses",
+                                               "WorkloadPriorityClass", namespaced=False)
+KUEUE_TOPOLOGIES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "topologies", "Topology", namespaced=False)
+KUEUE_WORKLOADS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", namespaced=True)
+KUEUE_ADMISSION_CHECKS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck",
+                                      namespaced=False)
+
+# The queue kinds per source, in the same order: (flavors, cluster queues, local queues, cohorts, workload
+# priority classes).
+GPUFLEET_QUEUE_RESOURCES: tuple[ResourceType, ...] = (RESOURCE_FLAVORS, CLUSTER_QUEUES, LOCAL_QUEUES, COHORTS,
+                                                      WORKLOAD_PRIORITY_CLASSES)
+KUEUE_QUEUE_RESOURCES: tuple[ResourceType, ...] = (KUEUE_RESOURCE_FLAVORS, KUEUE_CLUSTER_QUEUES, KUEUE_LOCAL_QUEUES,
+                                                   KUEUE_COHORTS, KUEUE_WORKLOAD_PRIORITY_CLASSES)
+
+# NVIDIA's configuration as the GPU Operator keeps it: the device plugin's and mig-parted's ConfigMaps, and the
+# ClusterPolicy that names them (read by `gpufleet snapshot`, never by the scheduler).
+CONFIG_MAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
+CLUSTER_POLICIES = ResourceType("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False)
+
+# Every type gpufleet knows by its resource key (for logs, events and the set-aside objects of a cycle).
+ALL_RESOURCES: tuple[ResourceType, ...] = (
+    NODES, PODS, NAMESPACES, PRIORITY_CLASSES, LEASES, EVENTS, *GPUFLEET_QUEUE_RESOURCES, NODE_POOLS,
+    *KUEUE_QUEUE_RESOURCES, KUEUE_TOPOLOGIES, KUEUE_WORKLOADS, KUEUE_ADMISSION_CHECKS, CONFIG_MAPS, CLUSTER_POLICIES,
+)
+
+
+def by_key(key: str) -> ResourceType | None:
+    """The known type with this :attr:`ResourceType.key`; None for a key gpufleet does not know."""
+    return _BY_KEY.get(key)
+
+
+_BY_KEY = {res.key: res for res in ALL_RESOURCES}

@@ -26,7 +26,8 @@ from gpufleet.kube.health import Endpoints, OpsServer, Probe, ops_servers
 from gpufleet.kube.informer import InformerSet
 from gpufleet.kube.leader import LeaderElectionConfig, LeaderElector
 from gpufleet.kube.metrics import SchedulerMetrics
-from gpufleet.kube.resources import SCHEDULER_RESOURCES
+from gpufleet.kube.queuesource import scheduler_resources
+from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.webhook_server import WebhookServer
 
@@ -38,12 +39,14 @@ _UNHEALTHY_AFTER = 10
 class Scheduler:
     def __init__(self, client: KubeClient, settings: SchedulerSettings, *, identity: str, leader_elect: bool,
                  serve: bool = True, informer_options: dict[str, Any] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, resources: tuple[ResourceType, ...] | None = None) -> None:
         self.client = client
         self.settings = settings
         self.identity = identity
         self.metrics = SchedulerMetrics()
-        self.informers = InformerSet(client, SCHEDULER_RESOURCES, **(informer_options or {}))
+        # What to watch: the queue kinds of queues.source as this cluster serves them (asks the API server once).
+        self.resources = resources if resources is not None else scheduler_resources(client, settings)
+        self.informers = InformerSet(client, self.resources, **(informer_options or {}))
         self.cache = self.informers.cache
         self.elector: LeaderElector | None = None
         if leader_elect:
@@ -52,7 +55,7 @@ class Scheduler:
                 le.lease_name, le.namespace, identity, lease_duration=le.lease_duration,
                 renew_deadline=le.renew_deadline, retry_period=le.retry_period))
         self.runner = CycleRunner(client, self.cache, settings, identity=identity, metrics=self.metrics,
-                                  may_write=self.may_write, clock=clock)
+                                  may_write=self.may_write, clock=clock, resources=self.resources)
         self.reports: deque[CycleReport] = deque(maxlen=10_000)
         self.exit_code = 0
         self.failures = 0  # cycles failed in a row

@@ -24,6 +24,10 @@ form as manifest errors. The file::
     webhook: {enabled: false, bindAddress: ":9443", certFile: ..., keyFile: ..., runtimeClassName: nvidia,
               workers: 8, queue: 16, handshakeTimeout: 5s, readTimeout: 10s}
     secureMetrics: {enabled: false, certFile: ..., keyFile: ...}   # HTTPS + TokenReview/SubjectAccessReview
+    queues: {source: auto}              # auto | kueue | gpufleet: whose queue objects (see QueueSettings)
+    besideKueue:                        # Kueue's own controller admits; gpufleet places (docs/beside-kueue.md)
+      enabled: false
+      admissionCheckController: gpufleet.io/placement
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, cast
 
 from gpufleet.api.errors import ManifestErrors, Problems
 from gpufleet.api.kinds import parse_configuration, parse_duration
@@ -97,6 +102,30 @@ class SecureMetricsSettings:
     key_file: str = "/var/run/gpufleet/metrics/tls.key"
 
 
+QueueSource = Literal["auto", "kueue", "gpufleet"]
+QUEUE_SOURCES: tuple[str, ...] = ("auto", "kueue", "gpufleet")
+PLACEMENT_CHECK_CONTROLLER = "gpufleet.io/placement"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Whose queue objects the scheduler reads: Kueue's (``kueue.x-k8s.io/v1beta1``), gpufleet's
+    (``gpufleet.io/v1alpha1``, the same kinds under gpufleet's group), or ``auto``: Kueue's where the cluster
+    serves them and holds a ClusterQueue, else gpufleet's (gpufleet.kube.queuesource)."""
+
+    source: QueueSource = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class BesideKueueSettings:
+    """Kueue's own controller admits (quota, fair sharing, preemption); gpufleet places the pods of the
+    Workloads Kueue admitted, on the flavor's nodes, and answers the AdmissionChecks whose controllerName is
+    ``admission_check_controller`` (gpufleet.kube.beside)."""
+
+    enabled: bool = False
+    admission_check_controller: str = PLACEMENT_CHECK_CONTROLLER
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     scheduler_name: str = "gpufleet"
@@ -117,11 +146,16 @@ class SchedulerSettings:
     disruption_budget_backoff: float = 60.0
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
     secure_metrics: SecureMetricsSettings = field(default_factory=SecureMetricsSettings)
+    queues: QueueSettings = field(default_factory=QueueSettings)
+    beside_kueue: BesideKueueSettings = field(default_factory=BesideKueueSettings)
 
 
 _TOP = ("apiVersion", "kind", "schedulerName", "leaderElection", "cyclePeriod", "minCycleInterval",
         "maxCyclesPerRound", "roundBudget", "metricsBindAddress", "healthProbeBindAddress", "placementProfile",
-        "quotaOnly", "kueue", "kueueConfigFile", "binding", "preemption", "webhook", "secureMetrics")
+        "quotaOnly", "kueue", "kueueConfigFile", "binding", "preemption", "webhook", "secureMetrics", "queues",
+        "besideKueue")
+_QUEUES = ("source",)
+_BESIDE_KUEUE = ("enabled", "admissionCheckController")
 _LEADER = ("leaseName", "namespace", "leaseDuration", "renewDeadline", "retryPeriod")
 _BINDING = ("workers", "retries", "retryBackoff", "gangRepairTimeout", "assumeTimeout")
 _PREEMPTION = ("disruptionBudgetBackoff",)
@@ -275,6 +309,22 @@ def _secure_metrics(r: FieldReader | None) -> SecureMetricsSettings:
     )
 
 
+def _queues(r: FieldReader | None) -> QueueSettings:
+    if r is None:
+        return QueueSettings()
+    _unknown(r, _QUEUES)
+    return QueueSettings(source=cast(QueueSource, r.enum("source", QUEUE_SOURCES, "auto")))
+
+
+def _beside_kueue(r: FieldReader | None) -> BesideKueueSettings:
+    d = BesideKueueSettings()
+    if r is None:
+        return d
+    _unknown(r, _BESIDE_KUEUE)
+    controller = r.text("admissionCheckController", d.admission_check_controller) or d.admission_check_controller
+    return BesideKueueSettings(enabled=r.flag("enabled", d.enabled), admission_check_controller=controller)
+
+
 def _profile(r: FieldReader, default: str) -> str:
     from gpufleet.scheduling.placement import PROFILE_NAMES
 
@@ -316,7 +366,15 @@ def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
         if preemption is not None else d.disruption_budget_backoff,
         webhook=_webhook(r.obj("webhook")),
         secure_metrics=_secure_metrics(r.obj("secureMetrics")),
+        queues=_queues(r.obj("queues")),
+        beside_kueue=_beside_kueue(r.obj("besideKueue")),
     )
+    if out.beside_kueue.enabled and out.queues.source == "gpufleet":
+        r.error("besideKueue reads Kueue's own objects, not gpufleet.io's", "queues", "source",
+                fix="set queues.source: kueue (or auto), or turn besideKueue.enabled off")
+    if out.beside_kueue.enabled and out.quota_only:
+        r.error("besideKueue places pods and quotaOnly places none", "quotaOnly",
+                fix="beside Kueue, Kueue admits by quota and gpufleet places: remove quotaOnly")
     if out.secure_metrics.enabled and out.metrics_bind_address == out.health_probe_bind_address:
         r.error("secureMetrics needs a metrics port of its own", "metricsBindAddress",
                 fix='the kubelet calls the probes over plain HTTP: give metricsBindAddress and '

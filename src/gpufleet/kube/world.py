@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -186,9 +186,12 @@ def account(cluster: ClusterState, entry: PodEntry) -> bool:
 
 
 def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerConfig, parse: ParseCache,
-             assumed: AssumedPods, now: float, require_mutation: bool = True) -> World:
-    """Parse the snapshot and charge every pod that holds capacity; workloads come later (:func:`finish`)."""
-    queues = parse.queues(o for res in QUEUE_KINDS for o in snapshot.of(res).values())
+             assumed: AssumedPods, now: float, require_mutation: bool = True,
+             queue_kinds: Sequence[r.ResourceType] = QUEUE_KINDS) -> World:
+    """Parse the snapshot and charge every pod that holds capacity; workloads come later (:func:`finish`).
+    ``queue_kinds``: the queue kinds and priority classes to read (gpufleet.io's or Kueue's, see
+    :mod:`gpufleet.kube.queuesource`)."""
+    queues = parse.queues(o for res in queue_kinds for o in snapshot.of(res).values())
     nodes: list[Node] = []
     raw_nodes = snapshot.of(r.NODES)
     invalid: list[tuple[r.ResourceType, str, JsonDict, str]] = []
@@ -210,7 +213,7 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     world = World(now, queues, kueue, nodes, cluster, pods)
     invalid += [(r.PODS, e.key, e.raw, e.problem) for e in pods.values()
                 if e.ours and e.pod is None and e.problem is not None]
-    world.invalid = invalid + _invalid_queue_objects(snapshot, queues)
+    world.invalid = invalid + _invalid_queue_objects(snapshot, queues, queue_kinds)
     # Recorded devices first: they are facts (or our own earlier choices); first-fit only fills around them.
     holders = [e for e in pods.values() if e.holds_capacity]
     for e in sorted(holders, key=lambda e: (e.devices is None, e.key)):
@@ -220,10 +223,11 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     return world
 
 
-def _invalid_queue_objects(snapshot: CacheSnapshot, queues: Manifests) -> list[
+def _invalid_queue_objects(snapshot: CacheSnapshot, queues: Manifests,
+                           queue_kinds: Sequence[r.ResourceType] = QUEUE_KINDS) -> list[
         tuple[r.ResourceType, str, JsonDict, str]]:
     """The queue-kind objects their parse left out, each with its errors joined."""
-    by_kind = {res.kind: res for res in QUEUE_KINDS}
+    by_kind = {res.kind: res for res in queue_kinds}
     messages: dict[tuple[str, str], list[str]] = defaultdict(list)
     for e in queues.problems.errors:
         if e.kind in by_kind and e.name:
