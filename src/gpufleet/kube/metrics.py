@@ -1,5 +1,12 @@
 """Prometheus metrics of the live scheduler, on a registry of its own (tests run several schedulers in one
-process; the global default registry would refuse the second set of names)."""
+process; the global default registry would refuse the second set of names).
+
+Where Kueue has the same thing, the metric is Kueue's name and labels under the ``gpufleet_`` prefix
+(``kueue_admitted_active_workloads{cluster_queue}`` is ``gpufleet_admitted_active_workloads{cluster_queue}``), so
+a Kueue dashboard moves over by renaming. ``gpufleet_pending_workloads`` keeps its ``reason`` label and gains
+Kueue's ``status``. What only gpufleet knows (GPUs per node pool and model, fragmentation, gangs, cost) is
+described on each metric. :mod:`gpufleet.kube.fleet_metrics` computes the values.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,20 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 # Cycles range from a millisecond (nothing changed) to seconds (thousands of nodes, a big gang search).
 _CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Kueue's wait-time buckets: 1 s, then 2.5 s doubling 13 times (up to 10240 s, almost three hours).
+WAIT_BUCKETS = (1.0, *(2.5 * 2**i for i in range(13)))
+
+# Pending reasons (gpufleet.kube.cycle.pending_reason) of workloads Kueue would count as "active" (in the
+# admission queue); every other reason is "inadmissible" (evaluated and parked, or unable to queue at all).
+ACTIVE_PENDING_REASONS = frozenset({"Queued", "Preempting"})
+_QUEUE_LABELS = ["cohort", "cluster_queue", "flavor", "resource"]
+_FLEET_LABELS = ["node_pool", "model"]
 
 
 class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self._shown: dict[int, set[tuple[str, ...]]] = {}  # label values each replaced gauge shows
         reg = self.registry
         self.cycle_duration = Histogram(
             "gpufleet_cycle_duration_seconds", "Duration of one scheduling cycle (rebuild, policy, API writes).",
@@ -23,8 +39,9 @@ class SchedulerMetrics:
             ["phase"], registry=reg)
         self.pods_scheduled = Counter("gpufleet_pods_scheduled", "Pods bound to a node.", registry=reg)
         self.pending_workloads = Gauge(
-            "gpufleet_pending_workloads", "Pending workloads by ClusterQueue and reason.", ["cluster_queue", "reason"],
-            registry=reg)
+            "gpufleet_pending_workloads", "Pending workloads by ClusterQueue, Kueue's status (active: in the "
+            "admission queue; inadmissible: evaluated and parked, or not queueable) and reason.",
+            ["cluster_queue", "status", "reason"], registry=reg)
         self.preemptions = Counter("gpufleet_preemptions", "Workloads preempted (evicted), by reason.", ["reason"],
                                    registry=reg)
         self.gang_timeouts = Counter("gpufleet_gang_timeouts",
@@ -40,19 +57,83 @@ class SchedulerMetrics:
             "gpufleet_rejected_objects", "Objects the scheduler leaves out: Invalid (they do not parse) or "
             "CycleFailure (set aside because scheduling failed with them and succeeds without).",
             ["kind", "reason"], registry=reg)
+        # --- Kueue's, under gpufleet_ ---------------------------------------------------------------------
+        self.admitted_active = Gauge(
+            "gpufleet_admitted_active_workloads", "Admitted workloads that are active (hold their quota).",
+            ["cluster_queue"], registry=reg)
+        self.admitted = Counter("gpufleet_admitted_workloads", "Workloads admitted (all their pods bound).",
+                                ["cluster_queue"], registry=reg)
+        self.admission_wait = Histogram(
+            "gpufleet_admission_wait_time_seconds", "Time from a workload's creation (or requeue) until it was "
+            "admitted and bound.", ["cluster_queue"], registry=reg, buckets=WAIT_BUCKETS)
+        self.evicted = Counter(
+            "gpufleet_evicted_workloads", "Workloads evicted, by ClusterQueue and reason (Preempted, "
+            "PodsReadyTimeout, GangIncomplete).", ["cluster_queue", "reason"], registry=reg)
+        self.preempted = Counter(
+            "gpufleet_preempted_workloads", "Workloads preempted, by the preemptor's ClusterQueue and reason "
+            "(InClusterQueue, InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing).",
+            ["preempting_cluster_queue", "reason"], registry=reg)
+        self.cq_status = Gauge(
+            "gpufleet_cluster_queue_status", "1 for the ClusterQueue's status (pending: stopped or invalid; "
+            "active), 0 for the other.", ["cluster_queue", "status"], registry=reg)
+        self.cq_usage = Gauge(
+            "gpufleet_cluster_queue_resource_usage", "Admitted usage per ClusterQueue, flavor and resource, in the "
+            "resource's unit (GPUs, cores, bytes).", _QUEUE_LABELS, registry=reg)
+        self.cq_nominal = Gauge("gpufleet_cluster_queue_nominal_quota", "Nominal quota per ClusterQueue, flavor "
+                                "and resource.", _QUEUE_LABELS, registry=reg)
+        self.cq_borrowing = Gauge(
+            "gpufleet_cluster_queue_borrowing_limit", "Borrowing limit per ClusterQueue, flavor and resource "
+            "(+Inf: none).", _QUEUE_LABELS, registry=reg)
+        self.cq_lending = Gauge(
+            "gpufleet_cluster_queue_lending_limit", "Lending limit per ClusterQueue, flavor and resource "
+            "(+Inf: none).", _QUEUE_LABELS, registry=reg)
+        # --- what only gpufleet knows ------------------------------------------------------------------------
+        self.gpus_capacity = Gauge("gpufleet_gpus_capacity", "Physical GPUs per node pool and GPU model.",
+                                   _FLEET_LABELS, registry=reg)
+        self.gpus_held = Gauge(
+            "gpufleet_gpus_held", "GPUs held by pods (of every scheduler), by share: a time-slice replica of 4 "
+            "is 0.25, a MIG instance its compute slices over the GPU's.", _FLEET_LABELS, registry=reg)
+        self.gpus_idle = Gauge("gpufleet_gpus_idle", "Healthy GPU capacity no pod holds, by share.", _FLEET_LABELS,
+                               registry=reg)
+        self.gpus_unhealthy = Gauge("gpufleet_gpus_unhealthy", "GPUs the node's inventory marks Unhealthy.",
+                                    _FLEET_LABELS, registry=reg)
+        self.gpus_fragmented = Gauge(
+            "gpufleet_fragmented_gpus", "Idle GPUs on nodes where no pending GPU pod fits (0 while no GPU pod is "
+            "pending): capacity that exists and that nobody waiting can use.", _FLEET_LABELS, registry=reg)
+        self.queue_gpus_held = Gauge(
+            "gpufleet_cluster_queue_gpus_held", "GPUs held by the pods of each ClusterQueue's workloads (empty "
+            "cluster_queue: pods without a queue, or of other schedulers).", ["cluster_queue", *_FLEET_LABELS],
+            registry=reg)
+        self.queue_cost = Gauge(
+            "gpufleet_cluster_queue_cost_per_hour", "What the GPUs each ClusterQueue holds cost per hour, at the "
+            "GPU catalog's prices.", ["cluster_queue", *_FLEET_LABELS], registry=reg)
+        self.gang_pending = Gauge(
+            "gpufleet_gang_pending_seconds", "How long each pending gang (a workload of more than one pod) has "
+            "waited since it was created or requeued.", ["cluster_queue", "namespace", "workload"], registry=reg)
+        self.gang_wait = Histogram(
+            "gpufleet_gang_wait_seconds", "Wait of gangs until all their pods were bound.", ["cluster_queue"],
+            registry=reg, buckets=WAIT_BUCKETS)
         self.is_leader = Gauge("gpufleet_is_leader", "1 while this replica holds the Lease.", registry=reg)
         self.informers_synced = Gauge("gpufleet_informers_synced", "1 once every informer has listed.", registry=reg)
 
     def set_pending(self, counts: Mapping[tuple[str, str], int]) -> None:
         """Replace the pending gauge: series of queues and reasons no longer pending must disappear."""
-        self.pending_workloads.clear()
-        for (queue, reason), n in counts.items():
-            self.pending_workloads.labels(queue, reason).set(n)
+        self.replace(self.pending_workloads, {
+            (queue, "active" if reason in ACTIVE_PENDING_REASONS else "inadmissible", reason): n
+            for (queue, reason), n in counts.items()})
 
     def set_rejected(self, counts: Mapping[tuple[str, str], int]) -> None:
-        self.rejected_objects.clear()
-        for (kind, reason), n in counts.items():
-            self.rejected_objects.labels(kind, reason).set(n)
+        self.replace(self.rejected_objects, {(kind, reason): n for (kind, reason), n in counts.items()})
+
+    def replace(self, gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
+        """Set ``gauge`` to exactly ``values`` (label values -> value): series not in it disappear. New values
+        are set before old series are removed, so a scrape in between never sees the gauge empty."""
+        for labels, value in values.items():
+            gauge.labels(*labels).set(value)
+        shown = self._shown.setdefault(id(gauge), set())
+        for gone in shown - values.keys():
+            gauge.remove(*gone)
+        self._shown[id(gauge)] = set(values)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from gpufleet.api.kinds import format_amount
-from gpufleet.gpu.constants import FRACTION_RESOURCE, GPU, MILLI
+from gpufleet.gpu.constants import CPU, FRACTION_RESOURCE, GPU, MILLI
 
 # Resources quota keeps in thousandths of their canonical unit.
 QUOTA_MILLI: frozenset[str] = frozenset({GPU})
@@ -40,6 +40,13 @@ def charge(requests: Mapping[str, int], covered: Collection[str]) -> dict[str, i
     out = {r: v for r, v in requests.items() if r != FRACTION_RESOURCE}
     out[GPU] = out.get(GPU, 0) + milli  # nvidia.com/gpu is kept in thousandths: the same number
     return out
+
+
+def quota_value(resource: str, amount: int) -> float:
+    """A quota amount in the resource's own unit, as Kueue's metrics report it: GPUs, CPU cores, bytes, counts."""
+    if resource in QUOTA_MILLI or resource == CPU:
+        return amount / MILLI
+    return float(amount)
 
 
 def format_quota(resource: str, amount: int) -> str:

@@ -38,8 +38,8 @@ def idle_gpus(node: NodeState) -> float:
     return sum(g.free_milli for g in node.gpus if g.healthy) / MILLI
 
 
-def stranded_gpus(cluster: ClusterState, pending: Iterable[PodTemplate]) -> tuple[float, float]:
-    """(idle GPUs on nodes where no pending GPU pod fits, all idle GPUs)."""
+def _pending_needs(pending: Iterable[PodTemplate]) -> list[PodNeed]:
+    """The distinct pending GPU pod shapes (at most :data:`MAX_SPECS`), compiled for the fit check."""
     specs: list[PodTemplate] = []
     seen: set[int] = set()
     for t in pending:
@@ -48,14 +48,27 @@ def stranded_gpus(cluster: ClusterState, pending: Iterable[PodTemplate]) -> tupl
             specs.append(t)
             if len(specs) >= MAX_SPECS:
                 break
-    needs = [_need(t) for t in specs]
-    stranded = 0.0
-    idle = 0.0
+    return [_need(t) for t in specs]
+
+
+def stranded_by_node(cluster: ClusterState, pending: Iterable[PodTemplate]) -> dict[str, tuple[float, float]]:
+    """Per node with idle GPU capacity: (its idle GPUs no pending GPU pod fits, its idle GPUs)."""
+    needs = _pending_needs(pending)
+    out: dict[str, tuple[float, float]] = {}
     for node in cluster.nodes.values():
         free = idle_gpus(node)
         if free <= 0:
             continue
-        idle += free
-        if needs and not any(unfit_reason(need, node) is None for need in needs):
-            stranded += free
+        stranded = free if needs and not any(unfit_reason(need, node) is None for need in needs) else 0.0
+        out[node.name] = (stranded, free)
+    return out
+
+
+def stranded_gpus(cluster: ClusterState, pending: Iterable[PodTemplate]) -> tuple[float, float]:
+    """(idle GPUs on nodes where no pending GPU pod fits, all idle GPUs)."""
+    stranded = 0.0
+    idle = 0.0
+    for node_stranded, node_idle in stranded_by_node(cluster, pending).values():
+        stranded += node_stranded
+        idle += node_idle
     return stranded, idle

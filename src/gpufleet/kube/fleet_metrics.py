@@ -1,0 +1,189 @@
+"""The live scheduler's view of the fleet as Prometheus metrics, computed from one cycle's World and Plan.
+
+:meth:`FleetMetrics.observe` replaces every gauge after the policy has run (what holds, what waits, what the
+queues' quotas are), so a series whose object is gone disappears. :meth:`FleetMetrics.carried_out` counts what
+the writes actually did: a workload counts as admitted (with its wait) once all its pods are bound, an
+eviction once the Eviction API accepted it, never on the plan alone (a failed bind is planned again next cycle).
+
+Nothing here is a second bookkeeping of the cluster: GPU shares come from the cluster state's devices
+(:mod:`gpufleet.sim.holdings`, which the simulator's metrics use too), fragmentation from
+:mod:`gpufleet.sim.stranded`, queue usage from the policy's quota tree and admitted counts from
+:class:`~gpufleet.kube.queuestatus.QueueCounts`, as the ClusterQueue status shows them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable
+
+from gpufleet.api.objects import PodTemplate
+from gpufleet.gpu.constants import MILLI
+from gpufleet.kube.evictor import Victim
+from gpufleet.kube.metrics import SchedulerMetrics
+from gpufleet.kube.planner import Plan
+from gpufleet.kube.queuestatus import QueueCounts
+from gpufleet.kube.world import World
+from gpufleet.scheduling.charges import quota_value
+from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.kueue.info import State, WorkloadInfo
+from gpufleet.sim.holdings import holding_of
+from gpufleet.sim.stranded import stranded_by_node
+
+Labels = tuple[str, ...]
+
+
+def is_gang(info: WorkloadInfo) -> bool:
+    """A workload whose pods are admitted together and that has (or declares) more than one pod."""
+    w = info.workload
+    return w.gang and max(w.size, w.expected_pods or 0) > 1
+
+
+def _queue_of(info: WorkloadInfo | None) -> str:
+    """The ClusterQueue a workload is charged to (its admission's), else the one it waits in; "" for none."""
+    if info is None:
+        return ""
+    if info.admission is not None and info.admission.cluster_queue:
+        return info.admission.cluster_queue
+    return info.cluster_queue or ""
+
+
+def _add(values: dict[Labels, float], key: Labels, amount: float) -> None:
+    values[key] = values.get(key, 0.0) + amount
+
+
+class FleetMetrics:
+    def __init__(self, metrics: SchedulerMetrics) -> None:
+        self.metrics = metrics
+
+    # --- gauges, after the policy --------------------------------------------------------------------
+
+    def observe(self, world: World, plan: Plan) -> None:
+        policy = plan.policy
+        self._queues(world, policy)
+        self._gpus(world, policy, plan.pending)
+        self._holders(world, policy)
+        self._gangs(world, policy, plan.pending)
+
+    def _queues(self, world: World, policy: KueuePolicy) -> None:
+        m = self.metrics
+        counts = QueueCounts(policy)
+        config = policy.config
+        usage = policy.usage()
+        status: dict[Labels, float] = {}
+        amounts: dict[str, dict[Labels, float]] = {"usage": {}, "nominal": {}, "borrowing": {}, "lending": {}}
+        for name, spec in config.cluster_queues.items():
+            state = "pending" if spec.stopped else "active"
+            status.update({(name, s): float(s == state) for s in ("pending", "active")})
+            for (flavor, resource), quota in spec.quotas.items():
+                key = (spec.cohort or "", name, flavor, resource)
+                amounts["usage"][key] = quota_value(resource, usage.get(name, {}).get(flavor, {}).get(resource, 0))
+                amounts["nominal"][key] = quota_value(resource, quota.nominal)
+                amounts["borrowing"][key] = math.inf if quota.borrowing_limit is None else \
+                    quota_value(resource, quota.borrowing_limit)
+                amounts["lending"][key] = math.inf if quota.lending_limit is None else \
+                    quota_value(resource, quota.lending_limit)
+        # A ClusterQueue that does not parse (or names a missing flavor) is in the cluster but cannot admit.
+        for e in world.queues.problems.errors:
+            if e.kind == "ClusterQueue" and e.name and e.name not in config.cluster_queues:
+                status.update({(e.name, "pending"): 1.0, (e.name, "active"): 0.0})
+        m.replace(m.cq_status, status)
+        active: dict[Labels, float] = {(cq,): 0.0 for cq in config.cluster_queues}
+        active.update({(cq,): float(n) for cq, n in counts.cq_admitted.items()})
+        m.replace(m.admitted_active, active)
+        m.replace(m.cq_usage, amounts["usage"])
+        m.replace(m.cq_nominal, amounts["nominal"])
+        m.replace(m.cq_borrowing, amounts["borrowing"])
+        m.replace(m.cq_lending, amounts["lending"])
+
+    def _gpus(self, world: World, policy: KueuePolicy, pending: Iterable[str]) -> None:
+        m = self.metrics
+        capacity: dict[Labels, float] = {}
+        held: dict[Labels, float] = {}
+        idle: dict[Labels, float] = {}
+        unhealthy: dict[Labels, float] = {}
+        fragmented: dict[Labels, float] = {}
+        stranded = stranded_by_node(world.cluster, _pending_templates(policy, pending))
+        for node in world.cluster.nodes.values():
+            stuck = stranded.get(node.name, (0.0, 0.0))[0] > 0
+            for g in node.gpus:
+                key = (node.pool or "", g.model)
+                _add(capacity, key, 1.0)
+                _add(held, key, g.used_milli / MILLI)
+                _add(idle, key, g.free_milli / MILLI if g.healthy else 0.0)
+                _add(unhealthy, key, 0.0 if g.healthy else 1.0)
+                # A stranded node's idle capacity is all stranded (sim.stranded looks at healthy GPUs only).
+                _add(fragmented, key, g.free_milli / MILLI if stuck and g.healthy else 0.0)
+        m.replace(m.gpus_capacity, capacity)
+        m.replace(m.gpus_held, held)
+        m.replace(m.gpus_idle, idle)
+        m.replace(m.gpus_unhealthy, unhealthy)
+        m.replace(m.gpus_fragmented, fragmented)
+
+    def _holders(self, world: World, policy: KueuePolicy) -> None:
+        m = self.metrics
+        held: dict[Labels, float] = {}
+        cost: dict[Labels, float] = {}
+        cluster = world.cluster
+        for key, placement in cluster.placements.items():
+            holding = holding_of(cluster, placement)
+            if holding.share <= 0:
+                continue
+            workload = world.workload_of.get(key)
+            queue = _queue_of(policy.info(workload)) if workload else ""
+            labels = (queue, holding.pool or "", holding.model or "")
+            _add(held, labels, holding.share)
+            _add(cost, labels, holding.share * holding.price)
+        # Every ClusterQueue shows, at 0 when it holds nothing, so a dashboard lists the idle ones too.
+        for cq in policy.config.cluster_queues:
+            if not any(k[0] == cq for k in held):
+                held[(cq, "", "")] = cost[(cq, "", "")] = 0.0
+        m.replace(m.queue_gpus_held, held)
+        m.replace(m.queue_cost, cost)
+
+    def _gangs(self, world: World, policy: KueuePolicy, pending: Iterable[str]) -> None:
+        waits: dict[Labels, float] = {}
+        for workload in pending:
+            info = policy.info(workload)
+            if info is None or info.state is not State.PENDING or not is_gang(info):
+                continue
+            waits[(info.cluster_queue or "", info.namespace, info.workload.name)] = max(0.0,
+                                                                                      world.now - info.queue_ts)
+        self.metrics.replace(self.metrics.gang_pending, waits)
+
+    # --- counters, after the writes ------------------------------------------------------------------
+
+    def carried_out(self, plan: Plan, now: float, failed_pods: Collection[str], victims: Iterable[Victim],
+                    evicted: Collection[str]) -> None:
+        """Count the admissions whose pods were all bound and the evictions the API server accepted."""
+        m = self.metrics
+        policy = plan.policy
+        for a in plan.admitted:
+            if any(p.pod in failed_pods for p in a.pods):
+                continue
+            info = policy.info(a.workload)
+            queue = a.cluster_queue or ""
+            wait = max(0.0, now - info.queue_ts) if info is not None else 0.0
+            m.admitted.labels(queue).inc()
+            m.admission_wait.labels(queue).observe(wait)
+            if info is not None and is_gang(info):
+                m.gang_wait.labels(queue).observe(wait)
+        for v in victims:
+            if v.workload not in evicted:
+                continue
+            queue = _queue_of(policy.info(v.workload))
+            if v.preemptor:
+                m.evicted.labels(queue, "Preempted").inc()
+                m.preempted.labels(_queue_of(policy.info(v.preemptor)), v.reason).inc()
+            else:
+                m.evicted.labels(queue, v.reason).inc()
+
+
+def _pending_templates(policy: KueuePolicy, pending: Iterable[str]) -> list[PodTemplate]:
+    """One pod template per pod set of every workload still waiting (what fragmentation asks to fit)."""
+    out: list[PodTemplate] = []
+    for workload in pending:
+        info = policy.info(workload)
+        if info is not None and info.state is State.PENDING:
+            out.extend(ps.template for ps in info.podsets)
+    return out
+
