@@ -267,3 +267,13 @@ def test_fleet_gauges_add_up(objects: dict[str, list[JsonDict]]) -> None:
         assert math.isclose(cost[key], gpus * price, abs_tol=1e-9)
     if not plan.pending:
         assert sum(fragmented.values()) == 0
+
+
+def test_a_failure_computing_metrics_is_logged_and_counted_not_raised(caplog: Any) -> None:
+    world, plan = cycle({"nodes": [node("a0")], "pods": [pod("p")]})
+    m = SchedulerMetrics()
+    fleet = FleetMetrics(m)
+    world.cluster = None  # type: ignore[assignment]  # a bug's stand-in: the computation raises
+    fleet.observe(world, plan)
+    assert value(m, "gpufleet_metrics_failures_total") == 1
+    assert "computing the fleet metrics failed" in caplog.text

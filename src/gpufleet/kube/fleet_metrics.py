@@ -13,6 +13,7 @@ Nothing here is a second bookkeeping of the cluster: GPU shares come from the cl
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Collection, Iterable
 
@@ -28,6 +29,8 @@ from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State, WorkloadInfo
 from gpufleet.sim.holdings import holding_of
 from gpufleet.sim.stranded import stranded_by_node
+
+log = logging.getLogger(__name__)
 
 Labels = tuple[str, ...]
 
@@ -58,6 +61,14 @@ class FleetMetrics:
     # --- gauges, after the policy --------------------------------------------------------------------
 
     def observe(self, world: World, plan: Plan) -> None:
+        """Replace the gauges; a failure is logged and counted, never allowed to stop the scheduling cycle."""
+        try:
+            self._observe(world, plan)
+        except Exception:
+            log.exception("computing the fleet metrics failed; they keep their previous values")
+            self.metrics.metrics_failures.inc()
+
+    def _observe(self, world: World, plan: Plan) -> None:
         policy = plan.policy
         self._queues(world, policy)
         self._gpus(world, policy, plan.pending)
@@ -154,7 +165,16 @@ class FleetMetrics:
 
     def carried_out(self, plan: Plan, now: float, failed_pods: Collection[str], victims: Iterable[Victim],
                     evicted: Collection[str]) -> None:
-        """Count the admissions whose pods were all bound and the evictions the API server accepted."""
+        """Count the admissions whose pods were all bound and the evictions the API server accepted (a failure
+        is logged and counted, as in :meth:`observe`)."""
+        try:
+            self._carried_out(plan, now, failed_pods, victims, evicted)
+        except Exception:
+            log.exception("counting the cycle's admissions and evictions failed")
+            self.metrics.metrics_failures.inc()
+
+    def _carried_out(self, plan: Plan, now: float, failed_pods: Collection[str], victims: Iterable[Victim],
+                     evicted: Collection[str]) -> None:
         m = self.metrics
         policy = plan.policy
         for a in plan.admitted:

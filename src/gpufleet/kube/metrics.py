@@ -51,6 +51,8 @@ class SchedulerMetrics:
                                    ["code"], registry=reg)
         self.eviction_refusals = Counter("gpufleet_eviction_refusals",
                                          "Evictions refused by a PodDisruptionBudget (429).", registry=reg)
+        self.metrics_failures = Counter("gpufleet_metrics_failures", "Cycles whose fleet metrics could not be "
+                                        "computed (the error is logged; scheduling goes on).", registry=reg)
         self.cycle_failures = Counter("gpufleet_cycle_failures", "Scheduling cycles that raised an error.",
                                       registry=reg)
         self.rejected_objects = Gauge(
