@@ -35,6 +35,7 @@ KAI_FRACTION_ANNOTATION = "gpu-fraction"
 KAI_MEMORY_ANNOTATION = "gpu-memory"
 GPU_INVENTORY_ANNOTATION = "gpufleet.io/gpus"
 DEVICES_ANNOTATION = "gpufleet.io/devices"
+NODE_ANNOTATION = "gpufleet.io/node"  # the node the devices of gpufleet.io/devices are on
 REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
 PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -25,10 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufleet.api.kinds import parse_timestamp
-from gpufleet.api.limits import MAX_ANNOTATION_BYTES
-from gpufleet.api.objects import DEVICES_ANNOTATION
+from gpufleet.api.objects import DEVICES_ANNOTATION, NODE_ANNOTATION
+from gpufleet.cluster.recorded import read_device_ids as read_devices
 
-NODE_ANNOTATION = "gpufleet.io/node"
 ASSIGNED_AT_ANNOTATION = "gpufleet.io/assigned-at"
 # Read by the container through the downward API (see gpufleet.kube.webhook): the GPU a fractional pod uses.
 VISIBLE_DEVICES_ANNOTATION = "gpufleet.io/visible-devices"
@@ -53,6 +52,7 @@ __all__ = [
     "format_time",
     "gang_plan",
     "intent_annotations",
+    "read_devices",
     "read_gang_plan",
     "read_intent",
 ]
@@ -67,20 +67,6 @@ class Intent:
 
 def format_time(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def read_devices(annotations: Mapping[str, str]) -> tuple[str, ...] | None:
-    """The device IDs of ``gpufleet.io/devices`` (a JSON list of strings); None when absent or malformed."""
-    raw = annotations.get(DEVICES_ANNOTATION)
-    if not isinstance(raw, str) or len(raw) > MAX_ANNOTATION_BYTES:
-        return None
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: a user-written "[[[[..." thousands deep
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        return None
-    return tuple(value)
 
 
 def read_intent(annotations: Mapping[str, str]) -> Intent | None:

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from gpufleet.api.objects import HOSTNAME_LABEL, ResourceFlavor, Taint, Toleration
 from gpufleet.cluster.devices import InvariantError
+from gpufleet.cluster.recorded import recorded_grants
 from gpufleet.cluster.state import ClusterState, Placement
 from gpufleet.cluster.workloads import WorkloadPod
 from gpufleet.scheduling.kueue.info import PodSetRequest, WorkloadInfo
@@ -127,11 +128,18 @@ class GangPlacer:
             cluster.rollback(mark)
 
     def bind(self, pod: WorkloadPod, node: str) -> Placement | None:
-        """Account for a pod the manifests already bound to ``node``: devices are chosen by the placer
-        restricted to that node when it can, else node capacity is charged without devices."""
+        """Account for a pod the manifests already bound to ``node``: the devices gpufleet recorded on it
+        (gpufleet.io/devices for that node) when they are free there, else devices chosen by the placer
+        restricted to that node when it can, else node capacity charged without devices."""
         cluster = self.cluster
         if node not in cluster.nodes or pod.key in cluster.placements:
             return None
+        recorded = recorded_grants(cluster.nodes[node], pod.template.gpu, pod.template.annotations)
+        if recorded is not None:
+            try:
+                return cluster.allocate(pod.key, node, pod.template.requests, recorded)
+            except InvariantError:
+                pass  # another pod's record (or a stale one) holds them: chosen below instead
         pinned = replace(pod.template, node_selector={HOSTNAME_LABEL: node}, required_affinity=(),
                          tolerations=_TOLERATE_ALL)
         got = self.placer.place([PodRequest(pod.key, pinned)], None)
