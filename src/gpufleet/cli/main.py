@@ -11,6 +11,7 @@ import typer
 import gpufleet
 from gpufleet.cli import completion, console, simulate
 from gpufleet.cli import plan as plan_command
+from gpufleet.cli import snapshot as snapshot_command
 from gpufleet.cli import validate as validate_command
 from gpufleet.cli.bench import bench_app
 from gpufleet.cli.mig import mig_app
@@ -55,6 +56,7 @@ app.command(epilog=validate_command.EPILOG)(validate_command.validate)
 app.add_typer(nodes_app, name="nodes")
 app.add_typer(mig_app, name="mig")
 app.command(epilog=plan_command.EPILOG)(plan_command.plan)
+app.command(epilog=snapshot_command.EPILOG)(snapshot_command.snapshot)
 app.command(epilog=simulate.EPILOG)(simulate.simulate)
 app.command(epilog=examples("gpufleet demo", "gpufleet demo -o json > demo.json"))(simulate.demo)
 app.add_typer(bench_app, name="bench")
