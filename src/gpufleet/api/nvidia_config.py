@@ -354,9 +354,12 @@ def _mig_layouts(node: Node, model: GpuModel, setup: _Setup) -> tuple[Any, str]:
     name = node.labels.get(MIG_CONFIG_LABEL) or (setup.policy.mig_default if setup.policy is not None else None)
     if name is None or not model.mig_capable:
         return (lambda index: (False, ())), "no MIG"
-    if setup.mig_parted is None:
+    entries = setup.mig_parted.get(name) if setup.mig_parted is not None else None
+    if entries is None and name == DEFAULT_MIG_CONFIG:
+        # mig-manager's default needs no ConfigMap to be understood: MIG off on every GPU.
+        entries = (MigPartedEntry(None, (), False, {}),)
+    if entries is None and setup.mig_parted is None:
         raise _NodeSkipped(f"MIG configuration {name} is named but no mig-parted ConfigMap is in the input")
-    entries = setup.mig_parted.get(name)
     if entries is None:
         raise _NodeSkipped(f"MIG configuration {name} is not in {setup.mig_source}")
     geometry = geometry_for(model.key)

@@ -1,0 +1,238 @@
+"""NVIDIA's configuration read as it is (issue 14 item 4): the device plugin's ConfigMap (selected by the node label
+nvidia.com/device-plugin.config), mig-parted's (nvidia.com/mig.config) and the GPU Operator's ClusterPolicy give
+a GPU node without gpufleet's inventory its GPUs, MIG instances and replicas, checked against its capacity."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from gpufleet.api.errors import Problems
+from gpufleet.api.manifests import build
+from gpufleet.api.nvidia_config import (
+    ClusterPolicy,
+    NvidiaConfigMap,
+    config_map_names,
+    configure_nodes,
+    nvidia_config_kind,
+    parse_cluster_policy,
+    parse_config_map,
+)
+from gpufleet.api.objects import Node
+from gpufleet.api.reader import FieldReader
+from gpufleet.api.source import load_text
+from gpufleet.cluster.state import ClusterState
+from gpufleet.gpu.mig import check_layout, geometry_for
+
+FILE = "cluster.yaml"
+
+POLICY = """apiVersion: nvidia.com/v1
+kind: ClusterPolicy
+metadata: {name: cluster-policy}
+spec:
+  mig: {strategy: %s}
+  devicePlugin: {config: {name: device-plugin-config, default: plain}}
+  migManager: {config: {name: default-mig-parted-config}}
+"""
+
+DEVICE_PLUGIN = """apiVersion: v1
+kind: ConfigMap
+metadata: {name: device-plugin-config, namespace: gpu-operator}
+data:
+  plain: |-
+    version: v1
+    flags: {migStrategy: none}
+  ts4: |-
+    version: v1
+    sharing:
+      timeSlicing:
+        renameByDefault: false
+        failRequestsGreaterThanOne: true
+        resources:
+        - name: nvidia.com/gpu
+          replicas: 4
+"""
+
+MIG_PARTED = """apiVersion: v1
+kind: ConfigMap
+metadata: {name: default-mig-parted-config, namespace: gpu-operator}
+data:
+  config.yaml: |
+    version: v1
+    mig-configs:
+      all-disabled:
+        - devices: all
+          mig-enabled: false
+      all-3g.40gb:
+        - devices: all
+          mig-enabled: true
+          mig-devices: {"3g.40gb": 2}
+      all-balanced:
+        - device-filter: ["0x20B010DE", "0x20B110DE"]
+          devices: all
+          mig-enabled: true
+          mig-devices: {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+        - device-filter: ["0x233010DE", "0x20B210DE", "0x20B510DE"]
+          devices: all
+          mig-enabled: true
+          mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+      half:
+        - devices: [0]
+          mig-enabled: true
+          mig-devices: {"7g.80gb": 1}
+        - devices: [1]
+          mig-enabled: false
+"""
+
+
+def node(name: str, count: int, capacity: dict[str, int], labels: dict[str, str] | None = None,
+         product: str = "NVIDIA-A100-SXM4-80GB") -> str:
+    all_labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count), **(labels or {})}
+    resources = {"cpu": "64", "memory": "512Gi", **{k: str(v) for k, v in capacity.items()}}
+    return "---\n" + json.dumps({"apiVersion": "v1", "kind": "Node",
+                                 "metadata": {"name": name, "labels": all_labels},
+                                 "status": {"capacity": resources, "allocatable": resources}}) + "\n"
+
+
+def read(text: str) -> tuple[list[Node], list[NvidiaConfigMap], list[ClusterPolicy], Problems]:
+    """Nodes through the manifest reader, NVIDIA's objects through their parsers, then configured."""
+    problems = Problems()
+    docs = load_text(text, FILE, problems)
+    nodes = build([d for d in docs if d.data.get("kind") == "Node"], problems).nodes
+    cms: list[NvidiaConfigMap] = []
+    policies: list[ClusterPolicy] = []
+    for doc in docs:
+        kind = doc.data.get("kind")
+        r = FieldReader(doc, problems, kind=kind, name=None)
+        if kind == "ConfigMap":
+            cm = parse_config_map(r)
+            if cm is not None:
+                cms.append(cm)
+        elif kind == "ClusterPolicy":
+            policy = parse_cluster_policy(r)
+            assert policy is not None
+            policies.append(policy)
+    configure_nodes(nodes, cms, policies, problems)
+    return nodes, cms, policies, problems
+
+
+def by_name(nodes: list[Node]) -> dict[str, Node]:
+    return {n.name: n for n in nodes}
+
+
+def test_time_slicing_from_the_config_the_node_label_selects() -> None:
+    text = (POLICY % "single" + "---\n" + DEVICE_PLUGIN + "---\n" + MIG_PARTED
+            + node("shared", 2, {"nvidia.com/gpu": 8}, {"nvidia.com/device-plugin.config": "ts4"})
+            + node("whole", 2, {"nvidia.com/gpu": 2}))  # no label: the ClusterPolicy's default, "plain"
+    nodes, _, _, problems = read(text)
+    assert not problems.errors and not problems.warnings, problems.all
+    shared, whole = by_name(nodes)["shared"].gpus, by_name(nodes)["whole"].gpus
+    assert shared is not None and whole is not None
+    assert dict(shared.sharing.time_slicing) == {"nvidia.com/gpu": 4} and shared.sharing.fail_requests_greater_than_one
+    assert whole.sharing.time_slicing == {} and whole.count == 2
+    state = ClusterState.from_nodes(nodes)
+    assert [(g.mode, g.replicas) for g in state.nodes["shared"].gpus] == [("replicas", 4), ("replicas", 4)]
+    assert [g.mode for g in state.nodes["whole"].gpus] == ["whole", "whole"]
+
+
+def test_mig_layouts_from_mig_parted_with_device_filters_and_the_policys_strategy() -> None:
+    capacity = {"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2}
+    text = (POLICY % "mixed" + "---\n" + DEVICE_PLUGIN + "---\n" + MIG_PARTED
+            + node("mig", 2, capacity, {"nvidia.com/mig.config": "all-balanced",
+                                        "nvidia.com/mig.config.state": "success"})
+            + node("half", 2, {"nvidia.com/gpu": 1, "nvidia.com/mig-7g.80gb": 1}, {"nvidia.com/mig.config": "half"}))
+    nodes, _, _, problems = read(text)
+    assert not problems.all, problems.all
+    inv = by_name(nodes)["mig"].gpus
+    assert inv is not None and inv.sharing.mig_strategy == "mixed"
+    geometry = geometry_for("A100-SXM4-80GB")
+    assert geometry is not None
+    for gpu in inv.mig:  # the 80GB entry applies (A100-80GB's PCI IDs), not the 40GB one
+        layout = [p for p, _ in gpu]
+        check_layout(geometry, layout)
+        assert sorted(p.profile for p in layout) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
+    state = ClusterState.from_nodes(nodes)
+    mig = state.nodes["mig"]
+    assert [g.mode for g in mig.gpus] == ["mig", "mig"] and all(len(g.mig) == 4 for g in mig.gpus)
+    half = by_name(nodes)["half"].gpus
+    assert half is not None and [len(m) for m in half.mig] == [1, 0]  # per device index
+
+
+def test_single_strategy_counts_mig_devices_in_gfd_labels() -> None:
+    # GFD's nvidia.com/gpu.count is the number of MIG devices under migStrategy single: 2 GPUs x 2 instances.
+    text = (POLICY % "single" + "---\n" + DEVICE_PLUGIN + "---\n" + MIG_PARTED
+            + node("single", 4, {"nvidia.com/gpu": 4}, {"nvidia.com/mig.config": "all-3g.40gb"}))
+    nodes, _, _, problems = read(text)
+    assert not problems.all, problems.all
+    inv = by_name(nodes)["single"].gpus
+    assert inv is not None and inv.count == 2 and [len(m) for m in inv.mig] == [2, 2]
+
+
+def test_a_configuration_the_capacity_contradicts_is_not_applied_and_said() -> None:
+    text = (POLICY % "single" + "---\n" + DEVICE_PLUGIN
+            + node("stale", 2, {"nvidia.com/gpu": 2}, {"nvidia.com/device-plugin.config": "ts4"})
+            + node("busy", 2, {"nvidia.com/gpu": 2}, {"nvidia.com/mig.config": "all-balanced",
+                                                        "nvidia.com/mig.config.state": "pending"})
+            + node("typo", 2, {"nvidia.com/gpu": 2}, {"nvidia.com/device-plugin.config": "ts8"}))
+    nodes, _, _, problems = read(text)
+    assert all(n.gpus is None for n in nodes)  # read from resources and labels, as without the configuration
+    messages = {w.name: w.message for w in problems.warnings}
+    assert "device-plugin config ts4 of ConfigMap gpu-operator/device-plugin-config" in messages["stale"]
+    assert "nvidia.com/gpu: 8" in messages["stale"] and "capacity shows nvidia.com/gpu: 2" in messages["stale"]
+    assert "being applied (nvidia.com/mig.config.state=pending)" in messages["busy"]
+    assert "ts8 is not in ConfigMap" in messages["typo"] and "plain, ts4" in messages["typo"]
+
+
+def test_many_nodes_with_one_reason_make_one_warning() -> None:
+    text = POLICY % "single" + "---\n" + DEVICE_PLUGIN + "".join(
+        node(f"n{i}", 1, {"nvidia.com/gpu": 1}, {"nvidia.com/device-plugin.config": "ts4"}) for i in range(8))
+    _, _, _, problems = read(text)
+    [warning] = problems.warnings
+    assert warning.message.startswith("nodes n0, n1, n2, n3, n4 and 3 more: ")
+
+
+def test_errors_in_embedded_configurations_name_the_manifests_own_line() -> None:
+    broken = MIG_PARTED.replace("        - devices: [1]\n", "        - devices: [1]\n          mig-enabld: true\n")
+    text = POLICY % "single" + "---\n" + broken
+    _, _, _, problems = read(text)
+    [error] = problems.errors
+    line = text.splitlines().index("          mig-enabld: true") + 1
+    assert (error.file, error.line, error.kind, error.name) == (FILE, line, "ConfigMap",
+                                                                "gpu-operator/default-mig-parted-config")
+    assert error.field == "mig-configs.half[1].mig-enabld" and "unknown field" in error.message
+    ts = DEVICE_PLUGIN.replace("replicas: 4", "replicas: 1")
+    _, _, _, problems = read(ts)
+    [error] = problems.errors
+    assert error.line == ts.splitlines().index("          replicas: 1") + 1 and "at least 2" in error.message
+
+
+def test_nodes_with_gpufleets_inventory_and_inputs_without_nvidia_config_are_left_alone() -> None:
+    inventory = {"model": "A100-SXM4-80GB", "memoryMiB": 81920, "sharing": {"migStrategy": "none"},
+                 "gpus": [{"index": 0, "uuid": "GPU-x"}], "nvlinks": []}
+    measured = json.loads(node("measured", 1, {"nvidia.com/gpu": 1}).removeprefix("---\n"))
+    measured["metadata"]["annotations"] = {"gpufleet.io/gpus": json.dumps(inventory)}
+    text = (POLICY % "mixed" + "---\n" + DEVICE_PLUGIN + "---\n" + json.dumps(measured) + "\n"
+            + node("other", 2, {"nvidia.com/gpu": 2}))
+    nodes, _, _, problems = read(text)
+    assert by_name(nodes)["measured"].gpus is not None and by_name(nodes)["measured"].gpus.uuids == ("GPU-x",)
+    assert by_name(nodes)["other"].gpus is not None
+    nodes, _, _, problems = read(node("alone", 2, {"nvidia.com/gpu": 2}))
+    assert nodes[0].gpus is None and not problems.all
+
+
+def test_other_config_maps_are_named_and_left_out() -> None:
+    text = textwrap.dedent("""\
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: app, namespace: ml}
+        data: {settings.yaml: "version: 3\\nlevel: debug\\n"}
+        """)
+    _, cms, _, problems = read(text)
+    assert not cms
+    [warning] = problems.warnings
+    assert "holds no NVIDIA device-plugin or mig-parted configuration" in warning.message
+    assert nvidia_config_kind("version: v1\nflags: {migStrategy: mixed}\n") == "device-plugin"
+    assert nvidia_config_kind("version: v1\nmig-configs: {}\n") == "mig-parted"
+    assert nvidia_config_kind("password: x\n") is None
+    assert config_map_names({"spec": {"devicePlugin": {"config": {"name": "dp"}}}}) == {
+        "dp", "default-mig-parted-config"}
