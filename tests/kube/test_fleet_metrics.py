@@ -114,6 +114,7 @@ def test_gpus_held_idle_and_cost_per_pool_model_and_queue() -> None:
     assert math.isclose(sum(v for k, v in cost.items() if ("cluster_queue", "research") in k), 3 * a100 + 2 * h100)
     assert math.isclose(value(m, "gpufleet_cluster_queue_cost_per_hour", cluster_queue="prod", node_pool="train",
                               model="A100-SXM4-80GB") or 0, 4 * a100)
+    assert value(m, "gpufleet_gpu_price_per_hour", model="H100-SXM5-80GB") == h100
     assert value(m, "gpufleet_admitted_active_workloads", cluster_queue="research") == 2
     assert value(m, "gpufleet_admitted_active_workloads", cluster_queue="prod") == 1
 

@@ -129,6 +129,7 @@ class FleetMetrics:
         m.replace(m.gpus_idle, idle)
         m.replace(m.gpus_unhealthy, unhealthy)
         m.replace(m.gpus_fragmented, fragmented)
+        m.replace(m.gpu_price, {(model,): world.cluster.catalog.price(model) for _, model in capacity})
 
     def _holders(self, world: World, policy: KueuePolicy) -> None:
         m = self.metrics

@@ -109,6 +109,8 @@ class SchedulerMetrics:
         self.queue_cost = Gauge(
             "gpufleet_cluster_queue_cost_per_hour", "What the GPUs each ClusterQueue holds cost per hour, at the "
             "GPU catalog's prices.", ["cluster_queue", *_FLEET_LABELS], registry=reg)
+        self.gpu_price = Gauge("gpufleet_gpu_price_per_hour", "The GPU catalog's price of one GPU-hour, per model "
+                               "in the fleet (what the cost metrics multiply by).", ["model"], registry=reg)
         self.gang_pending = Gauge(
             "gpufleet_gang_pending_seconds", "How long each pending gang (a workload of more than one pod) has "
             "waited since it was created or requeued.", ["cluster_queue", "namespace", "workload"], registry=reg)

@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.api.objects import PodTemplate
+from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling.types import Decisions, Policy
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.holdings import Holding, holding_of, unplaced_holding
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
 from gpufleet.sim.records import Attempt, JobRecord, Outcome, PodSpan, PoolInfo, SimResult
-from gpufleet.sim.stranded import stranded_gpus
+from gpufleet.sim.stranded import stranded_by_node
 
 Progress = Callable[[float, float], None]  # (virtual now, virtual end) -> None
 
@@ -76,6 +77,7 @@ class Simulator:
         self._resident: dict[str, int] = {}  # memory in use on software-shared devices (MiB)
         self._spans: list[PodSpan] = []
         self._stranded: list[tuple[float, float, float, int]] = []
+        self._stranded_by: list[tuple[float, dict[tuple[str, str], float]]] = []  # per (pool, model)
         self._live = 0
         self._held = 0.0  # GPUs held by placed pods (kept here: summing the cluster's GPUs costs O(GPUs))
         self._capacity = policy.cluster.gpu_capacity() if policy.cluster is not None else 0.0
@@ -429,11 +431,22 @@ class Simulator:
         if cluster is None:
             return
         pending = sum(len(self._runs[k].pod_keys) - len(self._runs[k].pods) for k in self._pending)
+        by: dict[tuple[str, str], float] = {}
         if pending:
-            stranded, idle = stranded_gpus(cluster, self._pending_templates())
+            stranded = idle = 0.0
+            for name, (node_stranded, node_idle) in stranded_by_node(cluster, self._pending_templates()).items():
+                stranded += node_stranded
+                idle += node_idle
+                if node_stranded > 0:
+                    ns = cluster.nodes[name]
+                    for g in ns.gpus:
+                        if g.healthy and g.free_milli:
+                            key = (ns.pool or "(none)", g.model)
+                            by[key] = by.get(key, 0.0) + g.free_milli / MILLI
         else:
             stranded, idle = 0.0, max(0.0, self._capacity - self._held)
         self._stranded.append((t, stranded, idle, pending))
+        self._stranded_by.append((t, by))
 
     def _result(self, run_end: float, horizon: float | None, not_simulated: int, wall: float) -> SimResult:
         for run in self._runs.values():
@@ -443,11 +456,17 @@ class Simulator:
                     pod.span.busy_to = run_end
         cluster = self.policy.cluster
         pools: dict[str, tuple[int, set[str]]] = {}
+        gpus: dict[tuple[str, str], int] = {}
+        prices: dict[str, float] = {}
         capacity = 0.0
         if cluster is not None:
             for ns in cluster.nodes.values():
                 if not ns.gpus:
                     continue
+                for g in ns.gpus:
+                    key = (ns.pool or "(none)", g.model)
+                    gpus[key] = gpus.get(key, 0) + 1
+                    prices.setdefault(g.model, cluster.catalog.price(g.model))
                 name = ns.pool or "(none)"
                 count, models = pools.get(name, (0, set()))
                 pools[name] = (count + len(ns.gpus), models | ({ns.gpu_model} if ns.gpu_model else set()))
@@ -463,7 +482,8 @@ class Simulator:
             window_s=horizon if horizon is not None else run_end, run_end=run_end, capacity=capacity,
             pools=[PoolInfo(n, c, tuple(sorted(m))) for n, (c, m) in sorted(pools.items())],
             jobs=[r.record for r in self._runs.values()], spans=self._spans, stranded=self._stranded,
-            events=self.events, cycles=self.cycles, wall_s=wall, not_simulated=not_simulated, notes=notes)
+            events=self.events, cycles=self.cycles, wall_s=wall, not_simulated=not_simulated, notes=notes,
+            gpus=gpus, prices=prices, stranded_by=self._stranded_by)
 
 
 def simulate_jobs(policy: Policy, jobs: Sequence[SimJob], config: SimConfig | None = None, *,

@@ -85,3 +85,7 @@ class SimResult:
     wall_s: float = 0.0
     not_simulated: int = 0  # jobs arriving after the horizon
     notes: list[str] = field(default_factory=list)
+    gpus: dict[tuple[str, str], int] = field(default_factory=dict)  # physical GPUs per (pool, model)
+    prices: dict[str, float] = field(default_factory=dict)  # per GPU-hour, per model of the cluster
+    # Per stranded sample: (time, idle GPUs no pending pod fits per (pool, model)); same times as ``stranded``.
+    stranded_by: list[tuple[float, dict[tuple[str, str], float]]] = field(default_factory=list)

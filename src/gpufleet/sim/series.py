@@ -42,6 +42,12 @@ class Step:
     def capped(self, cap: float) -> Step:
         return Step(self.times, np.minimum(self.values, cap))
 
+    def at(self, points: FloatArray) -> FloatArray:
+        """The value at each point (0 before the first breakpoint)."""
+        index = np.searchsorted(self.times, points, side="right") - 1
+        out: FloatArray = np.where(index >= 0, self.values[np.maximum(index, 0)], 0.0)
+        return out
+
     def integral_at(self, points: FloatArray) -> FloatArray:
         """∫ from -inf to each point."""
         widths = np.diff(self.times)
