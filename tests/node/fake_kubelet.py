@@ -36,6 +36,7 @@ class Endpoint:
     channel: grpc.Channel
     options: dp.DevicePluginOptions
     devices: dict[str, str] = field(default_factory=dict)  # id -> health, the latest ListAndWatch
+    history: list[dict[str, str]] = field(default_factory=list)  # every list received, in order
     updates: int = 0
     closed: bool = False
 
@@ -139,6 +140,7 @@ class FakeKubelet:
             for response in stream:
                 with self._cond:
                     endpoint.devices = {d.ID: d.health for d in response.devices}
+                    endpoint.history.append(dict(endpoint.devices))
                     endpoint.updates += 1
                     self._cond.notify_all()
         except grpc.RpcError:

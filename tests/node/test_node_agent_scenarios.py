@@ -11,7 +11,7 @@ import grpc
 import pytest
 from agent_env import Env, running_agent
 from kube_apisim import ApiSim
-from live_env import NS, wait_until
+from live_env import NS, pod, wait_until
 from machines import MIG_MIXED, WHOLE_4_PAIRS, WHOLE_8, write_machine
 
 from gpufleet.api.inventory import inventory_from_json
@@ -19,6 +19,7 @@ from gpufleet.gpu.sharing import DevicePluginConfig
 from gpufleet.kube import resources as r
 from gpufleet.node.dpconfig import AgentDeviceConfig
 from gpufleet.node.health import HealthPolicy
+from gpufleet.node.nvml_fake import FakeNvml
 from gpufleet.node.protos import deviceplugin_v1beta1_pb2 as dp
 
 GPU = "nvidia.com/gpu"
@@ -219,6 +220,21 @@ def test_a_gpu_that_fractional_pods_use_is_withheld_from_whole_gpu_pods(apisim: 
         apisim.delete(r.PODS, NS, "half")
         kubelet.wait_for(lambda: kubelet.endpoints[GPU].devices.get(u[0]) == "Healthy",
                          what="GPU 0 offered again once the fractional pod is gone")
+
+
+def test_a_gpu_fractions_already_use_is_withheld_from_the_first_device_list(apisim: ApiSim, sockdir: Path) -> None:
+    machine = write_machine(sockdir, WHOLE_4_PAIRS)
+    node = FakeNvml(str(machine)).spec
+    uuids = [g.uuid for g in node.machine.gpus]
+    # The fractional pod runs before the agent starts (an agent restart, an upgrade of the DaemonSet).
+    obj = pod("half", gpus=0, node_name=node.node_name, annotations={
+        "gpufleet.io/gpu-fraction": "0.5", "gpufleet.io/visible-devices": uuids[2]})
+    apisim.create(r.PODS, obj)
+    with running_agent(apisim, sockdir, machine) as env:
+        kubelet = env.kubelet
+        assert kubelet is not None
+        kubelet.wait_registered([GPU])
+        assert kubelet.endpoints[GPU].history[0][uuids[2]] == "Unhealthy"
 
 
 def test_replicas_of_a_gpu_that_fractions_use_are_withheld_too(apisim: ApiSim, sockdir: Path) -> None:

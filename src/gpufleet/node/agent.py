@@ -54,6 +54,7 @@ class AgentOptions:
     rediscover_period: float = 30.0  # MIG layouts change under a running agent (mig-parted)
     loop_period: float = 0.5  # the longest the loop sleeps: kubelet restarts are noticed within it
     publish_retry: float = 2.0
+    sync_timeout: float = 10.0  # how long start() waits for the first list of this node's pods
     informer_options: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -109,6 +110,12 @@ class NodeAgent:
         self.allocator.set_discovery(self.discovery)
         self.tracker.add_listener(self._wake.set)
         self.tracker.start()
+        # Know the node's fractional pods before offering anything: a GPU they use must start out withheld.
+        if self.tracker.wait_for_sync(self.options.sync_timeout):
+            self.allocator.set_withheld(self.tracker.fraction_holders())
+        else:
+            log.warning("this node's pods are not listed after %.0fs; serving devices now, GPUs that fractional pods "
+                        "use are withheld once the list arrives", self.options.sync_timeout)
         if not self.options.inventory_only:
             self.plugins = PluginManager(self.options.device_plugin_dir, self.allocator, self.metrics)
             self.plugins.sync(self._device_states(self.discovery))

@@ -338,8 +338,10 @@ class Allocator:
             if allocated is None or self._discovery is None:
                 return []
             self._forget_recorded(allocated)
+            live = self.pods.pods()
+            self._mismatched = {(p, r) for p, r in self._mismatched if p in {v.key for v in live}}
             out = []
-            for pod in self.pods.pods():
+            for pod in live:
                 got_by_resource = allocated.get(pod.key, {})
                 for resource, got in got_by_resource.items():
                     ids = self._devices(resource)
