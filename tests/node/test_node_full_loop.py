@@ -62,3 +62,33 @@ def test_the_scheduler_binds_the_kubelet_asks_the_agent_answers_with_the_schedul
             assert grant.envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(chosen[name])
         env.agent.allocator.verify()
         assert not any(s.value for m in env.agent.metrics.mismatches.collect() for s in m.samples)
+
+
+def test_an_xid_takes_the_gpu_out_of_the_schedulers_placement(apisim: ApiSim, sockdir: Path) -> None:
+    machine = write_machine(sockdir, WHOLE_8)
+    with running_agent(apisim, sockdir, machine, create_node=False) as env:
+        node = node_object(env.node)
+        for key in ("capacity", "allocatable"):
+            node["status"][key][GPU] = "8"  # as if the kubelet had not caught up: only the inventory says it
+        apisim.create(r.NODES, node)
+        uuids = env.uuids()
+        env.fault(3, 48)  # a double-bit ECC error
+        wait_until(lambda: [g["index"] for g in env.inventory().get("gpus", []) if g.get("health")] == [3],
+                   what="GPU 3 marked Unhealthy in the inventory")
+        with KubeClient(host=apisim.url, timeout=5.0, user_agent="gpufleet-test/scheduler") as client:
+            scheduler = Scheduler(client, fast_settings(), identity="s1", leader_elect=False,
+                                  informer_options=FAST_INFORMERS)
+            scheduler.start()
+            try:
+                apisim.create(r.PODS, pod("seven", gpus=7))
+                apisim.create(r.PODS, pod("one-more", gpus=1))
+                wait_until(lambda: bound_node(apisim, "seven") == env.node, what="seven bound")
+                obj = apisim.get(r.PODS, NS, "seven")
+                assert obj is not None
+                assert uuids[3] not in json.loads(obj["metadata"]["annotations"]["gpufleet.io/devices"])
+                # Eight GPUs, one broken, seven taken: the last pod must wait although allocatable says 8.
+                wait_until(lambda: (apisim.get(r.PODS, NS, "one-more") or {}).get("status", {}).get("conditions"),
+                           what="one-more evaluated")
+                assert bound_node(apisim, "one-more") is None
+            finally:
+                scheduler.stop()
