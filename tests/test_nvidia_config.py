@@ -236,3 +236,62 @@ def test_other_config_maps_are_named_and_left_out() -> None:
     assert nvidia_config_kind("password: x\n") is None
     assert config_map_names({"spec": {"devicePlugin": {"config": {"name": "dp"}}}}) == {
         "dp", "default-mig-parted-config"}
+
+
+# --- the invariant: applied exactly when the configuration explains the node's capacity ----------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from gpufleet.gpu.catalog import DEFAULT_CATALOG  # noqa: E402
+from gpufleet.gpu.mig import enumerate_maximal_layouts, layout_mix  # noqa: E402
+from gpufleet.gpu.sharing import DevicePluginConfig, advertised_resources, make_gpus  # noqa: E402
+
+A100 = DEFAULT_CATALOG.find("A100-SXM4-80GB")
+A100_LAYOUTS = enumerate_maximal_layouts(geometry_for("A100-SXM4-80GB"))  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None)
+@given(count=st.integers(1, 8), strategy=st.sampled_from(["none", "single", "mixed"]),
+       layout=st.one_of(st.none(), st.sampled_from(A100_LAYOUTS)), replicas=st.sampled_from([1, 2, 4]),
+       tamper=st.integers(-1, 1))
+def test_an_inventory_is_applied_exactly_when_it_explains_the_capacity(
+        count: int, strategy: str, layout: tuple | None, replicas: int, tamper: int) -> None:
+    assert A100 is not None
+    sharing = DevicePluginConfig(mig_strategy=strategy,  # type: ignore[arg-type]
+                                 time_slicing={"nvidia.com/gpu": replicas} if replicas > 1 else {})
+    if layout is not None and strategy == "single" and len({p.profile for p in layout}) > 1:
+        layout = tuple(p for p in layout if p.profile == layout[0].profile)  # single: one profile per GPU
+    gpus = make_gpus("n", A100, count, layout)
+    capacity = advertised_resources(gpus, sharing)  # what NVIDIA's plugin registers for this configuration
+    first = sorted(capacity)[0]
+    capacity[first] += tamper
+    mig = {} if layout is None else {k: v for k, v in layout_mix(layout).items()}
+    config = {"version": "v1", "mig-configs": {"chosen": [
+        {"devices": "all", "mig-enabled": layout is not None, "mig-devices": mig}]}}
+    plugin: dict[str, object] = {"version": "v1", "flags": {"migStrategy": strategy}}
+    if replicas > 1:
+        plugin["sharing"] = {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}}
+    sliced_mig = replicas > 1 and layout is not None and strategy != "none"
+    shown = sum(len(g.mig) for g in gpus) if strategy == "single" and layout is not None else count
+    text = (POLICY % strategy + "---\n" + json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "device-plugin-config", "namespace": "g"},
+        "data": {"plain": json.dumps(plugin)}}) + "\n---\n" + json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "default-mig-parted-config", "namespace": "g"},
+        "data": {"config.yaml": json.dumps(config)}}) + "\n"
+        + node("n", shown, capacity, {"nvidia.com/mig.config": "chosen"}))
+    nodes, _, _, problems = read(text)
+    assert not problems.errors, problems.errors
+    applied = nodes[0].gpus is not None
+    # Time-sliced MIG devices are not modelled: never applied (and said), whatever the capacity.
+    assert applied == (tamper == 0 and not sliced_mig), problems.warnings
+    if sliced_mig and tamper == 0:
+        assert "time-slices MIG devices" in problems.warnings[0].message
+    if applied:
+        state = ClusterState.from_nodes(nodes)
+        offered: dict[str, int] = {}
+        for g in state.nodes["n"].gpus:
+            for unit in (g.mig or [None]) if g.mode == "mig" else [None]:
+                resource = unit.resource if unit is not None else g.resource
+                offered[resource] = offered.get(resource, 0) + (g.replicas if g.mode == "replicas" else 1)
+        assert offered == capacity

@@ -418,6 +418,9 @@ def _inventory(node: Node, setup: _Setup) -> GpuInventory | None:
     gpus = tuple(PhysicalGpu(i, f"{node.name}/gpu-{i}", model, on,
                              tuple(MigInstance(p, f"{node.name}/gpu-{i}/{p}") for p in lay))
                  for i, (on, lay) in enumerate(layouts))
+    if sharing.mig_strategy != "none" and any(g.mig_enabled for g in gpus) and sharing.time_slicing:
+        # A replica of a MIG instance is a device the cluster model does not have (whole GPUs only are sliced).
+        raise _NodeSkipped(f"{sharing_name} time-slices MIG devices ({mig_name}), which gpufleet does not model")
     try:
         offered = advertised_resources(gpus, sharing)
     except SharingError as exc:
