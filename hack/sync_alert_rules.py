@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if "--check" in argv:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} differs from {RULES.relative_to(ROOT)}: run python hack/sync_alert_rules.py")
+            print(f"{path.relative_to(ROOT)} differs from {RULES.relative_to(ROOT)}: "
+                  "run python hack/sync_alert_rules.py")
         return 1 if stale else 0
     for path in stale:
         path.write_text(wanted[path])
