@@ -13,8 +13,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import kmock
 import pytest
-from kube_apisim import ApiSim
+from kube_apisim import ApiSim, status
 from live_env import (
     NS,
     bindings,
@@ -89,6 +90,18 @@ def test_auto_keeps_gpufleet_queues_when_kueue_has_none(apisim: ApiSim,
     live_scheduler(settings=kueue_settings("auto"))
     wait_until(lambda: bound_node(apisim, "p") == "n0", what="bound against gpufleet.io's quota")
     wait_until(lambda: queue_status(apisim, r.CLUSTER_QUEUES, "team").get("admittedWorkloads") == 1)
+
+
+def test_auto_without_permission_to_list_kueue_reads_gpufleet_queues(
+        apisim: ApiSim, live_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture) -> None:
+    apisim.serve(*KUEUE_TYPES)  # Kueue is installed, but deploy/kueue/ (RBAC) is not applied
+    forbidden = apisim.kmock["get", kmock.resource(r.KUEUE_GROUP, r.KUEUE_VERSION, "clusterqueues")]
+    apisim.harness.call(lambda: forbidden << 403 << status(403, "Forbidden", "clusterqueues.kueue.x-k8s.io is "
+                                                           "forbidden: User cannot list resource"))
+    apisim.create(r.KUEUE_CLUSTER_QUEUES, kueue(cluster_queue("team", gpus=4)))
+    sched = live_scheduler(settings=kueue_settings("auto"), run=False)
+    assert r.KUEUE_CLUSTER_QUEUES not in sched.resources and r.CLUSTER_QUEUES in sched.resources
+    assert "may not list them (RBAC)" in caplog.text
 
 
 def test_source_gpufleet_ignores_kueue_queues(apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
