@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -253,12 +253,9 @@ class CohortSearch:
             cohort = self._cohort_list(root, frs)
             if cohort.count_below(cut) - cohort.count_of(node.id, cut) <= 0:
                 cohort = None
-        if cohort is None and not same_evicted and not same_rest:
+        own = bool(same_evicted or same_rest)
+        if cohort is None and not own:
             return []  # nothing to take: every attempt finds nothing
-        for fr in (*usage, *frs):
-            lenders = self._lenders(root, fr)
-            if lenders and (len(lenders) > 1 or node.id not in lenders):
-                return None  # a lending limit makes removals free less than their usage at the root
         forbidden = policy.borrow_within_cohort.policy == "Never"
         under_nominal = all(tree.usage(node, fr) < cq.nominal(fr) for fr in frs)
         if cohort is None or (forbidden and not under_nominal):
@@ -267,17 +264,36 @@ class CohortSearch:
             attempts = (False, True)
         else:
             attempts = (True, False)
+        linear: bool | None = None
         for borrowing in attempts:
             run: _Run | None = None
             if cohort is not None:
                 run_cut = cut if advantage or not borrowing else self._borrowing_cut(cq, p, cut)
                 if run_cut is not None:
                     run = self._run(cohort, run_cut)
+                    if not run.infos:
+                        run = None
+            if run is None and not own:
+                continue  # nothing this attempt may take
+            if run is not None:
+                if linear is None:
+                    linear = self._linear(root, node, (*usage, *frs))
+                if not linear:
+                    return None  # a lending limit makes a removal free less than its usage at the root
             found = _Head(self, info, cq, node, root, usage, borrowing, run, advantage).search(same_evicted,
                                                                                                same_rest)
             if found:
                 return found
         return []
+
+    def _linear(self, root: QuotaNode, node: QuotaNode, frs: tuple[FR, ...]) -> bool:
+        """No lending limit in the tree but perhaps the head's own queue's, for these flavor-resources: removing a
+        candidate of another queue then lowers the root's usage by exactly the candidate's usage."""
+        for fr in frs:
+            lenders = self._lenders(root, fr)
+            if lenders and (len(lenders) > 1 or node.id not in lenders):
+                return False
+        return True
 
     @staticmethod
     def _borrowing_cut(cq: CQSpec, p: int, cut: float) -> float | None:
@@ -290,6 +306,26 @@ class CohortSearch:
         if bwc.max_priority_threshold is not None:
             limit = min(limit, bwc.max_priority_threshold + 1)
         return limit
+
+
+def _first_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
+    """The smallest x in [lo, hi] with pred(x), pred being monotone (false, then true) and true at hi: an
+    exponential search from lo, then bisection, so that an answer near lo costs few evaluations."""
+    step = 1
+    below = lo - 1  # largest x known false (lo - 1: none yet)
+    x = lo
+    while x < hi and not pred(x):
+        below = x
+        x = min(hi, x + step)
+        step *= 2
+    lo, hi = below + 1, x
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 class _Head:
@@ -406,15 +442,9 @@ class _Head:
                     taken.append((start, end))
                     k = end
                     continue
-                lo, hi = first + 1, end  # the smallest k' in [lo, hi] after which the head fits
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if self._fits(self._freed(mid)):
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                taken.append((start, lo))
-                k = lo
+                # The first k in [first + 1, end] after which the head fits; it fits at end.
+                k = _first_true(first + 1, end, lambda j: self._fits(self._freed(j)))
+                taken.append((start, k))
                 fitted = True
                 break
             removed: list[WorkloadInfo] = []
@@ -495,15 +525,9 @@ class _Head:
                 lower = self._freed(j)
                 return self._fits([fr - (u - lo) for fr, u, lo in zip(freed, upper, lower, strict=True)])
 
-            lo, hi = start, i + 1  # the smallest j such that positions j..i can all come back
-            if fits_with_back(start):
-                hi = start  # all of them (the usual case once the few that are needed are behind)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if fits_with_back(mid):
-                    hi = mid
-                else:
-                    lo = mid + 1
+            # The smallest j such that positions j..i can all come back; j = i + 1 (none) always can. What stays
+            # removed is usually among the first candidates, so the search starts from there.
+            lo = _first_true(start, i + 1, fits_with_back)
             lower = self._freed(lo)
             for f in range(len(freed)):
                 freed[f] -= upper[f] - lower[f]
