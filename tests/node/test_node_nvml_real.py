@@ -86,6 +86,20 @@ class FakeGpu:
     total_mib: int
     mig: list[FakeMig] | None = None  # None: not MIG capable
     links: dict[int, str] = field(default_factory=dict)  # link -> remote bus id
+    ecc: tuple[int, int] | None = (3, 0)  # volatile corrected, uncorrected; None: no ECC (consumer boards)
+    remapped: tuple[int, int, int, int] | None = (2, 0, 0, 0)  # correctable, uncorrectable, pending, failed
+    gpm: bool = False  # GPU Performance Monitoring (Hopper and later)
+    graphics_busy: list[float] = field(default_factory=list)  # GPM's answers, one per pair of samples
+
+
+class FakeGpmRequest:
+    """pynvml's c_nvmlGpmMetricsGet_t, as far as RealNvml fills and reads it."""
+
+    def __init__(self) -> None:
+        self.version = self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(4)]
 
 
 class FakePynvml:
@@ -102,6 +116,16 @@ class FakePynvml:
     NVML_TEMPERATURE_GPU = 0
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
+    NVML_SUCCESS = 0
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+    NVML_FI_DEV_MEMORY_TEMP = 82
+    NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED_LONG = 0, 1, 2
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_LONG_LONG = 3, 4
+    NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_GRAPHICS_UTIL = 1
+    c_nvmlGpmMetricsGet_t = FakeGpmRequest
     nvmlEventTypeSingleBitEccError = 0x1
     nvmlEventTypeDoubleBitEccError = 0x2
     nvmlEventTypeXidCriticalError = 0x8
@@ -112,6 +136,8 @@ class FakePynvml:
         self.gpus = gpus
         self.queue: list[Any] = []
         self.registered: list[tuple[str, int]] = []
+        self.gpm_samples: set[int] = set()  # GPM samples allocated and not freed
+        self._next_sample = 0
 
     def _gpu(self, h: Any) -> FakeGpu:
         return self.gpus[h[1]]
@@ -123,7 +149,13 @@ class FakePynvml:
         return ("gpu", i)
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any:
-        return ("gpu", next(i for i, g in enumerate(self.gpus) if g.uuid == uuid))
+        for i, g in enumerate(self.gpus):
+            if g.uuid == uuid:
+                return ("gpu", i)
+            for j, m in enumerate(g.mig or []):
+                if m.uuid == uuid:
+                    return ("mig", i, j)
+        raise NotFound()
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return "550.107.02"
@@ -132,8 +164,48 @@ class FakePynvml:
         return 12050
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+        if h[0] == "mig":
+            total = self._mig(h).memory_mb * MIB
+            return SimpleNamespace(total=total, used=(h[2] + 1) * 100 * MIB, free=total - (h[2] + 1) * 100 * MIB)
         total = self._gpu(h).total_mib * MIB
         return SimpleNamespace(total=total, used=1024 * MIB, free=total - 1024 * MIB)
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Any, kind: int, counter: int) -> int:
+        ecc = self._gpu(h).ecc
+        if ecc is None:
+            raise NotSupported()
+        return ecc[kind]
+
+    def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
+        rows = self._gpu(h).remapped
+        if rows is None:
+            raise NotSupported()
+        return rows
+
+    def nvmlDeviceGetFieldValues(self, h: Any, ids: list[int]) -> list[Any]:
+        return [SimpleNamespace(fieldId=i, nvmlReturn=0 if i == self.NVML_FI_DEV_MEMORY_TEMP else 3,
+                                valueType=self.NVML_VALUE_TYPE_UNSIGNED_INT, value=SimpleNamespace(uiVal=71))
+                for i in ids]
+
+    def nvmlGpmQueryDeviceSupport(self, h: Any) -> Any:
+        return SimpleNamespace(isSupportedDevice=int(self._gpu(h).gpm))
+
+    def nvmlGpmSampleAlloc(self) -> int:
+        self._next_sample += 1
+        self.gpm_samples.add(self._next_sample)
+        return self._next_sample
+
+    def nvmlGpmSampleGet(self, h: Any, sample: int) -> int:
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: int) -> None:
+        self.gpm_samples.remove(sample)
+
+    def nvmlGpmMetricsGet(self, request: FakeGpmRequest) -> FakeGpmRequest:
+        assert request.numMetrics == 1 and request.sample1 in self.gpm_samples and request.sample2 in self.gpm_samples
+        gpu = next(g for g in self.gpus if g.gpm and g.graphics_busy)
+        request.metrics[0].value = gpu.graphics_busy.pop(0)
+        return request
 
     def nvmlDeviceGetCudaComputeCapability(self, h: Any) -> tuple[int, int]:
         return (8, 0)
@@ -277,6 +349,36 @@ def test_telemetry_units_and_unsupported_readings() -> None:
     assert (s.gpu_util, s.mem_copy_util, s.temperature_c, s.power_w, s.sm_clock_mhz) == (87, 40, 61, 312.5, 1410)
     assert s.fb_used_mib == 1024 and s.fb_free_mib == 81920 - 1024
     assert s.energy_mj != s.energy_mj  # NaN: not supported, left out of the metrics
+
+
+def test_memory_temperature_ecc_row_remapping_and_mig_instance_memory() -> None:
+    migs = [FakeMig("MIG-a", 1, 0, 9, 0, 4, 40192, 42), FakeMig("MIG-b", 2, 0, 9, 4, 4, 40192, 42)]
+    nvml = FakePynvml([a100(0, mig=migs), FakeGpu("GPU-1", "Tesla T4", "00000000:30:00.0", 15360, ecc=None,
+                                                  remapped=None)])
+    backend = RealNvml(nvml, numa_node=lambda _: None)
+    mig_gpu, t4 = backend.machine().gpus
+    s = backend.sample(mig_gpu)
+    assert (s.memory_temp_c, s.ecc_sbe_volatile, s.ecc_dbe_volatile) == (71, 3, 0)
+    assert (s.remapped_rows_correctable, s.remapped_rows_uncorrectable, s.row_remap_failure) == (2, 0, 0)
+    assert [(i.gi_id, i.fb_used_mib, i.fb_free_mib) for i in s.instances] == [(1, 100, 40092), (2, 200, 39992)]
+    assert s.gr_engine_active != s.gr_engine_active  # MIG on: no GPU-wide GPM figure
+    plain = backend.sample(t4)
+    assert plain.instances == () and all(v != v for v in (plain.ecc_dbe_volatile, plain.row_remap_failure))
+
+
+def test_graphics_activity_from_gpm_between_two_samples() -> None:
+    h100 = FakeGpu("GPU-0", "NVIDIA H100 80GB HBM3", "00000000:10:00.0", 81559, gpm=True,
+                   graphics_busy=[37.5, 80.0])
+    nvml = FakePynvml([h100, a100(1)])
+    backend = RealNvml(nvml, numa_node=lambda _: None)
+    hopper, ampere = backend.machine().gpus
+    first = backend.sample(hopper).gr_engine_active
+    assert first != first  # one sample: no interval yet
+    assert backend.sample(hopper).gr_engine_active == 0.375 and backend.sample(hopper).gr_engine_active == 0.8
+    assert len(nvml.gpm_samples) == 1  # each interval's older sample is freed
+    assert backend.sample(ampere).gr_engine_active != backend.sample(ampere).gr_engine_active  # no GPM: NaN
+    backend.close()
+    assert nvml.gpm_samples == set()
 
 
 def test_xid_events_are_read_from_the_event_set_and_ecc_events_are_not_xids() -> None:

@@ -23,10 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.api.objects import Pod
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.health import Endpoints, OpsServer, Probe
+from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.resources import PODS
 from gpufleet.node.allocation import Allocator
+from gpufleet.node.attribution import Attribution, attribute
 from gpufleet.node.backends import OpenedBackend
 from gpufleet.node.contract import HolderCounts, Machine, NvmlError
 from gpufleet.node.deviceplugin import DeviceState
@@ -91,6 +95,7 @@ class NodeAgent:
         self._loop_alive = time.monotonic()
         self._last_holders: dict[str, int] = {}
         self._holders_due = 0.0
+        self._pod_parses = ParseCache()  # this node's pods, parsed once per version (fractions, declared memory)
 
     # --- start and stop ------------------------------------------------------------------------------
 
@@ -197,20 +202,22 @@ class NodeAgent:
         found = self.discovery
         if found is None:
             return {}
-        by_id = {d.id: d.gpu_uuid for ds in found.devices.values() for d in ds}
+        # A device counts for its GPU, and a MIG device for its own instance too (the fake's per-instance memory).
+        by_id = {d.id: (d.gpu_uuid, *((d.mig.uuid,) if d.mig is not None else ()))
+                 for ds in found.devices.values() for d in ds}
         pods: dict[str, set[str]] = {}
         allocated = self.pod_resources.list() if not self.options.inventory_only else None
         if allocated is not None:
             for pod, resources in allocated.items():
                 for ids in resources.values():
                     for i in ids:
-                        if i in by_id:
-                            pods.setdefault(by_id[i], set()).add(pod)
+                        for uuid in by_id.get(i, ()):
+                            pods.setdefault(uuid, set()).add(pod)
         else:
             for view in self.tracker.pods():
                 for i in view.intent or ():
-                    if i in by_id:
-                        pods.setdefault(by_id[i], set()).add(view.key)
+                    for uuid in by_id.get(i, ()):
+                        pods.setdefault(uuid, set()).add(view.key)
         for uuid, holders in self.tracker.fraction_holders().items():
             pods.setdefault(uuid, set()).update(holders)
         return {uuid: len(p) for uuid, p in pods.items()}
@@ -351,5 +358,27 @@ class NodeAgent:
                     samples.append((g, self.opened.backend.sample(g)))
                 except Exception as e:  # one GPU that cannot be read must not hide the others
                     log.warning("reading telemetry of GPU %s failed: %s", g.uuid, e)
-            gpu = render_gpu_metrics(found.machine, samples, self.options.node_name)
+            gpu = render_gpu_metrics(found.machine, samples, self.options.node_name, self._attribution(found))
         return gpu + self.metrics.exposition()
+
+    def _attribution(self, found: Discovery) -> Attribution:
+        """Who holds each GPU and MIG instance now: the kubelet's PodResources record (asked at every scrape,
+        as dcgm-exporter does) and the fractional pods bound here."""
+        raw = {PODS.object_key(obj): obj for obj in self.tracker.cache.objects(PODS)}
+
+        def pod(key: str) -> Pod | None:
+            obj = raw.get(key)
+            parsed = self._pod_parses.one(PODS, key, obj).obj if obj is not None else None
+            return parsed if isinstance(parsed, Pod) else None
+
+        replicas: dict[str, int] = {}
+        for devices in found.devices.values():
+            per_gpu: dict[str, int] = {}
+            for d in devices:
+                if d.replica is not None and d.mig is None:
+                    per_gpu[d.gpu_uuid] = per_gpu.get(d.gpu_uuid, 0) + 1
+            for uuid, n in per_gpu.items():
+                replicas[uuid] = max(replicas.get(uuid, 0), n)
+        self._pod_parses.forget_except(PODS, raw)
+        return attribute(found.machine, self.pod_resources.assignments(), self.tracker.fraction_holders(), pod,
+                         replicas)

@@ -12,6 +12,7 @@ memory-slice axis, GPU-instance and compute-instance ids as XID events report th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -80,8 +81,18 @@ class Machine:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceSample:
+    """The framebuffer of one MIG GPU instance (NVML answers memory per MIG device; the rest is the GPU's)."""
+
+    gi_id: int
+    fb_used_mib: float
+    fb_free_mib: float
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
-    """One reading of a GPU's telemetry, in dcgm-exporter's units."""
+    """One reading of a GPU's telemetry, in dcgm-exporter's units. A reading the backend cannot give (this GPU
+    or driver does not support it) is NaN, and its metric is left out."""
 
     gpu_util: float  # percent
     mem_copy_util: float  # percent
@@ -93,6 +104,14 @@ class GpuSample:
     mem_clock_mhz: float
     energy_mj: float  # total since driver load (a counter)
     last_xid: int = 0  # the last XID seen on this GPU, 0 for none (DCGM_FI_DEV_XID_ERRORS)
+    memory_temp_c: float = math.nan
+    ecc_sbe_volatile: float = math.nan  # corrected (single-bit) ECC errors since the last driver load
+    ecc_dbe_volatile: float = math.nan  # uncorrected (double-bit) ECC errors since the last driver load
+    remapped_rows_correctable: float = math.nan  # rows remapped for correctable errors (lifetime)
+    remapped_rows_uncorrectable: float = math.nan  # rows remapped for uncorrectable errors (lifetime)
+    row_remap_failure: float = math.nan  # 1 once a row could not be remapped
+    gr_engine_active: float = math.nan  # fraction of time the graphics engine was busy (0..1)
+    instances: tuple[InstanceSample, ...] = ()  # per MIG GPU instance, when MIG is on
 
 
 @dataclass(frozen=True, slots=True)

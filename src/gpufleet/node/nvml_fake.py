@@ -12,9 +12,11 @@ Faults: append JSON lines to ``MACHINE.events`` while the agent runs::
 
 A malformed line is reported (file and line) and skipped; it never stops the agent.
 
-Telemetry moves with load: the agent tells the fake how many pods hold each GPU (``holders``), and
-utilisation, framebuffer use, power and temperature follow it (temperature with some inertia), with a small
-deterministic jitter so two samples are never identical.
+Telemetry moves with load: the agent tells the fake how many pods hold each GPU and each MIG device
+(``holders``, by UUID), and utilisation, framebuffer use (per MIG instance too), power and temperature follow
+it (temperature with some inertia), with a small deterministic jitter so two samples are never identical.
+Memory faults show in the ECC and row-remapping counters as NVML would count them: XID 48, 94 or 95 adds a
+double-bit ECC error, 63 a row remapped for an uncorrectable error, 64 a failed remapping.
 """
 
 from __future__ import annotations
@@ -36,7 +38,17 @@ from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION, NodePool
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, GpuModel
 from gpufleet.gpu.mig import geometry_for
 from gpufleet.gpu.sharing import DevicePluginConfig, SharingError, make_gpus
-from gpufleet.node.contract import ALL_INSTANCES, Gpu, GpuSample, HolderCounts, Machine, MigDevice, NvmlError, XidEvent
+from gpufleet.node.contract import (
+    ALL_INSTANCES,
+    Gpu,
+    GpuSample,
+    HolderCounts,
+    InstanceSample,
+    Machine,
+    MigDevice,
+    NvmlError,
+    XidEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +121,14 @@ class _Thermal:
     energy_mj: float = 0.0
     last: float = field(default_factory=time.monotonic)
     last_xid: int = 0
+    dbe: int = 0
+    remapped_uncorrectable: int = 0
+    remap_failed: bool = False
+
+
+_DBE_XIDS = frozenset({48, 94, 95})  # double-bit ECC error; contained and uncontained ECC errors
+_ROW_REMAPPED_XID = 63
+_ROW_REMAP_FAILED_XID = 64
 
 
 class FakeNvml:
@@ -180,11 +200,24 @@ class FakeNvml:
             state.temperature += (target - state.temperature) * (1.0 - math.exp(-dt / 20.0))
             state.energy_mj += power * dt * 1000.0
             busy = util / 100.0
+            instances = tuple(self._instance(m, max(0, int(self._holders().get(m.uuid, 0))))
+                              for m in _one_per_instance(gpu)) if gpu.mig_enabled else ()
             return GpuSample(
                 gpu_util=util, mem_copy_util=round(util * 0.4, 1), fb_used_mib=round(used),
                 fb_free_mib=round(gpu.memory_mib - used), temperature_c=round(state.temperature, 1),
                 power_w=round(power, 1), sm_clock_mhz=210.0 + 1200.0 * busy, mem_clock_mhz=1593.0,
-                energy_mj=round(state.energy_mj), last_xid=state.last_xid)
+                energy_mj=round(state.energy_mj), last_xid=state.last_xid,
+                memory_temp_c=round(state.temperature + 4.0, 1), ecc_sbe_volatile=0.0, ecc_dbe_volatile=state.dbe,
+                remapped_rows_correctable=0.0, remapped_rows_uncorrectable=state.remapped_uncorrectable,
+                row_remap_failure=1.0 if state.remap_failed else 0.0,
+                # As NVML's GPM: a GPU-wide figure, none while MIG splits the GPU.
+                gr_engine_active=math.nan if gpu.mig_enabled else round(busy * 0.9, 3),
+                instances=instances)
+
+    @staticmethod
+    def _instance(mig: MigDevice, pods: int) -> InstanceSample:
+        used = 1.0 + (mig.memory_mib * 0.3 if pods else 0.0)
+        return InstanceSample(mig.gi_id, round(used), round(mig.memory_mib - used))
 
     # --- faults --------------------------------------------------------------------------------------
 
@@ -221,7 +254,11 @@ class FakeNvml:
             if event is not None:
                 events.append(event)
                 with self._lock:
-                    self._thermal[event.gpu_uuid].last_xid = event.xid
+                    state = self._thermal[event.gpu_uuid]
+                    state.last_xid = event.xid
+                    state.dbe += event.xid in _DBE_XIDS
+                    state.remapped_uncorrectable += event.xid == _ROW_REMAPPED_XID
+                    state.remap_failed |= event.xid == _ROW_REMAP_FAILED_XID
         return events
 
     def _parse(self, text: str, line: int) -> XidEvent | None:
@@ -257,3 +294,11 @@ class FakeNvml:
 
     def close(self) -> None:
         self._closed.set()
+
+
+def _one_per_instance(gpu: Gpu) -> list[MigDevice]:
+    """The first MIG device of each GPU instance (compute instances of one GPU instance share its memory)."""
+    seen: dict[int, MigDevice] = {}
+    for m in gpu.mig:
+        seen.setdefault(m.gi_id, m)
+    return list(seen.values())

@@ -9,7 +9,11 @@ Read-only: nothing here changes MIG mode, clocks or any other GPU setting. The m
 * NVLinks are counted per pair of GPUs from each link's state and remote PCI address; a link to an NVSwitch
   connects the GPU to every other switch-attached GPU (as go-gpuallocator reads NVSwitch boards);
 * the NUMA node comes from ``/sys/bus/pci/devices/<bus id>/numa_node`` (absent or -1: none);
-* XIDs come from an NVML event set registered for critical XID events on every GPU.
+* XIDs come from an NVML event set registered for critical XID events on every GPU;
+* telemetry in dcgm-exporter's units: memory temperature from NVML's field values, volatile ECC totals,
+  remapped rows, the framebuffer of each MIG GPU instance (from its MIG device), and the graphics engine's
+  activity (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``) from GPU Performance Monitoring (Hopper and later) between two
+  consecutive samples; whatever a GPU or driver does not support is left out.
 
 ``pynvml`` is passed in (tests give a fake module object); :func:`load_pynvml` imports the real one and turns
 a missing library into a clear :class:`~gpufleet.node.contract.NvmlError`.
@@ -26,7 +30,16 @@ from types import ModuleType
 from typing import Any
 
 from gpufleet.gpu.mig import MigError, canonical_profile_name, mig_memory_gb
-from gpufleet.node.contract import Gpu, GpuSample, Machine, MigDevice, MigEngines, NvmlError, XidEvent
+from gpufleet.node.contract import (
+    Gpu,
+    GpuSample,
+    InstanceSample,
+    Machine,
+    MigDevice,
+    MigEngines,
+    NvmlError,
+    XidEvent,
+)
 
 MIB = 1024 * 1024
 SYSFS_PCI = Path("/sys/bus/pci/devices")
@@ -81,6 +94,7 @@ class RealNvml:
         self._lock = threading.Lock()
         self._event_set: Any = None
         self._last_xid: dict[str, int] = {}
+        self._gpm: dict[str, Any] = {}  # GPU UUID -> its last GPM sample (None: GPM not supported there)
 
     # --- discovery -----------------------------------------------------------------------------------
 
@@ -210,6 +224,12 @@ class RealNvml:
         mem_clock = self._read(lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM))
         energy = self._read(lambda: n.nvmlDeviceGetTotalEnergyConsumption(h))
 
+        sbe = self._read(lambda: n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                                                                n.NVML_VOLATILE_ECC))
+        dbe = self._read(lambda: n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                                                n.NVML_VOLATILE_ECC))
+        rows = self._read(lambda: n.nvmlDeviceGetRemappedRows(h))  # (correctable, uncorrectable, pending, failed)
+
         def num(value: Any, scale: float = 1.0) -> float:
             return math.nan if value is None else float(value) / scale
 
@@ -219,7 +239,78 @@ class RealNvml:
             fb_used_mib=num(memory.used if memory is not None else None, MIB),
             fb_free_mib=num(memory.free if memory is not None else None, MIB),
             temperature_c=num(temp), power_w=num(power, 1000.0), sm_clock_mhz=num(sm),
-            mem_clock_mhz=num(mem_clock), energy_mj=num(energy), last_xid=self._last_xid.get(gpu.uuid, 0))
+            mem_clock_mhz=num(mem_clock), energy_mj=num(energy), last_xid=self._last_xid.get(gpu.uuid, 0),
+            memory_temp_c=self._field(h, n.NVML_FI_DEV_MEMORY_TEMP), ecc_sbe_volatile=num(sbe),
+            ecc_dbe_volatile=num(dbe), remapped_rows_correctable=num(rows[0] if rows else None),
+            remapped_rows_uncorrectable=num(rows[1] if rows else None),
+            row_remap_failure=num((1 if rows[3] else 0) if rows else None),
+            gr_engine_active=self._graphics_activity(gpu.uuid, h) if not gpu.mig_enabled else math.nan,
+            instances=self._instances(gpu))
+
+    def _field(self, handle: Any, field_id: int) -> float:
+        """One NVML field value as a number; NaN when the GPU or driver does not report it."""
+        n = self.nvml
+        found = self._read(lambda: n.nvmlDeviceGetFieldValues(handle, [field_id]))
+        if not found or int(found[0].nvmlReturn) != n.NVML_SUCCESS:
+            return math.nan
+        value, kind = found[0].value, int(found[0].valueType)
+        return float({n.NVML_VALUE_TYPE_DOUBLE: lambda: value.dVal,
+                      n.NVML_VALUE_TYPE_UNSIGNED_INT: lambda: value.uiVal,
+                      n.NVML_VALUE_TYPE_UNSIGNED_LONG: lambda: value.ulVal,
+                      n.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: lambda: value.ullVal,
+                      n.NVML_VALUE_TYPE_SIGNED_LONG_LONG: lambda: value.sllVal}.get(kind, lambda: math.nan)())
+
+    def _instances(self, gpu: Gpu) -> tuple[InstanceSample, ...]:
+        """The framebuffer of each MIG GPU instance, read through its (first) MIG device."""
+        out: dict[int, InstanceSample] = {}
+        for m in gpu.mig:
+            if m.gi_id not in out:
+                memory = self._read(self._memory_reader(m.uuid))
+                if memory is not None:
+                    out[m.gi_id] = InstanceSample(m.gi_id, float(memory.used) / MIB, float(memory.free) / MIB)
+        return tuple(out.values())
+
+    def _memory_reader(self, uuid: str) -> Callable[[], Any]:
+        n = self.nvml
+        return lambda: n.nvmlDeviceGetMemoryInfo(n.nvmlDeviceGetHandleByUUID(uuid))
+
+    def _graphics_activity(self, uuid: str, handle: Any) -> float:
+        """GPM's graphics activity between the previous sample of this GPU and now, as a fraction (DCGM's
+        GR_ENGINE_ACTIVE); NaN on the first sample and where GPM is not supported (before Hopper)."""
+        n = self.nvml
+        if uuid not in self._gpm:
+            support = self._read(lambda: n.nvmlGpmQueryDeviceSupport(handle))
+            supported = support is not None and bool(support.isSupportedDevice)
+            self._gpm[uuid] = self._gpm_sample(handle) if supported else None
+            return math.nan
+        previous = self._gpm[uuid]
+        current = self._gpm_sample(handle) if previous is not None else None
+        if previous is None or current is None:
+            return math.nan
+        request = n.c_nvmlGpmMetricsGet_t()
+        request.version = n.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 1
+        request.sample1, request.sample2 = previous, current
+        request.metrics[0].metricId = n.NVML_GPM_METRIC_GRAPHICS_UTIL
+        answer = self._read(lambda: n.nvmlGpmMetricsGet(request))
+        with contextlib.suppress(n.NVMLError):
+            n.nvmlGpmSampleFree(previous)
+        self._gpm[uuid] = current
+        if answer is None or int(answer.metrics[0].nvmlReturn) != n.NVML_SUCCESS:
+            return math.nan
+        return float(answer.metrics[0].value) / 100.0  # NVML: percent; DCGM: a ratio
+
+    def _gpm_sample(self, handle: Any) -> Any:
+        """A GPM sample of the GPU taken now, or None when NVML refuses."""
+        n = self.nvml
+        sample = self._read(n.nvmlGpmSampleAlloc)
+        if sample is None:
+            return None
+        if self._read(lambda: n.nvmlGpmSampleGet(handle, sample)) is None:
+            with contextlib.suppress(n.NVMLError):
+                n.nvmlGpmSampleFree(sample)
+            return None
+        return sample
 
     # --- XID events ----------------------------------------------------------------------------------
 
@@ -258,6 +349,11 @@ class RealNvml:
 
     def close(self) -> None:
         n = self.nvml
+        for sample in self._gpm.values():
+            if sample is not None:
+                with contextlib.suppress(n.NVMLError):
+                    n.nvmlGpmSampleFree(sample)
+        self._gpm.clear()
         if self._event_set is not None:
             with contextlib.suppress(n.NVMLError):
                 n.nvmlEventSetFree(self._event_set)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 
 import grpc
 
@@ -21,6 +22,17 @@ LIST_METHOD = "/v1.PodResourcesLister/List"
 
 # pod key (namespace/name) -> resource name -> device IDs, every container together
 Allocations = dict[str, dict[str, list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One device the kubelet gave one container (what dcgm-exporter's pod labels come from)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
 
 
 class PodResourcesClient:
@@ -40,7 +52,29 @@ class PodResourcesClient:
                                              response_deserializer=pr.ListPodResourcesResponse.FromString)
 
     def list(self) -> Allocations | None:
-        """Every pod's devices, or None when the kubelet does not answer (logged once until it does again)."""
+        """Every pod's devices (a pod the kubelet lists without devices has none), or None when the kubelet does
+        not answer (logged once until it does again)."""
+        response = self._list()
+        if response is None:
+            return None
+        out: Allocations = {}
+        for pod in response.pod_resources:
+            devices = out.setdefault(f"{pod.namespace}/{pod.name}", {})
+            for container in pod.containers:
+                for d in container.devices:
+                    devices.setdefault(d.resource_name, []).extend(d.device_ids)
+        return out
+
+    def assignments(self) -> tuple[Assignment, ...] | None:
+        """Every device of every container, or None when the kubelet does not answer."""
+        response = self._list()
+        if response is None:
+            return None
+        return tuple(Assignment(pod.namespace, pod.name, container.name, d.resource_name, device_id)
+                     for pod in response.pod_resources for container in pod.containers for d in container.devices
+                     for device_id in d.device_ids)
+
+    def _list(self) -> pr.ListPodResourcesResponse | None:
         try:
             response: pr.ListPodResourcesResponse = self._list_call()(pr.ListPodResourcesRequest(),
                                                                        timeout=self.timeout)
@@ -52,13 +86,7 @@ class PodResourcesClient:
             self.close()
             return None
         self._warned = False
-        out: Allocations = {}
-        for pod in response.pod_resources:
-            devices = out.setdefault(f"{pod.namespace}/{pod.name}", {})
-            for container in pod.containers:
-                for d in container.devices:
-                    devices.setdefault(d.resource_name, []).extend(d.device_ids)
-        return out
+        return response
 
     def close(self) -> None:
         with self._lock:
