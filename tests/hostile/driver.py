@@ -1,7 +1,7 @@
 """Runs gpufleet commands on hostile inputs, each in a forked child with its time, memory and exit code.
 
 Usage: ``python driver.py`` with a JSON list of ``{"id": ..., "argv": [...]}`` on stdin; prints a JSON list of
-``{"id", "exit", "seconds", "max_rss_mib", "output"}``. The CLI is imported once; every command then runs in
+``{"id", "exit", "seconds", "cpu_seconds", "max_rss_mib", "output"}``. The CLI is imported once; every command then runs in
 a fork of this process (so one command's memory is measured alone, and a runaway one is killed without taking
 the others along): an address-space cap and an alarm stop a command that would exhaust the machine.
 """
@@ -56,6 +56,7 @@ def run(job: dict[str, Any], scratch: str) -> dict[str, Any]:
     with open(out_path, encoding="utf-8", errors="replace") as fh:
         output = fh.read()
     return {"id": job["id"], "exit": exit_code, "seconds": round(seconds, 2),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
             "max_rss_mib": round(usage.ru_maxrss / 1024, 1), "output": output[-20_000:]}
 
 
