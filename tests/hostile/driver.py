@@ -1,8 +1,8 @@
 """Runs gpufleet commands on hostile inputs, each in a forked child with its time, memory and exit code.
 
 Usage: ``python driver.py`` with a JSON list of ``{"id": ..., "argv": [...]}`` on stdin; prints a JSON list of
-``{"id", "exit", "seconds", "cpu_seconds", "max_rss_mib", "output"}``. The CLI is imported once; every command then runs in
-a fork of this process (so one command's memory is measured alone, and a runaway one is killed without taking
+``{"id", "exit", "seconds", "cpu_seconds", "max_rss_mib", "output"}``. The CLI is imported once; every command then
+runs in a fork of this process (so one command's memory is measured alone, and a runaway one is killed without taking
 the others along): an address-space cap and an alarm stop a command that would exhaust the machine.
 """
 
