@@ -20,6 +20,7 @@ from gpufleet.api.objects import SchedulerConfig
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.kube import planner
 from gpufleet.kube import resources as r
+from gpufleet.kube.annotations import intent_annotations
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.evictor import Victim
 from gpufleet.kube.fleet_metrics import FleetMetrics
@@ -189,30 +190,45 @@ def test_set_pending_derives_kueue_status_from_the_reason() -> None:
     assert len(series(m, "gpufleet_pending_workloads")) == 1  # the others are gone, not left at their last value
 
 
-def test_counters_follow_what_the_writes_did() -> None:
+def test_admissions_are_counted_when_the_cache_shows_them_bound() -> None:
     now = 1_800_000_000.0
-    objects = {"nodes": [node("a0", gpus=4)], **queues(quota_cq("prod", 4)),
-               "pods": [pod("a", gpus=1, queue="prod", created=stamp(now - 30)),
-                        pod("b", gpus=1, queue="prod", created=stamp(now - 7200)),
-                        *(pod(f"g{i}", gpus=1, queue="prod", group="pair", group_size=2, created=stamp(now - 5))
-                          for i in range(2))]}
-    _, plan = cycle(objects, now)
-    assert {a.workload for a in plan.admitted} == {"ml/a", "ml/b", "ml/pair"}
+    base = {"nodes": [node("a0", gpus=4)], **queues(quota_cq("prod", 4))}
+
+    def bound(name: str, created: float, at: float | None, **kw: Any) -> JsonDict:
+        notes = {k: v for k, v in intent_annotations("a0", (), at, None).items() if v is not None} if at else {}
+        return pod(name, gpus=1, queue="prod", created=stamp(created), node_name="a0", annotations=notes, **kw)
+
     m = SchedulerMetrics()
     fleet = FleetMetrics(m)
-    fleet.carried_out(plan, now, failed_pods={"ml/b"}, victims=[], evicted=[])
-    assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") == 2  # b's bind failed
+    old = bound("old", now - 9000, now - 8000)
+    world, plan = cycle({**base, "pods": [old, pod("a", gpus=1, queue="prod", created=stamp(now - 30))]}, now)
+    fleet.observe(world, plan)  # the first cycle: "old" was admitted before anybody counted
+    assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") is None
+    gang = [bound(f"g{i}", now - 5, now + 2, group="pair", group_size=2) for i in range(2)]
+    world, plan = cycle({**base, "pods": [old, bound("a", now - 30, now + 1), *gang]}, now + 3)
+    fleet.observe(world, plan)
+    assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") == 2  # a and the pair
     assert value(m, "gpufleet_admission_wait_time_seconds_count", cluster_queue="prod") == 2
-    assert value(m, "gpufleet_admission_wait_time_seconds_sum", cluster_queue="prod") == 35
+    assert value(m, "gpufleet_admission_wait_time_seconds_sum", cluster_queue="prod") == 31 + 7
     assert value(m, "gpufleet_admission_wait_time_seconds_bucket", cluster_queue="prod", le="10.0") == 1
     assert value(m, "gpufleet_gang_wait_seconds_count", cluster_queue="prod") == 1
-    victims = [Victim("ml/a", "ml/pair", "InClusterQueue", ()), Victim("ml/pair", "", "PodsReadyTimeout", ()),
-               Victim("ml/b", "ml/a", "InClusterQueue", ())]
-    fleet.carried_out(planner.Plan(plan.policy), now, failed_pods=(), victims=victims, evicted={"ml/a", "ml/pair"})
+    fleet.observe(world, plan)  # nothing new: nothing counted twice
+    assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") == 2
+
+
+def test_evictions_count_only_when_carried_out() -> None:
+    now = 1_800_000_000.0
+    objects = {"nodes": [node("a0", gpus=4)], **queues(quota_cq("prod", 4)),
+               "pods": [pod(n, gpus=1, queue="prod", node_name="a0") for n in ("a", "b", "c")]}
+    _, plan = cycle(objects, now)
+    m = SchedulerMetrics()
+    victims = [Victim("ml/a", "ml/c", "InClusterQueue", ()), Victim("ml/b", "", "PodsReadyTimeout", ()),
+               Victim("ml/c", "ml/a", "InClusterQueue", ())]
+    FleetMetrics(m).carried_out(plan, victims, evicted={"ml/a", "ml/b"})
     assert value(m, "gpufleet_evicted_workloads_total", cluster_queue="prod", reason="Preempted") == 1
     assert value(m, "gpufleet_evicted_workloads_total", cluster_queue="prod", reason="PodsReadyTimeout") == 1
     assert value(m, "gpufleet_preempted_workloads_total", preempting_cluster_queue="prod",
-                 reason="InClusterQueue") == 1  # ml/b's eviction was not carried out
+                 reason="InClusterQueue") == 1  # ml/c's eviction was not carried out
 
 
 # --- invariants -------------------------------------------------------------------------------------------
@@ -278,3 +294,17 @@ def test_a_failure_computing_metrics_is_logged_and_counted_not_raised(caplog: An
     fleet.observe(world, plan)
     assert value(m, "gpufleet_metrics_failures_total") == 1
     assert "computing the fleet metrics failed" in caplog.text
+
+
+def test_gauges_are_recomputed_at_most_once_per_refresh_period() -> None:
+    now = [100.0]
+    objects = {"nodes": [node("a0", gpus=4)], **queues(quota_cq("prod", 4)), "pods": []}
+    m = SchedulerMetrics()
+    fleet = FleetMetrics(m, refresh=2.0, clock=lambda: now[0])
+    fleet.observe(*cycle(objects))
+    held = {**objects, "pods": [pod("p", gpus=3, queue="prod", node_name="a0")]}
+    fleet.observe(*cycle(held))
+    assert value(m, "gpufleet_gpus_held", node_pool="", model="A100-SXM4-80GB") == 0  # within the period
+    now[0] += 2.0
+    fleet.observe(*cycle(held))
+    assert value(m, "gpufleet_gpus_held", node_pool="", model="A100-SXM4-80GB") == 3

@@ -1,9 +1,10 @@
 """The live scheduler's view of the fleet as Prometheus metrics, computed from one cycle's World and Plan.
 
 :meth:`FleetMetrics.observe` replaces every gauge after the policy has run (what holds, what waits, what the
-queues' quotas are), so a series whose object is gone disappears. :meth:`FleetMetrics.carried_out` counts what
-the writes actually did: a workload counts as admitted (with its wait) once all its pods are bound, an
-eviction once the Eviction API accepted it, never on the plan alone (a failed bind is planned again next cycle).
+queues' quotas are), so a series whose object is gone disappears. Counters count what happened, never the plan
+alone (a failed bind is planned again next cycle): a workload is admitted (with its wait) once the cache shows
+all its pods bound, seen by :meth:`FleetMetrics.observe`; an eviction once the Eviction API accepted it, told
+by :meth:`FleetMetrics.carried_out`.
 
 Nothing here is a second bookkeeping of the cluster: GPU shares come from the cluster state's devices
 (:mod:`gpufleet.sim.holdings`, which the simulator's metrics use too), fragmentation from
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Iterable
+import time
+from collections.abc import Callable, Collection, Iterable
 
 from gpufleet.api.objects import PodTemplate
 from gpufleet.gpu.constants import MILLI
@@ -55,8 +57,15 @@ def _add(values: dict[Labels, float], key: Labels, amount: float) -> None:
 
 
 class FleetMetrics:
-    def __init__(self, metrics: SchedulerMetrics) -> None:
+    def __init__(self, metrics: SchedulerMetrics, *, refresh: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.metrics = metrics
+        # The gauges cost about a tenth of a cycle's core on a large cluster (bench/fleet_metrics.py); cycles can
+        # run back to back, Prometheus scrapes every few seconds at most: they are recomputed at most this often.
+        self.refresh = refresh
+        self.clock = clock
+        self._due = -math.inf
+        self._bound: set[str] | None = None  # workloads all of whose pods the last cycle saw bound
 
     # --- gauges, after the policy --------------------------------------------------------------------
 
@@ -70,6 +79,10 @@ class FleetMetrics:
 
     def _observe(self, world: World, plan: Plan) -> None:
         policy = plan.policy
+        self._admissions(world, policy)  # every cycle: a workload bound and gone between two would be missed
+        if self.clock() < self._due:
+            return
+        self._due = self.clock() + self.refresh
         self._queues(world, policy)
         self._gpus(world, policy, plan.pending)
         self._holders(world, policy)
@@ -108,28 +121,32 @@ class FleetMetrics:
 
     def _gpus(self, world: World, policy: KueuePolicy, pending: Iterable[str]) -> None:
         m = self.metrics
-        capacity: dict[Labels, float] = {}
-        held: dict[Labels, float] = {}
-        idle: dict[Labels, float] = {}
-        unhealthy: dict[Labels, float] = {}
-        fragmented: dict[Labels, float] = {}
+        # (pool, model) -> capacity, held, idle, unhealthy, fragmented; thousandths of GPUs but for the counts
+        totals: dict[Labels, list[float]] = {}
         stranded = stranded_by_node(world.cluster, _pending_templates(policy, pending))
         for node in world.cluster.nodes.values():
+            # A stranded node's idle capacity is all stranded (sim.stranded looks at healthy GPUs only).
             stuck = stranded.get(node.name, (0.0, 0.0))[0] > 0
+            pool = node.pool or ""
             for g in node.gpus:
-                key = (node.pool or "", g.model)
-                _add(capacity, key, 1.0)
-                _add(held, key, g.used_milli / MILLI)
-                _add(idle, key, g.free_milli / MILLI if g.healthy else 0.0)
-                _add(unhealthy, key, 0.0 if g.healthy else 1.0)
-                # A stranded node's idle capacity is all stranded (sim.stranded looks at healthy GPUs only).
-                _add(fragmented, key, g.free_milli / MILLI if stuck and g.healthy else 0.0)
-        m.replace(m.gpus_capacity, capacity)
-        m.replace(m.gpus_held, held)
-        m.replace(m.gpus_idle, idle)
-        m.replace(m.gpus_unhealthy, unhealthy)
-        m.replace(m.gpus_fragmented, fragmented)
-        m.replace(m.gpu_price, {(model,): world.cluster.catalog.price(model) for _, model in capacity})
+                row = totals.get((pool, g.model))
+                if row is None:
+                    row = totals[(pool, g.model)] = [0.0, 0.0, 0.0, 0.0, 0.0]
+                used = g.used_milli
+                row[0] += 1
+                row[1] += used
+                if g.healthy:
+                    row[2] += MILLI - used
+                    if stuck:
+                        row[4] += MILLI - used
+                else:
+                    row[3] += 1
+        m.replace(m.gpus_capacity, {k: v[0] for k, v in totals.items()})
+        m.replace(m.gpus_held, {k: v[1] / MILLI for k, v in totals.items()})
+        m.replace(m.gpus_idle, {k: v[2] / MILLI for k, v in totals.items()})
+        m.replace(m.gpus_unhealthy, {k: v[3] for k, v in totals.items()})
+        m.replace(m.gpus_fragmented, {k: v[4] / MILLI for k, v in totals.items()})
+        m.replace(m.gpu_price, {(model,): world.cluster.catalog.price(model) for _, model in totals})
 
     def _holders(self, world: World, policy: KueuePolicy) -> None:
         m = self.metrics
@@ -164,30 +181,18 @@ class FleetMetrics:
 
     # --- counters, after the writes ------------------------------------------------------------------
 
-    def carried_out(self, plan: Plan, now: float, failed_pods: Collection[str], victims: Iterable[Victim],
-                    evicted: Collection[str]) -> None:
-        """Count the admissions whose pods were all bound and the evictions the API server accepted (a failure
-        is logged and counted, as in :meth:`observe`)."""
+    def carried_out(self, plan: Plan, victims: Iterable[Victim], evicted: Collection[str]) -> None:
+        """Count the evictions the API server accepted (a failure is logged and counted, as in
+        :meth:`observe`)."""
         try:
-            self._carried_out(plan, now, failed_pods, victims, evicted)
+            self._carried_out(plan, victims, evicted)
         except Exception:
-            log.exception("counting the cycle's admissions and evictions failed")
+            log.exception("counting the cycle's evictions failed")
             self.metrics.metrics_failures.inc()
 
-    def _carried_out(self, plan: Plan, now: float, failed_pods: Collection[str], victims: Iterable[Victim],
-                     evicted: Collection[str]) -> None:
+    def _carried_out(self, plan: Plan, victims: Iterable[Victim], evicted: Collection[str]) -> None:
         m = self.metrics
         policy = plan.policy
-        for a in plan.admitted:
-            if any(p.pod in failed_pods for p in a.pods):
-                continue
-            info = policy.info(a.workload)
-            queue = a.cluster_queue or ""
-            wait = max(0.0, now - info.queue_ts) if info is not None else 0.0
-            m.admitted.labels(queue).inc()
-            m.admission_wait.labels(queue).observe(wait)
-            if info is not None and is_gang(info):
-                m.gang_wait.labels(queue).observe(wait)
         for v in victims:
             if v.workload not in evicted:
                 continue
@@ -198,13 +203,41 @@ class FleetMetrics:
             else:
                 m.evicted.labels(queue, v.reason).inc()
 
+    def _admissions(self, world: World, policy: KueuePolicy) -> None:
+        """Count each workload of ours once its pods are all bound, as the cache shows them, with its wait from
+        creation (or requeue) to the bind (``gpufleet.io/assigned-at``). Bindings end after the cycle that
+        planned them, and some fail; the cache is what happened. The first cycle only notes what is already
+        bound: those were admitted before this process (or this leader) counted anything."""
+        bound: set[str] = set()
+        for workload, keys in world.pods_of.items():
+            entries = [world.pods[k] for k in keys if k in world.pods]
+            live = [e for e in entries if not e.terminal]
+            if live and all(e.bound for e in live):
+                bound.add(workload)
+        if self._bound is not None:
+            m = self.metrics
+            for workload in sorted(bound - self._bound):
+                info = policy.info(workload)
+                if info is None:
+                    continue
+                stamps = [e.intent.at for k in world.pods_of[workload] if (e := world.pods.get(k)) is not None
+                          and e.intent is not None and e.intent.at is not None]
+                wait = max(0.0, (max(stamps) if stamps else world.now) - info.queue_ts)
+                queue = _queue_of(info)
+                m.admitted.labels(queue).inc()
+                m.admission_wait.labels(queue).observe(wait)
+                if is_gang(info):
+                    m.gang_wait.labels(queue).observe(wait)
+        self._bound = bound
+
 
 def _pending_templates(policy: KueuePolicy, pending: Iterable[str]) -> list[PodTemplate]:
-    """One pod template per pod set of every workload still waiting (what fragmentation asks to fit)."""
+    """The distinct GPU pod templates of the workloads still waiting (what fragmentation asks to fit): many
+    pending pods share a shape, and each distinct one costs a fit check on every node."""
     out: list[PodTemplate] = []
     for workload in pending:
         info = policy.info(workload)
         if info is not None and info.state is State.PENDING:
-            out.extend(ps.template for ps in info.podsets)
+            out.extend(t for ps in info.podsets if (t := ps.template).gpu.wants_gpu and t not in out)
     return out
 
