@@ -151,6 +151,10 @@ def test_prometheus_scrapes_both_exporters_and_fires_the_xid_alerts(
             assert capacity["metric"]["model"] == "A100-SXM4-80GB" and float(capacity["value"][1]) == 4
             wait_until(lambda: prometheus.query('gpufleet_cluster_queue_cost_per_hour{cluster_queue="research"} > 0'),
                        timeout=60, what="the bound small pod's cost")
+            wait_until(lambda: prometheus.query(
+                'gpufleet_admitted_workloads_total{cluster_queue="research"} == 1 and on (cluster_queue) '
+                'gpufleet_admission_wait_time_seconds_count{cluster_queue="research"} == 1'),
+                timeout=60, what="the small pod's admission counted with its wait")
             # No XID yet: the alert is quiet; one written to the machine's events file makes it fire.
             assert prometheus.alerts("GpuXidError") == []
             env.fault(0, 79)
