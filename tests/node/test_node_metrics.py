@@ -14,7 +14,6 @@ from live_env import NS, wait_until
 from machines import MIG_MIXED, TIME_SLICED, WHOLE_4_PAIRS, write_machine
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.api.objects import Pod
 from gpufleet.node.attribution import attribute
 from gpufleet.node.nvml_fake import FakeNvml
 from gpufleet.node.podresources import Assignment
@@ -148,23 +147,23 @@ def test_time_slice_replicas_and_fractions_are_holders_with_shares(apisim: ApiSi
         assert [pod_of(lb) for lb, _ in util] == [None, None]
 
 
-def test_a_gpu_one_fractional_pod_uses_carries_that_pod() -> None:
+def test_attribution_from_pod_resources_and_fractional_pods() -> None:
     machine = FakeNvml(str(Path(__file__).parents[2] / "examples" / "node" / "dgx-a100.yaml")).machine()
     g0, g1, g2 = machine.gpus[:3]
-    mig_machine_free = attribute(machine, [
+    held = attribute(machine, [
         Assignment("ml", "two-containers", "a", GPU, f"{g0.uuid}::0"),
         Assignment("ml", "two-containers", "b", GPU, f"{g0.uuid}::1"),
         Assignment("ml", "other-resource", "c", "example.com/nic", "nic-0"),
         Assignment("ml", "by-index", "c", GPU, "3"),  # deviceIDStrategy index: not mapped
     ], {g1.uuid: ["ml/solo"], "GPU-unknown": ["ml/ghost"]}, lambda key: None, {g0.uuid: 4})
-    assert mig_machine_free.pod_of(g0.uuid) == ("ml", "two-containers", "")  # one pod, two containers
-    assert mig_machine_free.pod_of(g1.uuid) == ("ml", "solo", "")
-    assert mig_machine_free.pod_of(g2.uuid) is None
-    assert [(h.pod, h.container, h.share) for h in mig_machine_free.holders[g0.uuid]] == [
+    assert held.pod_of(g0.uuid) == ("ml", "two-containers", "")  # one pod, two containers
+    assert held.pod_of(g1.uuid) == ("ml", "solo", "")
+    assert held.pod_of(g2.uuid) is None
+    assert [(h.pod, h.container, h.share) for h in held.holders[g0.uuid]] == [
         ("two-containers", "a", 0.25), ("two-containers", "b", 0.25)]
-    [solo] = mig_machine_free.holders[g1.uuid]
+    [solo] = held.holders[g1.uuid]
     assert (solo.kind, solo.share, solo.memory_mib) == ("fraction", None, None)  # not parsed: share unknown
-    assert "GPU-unknown" not in mig_machine_free.holders
+    assert "GPU-unknown" not in held.holders
     no_kubelet = attribute(machine, None, {}, lambda key: None, {})
     assert no_kubelet.owner == {} and no_kubelet.holders == {}
 
@@ -181,4 +180,3 @@ def test_holders_of_one_pod_are_one_series(tmp_path: Path) -> None:
     text = render_gpu_metrics(machine, [(g, fake.sample(g)) for g in machine.gpus], "ts-0", held).decode()
     [line] = [ln for ln in text.splitlines() if ln.startswith("gpufleet_node_gpu_holder_share{")]
     assert line.endswith(" 0.5") and 'pod="p"' in line  # two replicas of one container: summed, not duplicated
-    assert Pod  # the parsed-pod type the attribution reads shares from
