@@ -169,11 +169,11 @@ def test_duplicate_names_keep_the_first() -> None:
 
 
 def test_unknown_kind_is_warned_and_left_out() -> None:
-    m = manifests("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\n"
+    m = manifests("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: web}\n---\n"
                   "apiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n")
     assert not m.problems.errors
     w = _one(m.problems.warnings, "not a kind gpufleet reads")
-    assert w.kind == "Deployment" and w.line == 2
+    assert w.kind == "Widget" and w.line == 2
     assert [n.meta.name for n in m.namespaces] == ["ok"]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gpufleet.cluster.workloads import build_workloads
 from tests.conftest import manifests
 
@@ -117,7 +119,10 @@ status:
     job, wl = build_workloads(m)
     assert job.kind == "Job" and job.size == 4 and job.backoff_limit == 2
     assert job.total_requests() == {"nvidia.com/gpu": 8}
-    assert [p.key for p in job.pods] == [f"ml/sweep-{i}" for i in range(4)]
+    # NonIndexed: <job>-<5 characters>, the characters the API server draws at random derived from the input
+    assert len({p.key for p in job.pods}) == 4
+    assert all(re.fullmatch(r"ml/sweep-[bcdfghjklmnpqrstvwxz2456789]{5}", p.key) for p in job.pods)
+    assert [p.key for p in job.pods] == [p.key for p in build_workloads(manifests(text))[0].pods]
     assert wl.kind == "Workload" and wl.priority == 7 and wl.queue == "prod"
     assert wl.admission is not None and wl.admission.cluster_queue == "cq"
     assert wl.admission.pod_set_assignments[0].resource_usage == {"cpu": 2000}

@@ -8,10 +8,14 @@ sees all mistakes of a manifest set in one run. Callers that want an exception c
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Severity = Literal["error", "warning"]
+
+# The code of a warning about something in the input that gpufleet leaves out (a kind or a field it does not read,
+# a feature it does not implement): ``--strict`` turns these into errors (:meth:`Problems.escalate`).
+LEFT_OUT = "left-out"
 
 # A message quotes user values; past this length its middle is cut, so one giant value cannot flood a terminal
 # or a log line (an error is still one readable line).
@@ -100,6 +104,7 @@ class ManifestError:
     field: str | None = None
     fix: str | None = None
     severity: Severity = "error"
+    code: str | None = None  # what kind of problem, for callers that treat some differently (LEFT_OUT)
 
     def __post_init__(self) -> None:
         # Bounded once here, so every consumer (terminal, JSON, events, logs) gets the same readable text.
@@ -190,8 +195,9 @@ class Problems:
         name: str | None = None,
         field: str | None = None,
         fix: str | None = None,
+        code: str | None = None,
     ) -> None:
-        self._items.append(ManifestError(message, file, line, kind, name, field, fix, "warning"))
+        self._items.append(ManifestError(message, file, line, kind, name, field, fix, "warning", code))
 
     def add(self, e: ManifestError) -> None:
         self._items.append(e)
@@ -229,6 +235,16 @@ class Problems:
 
     def __repr__(self) -> str:
         return f"Problems(errors={len(self.errors)}, warnings={len(self.warnings)})"
+
+    def escalate(self, code: str) -> int:
+        """Turn every warning of ``code`` into an error (``--strict``); how many were turned."""
+        turned = 0
+        for i, e in enumerate(self._items):
+            if e.severity == "warning" and e.code == code:
+                self._items[i] = replace(e, severity="error")
+                self._errors += 1
+                turned += 1
+        return turned
 
     def raise_if_errors(self) -> None:
         """Raise :class:`ManifestErrors` with every error (warnings are left out) if there is any."""

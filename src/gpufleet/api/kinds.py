@@ -34,7 +34,6 @@ from gpufleet.api.objects import (
     FlavorFungibility,
     FlavorQuotas,
     GpuDemand,
-    Job,
     KueueWorkload,
     LabelSelector,
     LocalQueue,
@@ -480,27 +479,6 @@ def _template_of(r: FieldReader, key: str = "template", *, pod_validation: bool 
     labels = m.string_map("labels") if m else {}
     annotations = m.string_map("annotations") if m else {}
     return parse_pod_template(t, labels, annotations, t.obj("spec", required=True), pod_validation=pod_validation)
-
-
-def parse_job(r: FieldReader) -> Job | None:
-    meta = parse_meta(r, namespaced=True)
-    spec = r.obj("spec", required=True)
-    if meta is None or spec is None:
-        return None
-    template = _template_of(spec)
-    if template is None:
-        return None
-    _check_count_annotation(r, meta.annotations, JOB_MIN_PARALLELISM_ANNOTATION)
-    min_par_text = meta.annotations.get(JOB_MIN_PARALLELISM_ANNOTATION)
-    min_par = parse_int_text(min_par_text) if min_par_text is not None else None
-    return Job(
-        meta, template,
-        parallelism=spec.integer("parallelism", 1, minimum=0, maximum=limits.PODS_PER_WORKLOAD) or 0,
-        completions=spec.integer("completions", minimum=0, maximum=limits.PODS_PER_WORKLOAD),
-        backoff_limit=spec.integer("backoffLimit", 6, minimum=0, maximum=_INT32) or 0,
-        suspend=spec.flag("suspend"),
-        min_parallelism=min_par,
-    )
 
 
 # ---- nodes -------------------------------------------------------------------------------------------------------
@@ -995,7 +973,6 @@ PARSERS: dict[tuple[str, str], Parser] = {
     ("", "Pod"): parse_pod,
     ("", "Namespace"): parse_namespace,
     ("scheduling.k8s.io", "PriorityClass"): parse_priority_class,
-    ("batch", "Job"): parse_job,
     ("config.kueue.x-k8s.io", "Configuration"): parse_configuration,
     ("gpufleet.io", "NodePool"): parse_node_pool,
 }

@@ -5,6 +5,9 @@ Nodes, and checks what no single object can check alone: duplicate names, Cluste
 do not exist, cohort cycles, LocalQueues naming missing ClusterQueues, pods asking for MIG profiles that no
 node of their chosen model has. All problems are collected; objects with errors are left out, every valid
 object is kept; unknown kinds are warned about and left out.
+
+The workload kinds (Job, JobSet, Deployment, PyTorchJob, RayCluster... and the Volcano and KAI kinds) are read by
+:mod:`gpufleet.api.workloadkinds`, which also checks versions, unknown fields and ``generateName`` for every kind.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from gpufleet.api.objects import (
     PRODUCT_LABEL,
     ClusterQueue,
     Cohort,
-    Job,
     KueueWorkload,
     LocalQueue,
     Namespace,
@@ -36,6 +38,8 @@ from gpufleet.api.objects import (
 )
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document, load_paths, load_text
+from gpufleet.api.workloadkinds import intake
+from gpufleet.api.workloadkinds.model import ControllerObjects
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.mig import geometry_for
 
@@ -45,7 +49,6 @@ class Manifests:
     nodes: list[Node] = field(default_factory=list)
     node_pools: list[NodePool] = field(default_factory=list)
     pods: list[Pod] = field(default_factory=list)
-    jobs: list[Job] = field(default_factory=list)
     namespaces: list[Namespace] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     flavors: list[ResourceFlavor] = field(default_factory=list)
@@ -59,19 +62,23 @@ class Manifests:
     problems: Problems = field(default_factory=Problems)
     documents: int = 0
     simulation_inputs: int = 0  # documents only the simulator reads (WorkloadGenerator)
+    # Objects of the workload kinds (Jobs, JobSets, Deployments...), their queues and runtimes
+    controllers: ControllerObjects = field(default_factory=ControllerObjects)
 
     def counts(self) -> dict[str, int]:
-        return {k: len(v) for k, v in (
-            ("Node", self.nodes), ("NodePool", self.node_pools), ("Pod", self.pods), ("Job", self.jobs),
+        """Objects of the input by kind (not the Kueue objects gpufleet adds for Volcano's and KAI's queues)."""
+        own = {k: len(v) - self.controllers.translated.get(k, 0) for k, v in (
+            ("Node", self.nodes), ("NodePool", self.node_pools), ("Pod", self.pods),
             ("Namespace", self.namespaces), ("PriorityClass", self.priority_classes),
             ("ResourceFlavor", self.flavors), ("ClusterQueue", self.cluster_queues),
             ("LocalQueue", self.local_queues), ("Cohort", self.cohorts),
             ("WorkloadPriorityClass", self.workload_priority_classes), ("Workload", self.workloads),
-            ("Topology", self.topologies)) if v}
+            ("Topology", self.topologies))}
+        return {k: n for k, n in own.items() if n > 0} | self.controllers.counts()
 
 
 _TARGET: dict[str, str] = {
-    "Node": "nodes", "NodePool": "node_pools", "Pod": "pods", "Job": "jobs", "Namespace": "namespaces",
+    "Node": "nodes", "NodePool": "node_pools", "Pod": "pods", "Namespace": "namespaces",
     "PriorityClass": "priority_classes", "ResourceFlavor": "flavors", "ClusterQueue": "cluster_queues",
     "LocalQueue": "local_queues", "Cohort": "cohorts", "WorkloadPriorityClass": "workload_priority_classes",
     "Workload": "workloads", "Topology": "topologies",
@@ -96,18 +103,28 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
         r.error("a manifest needs apiVersion and kind", "kind" if not kind else "apiVersion",
                 fix="start the document with apiVersion: ... and kind: ...")
         return
-    if (_group_of(str(api_version)), str(kind)) in SIMULATION_KINDS:
+    group = _group_of(str(api_version))
+    if (group, str(kind)) in SIMULATION_KINDS:
         out.simulation_inputs += 1  # read and checked by `gpufleet simulate`, not by the scheduler
         return
-    parser = PARSERS.get((_group_of(str(api_version)), str(kind)))
-    if parser is None:
-        r.warning(f"{api_version} {kind} is not a kind gpufleet reads; it is left out", "kind",
-                  fix="remove it, or check apiVersion and kind spelling")
+    if not intake.check_version(r, str(api_version), str(kind)):
         return
+    intake.fill_generated_name(doc, r, out.controllers)
+    intake.fields(r, str(api_version), str(kind))
     before = problems.error_count
+    if intake.handles(group, str(kind)):
+        made = intake.parse(r, str(api_version), str(kind))
+        if made is not None and problems.error_count == before:
+            intake.keep(made, out.controllers, position)
+        return
+    parser = PARSERS.get((group, str(kind)))
+    if parser is None:
+        intake.unread_kind(r, str(api_version), str(kind), set(PARSERS))
+        return
     obj = parser(r)
     if obj is None or problems.error_count > before:
         return  # an object with errors is not kept; its errors say why
+    intake.audit(r, str(api_version), str(kind), out.controllers)
     if hasattr(obj, "meta"):
         obj.meta.order = position
     if isinstance(obj, SchedulerConfig):
@@ -140,7 +157,7 @@ def _check_duplicates(out: Manifests) -> None:
 def _error_at(out: Manifests, obj: Any, message: str, field_: str, fix: str) -> None:
     src = obj.meta.source
     out.problems.error(message, file=src.file if src else None, line=src.line if src else None,
-                       kind=type(obj).__name__, name=obj.meta.key, field=field_, fix=fix)
+                       kind=getattr(obj, "kind", type(obj).__name__), name=obj.meta.key, field=field_, fix=fix)
 
 
 def _check_references(out: Manifests) -> None:
@@ -206,7 +223,8 @@ def _check_cohort_cycles(out: Manifests) -> None:
 
 def _check_mig_requests(out: Manifests) -> None:
     """A pod pinned to a GPU model (nodeSelector on the product label) must ask for a profile that model has."""
-    templates = [(p, p.template) for p in out.pods] + [(j, j.template) for j in out.jobs]
+    templates = [(p, p.template) for p in out.pods] + [
+        (o, ps.template) for o in out.controllers.owners for w in o.workloads[:1] for ps in w.pod_sets]
     for obj, t in templates:
         if t.gpu.kind != "mig" or t.gpu.mig_profile is None:
             continue
@@ -255,6 +273,7 @@ class ManifestBuilder:
 
     def finish(self) -> Manifests:
         out = self.out
+        intake.finish(out)
         _check_duplicates(out)
         _check_references(out)
         _expand_pools(out)

@@ -278,23 +278,6 @@ class Pod:
         return self.meta.key
 
 
-@dataclass(slots=True)
-class Job:
-    meta: ObjectMeta
-    template: PodTemplate
-    parallelism: int = 1
-    completions: int | None = None
-    backoff_limit: int = 6
-    suspend: bool = False
-    min_parallelism: int | None = None  # kueue.x-k8s.io/job-min-parallelism (partial admission)
-
-    @property
-    def pod_count(self) -> int:
-        if self.completions is None:
-            return self.parallelism
-        return min(self.parallelism, self.completions)
-
-
 # ---- Kueue kinds ----------------------------------------------------------------------------------------------
 
 @dataclass(slots=True)

@@ -77,10 +77,10 @@ class FieldReader:
         self.problems.error(message, file=self.doc.file, line=line, kind=self.kind, name=self.name,
                             field=field or None, fix=fix)
 
-    def warning(self, message: str, *sub: PathPart, fix: str | None = None) -> None:
+    def warning(self, message: str, *sub: PathPart, fix: str | None = None, code: str | None = None) -> None:
         field, line = self.where(*sub)
         self.problems.warning(message, file=self.doc.file, line=line, kind=self.kind, name=self.name,
-                              field=field or None, fix=fix)
+                              field=field or None, fix=fix, code=code)
 
     # -- navigation ------------------------------------------------------------------------------------
     @property

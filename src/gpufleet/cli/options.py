@@ -25,6 +25,7 @@ __all__ = [
     "Namespace",
     "Output",
     "OutputFormat",
+    "Strict",
     "examples",
     "new_app",
     "output_format",
@@ -85,6 +86,10 @@ def output_format(output: OutputFormat, as_json: bool) -> OutputFormat:
         raise usage_error(f"--json means -o json, not -o {output.value}; give one of them", "--json")
     return OutputFormat.json
 
+
+Strict = Annotated[bool, typer.Option(
+    "--strict", help="Make what gpufleet leaves out of the input an error (exit 1): kinds and fields it does not "
+    "read, Kueue features it does not implement. For CI.")]
 
 Files = Annotated[list[str], typer.Argument(help="Manifest files or folders; - reads stdin.", metavar="FILE",
                                              show_default=False)]

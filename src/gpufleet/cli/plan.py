@@ -20,6 +20,7 @@ from gpufleet.cli.options import (
     Namespace,
     Output,
     OutputFormat,
+    Strict,
     examples,
     output_format,
 )
@@ -147,11 +148,12 @@ def plan(
     fail_on_pending: Annotated[bool, typer.Option(
         "--fail-on-pending", help="Exit 1 when a workload (in --namespace, if given) is still pending after the "
         "last cycle: a CI step that fails when the quota or the cluster is too small.")] = False,
+    strict: Strict = False,
 ) -> None:
     """Show the admission decisions Kueue's semantics give for a snapshot: admitted (ClusterQueue, flavors, pods
     on nodes), preempted (by whom, why) and pending (why), cycle by cycle."""
     fmt = output_format(output, as_json)
-    manifests = load(files)
+    manifests = load(files, strict)
     print_problems(manifests)
     if manifests.problems.errors:
         console.error(f"{len(manifests.problems.errors)} error(s) in the input: nothing planned")

@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, examples, usage_error
+from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, Strict, examples, usage_error
 from gpufleet.sim.model import SimulationError
 from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, kpi_cell, write_report
 from gpufleet.sim.report_plots import plotting_unavailable
@@ -98,6 +98,7 @@ def simulate(
     report: Annotated[Path | None, typer.Option(
         help="Write report.md, report.html and PNG plots into this folder.", file_okay=False)] = None,
     output: Output = OutputFormat.text,
+    strict: Strict = False,
 ) -> None:
     """Simulate scheduling on a virtual clock with the same core as the live scheduler."""
     _check_options(policy, compare, duration, failures)
@@ -113,7 +114,8 @@ def simulate(
         return bar
 
     try:
-        p = plan(files or [], policy=policy, compare=compare, duration=duration, seed=seed, failures=failures)
+        p = plan(files or [], policy=policy, compare=compare, duration=duration, seed=seed, failures=failures,
+                 strict=strict)
         runs = run_plan(p, progress)
     except SimulationError as exc:
         console.error(str(exc))
@@ -155,4 +157,4 @@ def simulate(
 def demo(output: Output = OutputFormat.text) -> None:
     """The embedded case study: before (exclusive GPUs, kube-default) against after (MIG, time-slicing, Kueue)."""
     simulate(files=None, policy=None, compare=None, duration=None, seed=None, failures=None, json_out=None,
-             report=None, output=output)
+             report=None, output=output, strict=False)

@@ -1,10 +1,16 @@
-"""Workloads: the unit of admission, built from Pods, pod groups, Jobs and Kueue Workload objects.
+"""Workloads: the unit of admission, built from Pods, pod groups, the workload kinds and Kueue Workload objects.
 
 * a Pod with no group label is a workload of one pod;
 * Pods labelled ``kueue.x-k8s.io/pod-group-name`` (with ``kueue.x-k8s.io/pod-group-total-count``) form one
   workload named after the group; identical pods form one pod set (Kueue's role hash);
-* a Job is a workload of ``min(parallelism, completions)`` identical pods;
+* the workload kinds (Job, JobSet, Deployment, PyTorchJob, RayCluster, LeaderWorkerSet, Volcano and KAI kinds...)
+  form the workloads Kueue's integration for each forms, as :mod:`gpufleet.cluster.grouping` builds them
+  (what each kind means is in :mod:`gpufleet.api.workloadkinds.table`); pods of the input that one of them owns
+  are adopted by it, not counted twice;
 * a ``kueue.x-k8s.io`` Workload is taken as written, its ``status.admission`` holding quota when present.
+
+A workload Kueue would hold back (its ClusterQueue's admission checks are not Ready, MultiKueue dispatches it
+elsewhere, it is suspended outside any queue) carries the reason in ``hold`` and stays pending with it.
 
 The workload's priority follows Kueue: WorkloadPriorityClass (label ``kueue.x-k8s.io/priority-class``), then
 the pod's PriorityClass, then the global-default PriorityClass, else 0.
@@ -15,13 +21,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.limits import MAX_PODS, MAX_PODS_PER_WORKLOAD, PODS
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import (
-    GPUFLEET_QUEUE_LABEL,
     KUEUE_PRIORITY_LABEL,
     KUEUE_QUEUE_LABEL,
     POD_GROUP_COUNT_ANNOTATION,
@@ -32,8 +36,8 @@ from gpufleet.api.objects import (
     ResourceList,
 )
 from gpufleet.api.reader import parse_int_text
-
-WorkloadKind = Literal["Pod", "PodGroup", "Job", "Workload"]
+from gpufleet.api.workloadkinds.common import queue_key, queue_label
+from gpufleet.api.workloadkinds.kueuefeatures import hold_reason
 
 
 @dataclass(slots=True)
@@ -62,7 +66,7 @@ class Workload:
     key: str  # namespace/name
     namespace: str
     name: str
-    kind: WorkloadKind
+    kind: str  # Pod, PodGroup, Workload, or the workload kind it comes from (Job, JobSet, Deployment...)
     queue: str | None  # LocalQueue name
     priority: int
     created: float
@@ -77,6 +81,9 @@ class Workload:
     active: bool = True  # a Kueue Workload with spec.active false is never admitted
     order: int = 0  # input order, the last tie-breaker
     uid: str | None = None  # a Kueue Workload's metadata.uid (Kueue's last tie-breaker among preemption candidates)
+    gang: bool = True  # its pods are admitted and placed together (False: a per-pod workload of a serving kind)
+    hold: str | None = None  # why Kueue would not admit it as it stands: it stays pending with this reason
+    origin: ObjectMeta | None = None  # the object it comes from (its file and line, its creation time)
 
     @property
     def size(self) -> int:
@@ -116,12 +123,25 @@ class PriorityResolver:
             return template.priority, None
         return self.default, None
 
+    def resolve_named(self, labels: dict[str, str], class_name: str | None,
+                      template: PodTemplate) -> tuple[int, str | None]:
+        """As :meth:`resolve`, with a PriorityClass the workload's kind names itself (Kubeflow's
+        ``runPolicy.schedulingPolicy.priorityClass``, Volcano's ``priorityClassName``) before the pod's."""
+        wpc = labels.get(KUEUE_PRIORITY_LABEL)
+        if (wpc is None or wpc not in self.wpc) and class_name and class_name in self.pc:
+            return self.pc[class_name], class_name
+        return self.resolve(labels, template)
+
 
 def queue_of(labels: dict[str, str]) -> str | None:
-    return labels.get(KUEUE_QUEUE_LABEL) or labels.get(GPUFLEET_QUEUE_LABEL)
+    """The LocalQueue a pod's (or an object's) labels name: Kueue's label, gpufleet's, or KAI's (as the
+    LocalQueue ``kai:<queue>`` its KAI Queue is read as)."""
+    name, system = queue_label(labels)
+    return queue_key(name, system)
 
 
-def _role_key(t: PodTemplate) -> tuple[object, ...]:
+def role_key(t: PodTemplate) -> tuple[object, ...]:
+    """What makes two pods of a group the same role (Kueue's role hash): one pod set."""
     return (tuple(sorted(t.requests.items())), tuple(sorted(t.node_selector.items())), t.required_affinity,
             t.tolerations, t.gpu)
 
@@ -131,13 +151,25 @@ def _created(meta: ObjectMeta) -> float:
     return meta.creation_timestamp if meta.creation_timestamp is not None else float(meta.order)
 
 
-def build_workloads(manifests: Manifests, problems: Problems | None = None) -> list[Workload]:
-    """Every workload of the manifests, in input order."""
+def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
+                    create_missing: bool = True) -> list[Workload]:
+    """Every workload of the manifests, in input order.
+
+    ``create_missing``: the pods an owner of the input (a Job, a JobSet...) plans and no pod of the input stands
+    for are created with the names their controller would give them (``plan``, ``simulate``); False leaves them
+    out and makes a gang wait for them (the live scheduler, which binds only pods that exist; see
+    :mod:`gpufleet.cluster.grouping`)."""
+    from gpufleet.cluster import grouping
+
     problems = problems if problems is not None else manifests.problems
     prio = PriorityResolver(manifests)
-    out: list[Workload] = []
+    owners = manifests.controllers.owners
+    adoption = grouping.adopt(manifests.pods, owners)
+    builder = grouping.Builder(prio, problems, create_missing, pods_used=len(manifests.pods))
+    out = builder.out
+    loose = adoption.unclaimed
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, pod in enumerate(manifests.pods):
+    for i, pod in enumerate(loose):
         group = pod.meta.labels.get(POD_GROUP_LABEL)
         if group is not None:
             groups[(pod.meta.namespace or "default", group)].append(i)
@@ -149,9 +181,10 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
             queue=queue_of(pod.meta.labels), priority=priority, priority_class=pclass,
             created=_created(pod.meta), pod_sets=[PodSet("main", 1, t)],
             pods=[WorkloadPod(pod.key, t, "main", pod.node_name, pod.phase)],
-            labels=pod.meta.labels, annotations=pod.meta.annotations, order=pod.meta.order))
+            labels=pod.meta.labels, annotations=pod.meta.annotations, order=pod.meta.order, gang=False,
+            origin=pod.meta))
     for (ns, group), indices in groups.items():
-        members = [manifests.pods[i] for i in indices]
+        members = [loose[i] for i in indices]
         first = members[0]
         counts = {m.meta.annotations.get(POD_GROUP_COUNT_ANNOTATION) for m in members}
         total: int | None = None
@@ -176,7 +209,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
         sets: dict[tuple[object, ...], PodSet] = {}
         pods: list[WorkloadPod] = []
         for m in members:
-            key = _role_key(m.template)
+            key = role_key(m.template)
             if key not in sets:
                 sets[key] = PodSet(f"role-{len(sets)}", 0, m.template)
             sets[key].count += 1
@@ -187,22 +220,13 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
         out.append(Workload(
             key=f"{ns}/{group}", namespace=ns, name=group, kind="PodGroup", queue=queues.pop(),
             priority=priority, priority_class=pclass, created=created, pod_sets=list(sets.values()), pods=pods,
-            labels=first.meta.labels, annotations=first.meta.annotations, expected_pods=total, order=order))
-    for job in manifests.jobs:
-        n = job.pod_count
-        if job.suspend and queue_of(job.meta.labels) is None:
-            continue
-        t = job.template
-        labels = {**t.labels, **job.meta.labels}
-        priority, pclass = prio.resolve(labels, t)
-        ns = job.meta.namespace or "default"
-        pods = [WorkloadPod(f"{ns}/{job.meta.name}-{i}", t, "main") for i in range(n)]
-        out.append(Workload(
-            key=job.meta.key, namespace=ns, name=job.meta.name, kind="Job", queue=queue_of(job.meta.labels),
-            priority=priority, priority_class=pclass, created=_created(job.meta),
-            pod_sets=[PodSet("main", n, t, job.min_parallelism)], pods=pods, labels=labels,
-            annotations={**t.annotations, **job.meta.annotations}, backoff_limit=job.backoff_limit,
-            order=job.meta.order))
+            labels=first.meta.labels, annotations=first.meta.annotations, expected_pods=total, order=order,
+            origin=first.meta))
+    for (system, ns, name), members in adoption.missing_groups.items():
+        builder.group_of_pods(ns, name, members, hold=grouping.pod_group_hold(system, name),
+                              queue=queue_of(members[0].meta.labels))
+    for owner in owners:
+        builder.owner(owner, adoption.claims.get(id(owner), []))
     for wl in manifests.workloads:
         ns = wl.meta.namespace or "default"
         pod_sets = [PodSet(ps.name, ps.count, ps.template, ps.min_count) for ps in wl.pod_sets]
@@ -220,9 +244,57 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None) -> l
             key=wl.meta.key, namespace=ns, name=wl.meta.name, kind="Workload", queue=wl.queue_name,
             priority=priority, priority_class=pclass, created=_created(wl.meta), pod_sets=pod_sets,
             pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations,
-            active=wl.active, order=wl.meta.order, uid=wl.meta.uid))
+            active=wl.active, order=wl.meta.order, uid=wl.meta.uid, gang=sum(ps.count for ps in pod_sets) > 1,
+            origin=wl.meta))
+    _hold_for_admission_checks(out, manifests, problems)
+    _unique_keys(out, problems)
     out.sort(key=lambda w: w.order)
     return _within_pod_limit(out, problems)
+
+
+DEFAULT_LOCAL_QUEUE = "default"  # Kueue's default LocalQueue: a workload without a queue label goes there
+
+
+def _hold_for_admission_checks(workloads: list[Workload], manifests: Manifests, problems: Problems) -> None:
+    """Hold back the workloads whose ClusterQueue has admission checks that are not Ready for them."""
+    checks = manifests.controllers
+    if not checks.cluster_queue_checks:
+        return
+    lqs = {(lq.meta.namespace or "default", lq.meta.name): lq.cluster_queue for lq in manifests.local_queues}
+    for w in workloads:
+        if w.hold is not None:
+            continue
+        name = w.queue if w.queue is not None else (
+            DEFAULT_LOCAL_QUEUE if (w.namespace, DEFAULT_LOCAL_QUEUE) in lqs else None)
+        cq = lqs.get((w.namespace, name)) if name is not None else None
+        if cq is None:
+            continue
+        reason = hold_reason(cq, w.key if w.kind == "Workload" else None, checks)
+        if reason is None:
+            continue
+        if w.admission is None:
+            w.hold = reason
+        else:
+            src = w.origin.source if w.origin else None
+            problems.warning(f"its quota is reserved in ClusterQueue {w.admission.cluster_queue}, but it is "
+                             f"{reason}: its pods start once the checks are Ready",
+                             file=src.file if src else None, line=src.line if src else None, kind=w.kind,
+                             name=w.key, fix="nothing to do; gpufleet counts its quota as reserved")
+
+
+def _unique_keys(workloads: list[Workload], problems: Problems) -> None:
+    """Two workloads of one name (a Job and a JobSet both named ``train``) get told apart by their kind."""
+    seen: set[str] = set()
+    for w in workloads:
+        if w.key in seen:
+            old = w.key
+            w.name = f"{w.kind.lower()}-{w.name}"
+            w.key = f"{w.namespace}/{w.name}"
+            src = w.origin.source if w.origin else None
+            problems.warning(f"another workload is named {old}: this {w.kind}'s workload is called {w.key}",
+                             file=src.file if src else None, line=src.line if src else None, kind=w.kind,
+                             name=old, fix="give the objects different names")
+        seen.add(w.key)
 
 
 def _within_pod_limit(workloads: list[Workload], problems: Problems) -> list[Workload]:

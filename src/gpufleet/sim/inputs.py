@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.api.errors import Problems
+from gpufleet.api.errors import LEFT_OUT, Problems
 from gpufleet.api.manifests import Manifests, build
 from gpufleet.api.objects import PRODUCT_LABEL
 from gpufleet.api.source import Document, load_paths
@@ -62,7 +62,7 @@ def _is_node_list(path: str) -> bool:
         return fh.readline().strip().startswith("sn,")
 
 
-def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | None = None,
+def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | None = None, strict: bool = False,
                 duration_s: float | None = None) -> Inputs:
     problems = Problems()
     errors: list[str] = []
@@ -96,6 +96,8 @@ def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | 
     if unpriced:
         notes.append(f"GPU model(s) without a catalog price: {', '.join(unpriced)}; their GPU-hours cost 0 "
                      "and the cheapest-model placement tier ranks them neither above nor below a priced model")
+    if strict:  # what the input has that gpufleet leaves out is an error (--strict)
+        problems.escalate(LEFT_OUT)
     errors[:0] = [str(e) for e in problems.errors]
     notes.extend(str(w) for w in problems.warnings)
     return Inputs(manifests, jobs, specs, errors, notes)

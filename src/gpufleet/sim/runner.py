@@ -73,7 +73,8 @@ def parse_failures(text: str | None) -> FailureModels:
 
 
 def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None = None,
-         duration: str | None = None, seed: int | None = None, failures: str | None = None) -> Plan:
+         duration: str | None = None, seed: int | None = None, failures: str | None = None,
+         strict: bool = False) -> Plan:
     policies = parse_policies(policy, compare)
     duration_s = parse_duration_option(duration)
     models = parse_failures(failures)
@@ -88,7 +89,7 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
                  f"synthetic jobs in both (workload.yaml, seed {used_seed}), "
                  f"{scenarios[0].config.horizon_s or 0:.0f} s of arrivals plus a drain."]
         return Plan("gpufleet simulate: the case study", scenarios, used_seed, True, intro)
-    inputs = load_inputs(files, seed=seed, duration_s=duration_s)
+    inputs = load_inputs(files, seed=seed, duration_s=duration_s, strict=strict)
     if inputs.problems:
         raise SimulationError("the input has problems:\n" + "\n".join(inputs.problems))
     if casestudy.is_study(inputs.generators):

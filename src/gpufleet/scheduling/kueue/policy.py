@@ -211,7 +211,9 @@ class KueuePolicy:
     def _route(self, info: WorkloadInfo) -> None:
         """LocalQueue → ClusterQueue; no queue label and no ``default`` LocalQueue → no quota at all."""
         wl, lqs = info.workload, self.config.local_queues
-        if not wl.complete:
+        if wl.hold is not None:
+            info.problem = wl.hold  # Kueue would not admit it as it stands (admission checks, suspension...)
+        elif not wl.complete:
             info.problem = (f"pod group has {len(wl.pods)} of {wl.expected_pods} pods; Kueue waits for all of "
                             "them before creating the Workload")
         name = wl.queue

@@ -1,4 +1,5 @@
-"""Manifests → simulated jobs: Pods, pod groups, Jobs and Kueue Workloads (through ``build_workloads``) with
+"""Manifests → simulated jobs: Pods, pod groups, the workload kinds (Jobs, JobSets, Kubeflow and Ray jobs...) and
+Kueue Workloads (through ``build_workloads``) with
 the ``sim.gpufleet.io/*`` annotations that say what the API objects cannot.
 
 * ``sim.gpufleet.io/arrival``: offset from the start ("2h30m"); without it the creationTimestamp relative to
@@ -54,22 +55,13 @@ class _Bad(ValueError):
         self.fix = fix
 
 
-def _metas(m: Manifests) -> dict[str, ObjectMeta]:
+def _metas(workloads: list[Workload]) -> dict[str, ObjectMeta]:
     """The object each workload was built from (a pod group: its first member), for creation times and lines."""
-    out: dict[str, ObjectMeta] = {}
-    for pod in m.pods:
-        group = pod.meta.labels.get(POD_GROUP_LABEL)
-        key = f"{pod.meta.namespace or 'default'}/{group}" if group else pod.key
-        out.setdefault(key, pod.meta)
-    for job in m.jobs:
-        out[job.meta.key] = job.meta
-    for wl in m.workloads:
-        out[wl.meta.key] = wl.meta
-    return out
+    return {w.key: w.origin for w in workloads if w.origin is not None}
 
 
 def _created(m: Manifests, w: Workload, metas: Mapping[str, ObjectMeta]) -> float | None:
-    if w.kind == "PodGroup":
+    if w.kind == "PodGroup" and POD_GROUP_LABEL in w.labels:  # a Kueue pod group: its earliest member
         stamps = [p.meta.creation_timestamp for p in m.pods
                   if p.meta.labels.get(POD_GROUP_LABEL) == w.name and (p.meta.namespace or "default") == w.namespace
                   and p.meta.creation_timestamp is not None]
@@ -141,7 +133,7 @@ def _profile(a: Mapping[str, str]) -> PodProfile:
 
 
 def jobs_from_workloads(m: Manifests, workloads: list[Workload], problems: Problems) -> list[SimJob]:
-    metas = _metas(m)
+    metas = _metas(workloads)
     teams = {ns.meta.name: ns.meta.labels.get("team", ns.meta.name) for ns in m.namespaces}
     created = {w.key: _created(m, w, metas) for w in workloads}
     stamps = [c for c in created.values() if c is not None]
@@ -162,7 +154,7 @@ def jobs_from_workloads(m: Manifests, workloads: list[Workload], problems: Probl
                     profiles[pod.key] = _profile(own)
             job = SimJob(
                 workload=w, arrival=arrival, duration=_duration(a, DURATION_ANNOTATION),
-                gang=_flag(a, GANG_ANNOTATION, len(w.pods) > 1),
+                gang=_flag(a, GANG_ANNOTATION, w.gang and len(w.pods) > 1),
                 backoff_limit=_count(a, BACKOFF_ANNOTATION, w.backoff_limit),
                 profiles=profiles, default_profile=default, team=teams.get(w.namespace, w.namespace),
                 klass=w.labels.get(CLASS_LABEL), role=w.labels.get(ROLE_LABEL))

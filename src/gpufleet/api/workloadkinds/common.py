@@ -1,0 +1,102 @@
+"""Pieces every workload-kind parser shares: pod templates, counts within gpufleet's limits, queues, priority
+classes and the checks that make an owner's plan one Kueue would accept."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpufleet.api import limits
+from gpufleet.api.kinds import parse_pod_template
+from gpufleet.api.objects import GPUFLEET_QUEUE_LABEL, KUEUE_QUEUE_LABEL, PodTemplate
+from gpufleet.api.reader import FieldReader
+from gpufleet.api.workloadkinds.model import PodSetPlan, QueueSystem, WorkloadOwner, WorkloadPlan
+from gpufleet.api.workloadkinds.table import KAI_QUEUE_LABELS
+
+MAX_POD_SETS = 8  # Kueue's validation: a Workload holds 1 to 8 pod sets
+INT32 = 2**31 - 1
+
+
+def read_template(r: FieldReader, key: str = "template") -> PodTemplate | None:
+    """A pod template (``metadata`` and ``spec``) under ``key``, through the same parser Pods go through."""
+    t = r.obj(key, required=True)
+    if t is None:
+        return None
+    m = t.obj("metadata")
+    labels = m.string_map("labels") if m else {}
+    annotations = m.string_map("annotations") if m else {}
+    return parse_pod_template(t, labels, annotations, t.obj("spec", required=True))
+
+
+def count(r: FieldReader, key: str, default: int) -> int:
+    """A replica count: a whole number from 0 to gpufleet's limit on pods per workload."""
+    return r.integer(key, default, minimum=0, maximum=limits.PODS_PER_WORKLOAD) or 0
+
+
+def queue_label(labels: dict[str, str]) -> tuple[str | None, QueueSystem]:
+    """The queue the labels name, and whose: Kueue's label first (gpufleet's own spelling too), then KAI's."""
+    name = labels.get(KUEUE_QUEUE_LABEL) or labels.get(GPUFLEET_QUEUE_LABEL)
+    if name:
+        return name, "kueue"
+    for label in KAI_QUEUE_LABELS:
+        if labels.get(label):
+            return labels[label], "kai"
+    return None, "kueue"
+
+
+def queue_key(name: str | None, system: QueueSystem) -> str | None:
+    """The LocalQueue name a workload's queue is looked up by: a Kueue LocalQueue as named, a Volcano or KAI
+    Queue under its system's prefix (``volcano:default``), the LocalQueue :mod:`.queues` creates for it."""
+    if name is None or system == "kueue":
+        return name
+    return f"{system}:{name}"
+
+
+def first_priority_class(templates: Iterable[PodTemplate]) -> str | None:
+    for t in templates:
+        if t.priority_class_name:
+            return t.priority_class_name
+    return None
+
+
+def check_plan(r: FieldReader, owner: WorkloadOwner, field: str) -> bool:
+    """Whether every workload of the owner is one Kueue admits and gpufleet can hold: at most 8 pod sets, at most
+    gpufleet's pods per workload, and all of them within its pods per input. Errors name ``field``."""
+    ok = True
+    for plan in owner.workloads:
+        if len(plan.pod_sets) > MAX_POD_SETS:
+            r.error(f"{len(plan.pod_sets)} pod sets in one workload; Kueue allows at most {MAX_POD_SETS}", field,
+                    fix="merge roles with the same pod template, or split the object")
+            ok = False
+        if plan.total > limits.MAX_PODS_PER_WORKLOAD:
+            r.error(f"{plan.total:,} pods in one workload is too many: {limits.PODS_PER_WORKLOAD.says()}", field,
+                    fix="use fewer replicas")
+            ok = False
+    total = owner.total_pods
+    if ok and total > limits.MAX_PODS:
+        r.error(f"{total:,} pods is too many for one object: {limits.PODS.says()}", field, fix="use fewer replicas")
+        ok = False
+    return ok
+
+
+def single(name: str, pod_sets: list[PodSetPlan]) -> list[WorkloadPlan]:
+    return [WorkloadPlan(name, pod_sets)]
+
+
+def apply_min_total(pod_sets: list[PodSetPlan], min_total: int | None) -> None:
+    """Kueue's partial admission for a gang that may start with ``min_total`` pods: the pod sets without a minimum
+    of their own give up pods from the last one backwards (Volcano's minAvailable, KAI's minMember)."""
+    if min_total is None:
+        return
+    total = sum(ps.count for ps in pod_sets)
+    spare = total - min_total
+    if spare <= 0:
+        return
+    for ps in reversed(pod_sets):
+        if spare <= 0:
+            break
+        if ps.min_count is not None:
+            spare -= ps.count - ps.min_count
+            continue
+        give = min(spare, ps.count)
+        ps.min_count = ps.count - give
+        spare -= give

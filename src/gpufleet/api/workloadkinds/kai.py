@@ -1,0 +1,49 @@
+"""NVIDIA KAI Scheduler's scheduling.run.ai Queue (v2). Its PodGroup (v2alpha2) is read by
+:func:`gpufleet.api.workloadkinds.volcano.parse_pod_group`, the same shape as Volcano's; its queue label
+``kai.scheduler/queue`` by :func:`gpufleet.api.workloadkinds.common.queue_label`.
+
+A KAI Queue gives per resource (``gpu`` in devices, ``cpu`` in millicores, ``memory`` in megabytes) a ``quota``
+(-1: unlimited) and a ``limit`` (-1: no limit; 0 or unset: nothing above the quota); ``parentQueue`` builds a
+hierarchy in which only leaf queues take work.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from gpufleet.api.kinds import parse_meta
+from gpufleet.api.objects import CPU, GPU, MEMORY, ResourceList
+from gpufleet.api.reader import FieldReader
+from gpufleet.api.workloadkinds.model import ForeignQueue
+
+# KAI's queue resource -> (gpufleet's resource, canonical units per KAI unit)
+_RESOURCES = {"gpu": (GPU, 1), "cpu": (CPU, 1), "memory": (MEMORY, 10**6)}
+
+
+def parse_kai_queue(r: FieldReader) -> ForeignQueue | None:
+    meta = parse_meta(r, namespaced=False)
+    if meta is None:
+        return None
+    spec = r.obj("spec")
+    nominal: ResourceList = {}
+    limit: ResourceList = {}
+    resources = spec.obj("resources") if spec else None
+    if resources is not None:
+        for key, (resource, scale) in _RESOURCES.items():
+            rr = resources.obj(key)
+            if rr is None:
+                continue
+            quota = rr.number("quota")
+            cap = rr.number("limit")
+            if quota is not None and quota >= 0:
+                amount = Fraction(quota) * scale
+                if resource == GPU and amount.denominator != 1:
+                    rr.warning(f"a quota of {quota:g} GPUs is read as {int(amount)}: gpufleet's quotas hold whole "
+                               "GPUs on nvidia.com/gpu", "quota", fix="give a whole number of GPUs")
+                nominal[resource] = int(amount)
+            if cap is not None and cap >= 0:
+                # 0 means no more than the quota
+                limit[resource] = max(int(Fraction(cap) * scale), nominal.get(resource, 0))
+            elif cap is None and resource in nominal:
+                limit[resource] = nominal[resource]
+    return ForeignQueue(meta, "kai", nominal, limit, spec.text("parentQueue") if spec else None)

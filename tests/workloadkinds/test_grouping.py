@@ -1,0 +1,134 @@
+"""Pods that exist (in a snapshot, or live) join the workload of the object that owns them, by the labels its
+controller puts on them: counted once, in plan as in the live scheduler (``create_missing=False``)."""
+
+from __future__ import annotations
+
+from gpufleet.api.manifests import Manifests, load_manifest_text
+from gpufleet.cluster.workloads import Workload, build_workloads
+
+JOB = """apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml, labels: {kueue.x-k8s.io/queue-name: lq}}
+spec:
+  parallelism: 3
+  completions: 3
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 1}}}]
+"""
+
+
+def pod(name: str, labels: str, *, node: str | None = None, annotations: str = "{}", phase: str = "Running") -> str:
+    bound = f"\n  nodeName: {node}" if node else ""
+    return f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: ml, labels: {labels}, annotations: {annotations}}}
+spec:{bound}
+  restartPolicy: Never
+  containers: [{{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]
+status: {{phase: {phase}}}
+"""
+
+
+def load(text: str) -> Manifests:
+    m = load_manifest_text(text, "snap.yaml")
+    assert not m.problems.errors, [str(e) for e in m.problems.errors]
+    return m
+
+
+def by_name(workloads: list[Workload]) -> dict[str, Workload]:
+    return {w.name: w for w in workloads}
+
+
+REAL = pod("train-2-abcde", "{batch.kubernetes.io/job-name: train, batch.kubernetes.io/job-completion-index: '2'}",
+           node="gpu-1")
+
+
+def test_a_jobs_running_pod_counts_once_in_its_own_place() -> None:
+    (w,) = build_workloads(load(JOB + REAL))
+    assert len(w.pods) == 3 and w.kind == "Job"
+    real = w.pods[2]  # index 2, as its label says
+    assert (real.key, real.node_name, real.phase) == ("ml/train-2-abcde", "gpu-1", "Running")
+    assert [p.key.rsplit("-", 1)[0] for p in w.pods[:2]] == ["ml/train-0", "ml/train-1"]
+    assert all(p.node_name is None for p in w.pods[:2])
+
+
+def test_live_grouping_keeps_only_pods_that_exist_and_waits_for_the_gang() -> None:
+    (w,) = build_workloads(load(JOB + REAL), create_missing=False)
+    assert [p.key for p in w.pods] == ["ml/train-2-abcde"]
+    assert w.expected_pods == 3 and not w.complete and w.queue == "lq"
+    assert w.size == 3  # quota is asked for the whole Job
+
+
+def test_finished_pods_fill_only_free_places() -> None:
+    text = JOB + REAL + pod("train-2-old", "{batch.kubernetes.io/job-name: train, "
+                                           "batch.kubernetes.io/job-completion-index: '2'}", phase="Failed")
+    (w,) = build_workloads(load(text), create_missing=False)
+    assert [p.key for p in w.pods] == ["ml/train-2-abcde"]  # the failed one lost its place to the running one
+
+
+def test_a_jobset_pod_belongs_to_the_jobset_not_to_its_job() -> None:
+    text = """apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js, namespace: ml}
+spec:
+  replicatedJobs:
+  - name: workers
+    replicas: 2
+    template: {spec: {parallelism: 1, completions: 1, template: {spec: {containers: [{name: c, image: x}]}}}}
+""" + pod("js-workers-1-0-xyzab", "{jobset.sigs.k8s.io/jobset-name: js, jobset.sigs.k8s.io/replicatedjob-name: workers,"
+          " batch.kubernetes.io/job-name: js-workers-1}", node="n1")
+    (w,) = build_workloads(load(text))
+    assert w.kind == "JobSet" and len(w.pods) == 2
+    assert "ml/js-workers-1-0-xyzab" in [p.key for p in w.pods]
+
+
+def test_serving_pods_that_exist_are_workloads_of_their_deployment() -> None:
+    text = """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: ml, labels: {kueue.x-k8s.io/queue-name: lq}}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template: {metadata: {labels: {app: web}}, spec: {containers: [{name: c, image: x}]}}
+""" + pod("web-5d8f7c9b4-aaaaa", "{app: web, pod-template-hash: 5d8f7c9b4}", node="n1") + pod(
+        "web-5d8f7c9b4-bbbbb", "{app: web, pod-template-hash: 5d8f7c9b4}") + pod("other", "{app: other}")
+    live = by_name(build_workloads(load(text), create_missing=False))
+    assert set(live) == {"web-5d8f7c9b4-aaaaa", "web-5d8f7c9b4-bbbbb", "other"}
+    assert live["web-5d8f7c9b4-aaaaa"].kind == "Deployment" and live["web-5d8f7c9b4-aaaaa"].queue == "lq"
+    assert live["other"].kind == "Pod" and live["other"].queue is None
+    planned = build_workloads(load(text))
+    assert sum(1 for w in planned if w.kind == "Deployment") == 3  # two that exist, one more to come
+
+
+def test_leader_worker_set_pods_join_their_group() -> None:
+    text = """apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: lws, namespace: ml}
+spec:
+  replicas: 2
+  leaderWorkerTemplate:
+    size: 2
+    workerTemplate: {spec: {containers: [{name: c, image: x}]}}
+""" + pod("lws-1-1", "{leaderworkerset.sigs.k8s.io/name: lws, leaderworkerset.sigs.k8s.io/group-index: '1', "
+          "leaderworkerset.sigs.k8s.io/worker-index: '1'}")
+    groups = by_name(build_workloads(load(text)))
+    assert [p.key for p in groups["lws-1"].pods] == ["ml/lws-1", "ml/lws-1-1"]
+    assert [p.key for p in groups["lws-0"].pods] == ["ml/lws-0", "ml/lws-0-1"]
+
+
+def test_pods_of_a_pod_group_the_input_lacks_wait_for_it() -> None:
+    text = pod("a", "{}", annotations="{scheduling.k8s.io/group-name: pg}") + pod(
+        "b", "{}", annotations="{scheduling.k8s.io/group-name: pg}")
+    (w,) = build_workloads(load(text))
+    assert w.kind == "PodGroup" and len(w.pods) == 2
+    assert w.hold is not None and "Volcano PodGroup pg, which is not in the input" in w.hold
+
+
+def test_pods_naming_an_owner_the_input_lacks_stay_plain_pods() -> None:
+    text = pod("train-0-zzzzz", "{batch.kubernetes.io/job-name: train}")
+    (w,) = build_workloads(load(text))
+    assert (w.kind, w.name, w.gang) == ("Pod", "train-0-zzzzz", False)
