@@ -81,7 +81,7 @@ def test_an_xid_takes_the_gpu_out_of_the_schedulers_placement(apisim: ApiSim, so
             scheduler.start()
             try:
                 apisim.create(r.PODS, pod("seven", gpus=7))
-                apisim.create(r.PODS, pod("one-more", gpus=1))
+                apisim.create(r.PODS, pod("one-more", gpus=1, created="2026-01-01T00:00:10Z"))  # queued after seven
                 wait_until(lambda: bound_node(apisim, "seven") == env.node, what="seven bound")
                 obj = apisim.get(r.PODS, NS, "seven")
                 assert obj is not None
