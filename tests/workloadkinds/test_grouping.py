@@ -132,3 +132,107 @@ def test_pods_naming_an_owner_the_input_lacks_stay_plain_pods() -> None:
     text = pod("train-0-zzzzz", "{batch.kubernetes.io/job-name: train}")
     (w,) = build_workloads(load(text))
     assert (w.kind, w.name, w.gang) == ("Pod", "train-0-zzzzz", False)
+
+
+# What `kubectl get job,pod -o yaml` returns for a running Indexed Job (Kubernetes 1.31): every field the API server
+# fills in is one gpufleet knows, so a snapshot reads without a warning.
+LIVE = """apiVersion: v1
+kind: List
+items:
+- apiVersion: batch/v1
+  kind: Job
+  metadata:
+    creationTimestamp: "2025-03-01T10:00:00Z"
+    generation: 1
+    labels: {kueue.x-k8s.io/queue-name: lq}
+    name: live
+    namespace: ml
+    resourceVersion: "4242"
+    uid: 0f4a7c1e-1111-2222-3333-444455556666
+  spec:
+    backoffLimit: 6
+    completionMode: Indexed
+    completions: 2
+    manualSelector: false
+    parallelism: 2
+    podReplacementPolicy: TerminatingOrFailed
+    selector: {matchLabels: {batch.kubernetes.io/controller-uid: 0f4a7c1e-1111-2222-3333-444455556666}}
+    suspend: false
+    template:
+      metadata:
+        creationTimestamp: null
+        labels: {batch.kubernetes.io/job-name: live, job-name: live}
+      spec:
+        containers:
+        - image: busybox
+          imagePullPolicy: Always
+          name: c
+          resources: {limits: {nvidia.com/gpu: "1"}, requests: {nvidia.com/gpu: "1"}}
+          terminationMessagePath: /dev/termination-log
+          terminationMessagePolicy: File
+        dnsPolicy: ClusterFirst
+        restartPolicy: Never
+        schedulerName: gpufleet
+        securityContext: {}
+        terminationGracePeriodSeconds: 30
+  status: {active: 1, ready: 1, startTime: "2025-03-01T10:00:05Z", terminating: 0, uncountedTerminatedPods: {}}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    annotations: {batch.kubernetes.io/job-completion-index: "1"}
+    creationTimestamp: "2025-03-01T10:00:01Z"
+    finalizers: [batch.kubernetes.io/job-tracking]
+    generateName: live-1-
+    labels:
+      batch.kubernetes.io/controller-uid: 0f4a7c1e-1111-2222-3333-444455556666
+      batch.kubernetes.io/job-completion-index: "1"
+      batch.kubernetes.io/job-name: live
+      controller-uid: 0f4a7c1e-1111-2222-3333-444455556666
+      job-name: live
+    name: live-1-7x9kq
+    namespace: ml
+    ownerReferences:
+    - {apiVersion: batch/v1, blockOwnerDeletion: true, controller: true, kind: Job, name: live,
+       uid: 0f4a7c1e-1111-2222-3333-444455556666}
+    resourceVersion: "4240"
+    uid: 9a8b7c6d-0000-1111-2222-333344445555
+  spec:
+    containers:
+    - image: busybox
+      imagePullPolicy: Always
+      name: c
+      resources: {limits: {nvidia.com/gpu: "1"}, requests: {nvidia.com/gpu: "1"}}
+      terminationMessagePath: /dev/termination-log
+      terminationMessagePolicy: File
+      volumeMounts:
+      - {mountPath: /var/run/secrets/kubernetes.io/serviceaccount, name: kube-api-access-abcde, readOnly: true}
+    dnsPolicy: ClusterFirst
+    enableServiceLinks: true
+    hostname: live-1
+    nodeName: gpu-1
+    preemptionPolicy: PreemptLowerPriority
+    priority: 0
+    restartPolicy: Never
+    schedulerName: gpufleet
+    securityContext: {}
+    serviceAccount: default
+    serviceAccountName: default
+    subdomain: live
+    terminationGracePeriodSeconds: 30
+    tolerations:
+    - {effect: NoExecute, key: node.kubernetes.io/not-ready, operator: Exists, tolerationSeconds: 300}
+    volumes:
+    - name: kube-api-access-abcde
+      projected: {defaultMode: 420, sources: [{serviceAccountToken: {expirationSeconds: 3607, path: token}}]}
+  status: {phase: Running, qosClass: BestEffort, startTime: "2025-03-01T10:00:02Z"}
+metadata: {resourceVersion: ""}
+"""
+
+
+def test_a_live_snapshot_reads_without_warnings_and_its_pod_keeps_its_place() -> None:
+    m = load_manifest_text(LIVE, "live.yaml")
+    assert not m.problems.all, [str(p) for p in m.problems.all]
+    (w,) = build_workloads(m, create_missing=False)
+    assert [p.key for p in w.pods] == ["ml/live-1-7x9kq"] and w.expected_pods == 2 and w.pods[0].node_name == "gpu-1"
+    (planned,) = build_workloads(m)
+    assert planned.pods[1].key == "ml/live-1-7x9kq" and planned.pods[0].key.startswith("ml/live-0-")

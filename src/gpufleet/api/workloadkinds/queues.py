@@ -91,6 +91,11 @@ def translate_queues(m: Manifests) -> None:
             cohort=cohort, namespace_selector=LabelSelector(),
             preemption=PreemptionPolicy(reclaim_within_cohort="Any" if cohort else "Never")))
         added.append(f"{'Volcano' if system == 'volcano' else 'KAI'} Queue {name}")
+    # Every namespace of the input may send work to every queue (the live scheduler parses queues apart from pods).
+    known_namespaces = {ns.meta.name for ns in m.namespaces}
+    for key in queues:
+        if key not in parents and known_namespaces:
+            wanted[key] |= known_namespaces
     for (system, name), namespaces in sorted(wanted.items()):
         if (system, name) in parents:
             _warn(problems, queues[(system, name)], f"KAI Queue {name} has child queues; only leaf queues take "

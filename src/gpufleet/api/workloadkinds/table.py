@@ -222,3 +222,18 @@ def readable_kinds() -> list[str]:
     out = [f"{r.group}/{'|'.join(r.versions)} {r.kind}" for r in RULES.values()]
     out += [f"{g}/{'|'.join(v)} {k}" for (g, k), v in SUPPORTING_KINDS.items()]
     return out
+
+
+# The API resource (plural) of every kind read here, and whether it is namespaced: what a snapshot lists and
+# what the live scheduler watches to give its pods their owners.
+_CLUSTER_SCOPED = {("scheduling.volcano.sh", "Queue"), ("scheduling.run.ai", "Queue"),
+                   ("trainer.kubeflow.org", "ClusterTrainingRuntime"), ("kueue.x-k8s.io", "AdmissionCheck")}
+
+
+def api_resources() -> list[tuple[str, str, str, str, bool]]:
+    """(group, version, plural, kind, namespaced) of every workload and supporting kind, at the version listed
+    first (the one to ask the API server for)."""
+    kinds = [(r.group, r.versions[0], r.kind) for r in RULES.values()]
+    kinds += [(g, v[0], k) for (g, k), v in SUPPORTING_KINDS.items()]
+    return [(g, v, k.lower() + ("es" if k.endswith("s") else "s"), k, (g, k) not in _CLUSTER_SCOPED)
+            for g, v, k in kinds]
