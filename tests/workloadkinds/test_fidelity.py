@@ -100,6 +100,18 @@ spec:
     assert w.field == "spec.pytorchReplicaSpecs.Worker.replica" and w.fix == "did you mean replicas?"
 
 
+def test_scheduling_fields_gpufleet_does_not_honour_are_said_once_where_written() -> None:
+    spread = ("      topologySpreadConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]\n"
+              "      affinity:\n        podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: []}\n"
+              "        podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 1}]}\n")
+    m = load(job().replace("      restartPolicy: Never\n", "      restartPolicy: Never\n" + spread))
+    w = one(m.problems.warnings, "topologySpreadConstraints")
+    assert w.field == "spec.template.spec.topologySpreadConstraints" and w.code == LEFT_OUT
+    assert one(m.problems.warnings, "podAffinity is").field == "spec.template.spec.affinity.podAffinity"
+    assert len(m.problems.warnings) == 3 and not m.problems.errors  # one each: spread, affinity, anti-affinity
+    assert len(m.controllers.owners) == 1  # the Job is kept, planned without them
+
+
 # ---- versions, kinds -------------------------------------------------------------------------------------------
 
 def test_an_unknown_version_of_a_known_group_is_refused_and_the_rest_kept() -> None:

@@ -4,7 +4,9 @@ A schema is a mapping from field name to the schema below it; ``ANY`` stops the 
 a part of a spec gpufleet passes over); :class:`ListOf` and :class:`MapOf` describe lists and maps of one schema.
 Only what is written here is checked: the levels gpufleet reads, and the Kubernetes objects they embed (object
 metadata, pod templates, Job specs). A field not in the schema is a warning with its file and line and, when a
-known field is close, the one probably meant (``queueingStrategie`` -> ``queueingStrategy``).
+known field is close, the one probably meant (``queueingStrategie`` -> ``queueingStrategy``). A field the kind has
+but gpufleet's placement does not honour (:class:`Unread`: inter-pod affinity, topology spread, pod-level
+resources, runtime overhead, resource claims) is said too, as left out, where it is written.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ class MapOf:
     value: Schema
 
 
-Schema: TypeAlias = "Mapping[str, Schema] | ListOf | MapOf | None"
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """A field the kind has and gpufleet does not honour: said when present, as left out."""
+
+    what: str
+
+
+Schema: TypeAlias = "Mapping[str, Schema] | ListOf | MapOf | Unread | None"
 ANY: Schema = None
 MAX_WARNINGS_PER_DOCUMENT = 20
 
@@ -46,14 +55,20 @@ CONTAINER = _fields(
     "restartPolicyRules", "volumeMounts", "volumeDevices", "livenessProbe", "readinessProbe", "startupProbe",
     "lifecycle", "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy", "securityContext",
     "stdin", "stdinOnce", "tty", resources=RESOURCES)
+_PLACED_WITHOUT = "gpufleet places the pods without it"
 POD_SPEC = _fields(
     "volumes", "ephemeralContainers", "restartPolicy", "terminationGracePeriodSeconds", "activeDeadlineSeconds",
     "dnsPolicy", "nodeSelector", "serviceAccountName", "serviceAccount", "automountServiceAccountToken",
     "nodeName", "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "securityContext", "imagePullSecrets",
-    "hostname", "hostnameOverride", "subdomain", "affinity", "schedulerName", "tolerations", "hostAliases",
+    "hostname", "hostnameOverride", "subdomain", "schedulerName", "tolerations", "hostAliases",
     "priorityClassName", "priority", "dnsConfig", "readinessGates", "runtimeClassName", "enableServiceLinks",
-    "preemptionPolicy", "overhead", "topologySpreadConstraints", "setHostnameAsFQDN", "os", "hostUsers",
-    "schedulingGates", "resourceClaims", "resources", "workloadRef",
+    "preemptionPolicy", "setHostnameAsFQDN", "os", "hostUsers", "schedulingGates", "workloadRef",
+    affinity=_fields("nodeAffinity", podAffinity=Unread(f"inter-pod affinity: {_PLACED_WITHOUT}"),
+                     podAntiAffinity=Unread(f"inter-pod anti-affinity: {_PLACED_WITHOUT}")),
+    topologySpreadConstraints=Unread(f"topology spread constraints: {_PLACED_WITHOUT}"),
+    overhead=Unread("the runtime's overhead: it is not added to the pod's requests"),
+    resources=Unread("pod-level resources: the containers' resources are what gpufleet counts"),
+    resourceClaims=Unread("dynamic resource claims (DRA): the devices they claim are not planned"),
     containers=ListOf(CONTAINER), initContainers=ListOf(CONTAINER))
 POD_TEMPLATE = {"metadata": META, "spec": POD_SPEC}
 JOB_SPEC = _fields(
@@ -191,7 +206,11 @@ def check_fields(r: FieldReader, group: str, kind: str) -> int:
     if schema is None:
         return 0
     found: list[tuple[tuple[str | int, ...], str, list[str]]] = []
-    _walk(r.value, schema, (), found)
+    unread: dict[str, tuple[tuple[str | int, ...], str]] = {}
+    _walk(r.value, schema, (), found, unread)
+    for what, (path, key) in unread.items():  # once per document: a JobSet's every template says the same
+        r.warning(f"{key} is not honoured by gpufleet ({what}; left out)", *path, key,
+                  fix="expect placement to differ from kube-scheduler's here, or drop the field", code=LEFT_OUT)
     for path, key, known in found[:MAX_WARNINGS_PER_DOCUMENT]:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
         where = ".".join(str(p) for p in path if isinstance(p, str)) or "the top level"
@@ -205,23 +224,28 @@ def check_fields(r: FieldReader, group: str, kind: str) -> int:
 
 
 def _walk(value: Any, schema: Schema, path: tuple[str | int, ...],
-          found: list[tuple[tuple[str | int, ...], str, list[str]]]) -> None:
+          found: list[tuple[tuple[str | int, ...], str, list[str]]],
+          unread: dict[str, tuple[tuple[str | int, ...], str]]) -> None:
     if schema is None or len(found) > MAX_WARNINGS_PER_DOCUMENT:
+        return
+    if isinstance(schema, Unread):
+        if value not in (None, {}, []) and schema.what not in unread:
+            unread[schema.what] = (path[:-1], str(path[-1]))
         return
     if isinstance(schema, ListOf):
         if isinstance(value, list):
             for i, item in enumerate(value):
-                _walk(item, schema.item, (*path, i), found)
+                _walk(item, schema.item, (*path, i), found, unread)
         return
     if not isinstance(value, Mapping):
         return
     if isinstance(schema, MapOf):
         for k, v in value.items():
-            _walk(v, schema.value, (*path, str(k)), found)
+            _walk(v, schema.value, (*path, str(k)), found, unread)
         return
     for k, v in value.items():
         key = str(k)
         if key not in schema:
             found.append((path, key, list(schema)))
             continue
-        _walk(v, schema[key], (*path, key), found)
+        _walk(v, schema[key], (*path, key), found, unread)

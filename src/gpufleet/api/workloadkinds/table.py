@@ -202,6 +202,7 @@ _NOT_WORKLOADS = {
     "nvidia.com": ("ClusterPolicy", "NVIDIADriver"),
     "scheduling.volcano.sh": ("HyperNode",),
     "kai.scheduler": ("Topology",),
+    "kustomize.config.k8s.io": ("Kustomization",),
 }
 _UNREAD_WORKLOADS = {
     "": ("ReplicationController",),
