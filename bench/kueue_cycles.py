@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import heapq
 import os
 import statistics
 import sys
@@ -183,7 +184,8 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
             policy.submit(j.workload, 0.0)
         arrivals = []
     arrivals.reverse()
-    ends: dict[str, float] = {}
+    ends: dict[str, float] = {}  # running workload -> when it finishes
+    due: list[tuple[float, str]] = []  # the same as a heap (entries of preempted workloads go stale)
     latencies: list[float] = []
     cpu: list[float] = []
     trace: list[tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]] = []
@@ -197,10 +199,12 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
             start_cpu = time.thread_time()
             while arrivals and arrivals[-1].workload.created <= now:
                 policy.submit(arrivals.pop().workload, now)
-            for key in [k for k, end in ends.items() if end <= now]:
-                del ends[key]
-                policy.finish(key, now)
-                finished += 1
+            while due and due[0][0] <= now:
+                end, key = heapq.heappop(due)
+                if ends.get(key) == end:
+                    del ends[key]
+                    policy.finish(key, now)
+                    finished += 1
             d: Decisions = policy.cycle(now)
             for p in d.preempted:
                 ends.pop(p.workload, None)
@@ -210,7 +214,8 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
             latencies.append(elapsed)
             cpu.append(time.thread_time() - start_cpu)
             for a in d.admitted:
-                ends[a.workload] = now + runtime[a.workload]
+                end = ends[a.workload] = now + runtime[a.workload]
+                heapq.heappush(due, (end, a.workload))
             admissions += len(d.admitted)
             preemptions += len(d.preempted)
             trace.append((tuple(a.workload for a in d.admitted),
