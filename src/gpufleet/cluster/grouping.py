@@ -74,8 +74,11 @@ def _int(text: str | None) -> int | None:
     return value if value is not None and value >= 0 else None
 
 
+AppsIndex = dict[tuple[str, str], list[WorkloadOwner]]  # (namespace, name) -> Deployments, ReplicaSets, StatefulSets
+
+
 def _find(pod: Pod, index: dict[tuple[str, str, str, str], WorkloadOwner],
-          by_workload: dict[tuple[str, str], WorkloadOwner]) -> tuple[WorkloadOwner, Claim] | None:
+          by_workload: dict[tuple[str, str], WorkloadOwner], apps: AppsIndex) -> tuple[WorkloadOwner, Claim] | None:
     ns = pod.meta.namespace or "default"
     for rule in _ORDER:
         for labels in rule.owner_labels:
@@ -90,7 +93,7 @@ def _find(pod: Pod, index: dict[tuple[str, str, str, str], WorkloadOwner],
                 claim = Claim(pod, _value(pod, labels, labels.pod_set), _int(_value(pod, labels, labels.index)),
                               _int(_value(pod, labels, labels.group_index)))
                 return owner, claim
-    return _find_apps(pod, index)
+    return _find_apps(pod, apps)
 
 
 def _names_of(rule: KindRule, pod: Pod) -> set[str]:
@@ -112,23 +115,25 @@ def _stand_in(rule: KindRule, ns: str, name: str, index: dict[tuple[str, str, st
 _ORDINAL = re.compile(r"-([0-9]{1,9})$")
 
 
-def _find_apps(pod: Pod, index: dict[tuple[str, str, str, str], WorkloadOwner]) -> tuple[WorkloadOwner, Claim] | None:
-    """A pod of a Deployment, ReplicaSet or StatefulSet: selected by the owner's selector, named after it."""
+def _find_apps(pod: Pod, apps: AppsIndex) -> tuple[WorkloadOwner, Claim] | None:
+    """A pod of a Deployment, ReplicaSet or StatefulSet: named after it (its name a prefix of the pod's, up to a
+    dash: looked up, never searched) and selected by its selector."""
     ns = pod.meta.namespace or "default"
     name = pod.meta.name
-    for (group, kind, o_ns, o_name), owner in index.items():
-        if group != "apps" or o_ns != ns or owner.selector is None or not name.startswith(f"{o_name}-"):
-            continue
-        if not owner.selector.matches(pod.meta.labels):
-            continue
-        if kind == "StatefulSet":
-            m = _ORDINAL.search(name)
-            if m is None or name[:m.start()] != o_name:
+    cut = name.find("-")
+    while cut > 0:
+        for owner in apps.get((ns, name[:cut]), ()):
+            if owner.selector is None or not owner.selector.matches(pod.meta.labels):
                 continue
-            return owner, Claim(pod, index=int(m.group(1)))
-        if kind == "Deployment" and "pod-template-hash" not in pod.meta.labels:
-            continue
-        return owner, Claim(pod)
+            if owner.kind == "StatefulSet":
+                m = _ORDINAL.search(name)
+                if m is None or m.start() != cut:
+                    continue
+                return owner, Claim(pod, index=int(m.group(1)))
+            if owner.kind == "Deployment" and "pod-template-hash" not in pod.meta.labels:
+                continue
+            return owner, Claim(pod)
+        cut = name.find("-", cut + 1)
     return None
 
 
@@ -136,9 +141,13 @@ def adopt(pods: Iterable[Pod], owners: list[WorkloadOwner]) -> Adoption:
     """Which pods belong to which owner of the input; the others stay plain pods (or Kueue pod groups)."""
     index = _index(owners)
     by_workload = {(o.namespace, w.name): o for o in owners for w in o.workloads}
+    apps: AppsIndex = defaultdict(list)
+    for o in owners:
+        if o.rule.group == "apps":
+            apps[(o.namespace, o.meta.name)].append(o)
     out = Adoption()
     for pod in pods:
-        found = _find(pod, index, by_workload)
+        found = _find(pod, index, by_workload, apps)
         if found is not None:
             owner, claim = found
             out.claims[id(owner)].append(claim)

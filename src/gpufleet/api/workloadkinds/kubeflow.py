@@ -177,20 +177,21 @@ def _link_train_job(owner: WorkloadOwner, doc: Document, objects: ControllerObje
                 "-o yaml")
         owner.hold = f"{runtime_kind} {runtime_name} is not in the input"
         return
-    template = (runtime.data.get("spec") or {}).get("template") or {}
-    jobset_spec = copy.deepcopy(template.get("spec", {}))
+    jobset_spec = copy.deepcopy(_mapping(_mapping(runtime.data, "spec"), "template").get("spec") or {})
     nodes = num_nodes if num_nodes is not None else runtime.num_nodes
     found = False
-    for rj in jobset_spec.get("replicatedJobs", []) or []:
+    jobs = jobset_spec.get("replicatedJobs") if isinstance(jobset_spec, dict) else None
+    for rj in jobs if isinstance(jobs, list) else []:
         if not isinstance(rj, dict) or not _is_trainer(rj):
             continue
         found = True
-        job_spec = rj.setdefault("template", {}).setdefault("spec", {})
+        job_spec = _mapping(_mapping(rj, "template"), "spec")
         if nodes is not None:
             job_spec["parallelism"] = nodes
             job_spec["completions"] = nodes
+        containers = _mapping(_mapping(job_spec, "template"), "spec").get("containers")
+        containers = containers if isinstance(containers, list) else []
         if resources is not None:
-            containers = job_spec.get("template", {}).get("spec", {}).get("containers", []) or []
             chosen = next((c for c in containers if isinstance(c, dict) and c.get("name") == TRAINER_JOB),
                           containers[0] if containers else None)
             if isinstance(chosen, dict):
@@ -214,8 +215,20 @@ def _link_train_job(owner: WorkloadOwner, doc: Document, objects: ControllerObje
         ps.template for ps in owner.workloads[0].pod_sets)
 
 
+def _mapping(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """``parent[key]`` as a mapping, made one when absent (and replaced when it is not one: the JobSet parser then
+    reports what it finds missing)."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = {}
+        parent[key] = value
+    return value
+
+
 def _is_trainer(rj: dict[str, Any]) -> bool:
     if rj.get("name") == TRAINER_JOB:
         return True
-    labels = ((rj.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    template = rj.get("template")
+    metadata = template.get("metadata") if isinstance(template, dict) else None
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
     return isinstance(labels, dict) and labels.get(ANCESTOR_LABEL) == "trainer"
