@@ -240,6 +240,13 @@ def describe(r: Run) -> str:
             f"({pct(r.cpu, 0.99) * 1000:.0f} ms CPU), max {max(r.latencies) * 1000:.0f} ms; {gcs}")
 
 
+def preemption_cycles(r: Run) -> str:
+    """The cycles that preempted, by their wall (CPU) time."""
+    shown = [f"#{i + 1} {r.latencies[i] * 1000:,.0f} ms ({r.cpu[i] * 1000:,.0f} ms CPU)"
+             for i, (_, pre) in enumerate(r.trace) if pre]
+    return "preemption cycles " + (", ".join(shown) if shown else "none")
+
+
 def load() -> str:
     return "load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
@@ -314,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"first {today.cycles} cycles ({today.admissions:,} admissions, {today.preemptions} preemptions), "
               f"identical decisions:")
         print(f"  today's code (straightforward search, default GC): {describe(today)}")
+        print(f"    {preemption_cycles(today)}")
         print(f"  new (cohort-shared search, gc.freeze in the driver): {describe(new)}")
+        print(f"    {preemption_cycles(new)}")
         print(f"  ratio: p99 cycle {pct(today.latencies, 0.99) / pct(new.latencies, 0.99):.1f}x shorter, "
               f"longest cycle {max(today.latencies) / max(new.latencies):.1f}x shorter, "
               f"admission rate {new.rate / today.rate:.1f}x", flush=True)
@@ -327,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{full.preemptions:,} preemptions, {full.finished:,} finished, {full.pending:,} still pending, "
               f"{full.cycles} cycles ({full.cycles * CYCLE_S:.1f} s virtual), {full.wall_s:.1f} s in policy calls",
               flush=True)
-        print(f"  {describe(full)}", flush=True)
+        print(f"  {describe(full)}")
+        print(f"  {preemption_cycles(full)}", flush=True)
     p99s = [pct(r.latencies, 0.99) * 1000 for r in runs]
     rates = [r.rate for r in runs]
     if len(runs) > 1:
