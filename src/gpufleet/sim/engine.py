@@ -32,7 +32,7 @@ Progress = Callable[[float, float], None]  # (virtual now, virtual end) -> None
 
 # Events that can change what happens next; timers of the engine itself (ticks, samples) do not.
 _LIVE = frozenset({Kind.ARRIVAL, Kind.POD_START, Kind.WORK_DONE, Kind.POD_DONE, Kind.MEMORY_PEAK,
-                   Kind.RENDEZVOUS, Kind.RETRY, Kind.WAKEUP})
+                   Kind.RENDEZVOUS, Kind.RETRY, Kind.WAKEUP, Kind.CRASH})
 _IDLE_WAKEUPS = 1000  # wake-ups in a row that change nothing while nothing else is left: the run is over
 
 
@@ -238,6 +238,9 @@ class Simulator:
                 self._end_attempt(run, ev.time, "failed", "OOMKilled")
                 return True
             return False
+        if kind == Kind.CRASH:
+            self._end_attempt(run, ev.time, "failed", "Error")
+            return True
         raise SimulationError(f"unexpected event {ev}")  # pragma: no cover - every kind is handled above
 
     def _submit(self, run: _JobRun, t: float) -> None:
@@ -323,6 +326,8 @@ class Simulator:
         pod.span.busy_from = t
         if job.duration is not None:
             self._push(t + job.duration * stretch, Kind.POD_DONE, job.key, run.token, pod.key)
+            if run.first_start == t and run.running == 1:
+                self._push_crash(run, t, job.duration * stretch)
         if all_running:
             self._all_running(run, t)
 
@@ -350,7 +355,16 @@ class Simulator:
             stretch = max(stretch, self._demand(run.job, pod)[1])
         if run.job.duration is not None:
             self._push(t + run.job.duration * stretch, Kind.WORK_DONE, run.job.key, run.token)
+            self._push_crash(run, t, run.job.duration * stretch)
         self._all_running(run, t)
+
+    def _push_crash(self, run: _JobRun, t: float, length: float) -> None:
+        """The attempt's own failure, when its job has one drawn for this attempt (SimJob.crashes)."""
+        index = len(run.record.attempts) - 1
+        crashes = run.job.crashes
+        at = crashes[index] if 0 <= index < len(crashes) else None
+        if at is not None:
+            self._push(t + at * length, Kind.CRASH, run.job.key, run.token)
 
     def _all_running(self, run: _JobRun, t: float) -> None:
         assert run.attempt is not None

@@ -24,6 +24,7 @@ class Kind(IntEnum):
     WAKEUP = 8  # the policy asked to be woken (a backoff ends)
     SAMPLE = 9  # fragmentation sample
     END = 10  # the run's last instant
+    CRASH = 11  # an attempt fails on its own (SimJob.crashes)
 
 
 class Event(NamedTuple):

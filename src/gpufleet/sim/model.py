@@ -58,6 +58,10 @@ class SimJob:
     team: str = ""
     klass: str | None = None
     role: str | None = None
+    # Per attempt (0 first): the fraction of its run after which it fails on its own (an application error,
+    # cause "Error"), None when it does not. Drawn by the job's source (calibration's failure rate); a job that
+    # runs until the end (no duration) never crashes.
+    crashes: tuple[float | None, ...] = ()
 
     @property
     def key(self) -> str:
