@@ -236,3 +236,17 @@ def test_a_live_snapshot_reads_without_warnings_and_its_pod_keeps_its_place() ->
     assert [p.key for p in w.pods] == ["ml/live-1-7x9kq"] and w.expected_pods == 2 and w.pods[0].node_name == "gpu-1"
     (planned,) = build_workloads(m)
     assert planned.pods[1].key == "ml/live-1-7x9kq" and planned.pods[0].key.startswith("ml/live-0-")
+
+
+def test_a_stateful_set_is_admitted_with_the_pods_that_exist_live() -> None:
+    text = """apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: ml, labels: {kueue.x-k8s.io/queue-name: lq}}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: db}}
+  template: {metadata: {labels: {app: db}}, spec: {containers: [{name: c, image: x}]}}
+""" + pod("db-0", "{app: db}")
+    (w,) = build_workloads(load(text), create_missing=False)
+    # OrderedReady: db-1 is created once db-0 is ready; waiting for all three would never end (Kueue's fast admission)
+    assert [p.key for p in w.pods] == ["ml/db-0"] and w.expected_pods is None and w.complete and w.size == 3

@@ -11,7 +11,10 @@ took depends on the caller:
 * ``create_missing=True`` (``plan``, ``simulate``: the input describes what will exist): they are pods with the
   names the controller would give them;
 * ``create_missing=False`` (the live scheduler: only pods that exist can be bound): they are left out, and a gang
-  waits for all of its pods (``Workload.expected_pods``), as Kueue waits for a pod group.
+  waits for all of its pods (``Workload.expected_pods``), as Kueue waits for a pod group; except where Kueue admits
+  the group with its first pod (``KindRule.fast_admission``: StatefulSet, LeaderWorkerSet), whose controllers
+  create a pod only once the one before it is ready. The workload then asks quota for all its pods and holds the
+  pods that exist; the ones that come later join it.
 
 Per-pod kinds (Deployment, ReplicaSet) give one workload per pod; per-group kinds (LeaderWorkerSet) one per group;
 pod-group kinds (Volcano's and KAI's PodGroup) one of the pods that reference them.
@@ -219,7 +222,8 @@ class Builder:
                 name = wp.key.partition("/")[2]
                 self._add(owner, plan, name, [PodSet(wp.pod_set, 1, wp.template)], [wp], None)
             return
-        expected = None if self.create_missing else sum(ps.count for ps in pod_sets)
+        waits = not self.create_missing and not owner.rule.fast_admission
+        expected = sum(ps.count for ps in pod_sets) if waits else None
         self._add(owner, plan, plan.name, pod_sets, pods, expected)
 
     def _add(self, owner: WorkloadOwner, plan: WorkloadPlan, name: str, pod_sets: list[PodSet],

@@ -61,6 +61,9 @@ class KindRule:
     kueue: str | None  # Kueue's integration for the kind; None when Kueue has none
     owner_labels: tuple[OwnerLabels, ...] = ()  # how a live pod says it belongs to an object of this kind
     queue_system: QueueSystem = "kueue"
+    # Kueue admits the group before all its pods exist (its pod-group fast admission): a StatefulSet creates its
+    # pods one after another, each once the one before is ready, so waiting for all of them would never end.
+    fast_admission: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
