@@ -10,6 +10,7 @@ import typer
 
 import gpufleet
 from gpufleet.cli import completion, console, simulate
+from gpufleet.cli import lint as lint_command
 from gpufleet.cli import plan as plan_command
 from gpufleet.cli import snapshot as snapshot_command
 from gpufleet.cli import validate as validate_command
@@ -53,6 +54,7 @@ def version(output: Output = OutputFormat.text) -> None:
 
 
 app.command(epilog=validate_command.EPILOG)(validate_command.validate)
+app.command(epilog=lint_command.EPILOG)(lint_command.lint)
 app.add_typer(nodes_app, name="nodes")
 app.add_typer(mig_app, name="mig")
 app.command(epilog=plan_command.EPILOG)(plan_command.plan)

@@ -1,0 +1,55 @@
+"""The CEL form of the rules that need nothing but the object, for ValidatingAdmissionPolicies (:mod:`.vap`).
+
+Each snippet here is the twin of a helper of :mod:`.containers`; a rule's :class:`CelRule` says, for one pod
+template ``t`` (a map with ``metadata`` and ``spec``: a template, or the Pod itself), when the template is fine.
+The policy checks it for every template of the object (``variables.templates``, written from the same paths
+:mod:`.templates` follows).
+
+Kubernetes CEL only: ``has``, macros on lists and maps, ``startsWith``/``endsWith``/``matches`` and the
+Kubernetes ``quantity`` library (1.29+; the API server serialises every quantity as a string, ``string()``
+keeps an unquoted YAML number readable too)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.kube.webhook import FIELD_PATH
+from gpufleet.policy.containers import FRACTION_ANNOTATIONS, GPU_PREFIX
+
+
+@dataclass(frozen=True, slots=True)
+class CelRule:
+    """``ok``: CEL that is true when template ``t`` passes the rule; ``message``: a plain sentence (the policy
+    prefixes the rule and names the object); ``kinds``: only these (group, kind), None for every workload kind."""
+
+    ok: str
+    message: str
+    kinds: frozenset[tuple[str, str]] | None = None
+
+
+def _list(field: str) -> str:
+    return f"(has(t.spec.{field}) ? t.spec.{field} : [])"
+
+
+CONTAINERS = _list("containers")
+ALL_CONTAINERS = f"({_list('containers')} + {_list('initContainers')})"
+
+
+def _names(section: str) -> str:
+    """Keys of the container's requests or limits (an empty list when absent)."""
+    return f"(has(c.resources) && has(c.resources.{section}) ? c.resources.{section} : {{}})"
+
+
+GPU_CONTAINER = (f"({_names('requests')}.exists(k, k.startsWith('{GPU_PREFIX}')) || "
+                 f"{_names('limits')}.exists(k, k.startsWith('{GPU_PREFIX}')))")
+FRACTIONAL = ("(has(t.metadata) && has(t.metadata.annotations) && ["
+              + ", ".join(f"'{a}'" for a in FRACTION_ANNOTATIONS) + "].exists(a, a in t.metadata.annotations))")
+GPU_POD = f"({FRACTIONAL} || {ALL_CONTAINERS}.exists(c, {GPU_CONTAINER}))"
+GPU_CONTAINERS = f"({FRACTIONAL} ? {CONTAINERS} : {ALL_CONTAINERS}.filter(c, {GPU_CONTAINER}))"
+
+
+def declares(resource: str) -> str:
+    return f"('{resource}' in {_names('requests')} || '{resource}' in {_names('limits')})"
+
+
+OURS = FIELD_PATH.replace("'", "\\'")

@@ -1,0 +1,70 @@
+"""Reading the containers of a pod template as written: the helpers the container rules share, each the Python twin
+of a CEL snippet of :mod:`.cel` (tests/policy/test_parity.py holds them to the same answers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpufleet.api.objects import (
+    GPU_FRACTION_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
+    KAI_FRACTION_ANNOTATION,
+    KAI_MEMORY_ANNOTATION,
+)
+from gpufleet.policy.model import RawTemplate
+
+GPU_PREFIX = "nvidia.com/"  # the parser's GPU resources (gpufleet.api.kinds): every nvidia.com/ resource
+FRACTION_ANNOTATIONS = (GPU_FRACTION_ANNOTATION, KAI_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION, KAI_MEMORY_ANNOTATION)
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def containers(t: RawTemplate, *, init: bool = True) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(field path, container) for every container (then init container) of the template."""
+    for section in ("containers", "initContainers") if init else ("containers",):
+        items = t.spec.get(section)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, Mapping):
+                    yield f"{t.spec_path}.{section}[{i}]", c
+
+
+def named(path: str, c: Mapping[str, Any]) -> str:
+    name = c.get("name")
+    return f"{path} ({name})" if isinstance(name, str) and name else path
+
+
+def resources(c: Mapping[str, Any], section: str) -> Mapping[str, Any]:
+    return mapping(mapping(c.get("resources")).get(section))
+
+
+def gpu_resources(c: Mapping[str, Any]) -> list[str]:
+    """The nvidia.com/ resources the container names in its requests or limits."""
+    names = {str(k) for section in ("requests", "limits") for k in resources(c, section)}
+    return sorted(k for k in names if k.startswith(GPU_PREFIX))
+
+
+def is_fractional(t: RawTemplate) -> bool:
+    """The template carries a GPU share or GPU memory annotation (gpufleet's or KAI's)."""
+    annotations = mapping(t.metadata.get("annotations"))
+    return any(key in annotations for key in FRACTION_ANNOTATIONS)
+
+
+def is_gpu_pod(t: RawTemplate) -> bool:
+    return is_fractional(t) or any(gpu_resources(c) for _, c in containers(t))
+
+
+def gpu_containers(t: RawTemplate) -> list[tuple[str, Mapping[str, Any]]]:
+    """The containers that use a GPU: those naming an nvidia.com/ resource; in a fractional pod, every (regular)
+    container, since each sees the shared GPU."""
+    if is_fractional(t):
+        return list(containers(t, init=False))
+    return [(p, c) for p, c in containers(t) if gpu_resources(c)]
+
+
+def declares(c: Mapping[str, Any], resource: str) -> bool:
+    """The container has a request for ``resource``, given or defaulted from its limit."""
+    return resource in resources(c, "requests") or resource in resources(c, "limits")
