@@ -4,7 +4,9 @@ kube-scheduler's "assumed pods": between our POST and the watch event that carri
 back, the cache still shows the pod pending. A cycle run in that window would see the pod's devices as
 free and could hand them to another pod, or plan the pod again. So every pod handed to the binder is
 assumed at its node and devices until the cache shows it bound (or gone), its bind definitively fails, or a
-timeout passes (a bind that vanished without an answer).
+timeout passes (a bind that vanished without an answer: the timeout then runs from the last attempt). Cycles
+run while earlier Bindings are still in flight (gpufleet.kube.bindqueue), and this is what keeps them from
+handing the same GPUs out twice.
 
 This is the only scheduling state the process keeps between cycles, and it is safe to lose: a restarted
 scheduler relists, and the API server then shows every bind that happened.
@@ -34,6 +36,13 @@ class AssumedPods:
     def assume(self, pod: str, uid: str | None, intent: Intent, now: float) -> None:
         with self._lock:
             self._pods[pod] = Assumption(uid, intent, now + self.ttl)
+
+    def renew(self, pod: str, now: float) -> None:
+        """Keep ``pod`` assumed for another ``ttl`` from ``now``: its Binding got no answer and may still land."""
+        with self._lock:
+            found = self._pods.get(pod)
+            if found is not None:
+                self._pods[pod] = Assumption(found.uid, found.intent, now + self.ttl)
 
     def forget(self, pod: str) -> None:
         with self._lock:

@@ -14,10 +14,15 @@ answer is settled by reading the pod back:
 * 409 and the pod is bound to *our* node: an earlier attempt succeeded (its answer was lost) → done;
 * 409 and bound elsewhere, or replaced by a pod of the same name (UID precondition): not ours to place →
   the next cycle sees the truth and the core re-plans;
-* no answer at all: read the pod; bound to our node → done, else retry.
+* no answer at all: read the pod; bound to our node → done, else retry;
+* out of retries after a 5xx, a 429 or no answer: read the pod once more. Bound to our node → done. Unbound
+  after an answer (5xx, 429) → not bound: the pod's assumed place is given up (:attr:`BindResult.failed`).
+  Unbound or unreadable after *no* answer → the Binding may still land (the server may be processing it):
+  the pod stays assumed where it was going (:attr:`BindResult.uncertain`) until the cache shows it or the
+  assumption times out, so its GPUs are not handed to another pod meanwhile.
 
-Nothing is bound twice: the API server refuses a second Binding, and a pod the cache shows bound is never
-handed to the binder.
+Nothing is bound twice: the API server refuses a second Binding, and a pod the cache shows bound (or that is
+assumed, being bound) is never handed to the binder.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class BindResult:
     bound: list[str] = field(default_factory=list)
     elsewhere: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # pod -> why
+    uncertain: set[str] = field(default_factory=set)  # failed pods whose Binding may still land
     api_seconds: float = 0.0  # wall time of the job
     client_cpu_seconds: float = 0.0  # CPU of this thread in it: our client's share, without the server's
 
@@ -118,7 +124,7 @@ class Binder:
         anchored = plan is None  # until one Binding with the plan succeeds, each carries it
         for p in job.pods:
             if not self.may_write():
-                result.failed[p.key] = "lost the leadership mid-bind"
+                result.failed[p.key] = "lost the leadership mid-bind"  # never sent: certainly not bound
                 continue
             notes = intent_annotations(p.node, p.devices, now, p.visible) if p.annotate else {}
             if not anchored:
@@ -132,6 +138,8 @@ class Binder:
                 result.elsewhere.append(p.key)
             else:
                 result.failed[p.key] = why
+                if state == "unknown":
+                    result.uncertain.add(p.key)
         self.metrics.pods_scheduled.inc(len(result.bound))
         for key in result.bound:
             pod = next(p for p in job.pods if p.key == key)
@@ -154,16 +162,20 @@ class Binder:
         return plan
 
     def _bind(self, p: PodBind, annotations: dict[str, str]) -> tuple[BindState, str]:
+        """The pod's state after the Binding: bound, elsewhere, gone, unbound (certainly not bound by us) or
+        unknown (our Binding may still land)."""
         last = ""
+        answered = True  # the last attempt got an answer (an error status), not silence
         for attempt in range(self.retries + 1):
             if attempt and not self.may_write():
-                return "unknown", "lost the leadership mid-bind"
+                return ("unbound" if answered else "unknown"), "lost the leadership mid-bind"
             try:
                 # Fixed values: a retry of an unknown outcome writes the same annotations or meets a 409.
                 self.client.bind(p.namespace, p.name, p.node, pod_uid=p.uid, annotations=annotations)
                 return "bound", ""
             except Conflict as e:
                 self.metrics.bind_errors.labels("409").inc()
+                answered = True
                 state = self._read_back(p)
                 if state in ("bound", "elsewhere", "gone"):
                     return state, f"conflict: {e}"
@@ -172,21 +184,30 @@ class Binder:
                 return "gone", "the pod was deleted"
             except (ServerError, TooManyRequests) as e:
                 self.metrics.bind_errors.labels(str(e.status)).inc()
+                answered = e.status != 504  # a gateway timeout is silence from the server that stores it
                 last = str(e)
+                if attempt < self.retries:
+                    self.sleep(self._delay(attempt, e))  # a 429's Retry-After, else the backoff
+                continue
             except ApiConnectionError as e:
                 self.metrics.bind_errors.labels("0").inc()
+                answered = False
                 last = str(e)
                 state = self._read_back(p)  # did the Binding land before the connection broke?
                 if state in ("bound", "elsewhere", "gone"):
                     return state, last
             except ApiError as e:
                 self.metrics.bind_errors.labels(str(e.status)).inc()
-                return "unknown", f"binding refused: {e}"
+                return "unbound", f"binding refused: {e}"  # refused outright: nothing changed
             except KubeError as e:
                 return "unknown", f"binding failed: {e}"
             if attempt < self.retries:
                 self.sleep(self._delay(attempt, None))
-        return "unknown", f"binding failed after {self.retries + 1} attempts: {last}"
+        why = f"binding failed after {self.retries + 1} attempts: {last}"
+        state = self._read_back(p)  # the truth, as far as the server knows it now
+        if state in ("bound", "elsewhere", "gone"):
+            return state, why
+        return ("unbound" if answered and state == "unbound" else "unknown"), why
 
     def _read_back(self, p: PodBind) -> BindState:
         try:

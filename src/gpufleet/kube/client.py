@@ -3,13 +3,16 @@
 Objects travel as raw JSON dicts: the scheduling core reads a few fields of each, and decoding whole
 typed models for tens of thousands of pods would cost more than the scheduling itself.
 
-Thread-safe: one :class:`KubeClient` (one connection pool) is shared by all informer threads, the
-leader elector and the binder.
+Thread-safe: one :class:`KubeClient` (its keep-alive connections) is shared by all informer threads, the
+leader elector and the writers. Watches stream through httpx; every other call goes straight to httpcore's
+connection pool (:mod:`gpufleet.kube.direct`: a third of httpx's CPU per call). :meth:`KubeClient.limited`
+gives a view whose calls are rate-limited by a token bucket (:mod:`gpufleet.kube.ratelimit`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import json
 import socket
@@ -21,12 +24,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote, urlencode
 
 import httpx
 
 from gpufleet import __version__
 from gpufleet.kube.config import ClusterConfig, TokenSource
+from gpufleet.kube.direct import NODELAY, DirectCalls
 from gpufleet.kube.errors import ApiConnectionError, ApiError, ConfigError, error_from_status
+from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.resources import EVENTS, PODS, ResourceType
 
 JsonDict = dict[str, Any]
@@ -199,28 +205,50 @@ class KubeClient:
         self.timeout = timeout
         # tls-server-name: httpcore verifies the certificate against the SNI name it sends.
         self._extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
+        agent = user_agent or f"gpufleet/{__version__}"
+        tls = _ssl_context(config)
         self._http = httpx.Client(
             base_url=config.host,
             auth=_TokenAuth(config.auth) if config.auth is not None else None,
             timeout=httpx.Timeout(timeout),
             headers={
-                "User-Agent": user_agent or f"gpufleet/{__version__}",
+                "User-Agent": agent,
                 "Accept": "application/json",
             },
             transport=httpx.HTTPTransport(
                 retries=1,  # connect failures only: safe for any verb
-                verify=_ssl_context(config),
-                # Informers hold one connection each for their watches; leave room for writes.
-                limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=20),
+                verify=tls,
+                # Informers hold one connection each for their watches.
+                limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
                 proxy=config.proxy_url,
+                socket_options=NODELAY,
             ),
             trust_env=False,  # a scheduler must not pick up HTTP(S)_PROXY meant for workloads
         )
+        # Every call but watches, straight on httpcore's pool (gpufleet.kube.direct); through a proxy, httpx.
+        self._direct: DirectCalls | None = None if config.proxy_url else DirectCalls(
+            config.host, ssl_context=tls if isinstance(tls, ssl.SSLContext) else None, auth=config.auth,
+            tls_server_name=config.tls_server_name, timeout=timeout, user_agent=agent,
+            max_connections=max_connections)
+        self._limiter: TokenBucket | None = None
+        self._view = False
 
     # --- plumbing ---------------------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._view:
+            return  # the connections belong to the client this view was made from
         self._http.close()
+        if self._direct is not None:
+            self._direct.close()
+
+    def limited(self, limiter: TokenBucket) -> KubeClient:
+        """A view of this client whose calls (watches excepted) first take a token from ``limiter``; it shares
+        this client's connections, and closing it closes nothing."""
+        view = copy.copy(self)
+        view._limiter = limiter
+        view._view = True
+        return view
 
     def __enter__(self) -> Self:
         return self
@@ -250,6 +278,12 @@ class KubeClient:
         if body is not None:
             content = json.dumps(body).encode()
             headers["Content-Type"] = content_type
+        if self._limiter is not None:
+            self._limiter.wait()
+        if self._direct is not None:
+            answer = self._direct.call(method, path, urlencode(_params(params), quote_via=quote), content,
+                                       content_type, timeout)
+            return _decode_answer(answer.status, answer.content, answer.retry_after)
         try:
             response = self._http.request(
                 method, path, params=_params(params), content=content, headers=headers,
@@ -557,12 +591,16 @@ def _params(params: Mapping[str, str | int | bool | None] | None) -> dict[str, s
 
 
 def _decode(response: httpx.Response) -> Any:
+    return _decode_answer(response.status_code, response.content, response.headers.get("Retry-After"))
+
+
+def _decode_answer(status: int, content: bytes, retry_after: str | None) -> Any:
     try:
-        body: Any = response.json() if response.content else None
+        body: Any = json.loads(content) if content else None
     except ValueError:
-        body = response.text
-    if response.status_code >= 300:
-        raise error_from_status(response.status_code, body, retry_after_header=response.headers.get("Retry-After"))
+        body = content.decode("utf-8", "replace")
+    if status >= 300:
+        raise error_from_status(status, body, retry_after_header=retry_after)
     return body
 
 

@@ -5,8 +5,11 @@ beyond the assumed pods and the PodDisruptionBudget shields the caller passes in
    partial gangs (:mod:`.gangs`), run the policy (:mod:`.planner`), and turn its decisions into write
    plans: bind jobs, victims, pending messages, queue statuses. Pods about to be bound are *assumed* before
    any write, so a cycle that starts while these writes are in flight sees their capacity taken.
-2. *API*: carry the plans out concurrently (one job per workload; a gang's pods in order inside its job),
-   then release the assumptions of binds that failed, and shield victims a PodDisruptionBudget protects.
+2. *API*: carry the plans out concurrently (one job per workload; a gang's pods in order inside its job).
+   Bind jobs are handed to the binding workers and not waited for (:mod:`.bindqueue`): the next cycle may
+   start while they run, the assumptions keeping it from reusing their capacity; a bind that fails releases
+   its assumption when it ends. Evictions, conditions and queue statuses are waited for, and victims a
+   PodDisruptionBudget protects are shielded.
 
 The two phases are timed separately; the benchmark reports their share.
 """
@@ -27,8 +30,10 @@ from gpufleet.kube import beside, gangs, planner
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import Intent
 from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.binder import Binder, BindJob, BindResult, PodBind
+from gpufleet.kube.binder import Binder, BindJob, PodBind
+from gpufleet.kube.bindqueue import BindQueue
 from gpufleet.kube.client import KubeClient
+from gpufleet.kube.eventsink import EventSink
 from gpufleet.kube.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.kube.grants import visible_devices
 from gpufleet.kube.informer import CacheSnapshot, ObjectCache
@@ -37,9 +42,11 @@ from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.quarantine import Quarantine, find_culprit
 from gpufleet.kube.queuesource import QueueChooser, QueueKinds
 from gpufleet.kube.queuestatus import queue_statuses, write_status
+from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.recorder import Recorder
 from gpufleet.kube.resources import SCHEDULER_RESOURCES, ResourceType
 from gpufleet.kube.settings import SchedulerSettings
+from gpufleet.kube.wakeup import Wakeup
 from gpufleet.kube.world import World, assemble, finish
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 
@@ -119,12 +126,20 @@ class CycleRunner:
         self.shields = Shields()
         self.parked = planner.ParkedMemory()
         self.quarantine = Quarantine()
-        self.recorder = Recorder(client, settings.scheduler_name, identity)
+        # Two token buckets of clientConnection's settings, as kube-scheduler's two clients: writes and events.
+        cc = settings.client_connection
+        self.writes = client.limited(TokenBucket(cc.qps, cc.burst))
+        self.events = EventSink(client.limited(TokenBucket(cc.qps, cc.burst)), on_drop=metrics.events_dropped.inc)
+        self.recorder = Recorder(self.writes, settings.scheduler_name, identity, self.events)
         b = settings.binding
-        self.binder = Binder(client, self.recorder, metrics, may_write=may_write, retries=b.retries,
+        self.binder = Binder(self.writes, self.recorder, metrics, may_write=may_write, retries=b.retries,
                              backoff=b.retry_backoff)
-        self.evictor = Evictor(client, self.recorder, metrics, may_write=may_write)
+        self.evictor = Evictor(self.writes, self.recorder, metrics, may_write=may_write)
         self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
+        # When the next cycle is worth running (not for our own Bindings landing), and the Bindings in flight.
+        self.wakeup = Wakeup(cache, self.assumed)
+        self.binds = BindQueue(self.binder, self.assumed, workers=b.workers, metrics=metrics,
+                               on_release=self.wakeup.poke)
         self.count = 0
         # Whose queue objects each cycle reads (gpufleet.kube.queuesource), and beside Kueue, Kueue's Workloads.
         self.queues = QueueChooser(resources)
@@ -132,7 +147,10 @@ class CycleRunner:
         self.kueue_workloads = beside.WorkloadParses()
 
     def close(self) -> None:
+        self.binds.close()  # the Bindings in flight end first (a gang is bound to its end)
         self.pool.shutdown(wait=True)
+        self.events.close()
+        self.wakeup.close()
 
     # --- the cycle --------------------------------------------------------------------------------------
 
@@ -349,27 +367,15 @@ class CycleRunner:
         pool = self.pool
         evictions: list[tuple[Victim, Future[EvictResult]]] = [(v, pool.submit(self.evictor.evict, v))
                                                                for v in victims]
-        binds: list[Future[BindResult]] = [pool.submit(self.binder.run, job, now) for job in jobs]
+        # Not waited for: the binding workers fill in the report's bound and bind_failed as the jobs end, and
+        # release the assumptions of pods not bound (gpufleet.kube.bindqueue).
+        self.binds.submit(report, jobs, now)
+        if report.policy_s >= self.settings.round_budget or report.policy_cycles >= self.settings.max_cycles_per_round:
+            self.wakeup.poke()  # the round stopped at its budget or cycle limit: there may be more to admit
         others: list[Future[Any]] = []
         if self.may_write():
             others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable]
-            others += [pool.submit(write_status, self.client, res, obj, st) for res, obj, st in statuses]
-        for job, future in zip(jobs, binds, strict=True):
-            try:
-                result = future.result()
-            except Exception:
-                # A bug in a bind job: what it did is unknown, so nothing of it stays assumed; the next cycle
-                # reads the truth from the cache (a pod it did bind is then bound there, never bound again).
-                log.exception("bind job for %s failed", job.workload)
-                for p in job.pods:
-                    self.assumed.forget(p.key)
-                    report.bind_failed[p.key] = "internal error"
-                continue
-            report.bound.extend(result.bound + result.elsewhere)
-            report.bind_failed.update(result.failed)
-            report.bind_cpu_s += result.client_cpu_seconds
-            for key in result.failed:
-                self.assumed.forget(key)  # not bound: its capacity is free again for the next cycle
+            others += [pool.submit(write_status, self.writes, res, obj, st) for res, obj, st in statuses]
         for victim, ev in evictions:
             try:
                 outcome = ev.result()

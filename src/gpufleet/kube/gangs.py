@@ -122,6 +122,8 @@ def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None])
         live = [p for p in pods if not p.terminal]
         if not live or any(p.node is None or p.deleting for p in live) or all(_ready(p) for p in live):
             continue
+        if any(p.assumed for p in live):
+            continue  # still being bound (gpufleet.kube.bindqueue): the cache has no start time for it yet
         started = min((p.intent.at for p in live if p.intent and p.intent.at), default=None)
         if started is None:
             started = min(_created(p) for p in live)

@@ -49,6 +49,10 @@ class SchedulerMetrics:
                                      "partially bound gang could not be completed.", ["reason"], registry=reg)
         self.bind_errors = Counter("gpufleet_bind_errors", "Failed Binding attempts, by HTTP status (0: no answer).",
                                    ["code"], registry=reg)
+        self.binds_in_flight = Gauge("gpufleet_binds_in_flight", "Pods handed to the binding workers whose "
+                                     "Binding has not ended yet.", registry=reg)
+        self.events_dropped = Counter("gpufleet_events_dropped", "Events not written: the event queue was full "
+                                      "(1000 waiting) or the scheduler was stopping.", registry=reg)
         self.eviction_refusals = Counter("gpufleet_eviction_refusals",
                                          "Evictions refused by a PodDisruptionBudget (429).", registry=reg)
         self.metrics_failures = Counter("gpufleet_metrics_failures", "Cycles whose fleet metrics could not be "

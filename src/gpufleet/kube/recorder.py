@@ -5,19 +5,24 @@
 * ``PodScheduled=False``, reason ``Unschedulable``, with the same message, on each pending pod.
 
 A pending pod's condition and its FailedScheduling event are written only when the message changes (the
-cached pod shows the condition we wrote last), so a pod waiting for hours costs two writes, not two per
-cycle. Failures to record are logged and dropped: they must never hold up scheduling.
+cached pod shows the condition we wrote last; until the cache has caught up with our write, the recorder
+remembers it), so a pod waiting for hours costs two writes, not two per cycle. Failures to record are
+logged and dropped: they must never hold up scheduling. Events go through an
+:class:`~gpufleet.kube.eventsink.EventSink` (queued, written by a thread of their own at their own rate,
+dropped with a count when too many wait), so recording one never waits on the API server.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.kube.client import KubeClient, PatchType, make_event
 from gpufleet.kube.errors import KubeError, NotFound
+from gpufleet.kube.eventsink import EventSink
 from gpufleet.kube.resources import PODS
 
 log = logging.getLogger(__name__)
@@ -25,6 +30,8 @@ log = logging.getLogger(__name__)
 UNSCHEDULABLE = "Unschedulable"
 # kube-scheduler's message cap for conditions is generous; events cap at 1 kB (make_event cuts there).
 _MAX_MESSAGE = 4096
+# Conditions written whose watch event may not have arrived yet; beyond this many, the oldest are forgotten.
+_REMEMBERED = 100_000
 
 
 def _stamp(now: float) -> str:
@@ -45,17 +52,28 @@ def needs_unschedulable(pod: Mapping[str, Any], message: str) -> bool:
 
 
 class Recorder:
-    def __init__(self, client: KubeClient, scheduler_name: str, identity: str) -> None:
+    """``client`` writes the conditions; ``events`` queues the events (without one, each event is written
+    inline, on the caller's thread)."""
+
+    def __init__(self, client: KubeClient, scheduler_name: str, identity: str,
+                 events: EventSink | None = None) -> None:
         self.client = client
         self.controller = scheduler_name
         self.instance = identity
+        self.events = events
+        self._lock = threading.Lock()
+        # pod -> (the resourceVersion the cached pod had when we wrote its condition, the message written)
+        self._written: dict[str, tuple[str, str]] = {}
 
     def event(self, pod: Mapping[str, Any], reason: str, note: str, action: str, type: str = "Normal",
               related: Mapping[str, Any] | None = None) -> None:
+        event = make_event(pod, reason=reason, note=note, action=action, type=type,
+                           reporting_controller=self.controller, reporting_instance=self.instance, related=related)
+        if self.events is not None:
+            self.events.post(event)
+            return
         try:
-            self.client.create_event(make_event(pod, reason=reason, note=note, action=action, type=type,
-                                                reporting_controller=self.controller,
-                                                reporting_instance=self.instance, related=related))
+            self.client.create_event(event)
         except KubeError as e:
             log.warning("event %s for %s not recorded: %s", reason, _key(pod), e)
 
@@ -69,9 +87,14 @@ class Recorder:
     def unschedulable(self, pod: Mapping[str, Any], message: str, now: float) -> bool:
         """Set PodScheduled=False (Unschedulable) and emit FailedScheduling, if the message is new."""
         message = message[:_MAX_MESSAGE]
-        if not needs_unschedulable(pod, message):
-            return False
         meta = pod.get("metadata") or {}
+        key, version = _key(pod), str(meta.get("resourceVersion") or "")
+        with self._lock:
+            if self._written.get(key) == (version, message):
+                return False  # written from this very version: the cache has not shown our write yet
+            if not needs_unschedulable(pod, message):
+                self._written.pop(key, None)  # the cache shows it: nothing to remember
+                return False
         condition = {"type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE, "message": message,
                      "lastProbeTime": None, "lastTransitionTime": _stamp(now)}
         try:
@@ -83,6 +106,11 @@ class Recorder:
         except KubeError as e:
             log.warning("PodScheduled condition for %s not written: %s", _key(pod), e)
             return False
+        with self._lock:
+            self._written.pop(key, None)  # re-inserted last: the dict stays in the order of writing
+            self._written[key] = (version, message)
+            while len(self._written) > _REMEMBERED:
+                del self._written[next(iter(self._written))]
         self.event(pod, "FailedScheduling", message, "Scheduling", type="Warning")
         return True
 

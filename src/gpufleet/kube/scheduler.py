@@ -1,14 +1,16 @@
 """The ``gpufleet scheduler`` process: informers, leader election, the cycle loop, the HTTP endpoints.
 
-Threads: one per informer (shared cache), the leader elector, the cycle loop, a pool of API writers, the
-operations server and (when enabled) the webhook server. Only the loop runs cycles, and it runs them only
-while this replica holds the Lease; every write re-checks leadership, so a replica that loses the Lease
-mid-cycle stops writing at once. Followers keep their caches warm so a takeover costs no relist.
+Threads: one per informer (shared cache), the leader elector, the cycle loop, the binding workers, a pool of
+other API writers, the event writer, the operations server and (when enabled) the webhook server. Only the
+loop runs cycles, and it runs them only while this replica holds the Lease; every write re-checks
+leadership, so a replica that loses the Lease mid-cycle stops writing at once. Followers keep their caches
+warm so a takeover costs no relist.
 
-Shutdown (SIGTERM, :meth:`Scheduler.request_stop`): the loop finishes the cycle in progress (a gang being
-bound is bound to the end), then the Lease is released so a standby takes over at its next retry, then
-informers and servers stop. Losing the Lease ends the process with status 1, as kube-scheduler does: a
-fresh process rebuilds everything from the API instead of acting on decisions made under a lost Lease.
+Shutdown (SIGTERM, :meth:`Scheduler.request_stop`): the loop finishes the cycle in progress, the Bindings in
+flight end (a gang being bound is bound to the end), then the Lease is released so a standby takes over at
+its next retry, then informers and servers stop. Losing the Lease ends the process with status 1, as
+kube-scheduler does: a fresh process rebuilds everything from the API instead of acting on decisions made
+under a lost Lease.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.queuesource import scheduler_resources
 from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.settings import SchedulerSettings
+from gpufleet.kube.validating import CacheClusterSource
 from gpufleet.kube.webhook_server import WebhookServer
 
 log = logging.getLogger(__name__)
@@ -69,7 +72,9 @@ class Scheduler:
             self.servers = ops_servers(settings, Endpoints(self.healthz, self.readyz, self.metrics.exposition),
                                        client)
         if settings.webhook.enabled:
-            self.webhook = WebhookServer.from_settings(settings.webhook, settings.scheduler_name)
+            # The lint rules of the validating path judge against this replica's cache (leader or not).
+            self.webhook = WebhookServer.from_settings(settings.webhook, settings.scheduler_name, settings.lint,
+                                                       CacheClusterSource(self.cache, self.resources))
 
     # --- state ------------------------------------------------------------------------------------------
 
@@ -125,6 +130,10 @@ class Scheduler:
         self._stop.set()
         if self._loop_thread is not None:
             self._loop_thread.join(timeout)
+        # Bindings of the last cycles may still be in flight: end them while we still hold the Lease.
+        if not self.runner.binds.drain(timeout):
+            log.warning("%d pods were still being bound after %gs; stopping anyway", self.runner.binds.in_flight(),
+                        timeout)
         if self.elector is not None:
             self.elector.stop()  # releases the Lease: the standby takes over after one retry period
         self.informers.stop()
@@ -166,7 +175,7 @@ class Scheduler:
                 if not self._led:
                     log.info("leading: scheduling starts", extra={"identity": self.identity})
                 self._led = True
-                seen = self.cache.version
+                seen = self.runner.wakeup.version
                 try:
                     self.reports.append(self.runner.run())
                     self.failures = 0
@@ -187,12 +196,14 @@ class Scheduler:
                 self._done.set()
 
     def _wait_for_work(self, seen: int) -> None:
-        """Until the cache changes (then a short pause to gather related events) or a cycle period passes."""
+        """Until there is work (gpufleet.kube.wakeup: a change in the cluster other than our own Bindings
+        landing, a failed Binding, a cycle that handed out work; then a short pause to gather related events)
+        or a cycle period passes."""
         deadline = time.monotonic() + self.settings.cycle_period
         while not self._stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            if self.cache.wait_for_change(seen, timeout=min(left, 0.1)) > seen:
+            if self.runner.wakeup.wait(seen, timeout=min(left, 0.1)) > seen:
                 self._stop.wait(self.settings.min_cycle_interval)
                 return

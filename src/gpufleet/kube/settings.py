@@ -20,6 +20,7 @@ form as manifest errors. The file::
       waitForPodsReady: {enable: true, timeout: 5m}
     # kueueConfigFile: /etc/kueue/controller_manager_config.yaml   # ... or referenced
     binding: {workers: 16, retries: 5, retryBackoff: 100ms, gangRepairTimeout: 60s, assumeTimeout: 30s}
+    clientConnection: {qps: 1000, burst: 2000}   # client-side rate limit of API calls (ClientConnectionSettings)
     preemption: {disruptionBudgetBackoff: 60s}
     webhook: {enabled: false, bindAddress: ":9443", certFile: ..., keyFile: ..., runtimeClassName: nvidia,
               workers: 8, queue: 16, handshakeTimeout: 5s, readTimeout: 10s}
@@ -28,6 +29,8 @@ form as manifest errors. The file::
     besideKueue:                        # Kueue's own controller admits; gpufleet places (docs/beside-kueue.md)
       enabled: false
       admissionCheckController: gpufleet.io/placement
+    lint:                               # the validating webhook: per lint rule deny | warn | off (docs/lint.md)
+      rules: {gpu-model-unconstrained: deny}
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from gpufleet.api.manifests import load_manifests
 from gpufleet.api.objects import SchedulerConfig
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import load_text
+from gpufleet.kube.lint_settings import LintSettings, parse_lint_settings
 
 KIND = "SchedulerConfiguration"
 DEFAULT_NAMESPACE = "gpufleet-system"
@@ -69,6 +73,20 @@ class BindingSettings:
     retry_backoff: float = 0.1
     gang_repair_timeout: float = 60.0
     assume_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnectionSettings:
+    """Client-side rate limits on API calls, KubeSchedulerConfiguration's ``clientConnection``: a token bucket of
+    ``qps`` calls per second, ``burst`` at once (gpufleet.kube.ratelimit; ``qps`` 0 or less: no limit). The
+    scheduler keeps two such buckets, as kube-scheduler keeps two clients: one for its writes (Bindings,
+    evictions, conditions, queue statuses), one for its Events. Informers' reads (a list per resource at start
+    and after a 410, then watches) and the leader election are not limited: a renewal must never wait behind
+    a burst of Bindings. kube-scheduler's defaults (50, 100) cap it near 50 pods/s; these are YuniKorn's
+    order of magnitude, and the API server's priority and fairness still protects itself (a 429 is retried)."""
+
+    qps: float = 1000.0
+    burst: int = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,21 +161,24 @@ class SchedulerSettings:
     quota_only: bool = False
     kueue: SchedulerConfig = field(default_factory=SchedulerConfig)
     binding: BindingSettings = field(default_factory=BindingSettings)
+    client_connection: ClientConnectionSettings = field(default_factory=ClientConnectionSettings)
     disruption_budget_backoff: float = 60.0
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
     secure_metrics: SecureMetricsSettings = field(default_factory=SecureMetricsSettings)
     queues: QueueSettings = field(default_factory=QueueSettings)
     beside_kueue: BesideKueueSettings = field(default_factory=BesideKueueSettings)
+    lint: LintSettings = field(default_factory=LintSettings)  # what the validating webhook does per lint rule
 
 
 _TOP = ("apiVersion", "kind", "schedulerName", "leaderElection", "cyclePeriod", "minCycleInterval",
         "maxCyclesPerRound", "roundBudget", "metricsBindAddress", "healthProbeBindAddress", "placementProfile",
         "quotaOnly", "kueue", "kueueConfigFile", "binding", "preemption", "webhook", "secureMetrics", "queues",
-        "besideKueue")
+        "besideKueue", "lint", "clientConnection")
 _QUEUES = ("source",)
 _BESIDE_KUEUE = ("enabled", "admissionCheckController")
 _LEADER = ("leaseName", "namespace", "leaseDuration", "renewDeadline", "retryPeriod")
 _BINDING = ("workers", "retries", "retryBackoff", "gangRepairTimeout", "assumeTimeout")
+_CLIENT_CONNECTION = ("qps", "burst")
 _PREEMPTION = ("disruptionBudgetBackoff",)
 _WEBHOOK = ("enabled", "bindAddress", "certFile", "keyFile", "runtimeClassName", "requireMutation", "workers", "queue",
             "handshakeTimeout", "readTimeout")
@@ -268,6 +289,16 @@ def _binding(r: FieldReader | None) -> BindingSettings:
     )
 
 
+def _client_connection(r: FieldReader | None) -> ClientConnectionSettings:
+    d = ClientConnectionSettings()
+    if r is None:
+        return d
+    _unknown(r, _CLIENT_CONNECTION)
+    qps = r.number("qps", d.qps)
+    burst = r.integer("burst", d.burst, minimum=1)
+    return ClientConnectionSettings(qps=d.qps if qps is None else qps, burst=burst or d.burst)
+
+
 def _webhook(r: FieldReader | None) -> WebhookSettings:
     d = WebhookSettings()
     if r is None:
@@ -362,12 +393,14 @@ def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
         quota_only=r.flag("quotaOnly", d.quota_only),
         kueue=_kueue(r, base, r.problems),
         binding=_binding(r.obj("binding")),
+        client_connection=_client_connection(r.obj("clientConnection")),
         disruption_budget_backoff=_duration(preemption, "disruptionBudgetBackoff", d.disruption_budget_backoff)
         if preemption is not None else d.disruption_budget_backoff,
         webhook=_webhook(r.obj("webhook")),
         secure_metrics=_secure_metrics(r.obj("secureMetrics")),
         queues=_queues(r.obj("queues")),
         beside_kueue=_beside_kueue(r.obj("besideKueue")),
+        lint=parse_lint_settings(r.obj("lint")),
     )
     if out.beside_kueue.enabled and out.queues.source == "gpufleet":
         r.error("besideKueue reads Kueue's own objects, not gpufleet.io's", "queues", "source",

@@ -1,0 +1,91 @@
+"""When the next scheduling cycle is worth running.
+
+A cycle rebuilds its whole input, so one run for nothing costs as much as one that schedules. The loop
+therefore waits for *work*, counted here:
+
+* every change in the informer cache, except two kinds that decide nothing new, which cycles run for them
+  alone would spend the CPU on that hundreds of Bindings landing each second need:
+
+  - one of our own Bindings landing: a pod assumed on a node (gpufleet.kube.assumed) now shown bound to
+    that very node. The cycle that bound it already counted it there;
+  - a ClusterQueue's or LocalQueue's status alone changing (ours, written by the cycles; or Kueue's): no
+    decision reads a queue's status;
+* a Binding that failed (:meth:`Wakeup.poke`): the capacity assumed for it is free again;
+* a cycle whose round stopped at its time budget or cycle limit with more to admit (:meth:`Wakeup.poke`).
+
+The cycle period still runs a cycle when nothing happens (timers: backoffs, timeouts).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpufleet.kube.assumed import AssumedPods
+from gpufleet.kube.informer import CacheChange, ObjectCache
+from gpufleet.kube.resources import PODS
+
+
+class Wakeup:
+    def __init__(self, cache: ObjectCache, assumed: AssumedPods, *, clock: Callable[[], float] = time.time) -> None:
+        self._assumed = assumed
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._version = 0
+        self.skipped = 0  # changes that were our own Bindings landing
+        self._unlisten = cache.add_listener(self._changed)
+
+    @property
+    def version(self) -> int:
+        with self._cond:
+            return self._version
+
+    def poke(self) -> None:
+        with self._cond:
+            self._version += 1
+            self._cond.notify_all()
+
+    def wait(self, since: int, timeout: float) -> int:
+        """Until there is work after ``since`` (then the new version) or ``timeout`` passes."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version > since, timeout)
+            return self._version
+
+    def close(self) -> None:
+        self._unlisten()
+
+    def _changed(self, change: CacheChange) -> None:
+        if self._own_bind_landed(change) or _queue_status_only(change):
+            self.skipped += 1
+            return
+        self.poke()
+
+    def _own_bind_landed(self, change: CacheChange) -> bool:
+        if change.resource != PODS.key or change.type != "MODIFIED" or change.old is None or change.new is None:
+            return False
+        if (change.old.get("spec") or {}).get("nodeName"):
+            return False
+        node = (change.new.get("spec") or {}).get("nodeName")
+        if not node:
+            return False
+        intent = self._assumed.get(change.key, (change.new.get("metadata") or {}).get("uid"), self._clock())
+        return intent is not None and intent.node == node
+
+
+_QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+_VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+def _queue_status_only(change: CacheChange) -> bool:
+    old, new = change.old, change.new
+    if change.type != "MODIFIED" or old is None or new is None or new.get("kind") not in _QUEUE_KINDS:
+        return False
+    return _without_status(old) == _without_status(new)
+
+
+def _without_status(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+

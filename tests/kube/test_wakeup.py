@@ -1,0 +1,63 @@
+"""When the scheduling loop wakes: not for our own Bindings landing where they were assumed, nor for a queue's
+status alone; for everything else in the cache and whenever poked."""
+
+from __future__ import annotations
+
+import copy
+
+from live_env import cluster_queue, pod
+
+from gpufleet.kube import resources as r
+from gpufleet.kube.annotations import Intent
+from gpufleet.kube.assumed import AssumedPods
+from gpufleet.kube.informer import ObjectCache
+from gpufleet.kube.wakeup import Wakeup
+
+
+def versioned(obj: dict[str, object], rv: int) -> dict[str, object]:
+    out = copy.deepcopy(obj)
+    meta = out["metadata"]
+    assert isinstance(meta, dict)
+    meta["resourceVersion"] = str(rv)
+    meta.setdefault("uid", f"uid-{meta['name']}")
+    return out
+
+
+def test_own_bindings_landing_and_queue_status_alone_do_not_wake_the_loop_anything_else_does() -> None:
+    cache, assumed = ObjectCache(), AssumedPods(30.0)
+    wakeup = Wakeup(cache, assumed, clock=lambda: 1000.0)
+    pending = versioned(pod("p"), 1)
+    cache.apply(r.PODS, "ADDED", pending)
+    assert wakeup.version == 1  # a new pod: work
+
+    assumed.assume("ml/p", "uid-p", Intent("n0", ("GPU-0",), 1000.0), 1000.0)
+    bound = versioned(pending, 2)
+    bound["spec"]["nodeName"] = "n0"  # type: ignore[index]
+    cache.apply(r.PODS, "MODIFIED", bound)
+    assert (wakeup.version, wakeup.skipped) == (1, 1)  # our Binding landing where it was assumed
+
+    other = versioned(pod("q"), 3)
+    cache.apply(r.PODS, "ADDED", other)
+    assumed.assume("ml/q", "uid-q", Intent("n0", ("GPU-1",), 1000.0), 1000.0)
+    elsewhere = versioned(other, 4)
+    elsewhere["spec"]["nodeName"] = "n1"  # type: ignore[index]
+    cache.apply(r.PODS, "MODIFIED", elsewhere)  # bound, but not where we meant: work
+    assert wakeup.version == 3
+
+    cq = versioned(cluster_queue("gpus", gpus=8), 5)
+    cache.apply(r.CLUSTER_QUEUES, "ADDED", cq)
+    with_status = versioned(cq, 6)
+    with_status["status"] = {"admittedWorkloads": 1}
+    cache.apply(r.CLUSTER_QUEUES, "MODIFIED", with_status)
+    assert wakeup.version == 4  # the ADDED woke it, the status write did not
+    respec = versioned(with_status, 7)
+    respec["spec"]["cohort"] = "all"  # type: ignore[index]
+    cache.apply(r.CLUSTER_QUEUES, "MODIFIED", respec)
+    assert wakeup.version == 5
+
+    assert wakeup.wait(5, timeout=0.01) == 5  # nothing new: the wait times out
+    wakeup.poke()
+    assert wakeup.wait(5, timeout=10.0) == 6
+    wakeup.close()
+    cache.apply(r.PODS, "DELETED", elsewhere)
+    assert wakeup.version == 6  # no longer listening
