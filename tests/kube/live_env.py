@@ -40,7 +40,12 @@ def fast_settings(**overrides: Any) -> SchedulerSettings:
     return dataclasses.replace(base, **overrides)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+# Waits end at the event; the timeout only bounds a failure, so it is generous: a 2-core CI machine running the
+# suite (or a developer's machine running other work) can be several times slower than an idle one.
+WAIT_TIMEOUT = 30.0
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_TIMEOUT, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -20,7 +20,7 @@ def fast() -> Backoff:
     return Backoff(initial=0.05, maximum=0.2, jitter=0.0)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

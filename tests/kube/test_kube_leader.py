@@ -18,7 +18,7 @@ NS, LEASE = "gpufleet-system", "gpufleet-scheduler"
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

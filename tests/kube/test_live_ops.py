@@ -67,16 +67,19 @@ def test_logs_are_json_lines_with_extra_fields() -> None:
         root.setLevel(logging.WARNING)
 
 
+READY_TIMEOUT = 5.0  # long enough for "solo" to be bound and marked Ready first, even on a loaded machine
+
+
 def test_a_gang_not_ready_in_time_is_evicted(apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
     apisim.create(r.NODES, node("n0", gpus=4))
     for i in range(2):
         apisim.create(r.PODS, pod(f"g{i}", group="pair", group_size=2))
     apisim.create(r.PODS, pod("solo"))
-    kueue = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=2.0))
+    kueue = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=READY_TIMEOUT))
     sched = live_scheduler(settings=fast_settings(kueue=kueue))
     # The kubelet reports "solo" ready as soon as it is bound (before its own timeout can pass on a loaded
     # machine); the gang's pods never become ready (an image that never pulls).
-    wait_until(lambda: bound_node(apisim, "solo") is not None, timeout=2.0, what="solo bound")
+    wait_until(lambda: bound_node(apisim, "solo") is not None, timeout=READY_TIMEOUT, what="solo bound")
     apisim.modify(r.PODS, NS, "solo", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     # (The gang's pods vanish only through the timeout's eviction, so the wait below also proves they ran.)
     wait_until(lambda: apisim.get(r.PODS, NS, "g0") is None and apisim.get(r.PODS, NS, "g1") is None,
