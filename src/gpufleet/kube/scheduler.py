@@ -31,6 +31,7 @@ from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.queuesource import scheduler_resources
 from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.settings import SchedulerSettings
+from gpufleet.kube.validating import CacheClusterSource
 from gpufleet.kube.webhook_server import WebhookServer
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,9 @@ class Scheduler:
             self.servers = ops_servers(settings, Endpoints(self.healthz, self.readyz, self.metrics.exposition),
                                        client)
         if settings.webhook.enabled:
-            self.webhook = WebhookServer.from_settings(settings.webhook, settings.scheduler_name)
+            # The lint rules of the validating path judge against this replica's cache (leader or not).
+            self.webhook = WebhookServer.from_settings(settings.webhook, settings.scheduler_name, settings.lint,
+                                                       CacheClusterSource(self.cache, self.resources))
 
     # --- state ------------------------------------------------------------------------------------------
 

@@ -29,6 +29,8 @@ form as manifest errors. The file::
     besideKueue:                        # Kueue's own controller admits; gpufleet places (docs/beside-kueue.md)
       enabled: false
       admissionCheckController: gpufleet.io/placement
+    lint:                               # the validating webhook: per lint rule deny | warn | off (docs/lint.md)
+      rules: {gpu-model-unconstrained: deny}
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from gpufleet.api.manifests import load_manifests
 from gpufleet.api.objects import SchedulerConfig
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import load_text
+from gpufleet.kube.lint_settings import LintSettings, parse_lint_settings
 
 KIND = "SchedulerConfiguration"
 DEFAULT_NAMESPACE = "gpufleet-system"
@@ -164,12 +167,13 @@ class SchedulerSettings:
     secure_metrics: SecureMetricsSettings = field(default_factory=SecureMetricsSettings)
     queues: QueueSettings = field(default_factory=QueueSettings)
     beside_kueue: BesideKueueSettings = field(default_factory=BesideKueueSettings)
+    lint: LintSettings = field(default_factory=LintSettings)  # what the validating webhook does per lint rule
 
 
 _TOP = ("apiVersion", "kind", "schedulerName", "leaderElection", "cyclePeriod", "minCycleInterval",
         "maxCyclesPerRound", "roundBudget", "metricsBindAddress", "healthProbeBindAddress", "placementProfile",
         "quotaOnly", "kueue", "kueueConfigFile", "binding", "preemption", "webhook", "secureMetrics", "queues",
-        "besideKueue", "clientConnection")
+        "besideKueue", "lint", "clientConnection")
 _QUEUES = ("source",)
 _BESIDE_KUEUE = ("enabled", "admissionCheckController")
 _LEADER = ("leaseName", "namespace", "leaseDuration", "renewDeadline", "retryPeriod")
@@ -396,6 +400,7 @@ def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
         secure_metrics=_secure_metrics(r.obj("secureMetrics")),
         queues=_queues(r.obj("queues")),
         beside_kueue=_beside_kueue(r.obj("besideKueue")),
+        lint=parse_lint_settings(r.obj("lint")),
     )
     if out.beside_kueue.enabled and out.queues.source == "gpufleet":
         r.error("besideKueue reads Kueue's own objects, not gpufleet.io's", "queues", "source",

@@ -1,4 +1,5 @@
-"""Serves the mutating webhook (:mod:`gpufleet.kube.webhook`) over HTTPS, as the API server requires.
+"""Serves the mutating webhook (:mod:`gpufleet.kube.webhook`, on ``/mutate-pods``) and the validating one
+(:mod:`gpufleet.kube.validating`, gpufleet's lint rules, on ``/validate``) over HTTPS, as the API server requires.
 
 Every answer is one of: 200 with an AdmissionReview; 400 with ``{"message": ...}`` saying what is wrong with
 the request (Content-Type, Content-Length, a truncated or non-UTF-8 body, JSON nested deeper than
@@ -15,6 +16,7 @@ from typing import Any
 
 from gpufleet.api import safejson
 from gpufleet.kube.health import listen_address
+from gpufleet.kube.lint_settings import LintSettings
 from gpufleet.kube.serving import (
     BoundedHandler,
     BoundedHTTPServer,
@@ -24,6 +26,7 @@ from gpufleet.kube.serving import (
     ServingLimits,
 )
 from gpufleet.kube.settings import WebhookSettings
+from gpufleet.kube.validating import VALIDATE_PATH, ClusterSource, Validator, no_cluster
 from gpufleet.kube.webhook import MUTATE_PATH, BadReview, WebhookPolicy, review
 
 log = logging.getLogger(__name__)
@@ -36,16 +39,20 @@ MAX_BODY = 3 * 1024 * 1024 + 64 * 1024
 MAX_DEPTH = 100
 
 
-def make_handler(policy: WebhookPolicy) -> type[BoundedHandler]:
+def make_handler(policy: WebhookPolicy, validator: Validator | None = None) -> type[BoundedHandler]:
+    paths = (MUTATE_PATH, VALIDATE_PATH) if validator is not None else (MUTATE_PATH,)
+
     class Handler(BoundedHandler):
         def do_POST(self) -> None:
             try:
                 body = self.read_body(MAX_BODY)
-                if self.path.split("?", 1)[0] != MUTATE_PATH:
-                    raise ClientError(404, f"not found: this webhook serves POST {MUTATE_PATH}")
+                path = self.path.split("?", 1)[0]
+                if path not in paths:
+                    raise ClientError(404, f"not found: this webhook serves POST {' and '.join(paths)}")
                 self.require_json_content_type()
                 try:
-                    answer = review(safejson.loads(body, depth_limit=MAX_DEPTH), policy)
+                    request = safejson.loads(body, depth_limit=MAX_DEPTH)
+                    answer = review(request, policy) if path == MUTATE_PATH else validator.review(request)  # type: ignore[union-attr]
                 except (safejson.JsonBodyError, BadReview) as e:
                     raise ClientError(400, f"bad AdmissionReview: {e}") from None
             except ClientError as e:
@@ -65,15 +72,19 @@ def make_handler(policy: WebhookPolicy) -> type[BoundedHandler]:
 
 class WebhookServer(ServerThread):
     def __init__(self, address: str, cert_file: str, key_file: str, policy: WebhookPolicy,
-                 limits: ServingLimits | None = None) -> None:
+                 limits: ServingLimits | None = None, validator: Validator | None = None) -> None:
         certificate = ReloadingCertificate(cert_file, key_file, "webhook")
-        server = BoundedHTTPServer(listen_address(address), make_handler(policy), limits or ServingLimits(),
-                                   name="webhook", tls=certificate.current)
+        server = BoundedHTTPServer(listen_address(address), make_handler(policy, validator),
+                                   limits or ServingLimits(), name="webhook", tls=certificate.current)
         super().__init__(server, "webhook")
 
     @classmethod
-    def from_settings(cls, settings: WebhookSettings, scheduler_name: str) -> WebhookServer:
+    def from_settings(cls, settings: WebhookSettings, scheduler_name: str, lint: LintSettings | None = None,
+                      cluster: ClusterSource = no_cluster) -> WebhookServer:
+        """The server of the scheduler's configuration; ``cluster`` is what the lint rules judge against (the
+        informer cache's nodes and queues in the scheduler)."""
         limits = ServingLimits(workers=settings.workers, queue=settings.queue,
                                handshake_timeout=settings.handshake_timeout, read_timeout=settings.read_timeout)
         return cls(settings.bind_address, settings.cert_file, settings.key_file,
-                   WebhookPolicy(scheduler_name, settings.runtime_class_name), limits)
+                   WebhookPolicy(scheduler_name, settings.runtime_class_name), limits,
+                   Validator(lint or LintSettings(), cluster))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from gpufleet.api.errors import ManifestError, Problems
-from gpufleet.api.manifests import ManifestBuilder, Manifests, load_manifests
+from gpufleet.api.manifests import ManifestBuilder
 from gpufleet.api.source import Document, load_paths
 from gpufleet.policy.cluster import ClusterView
 from gpufleet.policy.engine import judge_all
@@ -57,13 +57,11 @@ def lint_paths(files: Sequence[str], cluster_files: Sequence[str] = (), *, stdin
         builder.add(doc)
 
     load_paths(files, problems, stdin=stdin, sink=take)
+    # The cluster is read into the same bundle: a ClusterQueue of FILES may name a flavor of --cluster, a LocalQueue
+    # a ClusterQueue. Only the objects of FILES are judged.
+    load_paths(cluster_files, problems, sink=builder.add)
     manifests = builder.finish()
-    extra: list[Manifests] = []
-    if cluster_files:
-        described = load_manifests(cluster_files)
-        problems.extend(described.problems.all)
-        extra.append(described)
-    cluster = ClusterView.from_manifests(manifests, *extra, described=bool(cluster_files))
+    cluster = ClusterView.from_manifests(manifests, described=bool(cluster_files))
     run = LintRun(judge_all(subjects(manifests, kept), cluster))
     run.problems = [p for p in problems.all if not _covered(p, run.findings)]
     run.unreadable = [p for p in run.problems if p.severity == "error"]

@@ -100,7 +100,7 @@ def _flavors(s: Subject, cluster: ClusterView, t: PodTemplate) -> list[ResourceF
 
 
 def _mib(mib: int) -> str:
-    return f"{mib // 1024} GiB" if mib % 1024 == 0 else f"{mib} MiB"
+    return f"{mib / 1024:.0f} GiB" if mib >= 1024 else f"{mib} MiB"
 
 
 def _offer(node: NodeState) -> str:
@@ -304,6 +304,16 @@ _CPU_MEMORY_CEL = CelRule(
 
 # ---- requests no node can ever satisfy -----------------------------------------------------------------------------
 
+def _kinship(node: NodeState, g: GpuDemand) -> tuple[int, int]:
+    """How close a node's devices are to a demand, after the filters' depth: how many of the resource it has, then
+    how many devices of the same kind (MIG instances for a MIG profile, whole GPUs otherwise)."""
+    resource = demand_resource(g)
+    same = node.allocatable.get(resource, 0) if resource else 0
+    if g.kind == "mig":
+        return same, sum(len(gpu.mig) for gpu in node.gpus)
+    return same, sum(1 for gpu in node.gpus if gpu.mode != "mig")
+
+
 def _check_impossible(s: Subject, cluster: ClusterView) -> Iterator[Hit]:
     if _bound(s):
         return
@@ -319,9 +329,9 @@ def _check_impossible(s: Subject, cluster: ClusterView) -> Iterator[Hit]:
                       f"flavors for GPUs ({names}) selects them", "point the queue's flavors at those nodes, or "
                       "use a queue whose flavors do")
             continue
-        depth = max(v.depth for v in verdicts)
-        closest = [v for v in verdicts if v.depth == depth]
-        best = closest[0]
+        best = max(verdicts, key=lambda v: (v.depth, *_kinship(v.node, t.gpu)))
+        closest = [v for v in verdicts if (v.depth, *_kinship(v.node, t.gpu)) == (best.depth,
+                                                                                  *_kinship(best.node, t.gpu))]
         yield Hit(_where(s, p), f"asks {_asks(t.gpu)} and no node can ever take it ({best.reason}); the closest "
                   f"offer is {_offer(best.node)}" + (f" (and {len(closest) - 1} more like it)"
                                                      if len(closest) > 1 else ""),
