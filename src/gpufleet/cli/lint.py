@@ -26,7 +26,7 @@ EPILOG = examples(
     "# in CI, as SARIF for GitHub code scanning; fail on warnings too",
     "gpufleet lint manifests/ --cluster cluster/ -o sarif --fail-on warning > gpufleet.sarif",
     "# the rules CEL can express, as ValidatingAdmissionPolicies for a cluster without the webhook",
-    "gpufleet lint --export vap | kubectl apply -f -",
+    "gpufleet lint --export vap > gpufleet-lint-policies.yaml",
 )
 
 
