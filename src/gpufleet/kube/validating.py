@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.api.errors import Problems
-from gpufleet.api.manifests import Manifests, build
+from gpufleet.api.manifests import ManifestBuilder, Manifests, build
 from gpufleet.api.source import Document
 from gpufleet.kube import resources as r
 from gpufleet.kube.informer import ObjectCache
@@ -88,8 +88,13 @@ class Validator:
 
     def findings(self, obj: JsonDict) -> list[Finding]:
         doc = Document(data=obj, file=SOURCE, line=0, index=0)
-        parsed: Manifests = build([doc], Problems())
         view = self.cluster()
+        # Parsed beside the cluster's flavors, so that a ClusterQueue naming them is read (not refused as naming
+        # flavors that do not exist).
+        builder = ManifestBuilder(Problems())
+        builder.out.flavors = list(view.flavors.values())
+        builder.add(doc)
+        parsed: Manifests = builder.finish()
         if parsed.cluster_queues or parsed.local_queues:  # judge a queue object with itself in the cluster
             view = ClusterView.from_manifests(_as_manifests(view), parsed, described=view.knows_queues)
         out = []

@@ -137,7 +137,7 @@ def policies(rules: Sequence[Rule] = RULES) -> list[dict[str, Any]]:
             "spec": {"policyName": name, "validationActions": ACTIONS[action],
                      "matchResources": {"namespaceSelector": {"matchExpressions": [
                          {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                          "values": ["kube-system", "gpufleet-system"]}]}}},
+                          "values": ["kube-system", "gpufleet-system", "gpu-operator"]}]}}},
         })
     return docs
 

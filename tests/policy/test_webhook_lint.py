@@ -1,0 +1,129 @@
+"""The validating webhook's actions (deny, warn, off from the scheduler's configuration), its answers to malformed
+reviews, and the configuration's lint section."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpufleet.api.manifests import load_manifests
+from gpufleet.kube.lint_settings import LintSettings
+from gpufleet.kube.settings import settings_from_text
+from gpufleet.kube.validating import MAX_WARNING_CHARS, Validator
+from gpufleet.kube.webhook import BadReview
+from gpufleet.policy.cluster import ClusterView
+from gpufleet.policy.rules import RULE_IDS
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "lint"
+Doc = dict[str, Any]
+
+
+def case(rule: str, name: str) -> Doc:
+    docs = [d for d in yaml.safe_load_all((DATA / "cases" / f"{rule}.yaml").read_text()) if d]
+    [doc] = [d for d in docs if d["metadata"]["name"] == name]
+    return doc
+
+
+def review(obj: Doc | None, operation: str = "CREATE") -> Doc:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": operation, "object": obj}}
+
+
+VIEW = ClusterView.from_manifests(load_manifests([str(DATA / "cluster.yaml")]), described=True)
+
+
+def validator(**rules: str) -> Validator:
+    return Validator(LintSettings({k.replace("_", "-"): v for k, v in rules.items()}), lambda: VIEW)  # type: ignore[misc]
+
+
+def test_error_rules_deny_and_warnings_warn_by_default() -> None:
+    bad = case("privileged-gpu-container", "bad-privileged")
+    bad["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}  # and no CPU/memory: a warning
+    response = validator().review(review(bad))["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert "[privileged-gpu-container] Pod ml/bad-privileged: spec.containers[0] (main).securityContext.privileged" \
+        in response["status"]["message"]
+    [warning] = response["warnings"]
+    assert warning.startswith("[gpu-pod-without-cpu-memory-requests] Pod ml/bad-privileged") \
+        and len(warning) <= MAX_WARNING_CHARS
+
+
+def test_actions_come_from_the_configuration() -> None:
+    bad = case("privileged-gpu-container", "bad-privileged")
+    warned = validator(privileged_gpu_container="warn").review(review(bad))["response"]
+    assert warned["allowed"] is True and warned["warnings"][0].startswith("[privileged-gpu-container]")
+    off = validator(privileged_gpu_container="off").review(review(bad))["response"]
+    assert off == {"uid": "u", "allowed": True}
+    denied = validator(gpu_model_unconstrained="deny").review(review(case("gpu-model-unconstrained",
+                                                                          "bad-anywhere")))["response"]
+    assert denied["allowed"] is False and "[gpu-model-unconstrained]" in denied["status"]["message"]
+
+
+def test_a_clean_object_deletes_and_unjudged_kinds_pass() -> None:
+    v = validator()
+    assert v.review(review(case("privileged-gpu-container", "good-cpu-privileged")))["response"] == \
+        {"uid": "u", "allowed": True}
+    assert v.review(review(case("privileged-gpu-container", "bad-privileged"), "DELETE"))["response"]["allowed"]
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}}
+    assert v.review(review(config_map))["response"] == {"uid": "u", "allowed": True}
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ([], "the body"), ({"apiVersion": "v1"}, "not an AdmissionReview"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "x"}, "request"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 3}}, "request.uid"),
+    (review([1]), "request.object"),  # type: ignore[arg-type]
+])
+def test_malformed_reviews_are_refused_with_the_field(body: Any, says: str) -> None:
+    with pytest.raises(BadReview, match=says.replace(".", r"\.")):
+        validator().review(body)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     max_leaves=20)
+_PATHS = [("spec",), ("spec", "containers"), ("spec", "containers", 0), ("spec", "containers", 0, "resources"),
+          ("spec", "containers", 0, "env"), ("spec", "volumes"), ("metadata",), ("metadata", "annotations"),
+          ("spec", "nodeSelector"), ("spec", "containers", 0, "securityContext")]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(_PATHS), value=_json)
+def test_any_field_of_any_shape_gets_an_answer_never_an_exception(path: tuple[Any, ...], value: Any) -> None:
+    obj = copy.deepcopy(case("privileged-gpu-container", "bad-privileged"))
+    target: Any = obj
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    try:
+        answer = validator().review(review(obj))
+    except BadReview:
+        return  # metadata of the wrong shape: a 400 with its message
+    assert isinstance(answer["response"]["allowed"], bool)
+
+
+def test_the_configuration_reads_per_rule_actions() -> None:
+    text = "lint:\n  rules:\n    gpu-model-unconstrained: deny\n    privileged-gpu-container: off\n"
+    s, problems = settings_from_text(text, "c.yaml")
+    assert not problems.errors
+    assert s.lint.action("gpu-model-unconstrained") == "deny"
+    assert s.lint.action("privileged-gpu-container") == "off"  # YAML's unquoted off reads as false
+    assert s.lint.action("hostpath-nvidia-devices") == "deny" and s.lint.action("gang-without-all-or-nothing") == "warn"
+    assert {settings_from_text("", "c.yaml")[0].lint.action(r) for r in RULE_IDS} == {"deny", "warn"}
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("lint:\n  rules:\n    gpu-modle-unconstrained: deny\n", "unknown lint rule gpu-modle-unconstrained"),
+    ("lint:\n  rules:\n    gpu-model-unconstrained: block\n", "is not an action"),
+    ("lint:\n  rule: {}\n", "unknown field rule"),
+])
+def test_configuration_errors_name_the_field_and_fix(text: str, says: str) -> None:
+    _, problems = settings_from_text(text, "c.yaml")
+    [error] = problems.errors
+    assert says in error.message and error.file == "c.yaml" and error.line and error.fix
