@@ -100,7 +100,8 @@ def test_the_chart_renders_deploy_lint_webhook() -> None:
 @pytest.mark.parametrize("version", ("1.30", K8S_VERSIONS[-1]))
 def test_the_exported_policies_are_valid_for_kubernetes(version: str) -> None:
     docs = [d for d in yaml.safe_load_all(export_documents()) if d]
-    assert sorted(d["kind"] for d in docs) == ["ValidatingAdmissionPolicy"] * 2 + ["ValidatingAdmissionPolicyBinding"] * 2
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ValidatingAdmissionPolicy"] * 2 + ["ValidatingAdmissionPolicyBinding"] * 2
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
     bindings = {d["spec"]["policyName"]: d["spec"]["validationActions"] for d in docs

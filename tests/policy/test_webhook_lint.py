@@ -85,9 +85,10 @@ def test_malformed_reviews_are_refused_with_the_field(body: Any, says: str) -> N
         validator().review(body)
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                     max_leaves=20)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=20)
 _PATHS = [("spec",), ("spec", "containers"), ("spec", "containers", 0), ("spec", "containers", 0, "resources"),
           ("spec", "containers", 0, "env"), ("spec", "volumes"), ("metadata",), ("metadata", "annotations"),
           ("spec", "nodeSelector"), ("spec", "containers", 0, "securityContext")]
