@@ -128,3 +128,29 @@ def test_configuration_errors_name_the_field_and_fix(text: str, says: str) -> No
     _, problems = settings_from_text(text, "c.yaml")
     [error] = problems.errors
     assert says in error.message and error.file == "c.yaml" and error.line and error.fix
+
+
+def test_the_scheduler_judges_against_its_informer_cache() -> None:
+    from gpufleet.kube import resources as r
+    from gpufleet.kube.informer import ObjectCache
+    from gpufleet.kube.validating import CacheClusterSource
+
+    cache = ObjectCache()
+    now = [0.0]
+    source = CacheClusterSource(cache, [r.NODES, r.PODS, r.KUEUE_LOCAL_QUEUES, r.KUEUE_CLUSTER_QUEUES],
+                                refresh=10.0, clock=lambda: now[0])
+    assert source().nodes == [] and not source().knows_nodes
+    for node in VIEW.nodes[:2]:
+        cache.apply(r.NODES, "ADDED", {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": node.name, "labels": dict(node.labels), "resourceVersion": "1"},
+            "status": {"allocatable": {k: str(v) for k, v in node.allocatable.items() if k != "cpu"}
+                       | {"cpu": f"{node.allocatable['cpu']}m"}}})
+    assert source().nodes == []  # within the refresh period the view is kept...
+    now[0] = 11.0
+    view = source()  # ...then rebuilt from the cache
+    assert sorted(n.name for n in view.nodes) == sorted(n.name for n in VIEW.nodes[:2]) and view.knows_nodes
+    assert view.knows_queues  # the scheduler watches ClusterQueues: one that is not there does not exist
+    assert source() is view  # the cache did not change: nothing rebuilt
+    lq = case("localqueue-without-clusterqueue", "bad-typo")
+    found = Validator(LintSettings(), source).review(review(lq))["response"]
+    assert found["allowed"] is False and "[localqueue-without-clusterqueue]" in found["status"]["message"]
