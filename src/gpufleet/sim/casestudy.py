@@ -14,7 +14,7 @@ the demand forms differ by scenario. Files are read with importlib.resources, so
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from importlib import resources
 
@@ -90,11 +90,17 @@ def exclusive_documents(docs: Sequence[Document]) -> list[Document]:
     return out
 
 
+# The jobs' documents for a scenario name, when the caller draws them itself (calibration thins and scales them).
+JobDocuments = Callable[[str], list[Document]]
+
+
 def _scenario(name: str, policy: str, docs: Sequence[Document], specs: Sequence[GeneratorSpec], *,
-              seed: int | None, horizon: float | None) -> Scenario:
+              seed: int | None, horizon: float | None, workload: JobDocuments | None = None) -> Scenario:
     problems = Problems()
     every = list(exclusive_documents(docs) if name == "before" else docs)
-    for spec in specs:
+    if workload is not None:
+        every += workload(name)
+    for spec in specs if workload is None else ():
         every += generated_documents(spec, name, seed=seed, duration_s=horizon)
     manifests = build(every, problems)
     jobs = jobs_from_manifests(manifests, problems)
@@ -104,17 +110,19 @@ def _scenario(name: str, policy: str, docs: Sequence[Document], specs: Sequence[
 
 
 def study(docs: Sequence[Document], specs: Sequence[GeneratorSpec], *, seed: int | None = None,
-          duration_s: float | None = None, policies: tuple[str, ...] | None = None) -> list[Scenario]:
+          duration_s: float | None = None, policies: tuple[str, ...] | None = None,
+          workload: JobDocuments | None = None) -> list[Scenario]:
     """The case study's two runs of a cluster (``docs``: nodes, NodePools, queues) and workload generators:
     before/kube-default on the cluster with every GPU exclusive and the jobs in their ``before`` (else
     ``default``) demand forms, after/gpufleet on the cluster as written with the ``after`` forms. With
     ``policies``, the after scenario under each of them. The window is the generators' duration unless
-    ``duration_s`` is given; a week of drain follows it."""
+    ``duration_s`` is given; a week of drain follows it. ``workload`` gives the jobs' documents per scenario
+    instead of the generators' own draw."""
     horizon = duration_s if duration_s is not None else max((s.duration_s for s in specs), default=None)
     if policies:
-        return [replace(_scenario("after", policies[0], docs, specs, seed=seed, horizon=horizon),
+        return [replace(_scenario("after", policies[0], docs, specs, seed=seed, horizon=horizon, workload=workload),
                         policies=policies)]
-    return [_scenario(n, p, docs, specs, seed=seed, horizon=horizon) for n, p in SCENARIOS]
+    return [_scenario(n, p, docs, specs, seed=seed, horizon=horizon, workload=workload) for n, p in SCENARIOS]
 
 
 def embedded_documents() -> list[Document]:
