@@ -140,35 +140,40 @@ def build(queues: list[QueueSpec], pool_quota: int, admitted: list[Admitted]) ->
 
 
 def compare(policy: KueuePolicy, heads: list[Head], queues: list[QueueSpec]) -> int:
-    """Both searches for every head; returns how many the shared search answered itself."""
+    """Both searches for every head, the shared one answering all heads within one nomination (so that heads of
+    a cohort share its lists and runs); returns how many the shared search answered itself."""
     preemptor = policy.state.preemptor
     tree = policy.state.tree
     before = tree.nonzero_usage()
-    answered = 0
+    asks = []
     for n, h in enumerate(heads):
         queue = f"cq{h.queue % len(queues)}"
         info = info_for(f"{queue}/head{n}", queue, h.priority, float(h.created))
         usage = {fr: v for fr, v in ((CPU, h.cpu), (MEM, h.memory)) if v}
-        if not usage:
-            continue
-        frs = {fr for fr, bit in ((CPU, 1), (MEM, 2)) if h.contested & bit and fr in usage} or set(usage)
-        preemptor.shared = False
-        with preemptor.nomination():
-            reference = [(t.info.key, t.reason) for t in preemptor.targets(info, frs, usage)]
-        assert tree.nonzero_usage() == before
-        preemptor.shared = True
-        with preemptor.nomination():
+        if usage:
+            frs = {fr for fr, bit in ((CPU, 1), (MEM, 2)) if h.contested & bit and fr in usage} or set(usage)
+            asks.append((queue, info, frs, usage))
+    preemptor.shared = False
+    with preemptor.nomination():
+        reference = [[(t.info.key, t.reason) for t in preemptor.targets(info, frs, usage)]
+                     for _, info, frs, usage in asks]
+    assert tree.nonzero_usage() == before
+    preemptor.shared = True
+    answered = 0
+    with preemptor.nomination():
+        search = CohortSearch(tree, policy.state.admitted)
+        for (queue, info, frs, usage), want in zip(asks, reference, strict=True):
             shared = [(t.info.key, t.reason) for t in preemptor.targets(info, frs, usage)]
-            direct = CohortSearch(tree, policy.state.admitted).classical_targets(
-                info, policy.config.cluster_queues[queue], tree.cluster_queue(queue), frozenset(frs), usage)
-        assert tree.nonzero_usage() == before
-        assert shared == reference, (queue, h, usage, frs)
-        if direct is not None:
-            answered += 1
-            assert [(t.info.key, t.reason) for t in direct] == reference
-            event("answered by the shared search" + (" (targets)" if reference else " (none)"))
-        else:
-            event("handed to the reference search")
+            assert shared == want, (queue, info.priority, usage, frs)
+            direct = search.classical_targets(info, policy.config.cluster_queues[queue], tree.cluster_queue(queue),
+                                              frozenset(frs), usage)
+            if direct is not None:
+                answered += 1
+                assert [(t.info.key, t.reason) for t in direct] == want
+                event("answered by the shared search" + (" (targets)" if want else " (none)"))
+            else:
+                event("handed to the reference search")
+    assert tree.nonzero_usage() == before
     return answered
 
 
