@@ -149,8 +149,9 @@ def compare(policy: KueuePolicy, heads: list[Head], queues: list[QueueSpec]) -> 
     for n, h in enumerate(heads):
         queue = f"cq{h.queue % len(queues)}"
         info = info_for(f"{queue}/head{n}", queue, h.priority, float(h.created))
-        usage = {fr: v for fr, v in ((CPU, h.cpu), (MEM, h.memory)) if v}
-        if usage:
+        # A zero request is kept now and then: both searches must read it the same way.
+        usage = {fr: v for fr, v in ((CPU, h.cpu), (MEM, h.memory)) if v or n % 3 == 0}
+        if any(usage.values()):
             frs = {fr for fr, bit in ((CPU, 1), (MEM, 2)) if h.contested & bit and fr in usage} or set(usage)
             asks.append((queue, info, frs, usage))
     preemptor.shared = False

@@ -248,11 +248,16 @@ class CohortSearch:
         if reclaim != "Never":
             if reclaim not in ("LowerPriority", "Any"):
                 return None
-            advantage = all(v <= max(0, node.subtree_quota(fr) - tree.usage(node, fr)) for fr, v in usage.items())
             cut = p if reclaim == "LowerPriority" else _NO_CUT
             cohort = self._cohort_list(root, frs)
             if cohort.count_below(cut) - cohort.count_of(node.id, cut) <= 0:
                 cohort = None
+            else:  # Kueue's hierarchical advantage: the request fits in the queue's own unused quota
+                advantage = True
+                for fr, v in usage.items():
+                    if v > max(0, node.subtree_quota(fr) - tree.usage(node, fr)):
+                        advantage = False
+                        break
         own = bool(same_evicted or same_rest)
         if cohort is None and not own:
             return []  # nothing to take: every attempt finds nothing

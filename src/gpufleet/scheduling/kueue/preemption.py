@@ -131,13 +131,15 @@ class Preemptor:
         """The workloads to evict so that ``usage`` fits in the workload's ClusterQueue; [] when none do."""
         assert info.cluster_queue is not None
         cq = self.cqs[info.cluster_queue]
-        ctx = _Ctx(info, cq, self.tree.cluster_queue(cq.name), frozenset(frs), usage)
-        if self.fair_sharing:
-            return self._fair_targets(ctx)
-        if self._cohorts is not None:
-            found = self._cohorts.classical_targets(info, cq, ctx.node, ctx.frs, usage)
+        node = self.tree.cluster_queue(cq.name)
+        contested = frozenset(frs)
+        if self._cohorts is not None and not self.fair_sharing:
+            found = self._cohorts.classical_targets(info, cq, node, contested, usage)
             if found is not None:
                 return found
+        ctx = _Ctx(info, cq, node, contested, usage)
+        if self.fair_sharing:
+            return self._fair_targets(ctx)
         return self._classical_targets(ctx)
 
     # ---- classical -------------------------------------------------------------------------------------------
