@@ -8,19 +8,14 @@ import json
 import textwrap
 
 from gpufleet.api.errors import Problems
-from gpufleet.api.manifests import build
+from gpufleet.api.manifests import load_manifest_text
 from gpufleet.api.nvidia_config import (
     ClusterPolicy,
     NvidiaConfigMap,
     config_map_names,
-    configure_nodes,
     nvidia_config_kind,
-    parse_cluster_policy,
-    parse_config_map,
 )
 from gpufleet.api.objects import Node
-from gpufleet.api.reader import FieldReader
-from gpufleet.api.source import load_text
 from gpufleet.cluster.state import ClusterState
 from gpufleet.gpu.mig import check_layout, geometry_for
 
@@ -95,25 +90,9 @@ def node(name: str, count: int, capacity: dict[str, int], labels: dict[str, str]
 
 
 def read(text: str) -> tuple[list[Node], list[NvidiaConfigMap], list[ClusterPolicy], Problems]:
-    """Nodes through the manifest reader, NVIDIA's objects through their parsers, then configured."""
-    problems = Problems()
-    docs = load_text(text, FILE, problems)
-    nodes = build([d for d in docs if d.data.get("kind") == "Node"], problems).nodes
-    cms: list[NvidiaConfigMap] = []
-    policies: list[ClusterPolicy] = []
-    for doc in docs:
-        kind = doc.data.get("kind")
-        r = FieldReader(doc, problems, kind=kind, name=None)
-        if kind == "ConfigMap":
-            cm = parse_config_map(r)
-            if cm is not None:
-                cms.append(cm)
-        elif kind == "ClusterPolicy":
-            policy = parse_cluster_policy(r)
-            assert policy is not None
-            policies.append(policy)
-    configure_nodes(nodes, cms, policies, problems)
-    return nodes, cms, policies, problems
+    """The manifest reader's nodes (configured), NVIDIA objects and problems."""
+    m = load_manifest_text(text, FILE)
+    return m.nodes, m.config_maps, m.cluster_policies, m.problems
 
 
 def by_name(nodes: list[Node]) -> dict[str, Node]:
@@ -230,7 +209,8 @@ def test_other_config_maps_are_named_and_left_out() -> None:
     _, cms, _, problems = read(text)
     assert not cms
     [warning] = problems.warnings
-    assert "holds no NVIDIA device-plugin or mig-parted configuration" in warning.message
+    assert "no NVIDIA device-plugin or mig-parted configuration" in warning.message
+    assert (warning.kind, warning.name, warning.code) == ("ConfigMap", "ml/app", "left-out")  # an error with --strict
     assert nvidia_config_kind("version: v1\nflags: {migStrategy: mixed}\n") == "device-plugin"
     assert nvidia_config_kind("version: v1\nmig-configs: {}\n") == "mig-parted"
     assert nvidia_config_kind("password: x\n") is None
@@ -295,3 +275,31 @@ def test_an_inventory_is_applied_exactly_when_it_explains_the_capacity(
                 resource = unit.resource if unit is not None else g.resource
                 offered[resource] = offered.get(resource, 0) + (g.replicas if g.mode == "replicas" else 1)
         assert offered == capacity
+
+
+def test_plan_places_mig_pods_on_a_gpu_operator_snapshot_without_a_node_pool() -> None:
+    capacity = {"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2}
+    pods = "".join(f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: infer-{i}, namespace: ml, creationTimestamp: "2026-01-01T00:00:0{i}Z"}}
+spec:
+  containers:
+  - name: c
+    resources: {{limits: {{nvidia.com/mig-3g.40gb: 1}}}}
+""" for i in range(3))
+    text = (POLICY % "mixed" + "---\n" + DEVICE_PLUGIN + "---\n" + MIG_PARTED
+            + node("mig", 2, capacity, {"nvidia.com/mig.config": "all-balanced"}) + pods)
+    manifests = load_manifest_text(text, FILE)
+    assert not manifests.problems.errors and manifests.counts()["ConfigMap"] == 2, manifests.problems.all
+    assert manifests.counts()["ClusterPolicy"] == 1
+    from gpufleet.cli.plan import run_cycles
+
+    result = run_cycles(manifests, 3, False)
+    placed = {p.pod: p.devices for c in result.cycles for a in c.decisions.admitted for p in a.pods}
+    pending = [p.workload for p in result.cycles[-1].pending]
+    # Two 3g.40gb instances, one per GPU (all-balanced): two pods placed, on instances of different GPUs.
+    assert sorted(placed) == ["ml/infer-0", "ml/infer-1"] and pending == ["ml/infer-2"]
+    devices = sorted(d for ds in placed.values() for d in ds)
+    assert all(d.startswith("mig/gpu-") and "/3g.40gb@" in d for d in devices), devices
+    assert len({d.split("/")[1] for d in devices}) == 2  # one per GPU

@@ -204,7 +204,7 @@ GENERATED: list[Case] = [
          (f"valid: {limits.MAX_NODES} Node",), exit=0, commands=("validate",)),
     Case("at-limits-cluster-plan", _writer("big.yaml", _at_limits_cluster), ("admitted",), exit=0,
          commands=("plan",)),
-    Case("at-limits-bytes", _at_limits_bytes, ("ConfigMap c0",), exit=0, commands=("validate", "plan")),
+    Case("at-limits-bytes", _at_limits_bytes, ("ConfigMap default/c0",), exit=0, commands=("validate", "plan")),
     Case("generator-rate-1e100", _writer("g.yaml", lambda: _generator("1e100")), ("ratePerHour",),
          commands=(), simulate=True),
     Case("generator-rate-5000-digits", _writer("g.yaml", lambda: _generator(f'"{DIGITS}"')), ("not a number",),

@@ -20,6 +20,8 @@ from gpufleet.api.errors import Problems
 from gpufleet.api.kinds import PARSERS
 from gpufleet.api.limits import COHORT_DEPTH, MAX_COHORT_DEPTH, MAX_NODES, NODES
 from gpufleet.api.nodepool import expand_node_pool
+from gpufleet.api.nvidia_config import PARSERS as NVIDIA_PARSERS
+from gpufleet.api.nvidia_config import ClusterPolicy, NvidiaConfigMap, configure_nodes
 from gpufleet.api.objects import (
     PRODUCT_LABEL,
     ClusterQueue,
@@ -58,6 +60,10 @@ class Manifests:
     workload_priority_classes: list[WorkloadPriorityClass] = field(default_factory=list)
     workloads: list[KueueWorkload] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)
+    # NVIDIA's configuration (device plugin and mig-parted ConfigMaps, the GPU Operator's ClusterPolicy): what
+    # GPU nodes without gpufleet's inventory offer (gpufleet.api.nvidia_config)
+    config_maps: list[NvidiaConfigMap] = field(default_factory=list)
+    cluster_policies: list[ClusterPolicy] = field(default_factory=list)
     config: SchedulerConfig | None = None
     problems: Problems = field(default_factory=Problems)
     documents: int = 0
@@ -73,7 +79,8 @@ class Manifests:
             ("ResourceFlavor", self.flavors), ("ClusterQueue", self.cluster_queues),
             ("LocalQueue", self.local_queues), ("Cohort", self.cohorts),
             ("WorkloadPriorityClass", self.workload_priority_classes), ("Workload", self.workloads),
-            ("Topology", self.topologies))}
+            ("Topology", self.topologies), ("ConfigMap", self.config_maps),
+            ("ClusterPolicy", self.cluster_policies))}
         return {k: n for k, n in own.items() if n > 0} | self.controllers.counts()
 
 
@@ -81,7 +88,7 @@ _TARGET: dict[str, str] = {
     "Node": "nodes", "NodePool": "node_pools", "Pod": "pods", "Namespace": "namespaces",
     "PriorityClass": "priority_classes", "ResourceFlavor": "flavors", "ClusterQueue": "cluster_queues",
     "LocalQueue": "local_queues", "Cohort": "cohorts", "WorkloadPriorityClass": "workload_priority_classes",
-    "Workload": "workloads", "Topology": "topologies",
+    "Workload": "workloads", "Topology": "topologies", "ConfigMap": "config_maps", "ClusterPolicy": "cluster_policies",
 }
 
 
@@ -117,9 +124,9 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
         if made is not None and problems.error_count == before:
             intake.keep(made, out.controllers, position)
         return
-    parser = PARSERS.get((group, str(kind)))
+    parser = PARSERS.get((group, str(kind))) or NVIDIA_PARSERS.get((group, str(kind)))
     if parser is None:
-        intake.unread_kind(r, str(api_version), str(kind), set(PARSERS))
+        intake.unread_kind(r, str(api_version), str(kind), set(PARSERS) | set(NVIDIA_PARSERS))
         return
     obj = parser(r)
     if obj is None or problems.error_count > before:
@@ -278,6 +285,7 @@ class ManifestBuilder:
         _check_references(out)
         _expand_pools(out)
         _check_duplicates(out)
+        configure_nodes(out.nodes, out.config_maps, out.cluster_policies, out.problems)
         return out
 
 

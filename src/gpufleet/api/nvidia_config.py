@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from gpufleet.api.device_plugin_config import read_config
-from gpufleet.api.errors import Problems
+from gpufleet.api.errors import LEFT_OUT, Problems
 from gpufleet.api.kinds import parse_meta
 from gpufleet.api.objects import GPU, PRODUCT_LABEL, GpuInventory, Node, ObjectMeta
 from gpufleet.api.reader import FieldReader, parse_int_text
@@ -183,8 +183,9 @@ def parse_config_map(r: FieldReader) -> NvidiaConfigMap | None:
         else:
             out.mig_parted[str(key)] = _mig_parted(FieldReader(docs[0], r.problems, kind=reader_kind, name=name))
     if not out.device_plugin and not out.mig_parted:
-        r.warning(f"ConfigMap {meta.key} holds no NVIDIA device-plugin or mig-parted configuration; gpufleet reads "
-                  "no other ConfigMap: it is left out", "data")
+        r.warning("no NVIDIA device-plugin or mig-parted configuration here; left out (gpufleet reads no other "
+                  "ConfigMap)", "data", fix="nothing to do: it changes no placement (remove it to silence this)",
+                  code=LEFT_OUT)
         return None
     return out
 
@@ -299,7 +300,8 @@ def _setup(config_maps: Sequence[NvidiaConfigMap], policies: Sequence[ClusterPol
     policy = policies[0] if policies else None
     if len(policies) > 1:
         problems.warning(f"{len(policies)} ClusterPolicies: the GPU Operator uses one and ignores the others; "
-                         f"gpufleet reads {policies[0].name}", kind="ClusterPolicy", name=policies[1].name)
+                         f"gpufleet reads {policies[0].name}", kind="ClusterPolicy", name=policies[1].name,
+                         code=LEFT_OUT)
     dp = _one(config_maps, policy.device_plugin_config if policy else None, "device_plugin")
     mig_name = policy.mig_parted_config if policy else None
     mp = _one(config_maps, mig_name, "mig_parted")
@@ -461,5 +463,6 @@ def configure_nodes(nodes: Sequence[Node], config_maps: Sequence[NvidiaConfigMap
         many = len(names) > 1
         problems.warning(f"node{'s' if many else ''} {shown}: {reason}; read from {'their' if many else 'its'} "
                          "resources and labels instead", kind="Node", name=names[0],
-                         fix="check the node's nvidia.com/* labels and the NVIDIA ConfigMaps in the input")
+                         fix="check the node's nvidia.com/* labels and the NVIDIA ConfigMaps in the input",
+                         code=LEFT_OUT)
     return done

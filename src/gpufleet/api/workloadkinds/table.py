@@ -183,7 +183,7 @@ def versions_of(group: str, kind: str) -> tuple[str, ...] | None:
 # Well-known kinds gpufleet does not read, by (group, kind): None for kinds that hold no pods gpufleet would plan,
 # else what is lost by leaving them out.
 _NOT_WORKLOADS = {
-    "": ("Service", "ConfigMap", "Secret", "ServiceAccount", "Endpoints", "PersistentVolumeClaim",
+    "": ("Service", "Secret", "ServiceAccount", "Endpoints", "PersistentVolumeClaim",
          "PersistentVolume", "LimitRange", "ResourceQuota", "Event", "PodTemplate", "Binding"),
     "apps": ("ControllerRevision",),
     "rbac.authorization.k8s.io": ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"),
@@ -201,7 +201,7 @@ _NOT_WORKLOADS = {
     "certificates.k8s.io": ("CertificateSigningRequest",),
     "monitoring.coreos.com": ("ServiceMonitor", "PodMonitor", "PrometheusRule"),
     "kueue.x-k8s.io": ("MultiKueueConfig", "MultiKueueCluster", "ProvisioningRequestConfig"),
-    "nvidia.com": ("ClusterPolicy", "NVIDIADriver"),
+    "nvidia.com": ("NVIDIADriver",),  # ClusterPolicy is read (gpufleet.api.nvidia_config), as NVIDIA's ConfigMaps
     "scheduling.volcano.sh": ("HyperNode",),
     "kai.scheduler": ("Topology",),
     "kustomize.config.k8s.io": ("Kustomization",),
