@@ -205,7 +205,18 @@ def parse_meta(r: FieldReader, *, namespaced: bool) -> ObjectMeta | None:
         creation_timestamp=stamp,
         uid=m.text("uid"),
         source=SourceRef(r.doc.file, r.doc.line),
+        owners=_owner_uids(m),
     )
+
+
+def _owner_uids(m: FieldReader) -> tuple[str, ...]:
+    """The UIDs of ``ownerReferences`` (who owns the object; malformed entries are skipped: ownership is a hint
+    for grouping, never a reason to refuse an object)."""
+    refs = m.raw("ownerReferences")
+    if not isinstance(refs, list):
+        return ()
+    return tuple(str(ref["uid"]) for ref in refs[:64] if isinstance(ref, dict) and isinstance(ref.get("uid"), str)
+                 and ref["uid"])
 
 
 # ---- shared pieces ----------------------------------------------------------------------------------------------

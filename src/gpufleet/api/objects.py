@@ -61,6 +61,7 @@ class ObjectMeta:
     uid: str | None = None
     source: SourceRef | None = None
     order: int = 0  # position of the object's document in the whole input: the last ordering tie-breaker
+    owners: tuple[str, ...] = ()  # the UIDs of metadata.ownerReferences (a Job's pods, a Kueue Workload's owner)
 
     @property
     def key(self) -> str:

@@ -246,6 +246,9 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
             pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations,
             active=wl.active, order=wl.meta.order, uid=wl.meta.uid, gang=sum(ps.count for ps in pod_sets) > 1,
             origin=wl.meta))
+    from gpufleet.cluster.kueue_objects import fold_kueue_workloads
+
+    out[:] = fold_kueue_workloads(out)  # a Kueue Workload object and the Job (pods...) it stands for: counted once
     _hold_for_admission_checks(out, manifests, problems)
     _unique_keys(out, problems)
     out.sort(key=lambda w: w.order)

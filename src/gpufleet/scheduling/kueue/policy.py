@@ -265,11 +265,13 @@ class KueuePolicy:
         # Kueue orders preemption candidates by when their quota was reserved; a status that does not say counts
         # as reserved now, after every recorded reservation.
         reserved_at = adm.quota_reserved_at if adm.quota_reserved_at is not None else math.inf
-        self.state.commit_admission(info, cq, podsets, usage, [], now, admitted_at=reserved_at, ready=True)
+        pods, _ = self._bound_pods(info)  # its pods already running (a snapshot) hold their nodes and devices
+        self.state.commit_admission(info, cq, podsets, usage, pods, now, admitted_at=reserved_at, ready=True)
         info.evicting = adm.evicted  # an eviction under way keeps the quota until the pods are gone
 
-    def _admit_bound(self, info: WorkloadInfo, now: float) -> None:
-        """Pods already on nodes: they hold node capacity, and their quota (flavors inferred from the node)."""
+    def _bound_pods(self, info: WorkloadInfo) -> tuple[list[PodAssignment], dict[str, dict[str, str]]]:
+        """The workload's pods already on nodes, charged there (their recorded devices when they have them), and
+        the labels of a node of each pod set."""
         state = self.state
         pods: list[PodAssignment] = []
         node_labels: dict[str, dict[str, str]] = {}
@@ -281,6 +283,12 @@ class KueuePolicy:
             pods.append(PodAssignment(p.key, p.node_name, devices))
             if state.cluster is not None and p.node_name in state.cluster.nodes:
                 node_labels.setdefault(p.pod_set, state.cluster.nodes[p.node_name].labels)
+        return pods, node_labels
+
+    def _admit_bound(self, info: WorkloadInfo, now: float) -> None:
+        """Pods already on nodes: they hold node capacity, and their quota (flavors inferred from the node)."""
+        state = self.state
+        pods, node_labels = self._bound_pods(info)
         cq_name = info.cluster_queue if info.problem is None else None
         usage: dict[FR, int] = {}
         podsets: list[PodSetAdmission] = []
