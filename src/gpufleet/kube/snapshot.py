@@ -3,8 +3,8 @@
 What is taken, each kind only where the server serves it (discovery):
 
 * Nodes, Pods, Namespaces, PriorityClasses;
-* the workload kinds people run on GPUs (:data:`WORKLOAD_KINDS`: Jobs, CronJobs, Deployments, StatefulSets,
-  ReplicaSets, JobSets, Kubeflow's jobs, Ray, LeaderWorkerSets, Volcano's and KAI's kinds);
+* the workload kinds gpufleet reads (:data:`WORKLOAD_KINDS`: Jobs, CronJobs, Deployments, StatefulSets,
+  ReplicaSets, JobSets, Kubeflow's jobs and training runtimes, Ray, LeaderWorkerSets, Volcano's and KAI's kinds);
 * the queue kinds of both ``kueue.x-k8s.io`` and ``gpufleet.io``, Kueue's Workloads and AdmissionChecks;
 * NVIDIA's configuration: the GPU Operator's ClusterPolicy and the device plugin's and mig-parted's ConfigMaps
   (those the ClusterPolicy names, and any other ConfigMap whose data is such a configuration; no other).
@@ -30,6 +30,7 @@ import yaml
 
 from gpufleet.api.limits import MAX_DOCUMENTS, MAX_INPUT_BYTES
 from gpufleet.api.nvidia_config import config_map_names, nvidia_config_kind
+from gpufleet.api.workloadkinds.table import RULES, SUPPORTING_KINDS
 from gpufleet.kube import resources as r
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.discovery import Discovery
@@ -48,29 +49,13 @@ class KindRef:
     versions: tuple[str, ...]
 
 
-# The workload kinds of issue 14: what the server serves of them is taken (in the first version listed that it
-# serves). gpufleet's manifest reader decides what each means; a kind it does not read is named by `plan`.
+# The workload kinds and the kinds they refer to (Volcano's and KAI's queues, Kubeflow's training runtimes), as
+# gpufleet's manifest reader knows them (gpufleet.api.workloadkinds.table): taken in the first version listed that
+# the server serves. Kueue's AdmissionChecks are among the queue kinds below.
 WORKLOAD_KINDS: tuple[KindRef, ...] = (
-    KindRef("batch", "Job", ("v1",)),
-    KindRef("batch", "CronJob", ("v1",)),
-    KindRef("apps", "Deployment", ("v1",)),
-    KindRef("apps", "StatefulSet", ("v1",)),
-    KindRef("apps", "ReplicaSet", ("v1",)),
-    KindRef("jobset.x-k8s.io", "JobSet", ("v1alpha2",)),
-    KindRef("kubeflow.org", "PyTorchJob", ("v1",)),
-    KindRef("kubeflow.org", "TFJob", ("v1",)),
-    KindRef("kubeflow.org", "XGBoostJob", ("v1",)),
-    KindRef("kubeflow.org", "PaddleJob", ("v1",)),
-    KindRef("kubeflow.org", "MPIJob", ("v2beta1", "v1")),
-    KindRef("trainer.kubeflow.org", "TrainJob", ("v1alpha1",)),
-    KindRef("ray.io", "RayJob", ("v1",)),
-    KindRef("ray.io", "RayCluster", ("v1",)),
-    KindRef("leaderworkerset.x-k8s.io", "LeaderWorkerSet", ("v1",)),
-    KindRef("batch.volcano.sh", "Job", ("v1alpha1",)),
-    KindRef("scheduling.volcano.sh", "PodGroup", ("v1beta1",)),
-    KindRef("scheduling.volcano.sh", "Queue", ("v1beta1",)),
-    KindRef("scheduling.run.ai", "PodGroup", ("v2alpha2",)),
-    KindRef("scheduling.run.ai", "Queue", ("v2", "v2alpha2")),
+    *(KindRef(group, kind, rule.versions) for (group, kind), rule in RULES.items()),
+    *(KindRef(group, kind, versions) for (group, kind), versions in SUPPORTING_KINDS.items()
+      if group != r.KUEUE_GROUP),
 )
 
 QUEUE_KINDS: tuple[ResourceType, ...] = (
