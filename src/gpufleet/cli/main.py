@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 import gpufleet
+from gpufleet.cli import advise as advise_command
 from gpufleet.cli import completion, console, simulate
 from gpufleet.cli import lint as lint_command
 from gpufleet.cli import plan as plan_command
@@ -61,6 +62,7 @@ app.command(epilog=plan_command.EPILOG)(plan_command.plan)
 app.command(epilog=snapshot_command.EPILOG)(snapshot_command.snapshot)
 app.command(epilog=simulate.EPILOG)(simulate.simulate)
 app.command(epilog=examples("gpufleet demo", "gpufleet demo -o json > demo.json"))(simulate.demo)
+app.command(epilog=advise_command.EPILOG)(advise_command.advise)
 app.add_typer(bench_app, name="bench")
 app.command(epilog=examples(
     "# in a cluster (see deploy/ and charts/gpufleet)",

@@ -1,0 +1,190 @@
+"""What ``gpufleet advise -o DIR`` writes, and the advice as a document (``-o json``) and a report.
+
+Files, each complete and applied as GPU Operator and Kueue users apply them:
+
+* ``mig-parted-config.yaml``: mig-parted's ConfigMap (``version: v1``, ``mig-configs``);
+* ``device-plugin-config.yaml``: the device plugin's ConfigMap (``version: v1``, ``sharing.timeSlicing``);
+* ``cluster-policy-patch.yaml``: the ClusterPolicy merge patch that points the operator at both;
+* ``node-labels.sh``: ``kubectl label node`` for every node of the input (``nvidia.com/mig.config``,
+  ``nvidia.com/device-plugin.config``, ``gpu-mode``); written when the input has Nodes (a snapshot);
+* ``cluster.yaml``: the cluster as the proposal has it (NodePools and Nodes), for ``gpufleet simulate``;
+* ``kueue.yaml``: ResourceFlavors, the rewritten ClusterQueues and the Cohorts (without their own quota);
+* ``advice.json``: the advice as ``-o json`` prints it; ``advice.md`` and ``advice.html``: the report.
+
+When the given configuration wins, the files describe it (its queues as written): applying them changes
+nothing, and they are NVIDIA's form of what a NodePool said.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpufleet.advise.contract import Advice, Judged, NodeConfig, Proposal
+from gpufleet.advise.nvidia import (
+    cluster_policy_patch,
+    device_plugin_config_map,
+    label_script,
+    mig_parted_config_map,
+    node_labels,
+)
+from gpufleet.advise.realise import Realised, realise
+from gpufleet.advise.reasons import KPI_WORDS, kpi_text
+from gpufleet.sim.report import BulletsBlock, Report, Section, TableBlock, duration_text, to_markdown
+
+if TYPE_CHECKING:
+    from gpufleet.advise.search import Context
+
+FILES = ("mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml", "node-labels.sh",
+         "cluster.yaml", "kueue.yaml", "advice.json", "advice.md", "advice.html")
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (a ConfigMap's embedded files) as literal blocks, the way people write them."""
+
+
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def _dump(docs: Sequence[Mapping[str, Any]]) -> str:
+    return yaml.dump_all(list(docs), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 20)
+
+
+def configs_of(proposal: Proposal) -> list[NodeConfig]:
+    return sorted({g.config for g in proposal.pools})
+
+
+@dataclass(slots=True)
+class Written:
+    files: dict[str, Path]  # name -> path
+
+
+def queue_documents(ctx: Context, chosen: Proposal, realised: Realised) -> list[dict[str, Any]]:
+    """The Kueue objects to apply: the proposal's, or the given configuration's as written."""
+    if not chosen.given:
+        return [*realised.flavors, *realised.cluster_queues, *realised.cohorts]
+    kinds = ("ResourceFlavor", "ClusterQueue", "Cohort")
+    return [d.data for d in ctx.inp.docs if isinstance(d.data, dict) and d.data.get("kind") in kinds]
+
+
+def file_texts(ctx: Context, advice: Advice) -> dict[str, str]:
+    """Every file's text but the report's and the JSON's (module doc)."""
+    chosen = advice.chosen.proposal
+    realised = realise(ctx.inp, ctx.pools, chosen, ctx.classes)
+    configs = configs_of(chosen)
+    out = {
+        "mig-parted-config.yaml": _dump([mig_parted_config_map(configs)]),
+        "device-plugin-config.yaml": _dump([device_plugin_config_map(configs)]),
+        "cluster-policy-patch.yaml": _dump([cluster_policy_patch()]),
+        "cluster.yaml": _dump(realised.cluster),
+        "kueue.yaml": _dump(queue_documents(ctx, chosen, realised)),
+    }
+    labels = {node: node_labels(g.config) for g in chosen.pools for node in g.nodes
+              if not ctx.by_name[g.pool].node_pools}
+    if labels:
+        out["node-labels.sh"] = label_script(labels)
+    return out
+
+
+def _config_doc(config: NodeConfig) -> dict[str, Any]:
+    doc: dict[str, Any] = {"mode": config.mode}
+    if config.mode == "time-sliced":
+        doc["replicas"] = config.replicas
+    if config.mode == "mig":
+        doc["mig"] = {p: n for p, n in config.mig}
+    return doc
+
+
+def _judged_doc(j: Judged) -> dict[str, Any]:
+    p = j.proposal
+    return {
+        "name": p.name, "given": p.given, "score": round(j.score, 4), "withinGuards": j.feasible,
+        **({"whyNot": j.why_not} if j.why_not else {}),
+        "pools": [{"pool": g.pool, "model": g.model, "gpusPerNode": g.gpus_per_node, "config": _config_doc(g.config),
+                   "labels": node_labels(g.config), "nodes": list(g.nodes)} for g in p.pools],
+        "requests": [{"class": f.klass, "namespace": f.namespace, "queue": f.queue, "resource": f.resource,
+                      "count": f.count, "given": f.given} for f in p.forms],
+        "quotas": [{"clusterQueue": q.cluster_queue, "flavor": q.flavor, "resource": q.resource,
+                    "nominalQuota": q.nominal} for q in p.quotas],
+        "kpis": dict(j.kpis), "perQueue": dict(j.per_queue), "simulatedSeconds": round(j.wall_s, 2),
+    }
+
+
+def advice_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | None = None) -> dict[str, Any]:
+    """The advice as ``-o json`` prints it."""
+    return {
+        "input": ctx.inp.title, "seed": ctx.inp.seed, "windowSeconds": ctx.inp.window_s,
+        "objective": advice.objective, "budgetPerHour": advice.budget, "changed": advice.changed,
+        "given": _judged_doc(advice.given), "proposal": _judged_doc(advice.chosen),
+        "tried": [{"name": j.proposal.name, "score": round(j.score, 4), "withinGuards": j.feasible,
+                   **({"whyNot": j.why_not} if j.why_not else {}),
+                   "kpis": {k: j.kpis.get(k) for k, _, _ in KPI_WORDS}} for j in advice.tried],
+        "reasons": list(advice.reasons), "notes": list(advice.notes),
+        "timings": {k: round(v, 3) if isinstance(v, float) else v for k, v in advice.timings.items()},
+        **({"files": {k: str(v) for k, v in files.items()}} if files is not None else {}),
+    }
+
+
+def report(ctx: Context, advice: Advice) -> Report:
+    """The advice as a report (``advice.md``, ``advice.html``; the simulation report's blocks)."""
+    g, c = advice.given, advice.chosen
+    kpis = TableBlock.of(["figure", "given", "proposal"],
+                         [[words, kpi_text(key, g.kpis.get(key)), kpi_text(key, c.kpis.get(key))]
+                          for key, words, _ in KPI_WORDS])
+    queues = TableBlock.of(["queue", "p95 wait (given)", "p95 wait (proposal)", "success (given)",
+                            "success (proposal)"],
+                           [[q, duration_text(g.per_queue.get(q, {}).get("wait_p95_s")),
+                             duration_text(c.per_queue.get(q, {}).get("wait_p95_s")),
+                             kpi_text("job_success_pct", g.per_queue.get(q, {}).get("job_success_pct")),
+                             kpi_text("job_success_pct", c.per_queue.get(q, {}).get("job_success_pct"))]
+                            for q in sorted(set(g.per_queue) | set(c.per_queue))])
+    pools = TableBlock.of(["pool", "model", "nodes", "configuration"],
+                          [[p.pool, p.model, str(len(p.nodes)), p.config.text] for p in c.proposal.pools], 3)
+    requests = TableBlock.of(["class", "namespace", "asks now", "proposal"],
+                             [[f.klass, f.namespace, f.given, f.resource] for f in c.proposal.forms], 4)
+    tried = TableBlock.of(["proposal", "score", "within guards"],
+                          [[j.proposal.name, f"{j.score:,.3f}", "yes" if j.feasible else (j.why_not or "no")]
+                           for j in [advice.given, *advice.tried]], 1)
+    t = advice.timings
+    timing = (f"{len(advice.tried)} proposals simulated besides the given configuration in {t.get('total', 0):.0f} s: "
+              f"the integer program {t.get('program', 0):.1f} s ({t.get('programs', 0):.0f} solves), the simulator "
+              f"{t.get('simulate', 0):.1f} s, writing proposals {t.get('realise', 0):.1f} s.")
+    sections = [Section("Before and after, on the same demand", [kpis, queues]),
+                Section("Why", [BulletsBlock(tuple(advice.reasons))]),
+                Section("The proposal", [pools, requests]),
+                Section("Every proposal the simulator judged", [tried, timing])]
+    if advice.notes:
+        sections.append(Section("Notes", [BulletsBlock(tuple(advice.notes))]))
+    intro = [f"Input: {ctx.inp.title}; objective {advice.objective}"
+             + (f", budget {advice.budget:g} CHF/h" if advice.budget is not None else "")
+             + f"; seed {ctx.inp.seed}. Every figure is the simulator's, on the same jobs."]
+    return Report("gpufleet advise", intro, sections)
+
+
+def write(directory: Path, ctx: Context, advice: Advice) -> Written:
+    """Write every file (module doc) into ``directory``."""
+    from gpufleet.sim.report_html import to_html
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for name, text in file_texts(ctx, advice).items():
+        path = directory / name
+        path.write_text(text, encoding="utf-8")
+        written[name] = path
+    r = report(ctx, advice)
+    for name, text in (("advice.md", to_markdown(r)), ("advice.html", to_html(r, {}))):
+        (directory / name).write_text(text, encoding="utf-8")
+        written[name] = directory / name
+    written["advice.json"] = directory / "advice.json"
+    doc = advice_document(ctx, advice, written)
+    written["advice.json"].write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    return Written(written)

@@ -1,0 +1,137 @@
+"""``gpufleet advise FILES... [--objective cost|wait|balanced] [--budget CHF/h] [-o DIR] [-o json]``: parse, run
+the advisor, render."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpufleet.advise.contract import OBJECTIVES, Advice
+from gpufleet.advise.files import advice_document, write
+from gpufleet.advise.inputs import read_input
+from gpufleet.advise.reasons import KPI_WORDS, kpi_text
+from gpufleet.advise.search import DEFAULT_EVALUATIONS, Context, NoProposal, prepare, search
+from gpufleet.cli import console
+from gpufleet.cli.options import EXIT_FINDINGS, OutputFormat, Strict, examples, usage_error
+from gpufleet.sim.model import SimulationError
+
+EPILOG = examples(
+    "# the case study: improve the guide's hand-made MIG and time-slicing configuration",
+    "gpufleet advise",
+    "# write NVIDIA's files, the Kueue objects and a report into out/, and print the advice as JSON",
+    "gpufleet advise examples/casestudy --objective wait -o out/ -o json",
+    "# a snapshot of a live cluster and a workload generator, within a budget",
+    "gpufleet advise snapshot/ workload.yaml --objective cost --budget 120",
+)
+
+FORMATS = {f.value for f in OutputFormat}
+
+
+def _outputs(values: list[str]) -> tuple[OutputFormat, Path | None]:
+    """``-o`` given up to twice: a format (text, wide, json, yaml) and/or a folder for the files."""
+    fmt: OutputFormat | None = None
+    folder: Path | None = None
+    for value in values:
+        if value.lower() in FORMATS:
+            if fmt is not None:
+                raise usage_error(f"two output formats ({fmt.value} and {value}); give one", "-o")
+            fmt = OutputFormat(value.lower())
+        else:
+            if folder is not None:
+                raise usage_error(f"two folders ({folder} and {value}); give one", "-o")
+            folder = Path(value)
+            if folder.exists() and not folder.is_dir():
+                raise usage_error(f"{value} exists and is not a folder", "-o")
+    return fmt or OutputFormat.text, folder
+
+
+def advise(
+    files: Annotated[list[str] | None, typer.Argument(
+        help="The cluster (NodePools, Nodes or a snapshot, with Kueue's objects and NVIDIA's ConfigMaps) and the "
+             "demand (workload manifests, a WorkloadGenerator, openb CSVs). None: the embedded case study.",
+        show_default=False)] = None,
+    objective: Annotated[str, typer.Option(
+        help="What to improve: cost (of serving the demand), wait (p95 queue wait) or balanced (the three, "
+             "each against the given configuration).", metavar="cost|wait|balanced")] = "balanced",
+    budget: Annotated[float | None, typer.Option(
+        help="Most the held GPUs may cost per hour on average (CHF/h); every proposal is held to it.",
+        metavar="CHF/h")] = None,
+    output: Annotated[list[str] | None, typer.Option(
+        "-o", "--output", metavar="DIR|text|wide|json|yaml",
+        help="A folder to write the files into (NVIDIA's ConfigMaps, the ClusterPolicy patch, node labels, the "
+             "cluster, Kueue's objects, the report) and/or the output format; give -o twice for both.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the generator and the simulator.")] = None,
+    duration: Annotated[str | None, typer.Option(help="Window of arrivals (14d, 36h).")] = None,
+    evaluations: Annotated[int, typer.Option(
+        help="Most proposals the simulator judges, besides the given configuration.", min=1, max=500)] =
+        DEFAULT_EVALUATIONS,
+    strict: Strict = False,
+) -> None:
+    """Propose MIG layouts, time-slicing, requests and quotas for a demand, each judged by the simulator."""
+    if objective not in OBJECTIVES:
+        raise usage_error(f"{objective!r} is not one of {', '.join(OBJECTIVES)}", "--objective")
+    if budget is not None and not budget > 0:
+        raise usage_error("the budget is a positive number of CHF per hour", "--budget")
+    fmt, folder = _outputs(output or [])
+    try:
+        inp = read_input(files or [], seed=seed, duration=duration, strict=strict)
+        ctx = prepare(inp)
+        advice = search(inp, objective, budget=budget, evaluations=evaluations,
+                        progress=lambda text: console.note(f"advise: {text}"))
+    except NoProposal as exc:
+        console.error(str(exc))
+        raise typer.Exit(EXIT_FINDINGS) from None
+    except SimulationError as exc:
+        console.error(str(exc))
+        raise typer.Exit(EXIT_FINDINGS) from None
+    written = write(folder, ctx, advice).files if folder is not None else None
+    for note in advice.notes:
+        console.warning(note)
+    if fmt.is_document:
+        console.emit(json.loads(json.dumps(advice_document(ctx, advice, written), default=str)), fmt.value)
+    else:
+        _render(ctx, advice, wide=fmt is OutputFormat.wide)
+    if written is not None:
+        console.note(f"files written to {folder}: {', '.join(sorted(written))}")
+
+
+def _render(ctx: Context, advice: Advice, *, wide: bool) -> None:
+    g, c = advice.given, advice.chosen
+    table = console.make_table(f"gpufleet advise ({advice.objective}): the given configuration beside the "
+                               + ("proposal" if advice.changed else "proposal (the given configuration wins)"),
+                               "figure", console.Column("given", justify="right"),
+                               console.Column("proposal", justify="right"))
+    for key, words, _ in KPI_WORDS:
+        table.add_row(words, kpi_text(key, g.kpis.get(key)), kpi_text(key, c.kpis.get(key)))
+    console.show(table)
+    console.say("")
+    pools = console.make_table("Nodes", "pool", "model", console.Column("nodes", justify="right"), "configuration",
+                               *(["labels"] if wide else []))
+    for p in c.proposal.pools:
+        from gpufleet.advise.nvidia import node_labels
+
+        extra = [", ".join(f"{k}={v}" for k, v in node_labels(p.config).items())] if wide else []
+        pools.add_row(p.pool, p.model, str(len(p.nodes)), p.config.text, *extra)
+    console.show(pools)
+    console.say("")
+    forms = console.make_table("Requests", "class", "namespace", "asks now", "proposal")
+    for f in c.proposal.forms:
+        forms.add_row(f.klass, f.namespace, f.given, f.resource if f.changed else "(as now)")
+    console.show(forms)
+    if c.proposal.quotas:
+        console.say("")
+        quotas = console.make_table("ClusterQueue quotas", "ClusterQueue", "flavor", "resource",
+                                    console.Column("nominal", justify="right"))
+        for q in c.proposal.quotas:
+            quotas.add_row(q.cluster_queue, q.flavor, q.resource, str(q.nominal))
+        console.show(quotas)
+    console.say("")
+    for line in advice.reasons:
+        console.say(f"- {line}")
+    t = advice.timings
+    console.say(f"{len(advice.tried)} proposals simulated besides the given configuration in {t.get('total', 0):.0f} s "
+                f"(integer program {t.get('program', 0):.1f} s over {t.get('programs', 0):.0f} solves, simulator "
+                f"{t.get('simulate', 0):.1f} s).", style="dim")
