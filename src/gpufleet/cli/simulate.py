@@ -13,9 +13,18 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from gpufleet.cli import console
 from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, Strict, examples, usage_error
 from gpufleet.sim.model import SimulationError
+from gpufleet.sim.openmetrics import SimRun, local_queue_map, write_openmetrics
 from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, kpi_cell, write_report
 from gpufleet.sim.report_plots import plotting_unavailable
-from gpufleet.sim.runner import casestudy_claims, parse_duration_option, parse_failures, parse_policies, plan, run_plan
+from gpufleet.sim.runner import (
+    Plan,
+    casestudy_claims,
+    parse_duration_option,
+    parse_failures,
+    parse_policies,
+    plan,
+    run_plan,
+)
 
 EPILOG = examples(
     "# the embedded case study, before against after (what `gpufleet demo` runs)",
@@ -24,6 +33,8 @@ EPILOG = examples(
     "gpufleet simulate examples/casestudy --report out/",
     "# an openb trace under two policies, KPIs as JSON",
     "gpufleet simulate nodes.csv pods.csv --compare kube-default,gpufleet -o json",
+    "# the case study as Prometheus samples, for the dashboards (deploy/grafana/)",
+    "gpufleet simulate --metrics-out sim.om && promtool tsdb create-blocks-from openmetrics sim.om data/",
 )
 
 
@@ -97,6 +108,9 @@ def simulate(
         "--json", help="Also write the KPIs of every run as JSON into this file.", dir_okay=False)] = None,
     report: Annotated[Path | None, typer.Option(
         help="Write report.md, report.html and PNG plots into this folder.", file_okay=False)] = None,
+    metrics_out: Annotated[Path | None, typer.Option(
+        "--metrics-out", help="Also write every run as OpenMetrics with timestamps, under the live scheduler's metric "
+        "names (load it with: promtool tsdb create-blocks-from openmetrics FILE DIR).", dir_okay=False)] = None,
     output: Output = OutputFormat.text,
     strict: Strict = False,
 ) -> None:
@@ -148,13 +162,33 @@ def simulate(
     if json_out is not None:
         json_out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         console.note(f"JSON written to {json_out}")
+    if metrics_out is not None:
+        _write_metrics(metrics_out, p, runs)
     if report is not None:
         written = write_report(report, runs, title=p.title, intro=p.intro, claims=rows, explanation=explanation)
         console.note(f"report written to {written.markdown} and {written.html}"
                      + (f" ({len(written.plots)} plots)" if written.plots else " (no plots)"))
 
 
+def _write_metrics(path: Path, p: Plan, runs: list[RunOutput]) -> None:
+    by_name = {sc.name: sc for sc in p.scenarios}
+    sim_runs = []
+    for r in runs:
+        scenario = by_name[r.summary["scenario"]]
+        queues = local_queue_map((lq.meta.namespace or "", lq.meta.name, lq.cluster_queue)
+                                 for lq in scenario.manifests.local_queues)
+        cluster_queues = tuple(sorted(cq.name for cq in scenario.manifests.cluster_queues))
+        sim_runs.append(SimRun(r.label, r.result, queues, cluster_queues))
+    try:
+        samples = write_openmetrics(path, sim_runs)
+    except OSError as exc:
+        console.error(f"--metrics-out {path}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_FINDINGS) from None
+    console.note(f"OpenMetrics written to {path} ({samples:,} samples; promtool tsdb create-blocks-from "
+                 "openmetrics loads it)")
+
+
 def demo(output: Output = OutputFormat.text) -> None:
     """The embedded case study: before (exclusive GPUs, kube-default) against after (MIG, time-slicing, Kueue)."""
     simulate(files=None, policy=None, compare=None, duration=None, seed=None, failures=None, json_out=None,
-             report=None, output=output, strict=False)
+             report=None, metrics_out=None, output=output, strict=False)

@@ -35,6 +35,7 @@ from gpufleet.kube.bindqueue import BindQueue
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.eventsink import EventSink
 from gpufleet.kube.evictor import Evictor, EvictResult, Shields, Victim
+from gpufleet.kube.fleet_metrics import FleetMetrics
 from gpufleet.kube.grants import visible_devices
 from gpufleet.kube.informer import CacheSnapshot, ObjectCache
 from gpufleet.kube.metrics import SchedulerMetrics
@@ -141,6 +142,7 @@ class CycleRunner:
         self.binds = BindQueue(self.binder, self.assumed, workers=b.workers, metrics=metrics,
                                on_release=self.wakeup.poke)
         self.count = 0
+        self.fleet = FleetMetrics(metrics)  # gpufleet.kube.fleet_metrics: the fleet's gauges and counters
         # Whose queue objects each cycle reads (gpufleet.kube.queuesource), and beside Kueue, Kueue's Workloads.
         self.queues = QueueChooser(resources)
         self.queue_kinds: QueueKinds = self.queues.kinds(cache.snapshot())
@@ -163,6 +165,7 @@ class CycleRunner:
         world, plan = d.world, d.plan
         report.world_s, report.policy_s = d.world_s, d.policy_s
         self._gauge(world, plan)
+        self.fleet.observe(world, plan)
         self._reject(world)
         for job in d.jobs:
             for p in job.pods:
@@ -176,6 +179,7 @@ class CycleRunner:
 
         api_started = time.perf_counter()
         self._apply(report, jobs, victims, unschedulable, statuses, now)
+        self.fleet.carried_out(plan, victims, report.evicted)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
         self.metrics.cycle_phase.labels("api").inc(report.api_s)
