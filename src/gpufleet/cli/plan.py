@@ -1,18 +1,15 @@
 """``gpufleet plan``: what Kueue's admission would decide for a snapshot of manifests, cycle by cycle.
 
-The snapshot (queues, quotas, workloads, and nodes when there are any) is loaded, every workload is submitted,
-and scheduling cycles run. Between cycles the pods of preempted workloads are taken as gone, so a preemptor
-can be admitted in the next cycle, as it would be once the evictions complete.
+The cycles are run by :mod:`gpufleet.scheduling.snapshot_plan` (the dashboard shows the same result); this
+module parses the options and renders the decisions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
-from gpufleet.api.manifests import Manifests
 from gpufleet.cli import console
 from gpufleet.cli.options import (
     EXIT_FINDINGS,
@@ -25,13 +22,8 @@ from gpufleet.cli.options import (
     output_format,
 )
 from gpufleet.cli.validate import load, print_problems
-from gpufleet.cluster.state import ClusterState
-from gpufleet.cluster.workloads import build_workloads
-from gpufleet.scheduling.charges import format_quota
-from gpufleet.scheduling.kueue import KueuePolicy
-from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PendingWorkload, PreemptedWorkload
-
-STABLE_CAP = 1000  # --until-stable never runs more cycles than this
+from gpufleet.scheduling.snapshot_plan import STABLE_CAP, Cycle, PlanResult, run_cycles
+from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PreemptedWorkload
 
 EPILOG = examples(
     "# one cycle on the case study's cluster and a snapshot of running and waiting work",
@@ -41,41 +33,6 @@ EPILOG = examples(
     "# in CI: exit 1 when a workload would stay pending",
     "gpufleet plan examples/casestudy examples/plan/snapshot.yaml --until-stable --fail-on-pending -o json",
 )
-
-
-@dataclass(slots=True)
-class Cycle:
-    decisions: Decisions
-    pending: list[PendingWorkload]  # after the cycle
-
-
-@dataclass(slots=True)
-class PlanResult:
-    cycles: list[Cycle]
-    usage: dict[str, dict[str, dict[str, str]]]  # ClusterQueue -> flavor -> resource -> amount
-
-
-def run_cycles(manifests: Manifests, cycles: int, until_stable: bool) -> PlanResult:
-    """Submit every workload of the snapshot and run ``cycles`` cycles (or, ``until_stable``, until another cycle
-    would change nothing: :meth:`KueuePolicy.settled`)."""
-    workloads = build_workloads(manifests)
-    cluster = ClusterState.from_nodes(manifests.nodes) if manifests.nodes else None
-    policy = KueuePolicy(manifests, cluster)
-    now = max((w.created for w in workloads), default=0.0) + 1.0
-    for w in workloads:
-        policy.submit(w, now)
-    results: list[Cycle] = []
-    for _ in range(STABLE_CAP if until_stable else cycles):
-        decisions = policy.cycle(now)
-        results.append(Cycle(decisions, policy.pending_report()))
-        for victim in decisions.preempted:
-            policy.evicted(victim.workload, now, requeue=True, reason=victim.reason)
-        now += 1.0
-        if until_stable and policy.settled():
-            break
-    usage = {cq: {flavor: {r: format_quota(r, v) for r, v in resources.items()} for flavor, resources in per.items()}
-             for cq, per in policy.usage().items()}
-    return PlanResult(results, usage)
 
 
 def _in(namespace: str | None, name: str) -> bool:
@@ -90,7 +47,7 @@ def filtered(result: PlanResult, namespace: str | None) -> PlanResult:
                               [p for p in c.decisions.preempted if _in(namespace, p.workload)],
                               [p for p in c.decisions.pending if _in(namespace, p.workload)]),
                     [p for p in c.pending if _in(namespace, p.workload)]) for c in result.cycles]
-    return PlanResult(cycles, result.usage)
+    return PlanResult(cycles, result.usage, result.policy, result.workloads)
 
 
 def plan_document(result: PlanResult) -> dict[str, Any]:

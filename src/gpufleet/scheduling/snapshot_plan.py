@@ -1,0 +1,61 @@
+"""Admission decisions for a snapshot of manifests, cycle by cycle: what ``gpufleet plan`` prints and the
+dashboard shows for files.
+
+The snapshot (queues, quotas, workloads, and nodes when there are any) is loaded, every workload is submitted,
+and scheduling cycles run. Between cycles the pods of preempted workloads are taken as gone, so a preemptor
+can be admitted in the next cycle, as it would be once the evictions complete. No I/O: the caller loads the
+manifests and renders the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.api.manifests import Manifests
+from gpufleet.cluster.state import ClusterState
+from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.scheduling.charges import format_quota
+from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.types import Decisions, PendingWorkload
+
+STABLE_CAP = 1000  # until_stable never runs more cycles than this
+
+
+@dataclass(slots=True)
+class Cycle:
+    decisions: Decisions
+    pending: list[PendingWorkload]  # after the cycle
+
+
+@dataclass(slots=True)
+class PlanResult:
+    cycles: list[Cycle]
+    usage: dict[str, dict[str, dict[str, str]]]  # ClusterQueue -> flavor -> resource -> amount
+    # The policy after the last cycle (its queues, quota tree and, with nodes, its ClusterState) and the
+    # workloads it was given: what a view of the planned cluster reads. None for a filtered copy's readers
+    # that only print decisions.
+    policy: KueuePolicy | None = None
+    workloads: list[Workload] = field(default_factory=list)
+
+
+def run_cycles(manifests: Manifests, cycles: int, until_stable: bool) -> PlanResult:
+    """Submit every workload of the snapshot and run ``cycles`` cycles (or, ``until_stable``, until another cycle
+    would change nothing: :meth:`KueuePolicy.settled`)."""
+    workloads = build_workloads(manifests)
+    cluster = ClusterState.from_nodes(manifests.nodes) if manifests.nodes else None
+    policy = KueuePolicy(manifests, cluster)
+    now = max((w.created for w in workloads), default=0.0) + 1.0
+    for w in workloads:
+        policy.submit(w, now)
+    results: list[Cycle] = []
+    for _ in range(STABLE_CAP if until_stable else cycles):
+        decisions = policy.cycle(now)
+        results.append(Cycle(decisions, policy.pending_report()))
+        for victim in decisions.preempted:
+            policy.evicted(victim.workload, now, requeue=True, reason=victim.reason)
+        now += 1.0
+        if until_stable and policy.settled():
+            break
+    usage = {cq: {flavor: {r: format_quota(r, v) for r, v in resources.items()} for flavor, resources in per.items()}
+             for cq, per in policy.usage().items()}
+    return PlanResult(results, usage, policy, workloads)
