@@ -8,6 +8,8 @@ Files, each complete and applied as GPU Operator and Kueue users apply them:
 * ``node-labels.sh``: ``kubectl label node`` for every node of the input (``nvidia.com/mig.config``,
   ``nvidia.com/device-plugin.config``, ``gpu-mode``); written when the input has Nodes (a snapshot);
 * ``cluster.yaml``: the cluster as the proposal has it (NodePools and Nodes), for ``gpufleet simulate``;
+* ``workload.yaml``: the input's WorkloadGenerators with each class asking for its proposed device (manifests
+  of the input's own jobs are the user's to change: the advice names each class's new request);
 * ``kueue.yaml``: ResourceFlavors, the rewritten ClusterQueues and the Cohorts (without their own quota);
 * ``advice.json``: the advice as ``-o json`` prints it; ``advice.md`` and ``advice.html``: the report.
 
@@ -17,6 +19,7 @@ nothing, and they are NVIDIA's form of what a NodePool said.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpufleet.advise.contract import Advice, Judged, NodeConfig, Proposal
+from gpufleet.advise.fleet import MODE_LABEL
 from gpufleet.advise.nvidia import (
     cluster_policy_patch,
     device_plugin_config_map,
@@ -41,7 +45,7 @@ if TYPE_CHECKING:
     from gpufleet.advise.search import Context
 
 FILES = ("mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml", "node-labels.sh",
-         "cluster.yaml", "kueue.yaml", "advice.json", "advice.md", "advice.html")
+         "cluster.yaml", "workload.yaml", "kueue.yaml", "advice.json", "advice.md", "advice.html")
 
 
 class _Dumper(yaml.SafeDumper):
@@ -88,10 +92,33 @@ def file_texts(ctx: Context, advice: Advice) -> dict[str, str]:
         "cluster.yaml": _dump(realised.cluster),
         "kueue.yaml": _dump(queue_documents(ctx, chosen, realised)),
     }
+    if ctx.inp.generators:
+        out["workload.yaml"] = _dump(workload_documents(ctx, chosen))
     labels = {node: node_labels(g.config) for g in chosen.pools for node in g.nodes
               if not ctx.by_name[g.pool].node_pools}
     if labels:
         out["node-labels.sh"] = label_script(labels)
+    return out
+
+
+def workload_documents(ctx: Context, proposal: Proposal) -> list[dict[str, Any]]:
+    """The input's WorkloadGenerators with each class's demand form (for the forms' scenario) asking for the
+    proposal's device; a ``gpu-mode`` node selector is dropped (the proposal's flavors select nodes)."""
+    forms = {(ctx.classes[k].jobs[0].klass, f.namespace): f for k, f in enumerate(proposal.forms)
+             if ctx.classes[k].jobs}
+    out = []
+    for doc in ctx.inp.generators:
+        data = copy.deepcopy(doc.data)
+        for c in (data.get("spec") or {}).get("classes") or []:
+            form = forms.get((c.get("name"), c.get("namespace", c.get("name"))))
+            if form is None or not form.changed:
+                continue
+            demand = c.setdefault("demand", {})
+            old = demand.get(ctx.inp.scenario) or demand.get("default") or {}
+            selector = {k: v for k, v in (old.get("nodeSelector") or {}).items() if k != MODE_LABEL}
+            demand[ctx.inp.scenario] = {"resource": form.resource, "count": form.count,
+                                        **({"nodeSelector": selector} if selector else {})}
+        out.append(data)
     return out
 
 

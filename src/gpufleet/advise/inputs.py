@@ -21,11 +21,12 @@ from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.nvidia_config import configure_nodes, parse_cluster_policy, parse_config_map
 from gpufleet.api.reader import FieldReader
-from gpufleet.api.source import Document, load_paths
+from gpufleet.api.source import Document, load_paths, load_text
 from gpufleet.sim import casestudy
 from gpufleet.sim.inputs import load_inputs, split_generators
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
 from gpufleet.sim.runner import parse_duration_option
+from gpufleet.sim.sources.generator import is_generator
 
 POLICY = "gpufleet"
 NVIDIA_KINDS = {("v1", "ConfigMap"), ("nvidia.com/v1", "ClusterPolicy")}
@@ -41,6 +42,8 @@ class AdviseInput:
     seed: int
     policy: str = POLICY
     notes: list[str] = field(default_factory=list)
+    generators: list[Document] = field(default_factory=list)  # the WorkloadGenerator documents, as written
+    scenario: str = "default"  # the demand forms the generators were drawn in
 
     @property
     def window_s(self) -> float:
@@ -86,8 +89,9 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
     if not files:
         used = seed if seed is not None else casestudy.default_seed()
         sc = casestudy.scenario("after", POLICY, seed=used, duration_s=duration_s)
+        generators = load_text(casestudy.read_text("workload.yaml"), "casestudy/workload.yaml", Problems())
         return AdviseInput("the case study's hand-made configuration", casestudy.embedded_documents(),
-                           sc.manifests, sc.jobs, sc.config, used)
+                           sc.manifests, sc.jobs, sc.config, used, generators=generators, scenario="after")
     if "-" in files:
         raise SimulationError("gpufleet advise reads its input twice (to judge each proposal): give files, not stdin")
     inputs = load_inputs(files, scenario="after", seed=seed, duration_s=duration_s, strict=strict)
@@ -96,7 +100,9 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
     problems = Problems()
     errors: list[str] = []
     yamls = [f for f in files if not f.lower().endswith(".csv")]
-    docs, specs = split_generators(load_paths(yamls, problems), errors) if yamls else ([], [])
+    every = load_paths(yamls, problems) if yamls else []
+    docs, specs = split_generators(every, errors)
+    generators = [d for d in every if is_generator(d.data)]
     if errors or problems.errors:
         raise SimulationError("the input has problems:\n" + "\n".join(errors + [str(e) for e in problems.errors]))
     if casestudy.is_study(specs):
@@ -105,7 +111,7 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
         notes = list(inputs.notes)
         apply_nvidia_configuration(docs, after.manifests, notes)
         return AdviseInput(f"{', '.join(files)} (the after side of its study)", docs, after.manifests, after.jobs,
-                           after.config, used, notes=notes)
+                           after.config, used, notes=notes, generators=generators, scenario="after")
     if not inputs.manifests.nodes:
         raise SimulationError("no nodes in the input: give Nodes, NodePools or an openb node list")
     if not inputs.jobs:
@@ -116,4 +122,5 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
     horizon = duration_s if duration_s is not None else max((g.duration_s for g in inputs.generators), default=None)
     used = seed if seed is not None else (inputs.generators[0].seed if inputs.generators else 0)
     config = SimConfig(horizon_s=horizon, drain_s=horizon / 2 if horizon is not None else 0.0)
-    return AdviseInput(", ".join(files), docs, inputs.manifests, inputs.jobs, config, used, notes=notes)
+    return AdviseInput(", ".join(files), docs, inputs.manifests, inputs.jobs, config, used, notes=notes,
+                       generators=generators)

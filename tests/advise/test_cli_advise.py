@@ -1,0 +1,137 @@
+"""``gpufleet advise``: the command, its -o conventions, the files it writes read back by gpufleet's NVIDIA and
+Kueue parsers, and (slow) the case study, where the advice must beat the guide's hand-cut configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpufleet.advise.inputs import read_input
+from gpufleet.advise.search import search
+from gpufleet.api.errors import Problems
+from gpufleet.api.manifests import build
+from gpufleet.api.nvidia_config import configure_nodes, parse_cluster_policy, parse_config_map
+from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION
+from gpufleet.api.reader import FieldReader
+from gpufleet.api.source import load_paths, load_text
+from gpufleet.cli.main import app
+from gpufleet.gpu.mig import geometry_for, validate_layout
+
+runner = CliRunner()
+SMALL = str(Path(__file__).parent / "small.yaml")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # type: ignore[type-arg]
+    out = tmp_path_factory.mktemp("advice")
+    result = runner.invoke(app, ["advise", SMALL, "--evaluations", "6", "-o", str(out), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    return out, json.loads(result.stdout)
+
+
+def test_o_dir_and_o_json_write_the_files_and_print_the_advice(written: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    out, doc = written
+    assert doc["objective"] == "balanced" and doc["changed"]
+    assert doc["proposal"]["score"] <= doc["given"]["score"]
+    assert {"mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml", "cluster.yaml",
+            "kueue.yaml", "advice.json", "advice.md", "advice.html"} <= {p.name for p in out.iterdir()}
+    assert json.loads((out / "advice.json").read_text())["proposal"] == doc["proposal"]
+    assert "## Why" in (out / "advice.md").read_text() and "<table>" in (out / "advice.html").read_text()
+
+
+def test_the_written_cluster_and_queues_load_and_simulate(written: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    out, doc = written
+    problems = Problems()
+    docs = load_paths([str(out / "cluster.yaml"), str(out / "kueue.yaml")], problems)
+    manifests = build(docs, problems)
+    assert not problems.errors, [str(e) for e in problems.errors]
+    assert len(manifests.nodes) == sum(len(p["nodes"]) for p in doc["proposal"]["pools"])
+    assert {q["flavor"] for q in doc["proposal"]["quotas"]} <= {f.name for f in manifests.flavors}
+    # The written cluster, queues and workload, simulated as any input is, give the figures the advice reports:
+    # the files are what the simulator judged.
+    rest = out / "rest.yaml"
+    rest.write_text(yaml.safe_dump_all([d.data for d in load_paths([SMALL], Problems())
+                                        if d.data.get("kind") in ("Namespace", "LocalQueue")], sort_keys=False))
+    result = runner.invoke(app, ["simulate", str(rest), str(out / "cluster.yaml"), str(out / "kueue.yaml"),
+                                 str(out / "workload.yaml"), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    after = json.loads(result.stdout)["runs"][1]
+    assert after["scenario"] == "after"
+    for key in ("cost", "wait_p95_s", "job_success_pct", "gpu_utilization_pct", "jobs_unfinished"):
+        assert after["kpis"][key] == doc["proposal"]["kpis"][key], key
+
+
+def test_nvidias_files_read_back_to_the_proposed_devices(written: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    out, _ = written
+    problems = Problems()
+    cluster = build(load_paths([str(out / "cluster.yaml")], problems), problems)
+    nodes = []
+    for node in cluster.nodes:  # as a live cluster shows them: capacity and GFD labels, no gpufleet inventory
+        data = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node.name, "labels": dict(node.labels)},
+                "status": {"capacity": {k: str(v) for k, v in node.capacity.items() if k.startswith("nvidia.com/")},
+                           "allocatable": {k: str(v) for k, v in node.allocatable.items()
+                                           if k.startswith("nvidia.com/")}}}
+        nodes.append(data)
+    bare = build(load_text(yaml.safe_dump_all(nodes), "nodes.yaml", problems), problems).nodes
+    assert all(n.gpus is None for n in bare)
+    maps, policies = [], []
+    for path in ("mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml"):
+        for d in load_paths([str(out / path)], problems):
+            r = FieldReader(d, problems, kind=d.data["kind"], name=None)
+            (maps.append(parse_config_map(r)) if d.data["kind"] == "ConfigMap"
+             else policies.append(parse_cluster_policy(r)))
+    assert configure_nodes(bare, maps, policies, problems) == len(bare)
+    assert not problems.errors and not problems.warnings, [str(p) for p in problems.all]
+    for node, original in zip(bare, cluster.nodes, strict=True):
+        assert node.gpus is not None and original.gpus is not None
+        assert [sorted(p.profile for p, _ in g) for g in node.gpus.mig] == [
+            sorted(p.profile for p, _ in g) for g in original.gpus.mig]
+        assert node.gpus.sharing.time_slicing == original.gpus.sharing.time_slicing
+        geometry = geometry_for(node.gpus.model)
+        for gpu in node.gpus.mig:
+            assert geometry is None or validate_layout(geometry, [p for p, _ in gpu]) == []
+    assert GPU_INVENTORY_ANNOTATION not in nodes[0]["metadata"].get("annotations", {})
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["-o", "json", "-o", "yaml"], "two output formats"),
+    (["--objective", "fast"], "is not one of cost, wait, balanced"),
+    (["--budget", "0"], "positive number"),
+    (["--evaluations", "0"], "Invalid value"),
+])
+def test_bad_options_are_usage_errors(args: list[str], says: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["advise", SMALL, *args])
+    assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_bad_input_exits_1_with_an_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["advise", str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 1 and result.stderr.startswith("error: "), result.output
+    only_nodes = tmp_path / "nodes.yaml"
+    only_nodes.write_text(Path(SMALL).read_text().split("---\napiVersion: v1\nkind: Namespace")[0])
+    result = runner.invoke(app, ["advise", str(only_nodes)])
+    assert result.exit_code == 1 and "no demand in the input" in result.stderr
+
+
+def test_text_output_shows_the_figures_the_nodes_and_the_requests() -> None:
+    result = runner.invoke(app, ["advise", SMALL, "--evaluations", "3"])
+    assert result.exit_code == 0, result.output
+    for part in ("cost of the demand", "p95 queue wait", "Nodes", "Requests", "proposals simulated"):
+        assert part in result.stdout
+
+
+@pytest.mark.slow
+def test_on_the_case_study_the_advice_beats_the_hand_cut_configuration_by_the_objective() -> None:
+    # The guide's case study as gpufleet ships it: its hand-made MIG cut (six A100s in 3g.40gb halves, two
+    # balanced), time-slicing 8 ways on the L40S, Kueue quotas. The balanced objective weighs the demand's cost,
+    # the p95 wait and the failed jobs against it.
+    advice = search(read_input([]), "balanced", evaluations=10)
+    assert advice.changed and advice.chosen.feasible
+    assert advice.chosen.score < advice.given.score - 0.1
+    g, c = advice.given.kpis, advice.chosen.kpis
+    assert c["wait_p95_s"] < g["wait_p95_s"] and c["job_success_pct"] > g["job_success_pct"]
