@@ -11,6 +11,7 @@ import typer
 import gpufleet
 from gpufleet.cli import advise as advise_command
 from gpufleet.cli import completion, console, simulate
+from gpufleet.cli import dashboard as dashboard_command
 from gpufleet.cli import lint as lint_command
 from gpufleet.cli import plan as plan_command
 from gpufleet.cli import snapshot as snapshot_command
@@ -63,6 +64,7 @@ app.command(epilog=snapshot_command.EPILOG)(snapshot_command.snapshot)
 app.command(epilog=simulate.EPILOG)(simulate.simulate)
 app.command(epilog=examples("gpufleet demo", "gpufleet demo -o json > demo.json"))(simulate.demo)
 app.command(epilog=advise_command.EPILOG)(advise_command.advise)
+app.command(epilog=dashboard_command.EPILOG)(dashboard_command.dashboard)
 app.add_typer(bench_app, name="bench")
 app.command(epilog=examples(
     "# in a cluster (see deploy/ and charts/gpufleet)",

@@ -472,11 +472,13 @@ class Simulator:
         pools: dict[str, tuple[int, set[str]]] = {}
         gpus: dict[tuple[str, str], int] = {}
         prices: dict[str, float] = {}
+        gpu_nodes: dict[str, tuple[str, str | None, int]] = {}
         capacity = 0.0
         if cluster is not None:
             for ns in cluster.nodes.values():
                 if not ns.gpus:
                     continue
+                gpu_nodes[ns.name] = (ns.pool or "(none)", ns.gpu_model, len(ns.gpus))
                 for g in ns.gpus:
                     key = (ns.pool or "(none)", g.model)
                     gpus[key] = gpus.get(key, 0) + 1
@@ -497,7 +499,7 @@ class Simulator:
             pools=[PoolInfo(n, c, tuple(sorted(m))) for n, (c, m) in sorted(pools.items())],
             jobs=[r.record for r in self._runs.values()], spans=self._spans, stranded=self._stranded,
             events=self.events, cycles=self.cycles, wall_s=wall, not_simulated=not_simulated, notes=notes,
-            gpus=gpus, prices=prices, stranded_by=self._stranded_by)
+            gpus=gpus, prices=prices, stranded_by=self._stranded_by, gpu_nodes=gpu_nodes)
 
 
 def simulate_jobs(policy: Policy, jobs: Sequence[SimJob], config: SimConfig | None = None, *,

@@ -89,3 +89,5 @@ class SimResult:
     prices: dict[str, float] = field(default_factory=dict)  # per GPU-hour, per model of the cluster
     # Per stranded sample: (time, idle GPUs no pending pod fits per (pool, model)); same times as ``stranded``.
     stranded_by: list[tuple[float, dict[tuple[str, str], float]]] = field(default_factory=list)
+    # Every node with GPUs: (pool, GPU model, GPUs), for the dashboard's replay of the fleet (sim/timeline.py).
+    gpu_nodes: dict[str, tuple[str, str | None, int]] = field(default_factory=dict)

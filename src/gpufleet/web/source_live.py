@@ -1,0 +1,188 @@
+"""The dashboard over a live cluster: the scheduler's informer cache and its cycle's world, read-only.
+
+The same pieces as ``gpufleet scheduler``, without a single write:
+
+* :func:`gpufleet.kube.workloadsource.watched_resources` decides what to watch (Kueue's queue kinds or gpufleet's,
+  and the workload kinds the cluster serves),
+  an :class:`~gpufleet.kube.informer.InformerSet` keeps the cache (list, then watch);
+* each change of the cache rebuilds the view (at most every ``min_interval`` seconds): :func:`gpufleet.kube.world.
+  assemble` and :func:`~gpufleet.kube.world.finish` make the cycle's world (nodes, devices held, our workloads),
+  :func:`gpufleet.kube.planner.make_policy` and :func:`~gpufleet.kube.planner.run` say what the next cycle would
+  do, and why each workload waits. Placements of that next cycle show as *planned*; nothing is bound;
+* Preempted Events (``events.k8s.io/v1``, written by the scheduler on each victim pod) give the preemption
+  history; when Events cannot be listed the history is empty and the view says why.
+
+The client is used for discovery, lists and watches only (tests check that no other request is sent).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpufleet.kube import planner
+from gpufleet.kube import resources as r
+from gpufleet.kube.assumed import AssumedPods
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.informer import CacheSnapshot, Informer, InformerSet, ObjectCache
+from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.queuesource import QueueChooser
+from gpufleet.kube.settings import SchedulerSettings
+from gpufleet.kube.workloadsource import watched_resources
+from gpufleet.kube.world import World, assemble, finish
+from gpufleet.web.clusterview import PlannerFacts, build_view
+from gpufleet.web.contract import ClusterView, PreemptionView, SimulationView, SourceKind
+
+log = logging.getLogger(__name__)
+
+PREEMPTED = "Preempted"
+_NOTE = re.compile(r"Preempted(?: by (?P<by>[^:]+))?: (?P<reason>[^:]+)")
+
+
+def preemption_history(snapshot: CacheSnapshot, world: World) -> dict[str, list[PreemptionView]]:
+    """Preempted Events of the cache by workload (through the pods they name), oldest first."""
+    out: dict[str, list[PreemptionView]] = defaultdict(list)
+    events = sorted(snapshot.of(r.EVENTS).values(),
+                    key=lambda e: str(e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or ""))
+    for e in events:
+        if e.get("reason") != PREEMPTED:
+            continue
+        regarding = e.get("regarding") or {}
+        pod = f"{regarding.get('namespace') or ''}/{regarding.get('name') or ''}"
+        workload = world.workload_of.get(pod)
+        if workload is None:
+            continue
+        match = _NOTE.match(str(e.get("note") or ""))
+        when = str(e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or "")
+        out[workload].append(PreemptionView(when, (match.group("by") or "") if match else "",
+                                            match.group("reason") if match else str(e.get("note") or "")))
+    return out
+
+
+def _phases(world: World) -> dict[str, str]:
+    return {key: str((e.raw.get("status") or {}).get("phase") or "Pending") for key, e in world.pods.items()}
+
+
+class LiveSource:
+    kind: SourceKind = "live"
+
+    def __init__(self, client: KubeClient, *, settings: SchedulerSettings | None = None, title: str = "live cluster",
+                 min_interval: float = 0.5, informer_options: Mapping[str, Any] | None = None,
+                 sync_timeout: float = 60.0, owns_client: bool = False) -> None:
+        self.title = title
+        self.client = client
+        self.owns_client = owns_client  # close() closes it too
+        self.settings = settings or SchedulerSettings()
+        self.min_interval = min_interval
+        resources = watched_resources(client, self.settings)
+        self.informers = InformerSet(client, resources, **dict(informer_options or {}))
+        self.cache: ObjectCache = self.informers.cache
+        # Events are a history, not an input: their informer is not waited for, and failing to list them
+        # (RBAC) leaves the history empty rather than the dashboard down.
+        self.events = Informer(client, r.EVENTS, self.cache, **dict(informer_options or {}))
+        self.queues = QueueChooser(resources)
+        self.parse = ParseCache()
+        self._lock = threading.Condition()
+        self._view: ClusterView | None = None
+        self._version = 0
+        self._stop = threading.Event()
+        self.rebuilds = 0
+        self.informers.start()
+        self.events.start()
+        if not self.informers.wait_for_sync(sync_timeout):
+            missing = ", ".join(self.informers.unsynced())
+            self.close()
+            raise TimeoutError(f"the cluster's {missing} could not be listed within {sync_timeout:g}s")
+        self._rebuild()
+        self._thread = threading.Thread(target=self._loop, name="dashboard-live", daemon=True)
+        self._thread.start()
+
+    # --- DataSource ------------------------------------------------------------------------------------------
+
+    def cluster(self) -> ClusterView | None:
+        with self._lock:
+            return self._view
+
+    def simulation(self) -> SimulationView | None:
+        return None
+
+    @property
+    def version(self) -> int:
+        with self._lock:
+            return self._version
+
+    def wait_for_change(self, since: int, timeout: float) -> int:
+        with self._lock:
+            self._lock.wait_for(lambda: self._version > since or self._stop.is_set(), timeout)
+            return self._version
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        self.events.request_stop()
+        self.informers.stop()
+        self.events.stop(1.0)
+        if self.owns_client:
+            self.client.close()
+
+    # --- the view ------------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        seen = self.cache.version
+        while not self._stop.is_set():
+            now_version = self.cache.wait_for_change(seen, timeout=1.0)
+            if now_version == seen or self._stop.is_set():
+                continue
+            self._stop.wait(self.min_interval)  # a burst of changes is one rebuild
+            seen = self.cache.version
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        started = time.perf_counter()
+        try:
+            view = self._build(self.cache.snapshot(), time.time())
+        except Exception as e:  # a bug reached through odd objects: keep the last view, and say so on it
+            log.exception("dashboard: rebuilding the view failed")
+            failure = (f"the view could not be rebuilt at {time.strftime('%H:%M:%S')} ({type(e).__name__}: {e}); "
+                       "this is the last one built")
+            with self._lock:
+                if self._view is not None:
+                    self._view = replace(self._view, notes=(*self._view.notes, failure))
+                    self._version += 1
+                    self._lock.notify_all()
+            return
+        with self._lock:
+            self._view = view
+            self._version += 1
+            self.rebuilds += 1
+            self._lock.notify_all()
+        log.debug("dashboard view rebuilt in %.3fs", time.perf_counter() - started)
+
+    def _build(self, snapshot: CacheSnapshot, now: float) -> ClusterView:
+        s = self.settings
+        kinds = self.queues.kinds(snapshot)
+        world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
+                         assumed=AssumedPods(), now=now, require_mutation=s.webhook.require_mutation,
+                         queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *kinds.resources))
+        finish(world)
+        policy = planner.make_policy(world, s.placement_profile, (), quota_only=s.quota_only)
+        bound = {k for k, e in world.pods.items() if e.node is not None}
+        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        planned = frozenset(a.pod for adm in plan.admitted for a in adm.pods if a.node and a.pod not in bound)
+        notes = [f"live: {len(world.nodes)} nodes, {len(world.pods)} pods, queues from {kinds.source}; "
+                 f"placements marked planned are the next cycle's, not bound yet"]
+        notes += [f"{res.kind} {key} left out: {why}" for res, key, _, why in world.invalid]
+        if not self.events.synced:
+            notes.append("preemption history unavailable: Events (events.k8s.io/v1) not listed"
+                         + (f" ({self.events.stats.errors[-1]})" if self.events.stats.errors else ""))
+        facts = PlannerFacts(policy, policy.cluster, world.workloads, plan.pending, phases=_phases(world),
+                             planned=planned, preemptions=preemption_history(snapshot, world))
+        return build_view("live", self.title, facts, generated=now, notes=notes)
+

@@ -1,0 +1,111 @@
+"""The dashboard over a simulation result: the document ``gpufleet simulate --json OUT`` writes.
+
+The document is checked when it is read (every run has its scenario, policy, KPIs, per-queue and per-team
+figures, pool series and timeline, with the types the pages read), so a wrong file is refused at start with
+the field that is wrong, never half drawn. A result written before runs had a ``timeline`` is refused with
+how to make a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from gpufleet.web.contract import ClusterView, SimulationView, SourceKind
+
+MAX_RESULT_BYTES = 256 * 1024 * 1024
+
+
+class SimulationResultError(ValueError):
+    """A file that is not a ``simulate --json`` result the dashboard can show (the message says where)."""
+
+
+_RUN_FIELDS: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    ("scenario", str), ("policy", str), ("kpis", dict), ("per_queue", dict), ("per_team", dict),
+    ("per_pool", dict), ("series", dict), ("timeline", dict), ("run", dict))
+_TIMELINE_FIELDS: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    ("t", list), ("nodes", dict), ("jobs_waiting", list), ("jobs_running", list), ("fragmentation_pct", list),
+    ("wait_quantiles", dict))
+
+
+def _check(obj: dict[str, Any], fields: tuple[tuple[str, type | tuple[type, ...]], ...], where: str) -> None:
+    for name, kind in fields:
+        if name not in obj:
+            raise SimulationResultError(f"{where}: the field {name!r} is missing")
+        if not isinstance(obj[name], kind):
+            raise SimulationResultError(f"{where}.{name}: expected {getattr(kind, '__name__', kind)}, "
+                                        f"got {type(obj[name]).__name__}")
+
+
+def check_result(doc: Any, path: str) -> tuple[dict[str, Any], ...]:
+    """The runs of a ``simulate --json`` document, or :class:`SimulationResultError` naming the wrong field."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+        raise SimulationResultError(f"{path}: not a gpufleet simulate --json result (no 'runs' list at the top)")
+    runs = doc["runs"]
+    if not runs:
+        raise SimulationResultError(f"{path}: the result has no runs")
+    for i, run in enumerate(runs):
+        where = f"{path}: runs[{i}]"
+        if not isinstance(run, dict):
+            raise SimulationResultError(f"{where}: expected an object, got {type(run).__name__}")
+        if "timeline" not in run and "kpis" in run:
+            raise SimulationResultError(f"{where} has no timeline: it was written by an older gpufleet; "
+                                        "run gpufleet simulate --json OUT again")
+        _check(run, _RUN_FIELDS, where)
+        _check(run["timeline"], _TIMELINE_FIELDS, f"{where}.timeline")
+        steps = len(run["timeline"]["t"])
+        for name in ("jobs_waiting", "jobs_running", "fragmentation_pct"):
+            if len(run["timeline"][name]) != steps:
+                raise SimulationResultError(f"{where}.timeline.{name}: {len(run['timeline'][name])} values for "
+                                            f"{steps} times")
+    return tuple(runs)
+
+
+def load_result(path: Path) -> SimulationView:
+    """Read and check a result file; :class:`SimulationResultError` for anything wrong with it."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULT_BYTES:
+            raise SimulationResultError(f"{path}: {size:,} bytes is more than the {MAX_RESULT_BYTES:,} accepted")
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SimulationResultError(f"{path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise SimulationResultError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SimulationResultError(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from e
+    runs = check_result(doc, str(path))
+    labels = ", ".join(f"{r['scenario']} ({r['policy']})" for r in runs)
+    return SimulationView(f"simulation result {path.name}: {labels}", runs)
+
+
+class SimulationSource:
+    kind: SourceKind = "simulation"
+
+    def __init__(self, view: SimulationView) -> None:
+        self._view = view
+        self.title = view.title
+        self._closed = threading.Event()
+
+    def cluster(self) -> ClusterView | None:
+        return None
+
+    def simulation(self) -> SimulationView:
+        return self._view
+
+    @property
+    def version(self) -> int:
+        return 1
+
+    def wait_for_change(self, since: int, timeout: float) -> int:
+        if since < 1:
+            return 1
+        self._closed.wait(timeout)
+        return 1
+
+    def close(self) -> None:
+        self._closed.set()
