@@ -22,6 +22,7 @@ import gzip
 import ipaddress
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -37,11 +38,12 @@ from gpufleet.web.openapi import document
 log = logging.getLogger(__name__)
 
 MAX_TARGET = 4096
-MAX_STREAMS = 4
+MAX_STREAMS = 6
 STREAM_SECONDS = 300.0
 KEEPALIVE_SECONDS = 15.0
+GONE_CHECK_SECONDS = 1.0  # how soon a stream notices its browser went away (a closed socket reads as EOF)
 GZIP_MIN_BYTES = 2048
-LIMITS = ServingLimits(workers=10, queue=32, queue_wait=5.0, read_timeout=10.0, write_timeout=10.0)
+LIMITS = ServingLimits(workers=12, queue=32, queue_wait=5.0, read_timeout=10.0, write_timeout=10.0)
 
 # The pages: each stable URL serves the one shell page, which renders the page its path names from the API.
 PAGES = ("/fleet", "/queues", "/workloads", "/whatif")
@@ -245,15 +247,24 @@ class DashboardHandler(BoundedHandler):
         version = source.version
         self._write(f"retry: 2000\nevent: version\ndata: {json.dumps({'version': version})}\n\n")
         ends = time.monotonic() + STREAM_SECONDS
-        while not self.server.stopping.is_set() and time.monotonic() < ends:
-            now_version = source.wait_for_change(version, min(KEEPALIVE_SECONDS, max(0.0, ends - time.monotonic())))
+        quiet_since = time.monotonic()
+        while not self.server.stopping.is_set() and time.monotonic() < ends and not self._gone():
+            now_version = source.wait_for_change(version, GONE_CHECK_SECONDS)
             if self.server.stopping.is_set():
                 break
             if now_version != version:
                 version = now_version
                 self._write(f"event: version\ndata: {json.dumps({'version': version})}\n\n")
-            else:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= KEEPALIVE_SECONDS:
                 self._write(": still here\n\n")
+                quiet_since = time.monotonic()
+
+    def _gone(self) -> bool:
+        """Whether the browser closed the stream: it sends nothing more, so a readable socket means EOF (or
+        bytes it should not send, which end the stream as well)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        return bool(readable)
 
     def _write(self, text: str) -> None:
         self.wfile.write(text.encode())

@@ -1,5 +1,5 @@
 // gpufleet dashboard: every page is drawn from the JSON API (/api/openapi.json). Rules kept throughout:
-// - data is only ever written as text (textContent, setAttribute, SVG <title>): never innerHTML, so a name
+// - data is only ever written as text (textContent, setAttribute, SVG <title>): never parsed as HTML, so a name
 //   holding "<script>" shows as those characters;
 // - each page's state is in its URL (path and query), so every view has a stable address;
 // - a live source pushes its version over server-sent events; the page then fetches its data again and redraws
@@ -149,7 +149,8 @@ async function refresh() {
 }
 
 function listen() {
-  if (!window.EventSource) return;
+  // Files and simulation results never change: only a live source keeps a stream open.
+  if (!window.EventSource || !state.overview || state.overview.source !== "live") return;
   const events = new EventSource("/api/events");
   events.addEventListener("version", (ev) => {
     const v = JSON.parse(ev.data).version;
