@@ -24,7 +24,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	@echo "make: gpufleet demo (the case study, two simulated weeks before and after; a few seconds)"
+	@echo "make: gpufleet demo (the case study calibrated to the guide's published before, then its after; a minute or so)"
 	$(BIN)/gpufleet demo
 
 test: $(STAMP)

@@ -3,6 +3,7 @@ known parameters are recovered, unreachable targets refused, inputs without a ge
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,25 @@ def test_inputs_without_a_generator_and_studies_with_policies_are_refused(tmp_pa
         subject_for([lab, str(csv)])
     with pytest.raises(CalibrationError, match="without --policy or --compare"):
         subject_for([], policy="gpufleet")
+
+
+def test_simulate_calibrate_reports_the_fit_and_runs_on_the_calibrated_workload(lab: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["simulate", lab, "--calibrate", "utilization=30,success=95", "-o", "json",
+                                 "--report", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    fit_ = doc["calibration"]
+    assert fit_["within_tolerance"] and set(fit_["targets"]) == {"utilization", "success"}
+    [run] = doc["runs"]
+    assert abs(run["kpis"]["gpu_utilization_pct"] - 30) <= 1.5 and abs(run["kpis"]["job_success_pct"] - 95) <= 1.5
+    assert "simulation 1: load 1.00" in result.stderr  # progress on standard error, never in the document
+    assert "## Calibration" in (tmp_path / "r" / "report.md").read_text()
+    bad = runner.invoke(app, ["simulate", lab, "--calibrate", "utilisation=30"])
+    assert bad.exit_code == 2 and "Invalid value for '--calibrate'" in bad.output
+    far = runner.invoke(app, ["simulate", lab, "--calibrate", "wait_p95=30d"])
+    assert far.exit_code == 1 and "\nerror: the targets are out of reach" in far.stderr

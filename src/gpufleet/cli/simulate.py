@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from gpufleet.cli import console
+from gpufleet.cli import calibration, console
 from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, Strict, examples, usage_error
+from gpufleet.sim.calibrate import Calibration, parse_targets
 from gpufleet.sim.model import SimulationError
 from gpufleet.sim.openmetrics import SimRun, local_queue_map, write_openmetrics
 from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, kpi_cell, write_report
@@ -33,6 +34,8 @@ EPILOG = examples(
     "gpufleet simulate examples/casestudy --report out/",
     "# an openb trace under two policies, KPIs as JSON",
     "gpufleet simulate nodes.csv pods.csv --compare kube-default,gpufleet -o json",
+    "# calibrated to what a team observed before, then the after prediction on the same workload",
+    "gpufleet simulate --calibrate utilization=35,success=62",
     "# the case study as Prometheus samples, for the dashboards (deploy/grafana/)",
     "gpufleet simulate --metrics-out sim.om && promtool tsdb create-blocks-from openmetrics sim.om data/",
 )
@@ -111,11 +114,20 @@ def simulate(
     metrics_out: Annotated[Path | None, typer.Option(
         "--metrics-out", help="Also write every run as OpenMetrics with timestamps, under the live scheduler's metric "
         "names (load it with: promtool tsdb create-blocks-from openmetrics FILE DIR).", dir_okay=False)] = None,
+    calibrate: Annotated[str | None, typer.Option(
+        "--calibrate", metavar="utilization=35,success=62[,wait_p95=4h]",
+        help="Fit the workload's load scale, busy scale and failure rate so that the before run (else the input's "
+             "run) shows what a team observed, then run every scenario on that workload.")] = None,
     output: Output = OutputFormat.text,
     strict: Strict = False,
 ) -> None:
     """Simulate scheduling on a virtual clock with the same core as the live scheduler."""
     _check_options(policy, compare, duration, failures)
+    if calibrate is not None:
+        try:
+            parse_targets(calibrate)
+        except SimulationError as exc:
+            raise usage_error(str(exc).removeprefix("--calibrate: "), "--calibrate") from None
     if report is not None:
         missing = plotting_unavailable()
         if missing is not None:  # said now, not after minutes of simulation
@@ -127,9 +139,14 @@ def simulate(
         bars.append(bar)
         return bar
 
+    cal: Calibration | None = None
     try:
-        p = plan(files or [], policy=policy, compare=compare, duration=duration, seed=seed, failures=failures,
-                 strict=strict)
+        if calibrate is not None:
+            p, cal = calibration.calibrate(files or [], calibrate, policy=policy, compare=compare, duration=duration,
+                                           seed=seed, failures=failures, strict=strict)
+        else:
+            p = plan(files or [], policy=policy, compare=compare, duration=duration, seed=seed, failures=failures,
+                     strict=strict)
         runs = run_plan(p, progress)
     except SimulationError as exc:
         console.error(str(exc))
@@ -138,10 +155,15 @@ def simulate(
         for bar in bars:
             bar.close()
     rows, explanation = casestudy_claims(runs) if p.is_casestudy else ([], [])
-    doc = {"runs": [r.summary for r in runs]}
+    doc: dict[str, Any] = {"runs": [r.summary for r in runs]}
+    if cal is not None:
+        doc["calibration"] = cal.summary()
     if output.is_document:
         console.emit(doc, output.value)
     else:
+        for table in calibration.tables(cal) if cal is not None else []:
+            console.show(table)
+            console.say("")
         claims = {"gpu_utilization_pct": rows[0][2], "job_success_pct": rows[1][2],
                   "inference_cost": rows[2][2]} if rows else {}
         console.show(_kpi_table(runs, claims))
@@ -165,7 +187,8 @@ def simulate(
     if metrics_out is not None:
         _write_metrics(metrics_out, p, runs)
     if report is not None:
-        written = write_report(report, runs, title=p.title, intro=p.intro, claims=rows, explanation=explanation)
+        written = write_report(report, runs, title=p.title, intro=p.intro, claims=rows, explanation=explanation,
+                               extra=[calibration.section(cal)] if cal is not None else [])
         console.note(f"report written to {written.markdown} and {written.html}"
                      + (f" ({len(written.plots)} plots)" if written.plots else " (no plots)"))
 
@@ -189,6 +212,7 @@ def _write_metrics(path: Path, p: Plan, runs: list[RunOutput]) -> None:
 
 
 def demo(output: Output = OutputFormat.text) -> None:
-    """The embedded case study: before (exclusive GPUs, kube-default) against after (MIG, time-slicing, Kueue)."""
+    """The case study calibrated to the guide's published before (utilization 35%, job success 62%): the guide's
+    before, and gpufleet's prediction of after (MIG, time-slicing, Kueue) beside the guide's claims."""
     simulate(files=None, policy=None, compare=None, duration=None, seed=None, failures=None, json_out=None,
-             report=None, metrics_out=None, output=output, strict=False)
+             report=None, metrics_out=None, calibrate=calibration.GUIDE_BASELINE, output=output, strict=False)

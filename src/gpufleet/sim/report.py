@@ -151,9 +151,10 @@ def _queue_rows(per_queue: dict[str, Any]) -> list[list[str]]:
 
 def build_report(runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] = (),
                  claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = (),
-                 plots: Sequence[Plot] = (), plots_missing: str | None = None) -> Report:
+                 plots: Sequence[Plot] = (), plots_missing: str | None = None,
+                 extra: Sequence[Section] = ()) -> Report:
     """The report's content; ``plots`` are placed where their file names belong, ``plots_missing`` says why
-    there are none."""
+    there are none; ``extra`` sections (a calibration's fit) follow the KPIs."""
     by_file = {p.file: FigureBlock(p.file, p.alt, p.caption) for p in plots}
     sections: list[Section] = []
     kpi = Section("KPIs", [TableBlock.of(["KPI", *(r.label for r in runs)],
@@ -166,6 +167,7 @@ def build_report(runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] 
     if plots_missing:
         kpi.blocks.append(f"*No plots: {plots_missing}.*")
     sections.append(kpi)
+    sections.extend(extra)
     if claims:
         sections.append(Section("Published claims beside ours", [
             TableBlock.of(["figure", "ours (before → after)", "published claim"], [list(c) for c in claims]),
@@ -243,7 +245,8 @@ class ReportFiles:
 
 
 def write_report(directory: Path, runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] = (),
-                 claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = ()) -> ReportFiles:
+                 claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = (),
+                 extra: Sequence[Section] = ()) -> ReportFiles:
     """Write ``report.md`` with its PNG plots and the self-contained ``report.html`` into ``directory``."""
     from gpufleet.sim.report_html import to_html
     from gpufleet.sim.report_plots import plotting_unavailable, render_plots
@@ -254,7 +257,7 @@ def write_report(directory: Path, runs: Sequence[RunOutput], *, title: str, intr
     for p in plots:
         (directory / p.file).write_bytes(p.png)
     report = build_report(runs, title=title, intro=intro, claims=claims, explanation=explanation, plots=plots,
-                          plots_missing=missing)
+                          plots_missing=missing, extra=extra)
     markdown = directory / "report.md"
     markdown.write_text(to_markdown(report), encoding="utf-8")
     html = directory / "report.html"
