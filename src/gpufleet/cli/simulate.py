@@ -154,7 +154,7 @@ def simulate(
     finally:
         for bar in bars:
             bar.close()
-    rows, explanation = casestudy_claims(runs) if p.is_casestudy else ([], [])
+    rows, explanation = casestudy_claims(runs, calibrated=cal is not None) if p.is_casestudy else ([], [])
     doc: dict[str, Any] = {"runs": [r.summary for r in runs]}
     if cal is not None:
         doc["calibration"] = cal.summary()
