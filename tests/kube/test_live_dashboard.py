@@ -13,13 +13,13 @@ import kmock
 import pytest
 from kube_apisim import ApiSim
 from live_env import FAST_INFORMERS, NS, cluster_queue, flavor, local_queue, node, pod, stamp, wait_until
+from tests.conftest import REPO
+from tests.web.helpers import browser_page, get, serving
 
 from gpufleet.kube import resources as r
 from gpufleet.kube.client import KubeClient
 from gpufleet.web.server import Dashboard
 from gpufleet.web.source_live import LiveSource
-from tests.conftest import REPO
-from tests.web.helpers import browser_page, get, serving
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 

@@ -47,7 +47,8 @@ def test_fleet_draws_each_device_where_the_state_says(files_dashboard: Dashboard
         assert frac.get_attribute("data-kind") == "fraction"
         assert float(frac.get_attribute("width")) == INNER / 2
         # Coloured by the holder's queue, the holder on hover.
-        research = page.locator('.legend .swatch[data-queue="research"]').evaluate("e => getComputedStyle(e).backgroundColor")
+        swatch = page.locator('.legend .swatch[data-queue="research"]')
+        research = swatch.evaluate("e => getComputedStyle(e).backgroundColor")
         assert frac.evaluate("e => getComputedStyle(e).fill") == research
         frac.hover()
         assert "held by research/half-an-h100" in page.locator("#tip").inner_text()
@@ -125,7 +126,8 @@ def test_what_if_replays_with_a_time_slider(sim_dashboard: Dashboard) -> None:
         assert page.locator('#kpis tr[data-kpi="gpu_utilization_pct"] td').nth(2).inner_text() == \
             f"{after['kpis']['gpu_utilization_pct']:g}"
         assert page.locator("#waits figure").count() == len(after["timeline"]["wait_quantiles"]["per_queue"])
-        assert page.locator("#cost rect[data-team]").count() == 2 * len(set(before["per_team"]) | set(after["per_team"]))
+        teams = set(before["per_team"]) | set(after["per_team"])
+        assert page.locator("#cost rect[data-team]").count() == 2 * len(teams)
 
         def replay_at(index: int) -> dict[str, str]:
             page.locator("#time").fill(str(index))
@@ -138,7 +140,8 @@ def test_what_if_replays_with_a_time_slider(sim_dashboard: Dashboard) -> None:
         start, busiest = replay_at(0), replay_at(late)
         assert set(start) == set(after["timeline"]["nodes"]) == set(busiest)
         for name, node in after["timeline"]["nodes"].items():
-            assert float(start[name]) == round(node["held"][0], 2) and float(busiest[name]) == round(node["held"][late], 2)
+            assert float(start[name]) == round(node["held"][0], 2)
+            assert float(busiest[name]) == round(node["held"][late], 2)
         assert start != busiest
         waiting = page.locator('.run[data-run="after (gpufleet)"] p').inner_text()
         assert waiting.startswith(f"{after['timeline']['jobs_waiting'][late]} jobs waiting")

@@ -198,10 +198,11 @@ class BoundedHTTPServer(HTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
-        for _ in self._workers:
+        workers = getattr(self, "_workers", ())  # none yet when binding the address failed in __init__
+        for _ in workers:
             self._queue.put(None)
         deadline = time.monotonic() + 2.0
-        for worker in self._workers:
+        for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
 
 

@@ -63,6 +63,10 @@ def check_result(doc: Any, path: str) -> tuple[dict[str, Any], ...]:
     return tuple(runs)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (a number must be finite)")
+
+
 def load_result(path: Path) -> SimulationView:
     """Read and check a result file; :class:`SimulationResultError` for anything wrong with it."""
     try:
@@ -75,9 +79,11 @@ def load_result(path: Path) -> SimulationView:
     except UnicodeDecodeError as e:
         raise SimulationResultError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise SimulationResultError(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from e
+    except ValueError as e:
+        raise SimulationResultError(f"{path}: {e}") from e
     runs = check_result(doc, str(path))
     labels = ", ".join(f"{r['scenario']} ({r['policy']})" for r in runs)
     return SimulationView(f"simulation result {path.name}: {labels}", runs)
