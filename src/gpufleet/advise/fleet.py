@@ -89,6 +89,7 @@ def _hardware_key(node: Node, model: str, gpus: int) -> tuple[object, ...]:
 def hardware_pools(manifests: Manifests) -> list[HardwarePool]:
     """The input's GPU nodes grouped into hardware pools (module doc), in the input's order."""
     pools: dict[tuple[object, ...], HardwarePool] = {}
+    node_pools = {p.name for p in manifests.node_pools}  # a node's pool label alone (openb's) is not a NodePool
     for node in manifests.nodes:
         state = node_state_from(node)
         if not state.gpus or state.gpu_model is None:
@@ -107,7 +108,7 @@ def hardware_pools(manifests: Manifests) -> list[HardwarePool]:
             pools[key] = pool
         pool.nodes.append(node)
         pool.given[node.name] = node_config(node, state.gpus, physical)
-        if node.pool and node.pool not in pool.node_pools:
+        if node.pool in node_pools and node.pool not in pool.node_pools:
             pool.node_pools.append(node.pool)
     out = list(pools.values())
     seen: Counter[str] = Counter()

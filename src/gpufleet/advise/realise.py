@@ -203,8 +203,9 @@ def realise(inp: AdviseInput, pools: Sequence[HardwarePool], proposal: Proposal,
                 configured[name] = (pool, g.config)
                 labels[name] = node_labels(g.config)
     in_pools = {n.name for p in pools if p.node_pools for n in p.nodes}
+    written_pools = {name for p in pools for name in p.node_pools}
     for node in inp.manifests.nodes:
-        if node.name in in_pools or node.pool in {name for p in pools for name in p.node_pools}:
+        if node.name in in_pools or (node.pool is not None and node.pool in written_pools):
             continue
         pool_config = configured.get(node.name)
         cluster.append(node_document(node, *(pool_config or (None, None))))
