@@ -188,7 +188,7 @@ def scheduler_role(args: argparse.Namespace) -> int:
            "per_cycle": [(c.number, round(c.started - t0, 3), c.policy_cycles, len(c.admitted), len(c.bound),
                           round(c.core_s, 3), round(c.world_s, 3), round(c.policy_s, 3)) for c in reports],
            "core_s": sum(c.core_s for c in reports), "world_s": sum(c.world_s for c in reports),
-           "policy_s": sum(c.policy_s for c in reports),
+           "policy_s": sum(c.policy_s for c in reports), "bind_cpu_s": sum(c.bind_cpu_s for c in reports),
            "events_dropped": _metric(exposition, "gpufleet_events_dropped_total")})
     return 0
 
@@ -285,9 +285,9 @@ def _line(label: str, run: JsonDict, pods: int) -> str:
                           or run["emulator_shared_gpus_nodes"]) else "VIOLATED"
     dropped = run.get("events_dropped")
     return (f"{label:9} {run['bound']:>5}/{pods} in {run['span_s']:6.2f}s  {run['pods_per_s']:6.0f} pods/s  "
-            f"CPU {run['cpu_s']:6.2f}s ({1000 * run['cpu_s'] / max(run['bound'], 1):5.2f} ms/pod, core "
-            f"{run['core_s']:5.2f}s)  emulator CPU {run['emulator_cpu_s']:5.2f}s  cycles {run['cycles']:>3}  "
-            f"binds accepted {run['emulator_accepted']}, "
+            f"CPU {run['cpu_s']:6.2f}s ({1000 * run['cpu_s'] / max(run['bound'], 1):5.2f} ms/pod; binding threads "
+            f"{run['bind_cpu_s']:5.2f}s; core wall {run['core_s']:5.2f}s)  emulator CPU "
+            f"{run['emulator_cpu_s']:5.2f}s  cycles {run['cycles']:>3}  binds accepted {run['emulator_accepted']}, "
             f"refused {refused}  checks {checks}  events {run['emulator_events']}"
             f"{'' if dropped is None else f' (dropped {dropped:.0f})'}  load {b1:.2f}->{a1:.2f}")
 

@@ -58,6 +58,8 @@ JsonDict = dict[str, Any]
 _QUEUED = re.compile(r"(Waiting|Next) in ClusterQueue ")
 
 
+# How long a cycle waits for the pods it evicted to leave the cache (their watch events follow the answers).
+_EVICTED_SEEN_WITHIN = 2.0
 # A cycle that fails sets aside at most this many objects before it gives up (and retries next period).
 MAX_CULPRITS_PER_CYCLE = 3
 
@@ -399,3 +401,25 @@ class CycleRunner:
                 other.result()
             except Exception:
                 log.exception("a status or condition write failed")
+        # The next cycle must not see the pods just evicted as still running (it would pick them as victims
+        # again): wait, briefly, for their deletion to reach the cache.
+        evicted = {v.workload for v in victims} & set(report.evicted)
+        self._await_gone([p for v in victims if v.workload in evicted for p in v.pods], _EVICTED_SEEN_WITHIN)
+
+    def _await_gone(self, pods: list[JsonDict], timeout: float) -> None:
+        """Until the cache shows every pod of ``pods`` deleted, replaced or terminating, or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        version = self.cache.version
+
+        def present(raw: JsonDict) -> bool:
+            cached = self.cache.get(r.PODS, r.PODS.object_key(raw))
+            meta = (cached or {}).get("metadata") or {}
+            return cached is not None and meta.get("uid") == (raw.get("metadata") or {}).get("uid") \
+                and not meta.get("deletionTimestamp")
+
+        while any(present(p) for p in pods):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.debug("evicted pods still in the cache after %gs", timeout)
+                return
+            version = self.cache.wait_for_change(version, timeout=left)

@@ -1,10 +1,11 @@
 """Unary API calls on httpcore's connection pool (the engine under httpx), without httpx.Client's per-call
 machinery.
 
-Measured against the API emulator on the 2-core development machine, 16 threads binding pods:
-``httpx.Client.request`` costs ~1.1 ms of CPU per call (it parses the URL three times and runs the header
-merge, the cookie jar and the auth flow on every call), httpcore's pool ~0.45 ms. A scheduler binding
-hundreds of pods a second makes a Binding and an Event per pod, so the difference is most of a CPU core.
+``httpx.Client`` parses the URL three times and runs its header merge, cookie jar and auth flow on every
+call: against the API emulator, 16 threads binding pods, a Binding through it costs 0.7-1.1 ms of CPU on the
+2-core development machine, through this module 0.45 ms (bench/kube_client_calls.py, bench/README.md). A
+scheduler binding hundreds of pods a second makes a Binding and an Event per pod: that is a good part of a
+CPU core.
 
 What httpx did for these calls is done here: the bearer token (and one retry with a fresh token after a
 401, as client-go), the TLS context and server name, the timeouts, keep-alive connections (as many kept

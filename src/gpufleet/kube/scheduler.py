@@ -37,6 +37,7 @@ from gpufleet.kube.webhook_server import WebhookServer
 log = logging.getLogger(__name__)
 
 _UNHEALTHY_AFTER = 10
+_TIMERS_WAIT_BINDS = 3  # cycle periods a timers-only cycle may wait for the Bindings in flight
 
 
 class Scheduler:
@@ -197,13 +198,18 @@ class Scheduler:
 
     def _wait_for_work(self, seen: int) -> None:
         """Until there is work (gpufleet.kube.wakeup: a change in the cluster other than our own Bindings
-        landing, a failed Binding, a cycle that handed out work; then a short pause to gather related events)
-        or a cycle period passes."""
-        deadline = time.monotonic() + self.settings.cycle_period
+        landing, a failed Binding, a round stopped at its budget; then a short pause to gather related events)
+        or a cycle period passes. A cycle for the timers alone (backoffs and timeouts of seconds to minutes)
+        waits while Bindings are in flight, up to :data:`_TIMERS_WAIT_BINDS` periods: it would decide nothing
+        they do not, and rebuild the world with the CPU they need."""
+        started = time.monotonic()
+        deadline = started + self.settings.cycle_period
+        latest = started + _TIMERS_WAIT_BINDS * self.settings.cycle_period
         while not self._stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= deadline and (now >= latest or not self.runner.binds.in_flight()):
                 return
+            left = (deadline if now < deadline else latest) - now
             if self.runner.wakeup.wait(seen, timeout=min(left, 0.1)) > seen:
                 self._stop.wait(self.settings.min_cycle_interval)
                 return
