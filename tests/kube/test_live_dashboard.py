@@ -14,7 +14,7 @@ import pytest
 from kube_apisim import ApiSim
 from live_env import FAST_INFORMERS, NS, cluster_queue, flavor, local_queue, node, pod, stamp, wait_until
 from tests.conftest import REPO
-from tests.web.helpers import browser_page, get, serving
+from tests.web.helpers import browser_page, get, screenshot, serving
 
 from gpufleet.kube import resources as r
 from gpufleet.kube.client import KubeClient
@@ -100,6 +100,7 @@ def test_a_page_updates_without_a_reload_when_the_cluster_changes(apisim: ApiSim
         page.wait_for_selector('svg.gpu rect.slice[data-holder="ml/arrived"]')
         assert page.evaluate("() => window.sameDocument") is True  # the same document: no reload
         assert int(page.locator("#updated").get_attribute("data-version")) > before
+        screenshot(page, "live")
         # A deleted pod leaves the page the same way.
         apisim.delete(r.PODS, NS, "running")
         page.wait_for_function("() => !document.querySelector('svg.gpu rect.slice[data-holder=\"ml/running\"]')")

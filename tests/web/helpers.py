@@ -79,3 +79,12 @@ def browser_page(width: int = 1280, height: int = 900) -> Iterator[Any]:
             yield page
         finally:
             browser.close()
+
+
+def screenshot(page: Any, name: str) -> None:
+    """With GPUFLEET_DASHBOARD_SCREENSHOTS=DIR, the page as DIR/dashboard-NAME.png (hack/dashboard-screenshots.sh
+    writes docs/img/ so); nothing otherwise."""
+    folder = os.environ.get("GPUFLEET_DASHBOARD_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"dashboard-{name}.png"), full_page=True)

@@ -5,21 +5,12 @@ screenshots.sh writes docs/img/ so)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from gpufleet.web.server import Dashboard
-from tests.web.helpers import browser_page, get
+from tests.web.helpers import browser_page, get, screenshot
 
 INNER = 96  # a GPU is drawn 100 px wide, slices inside 2 px margins (app.js GPU_W)
-
-
-def screenshot(page: Any, name: str) -> None:
-    folder = os.environ.get("GPUFLEET_DASHBOARD_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"dashboard-{name}.png"), full_page=True)
 
 
 def open_page(page: Any, dashboard: Dashboard, path: str, ready: str) -> None:
