@@ -114,8 +114,8 @@ class DashboardServer(BoundedHTTPServer):
 
 class DashboardHandler(BoundedHandler):
     server: DashboardServer
-    server_version = "gpufleet-dashboard"
-    sys_version = ""
+    def version_string(self) -> str:
+        return "gpufleet-dashboard"  # not Python's version: a server says no more about itself than it needs
 
     # ---- methods ------------------------------------------------------------------------------------------
 
