@@ -27,8 +27,8 @@ EPILOG = examples(
     "gpufleet dashboard examples/casestudy examples/plan/snapshot.yaml",
     "# a live cluster (the current kubeconfig context), read-only; pages update as objects change",
     "gpufleet dashboard --kubeconfig ~/.kube/config",
-    "# a simulation result: KPIs before/after, a replay with a time slider",
-    "gpufleet simulate --json sim.json && gpufleet dashboard --simulation sim.json",
+    "# a simulation result (from: gpufleet simulate --json sim.json): KPIs before/after, a replay",
+    "gpufleet dashboard --simulation sim.json",
     "# another port (the default address is loopback only)",
     "gpufleet dashboard examples/casestudy --address 127.0.0.1:9090",
 )
