@@ -129,9 +129,14 @@ def test_text_output_shows_the_figures_the_nodes_and_the_requests() -> None:
 def test_on_the_case_study_the_advice_beats_the_hand_cut_configuration_by_the_objective() -> None:
     # The guide's case study as gpufleet ships it: its hand-made MIG cut (six A100s in 3g.40gb halves, two
     # balanced), time-slicing 8 ways on the L40S, Kueue quotas. The balanced objective weighs the demand's cost,
-    # the p95 wait and the failed jobs against it.
+    # the p95 wait and the failed jobs against it, and gives up none of the three.
     advice = search(read_input([]), "balanced", evaluations=10)
     assert advice.changed and advice.chosen.feasible
     assert advice.chosen.score < advice.given.score - 0.1
     g, c = advice.given.kpis, advice.chosen.kpis
-    assert c["wait_p95_s"] < g["wait_p95_s"] and c["job_success_pct"] > g["job_success_pct"]
+    # The goal: better on at least two of inference cost, p95 wait and job success, worse on none.
+    better = [c["inference_cost"] < g["inference_cost"], c["wait_p95_s"] < g["wait_p95_s"],
+              c["job_success_pct"] > g["job_success_pct"]]
+    worse = [c["inference_cost"] > g["inference_cost"], c["wait_p95_s"] > g["wait_p95_s"],
+             c["job_success_pct"] < g["job_success_pct"]]
+    assert sum(better) >= 2 and not any(worse), (g, c)

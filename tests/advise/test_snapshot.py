@@ -22,7 +22,7 @@ from gpufleet.api.source import load_paths
 from gpufleet.cli.main import app
 
 SMALL = Path(__file__).parent / "small.yaml"
-HALVES = NodeConfig("mig", 1, (("2g.12gb", 2),))
+WHOLE = NodeConfig("exclusive")
 SLICED = NodeConfig("time-sliced", 8)
 
 
@@ -32,15 +32,15 @@ def snapshot(tmp_path: Path) -> list[str]:
     pools = build([d for d in docs if d.data["kind"] == "NodePool"]).node_pools
     nodes = []
     for pool in pools:
-        config = HALVES if pool.name == "a30" else SLICED
+        config = WHOLE if pool.name == "a30" else SLICED
         for node in expand_node_pool(pool):
             node["metadata"]["annotations"].pop(GPU_INVENTORY_ANNOTATION)
             node["metadata"]["labels"].update(node_labels(config))
             node["metadata"]["labels"].pop("gpufleet.io/node-pool")
             nodes.append(node)
     (tmp_path / "nodes.yaml").write_text(_dump(nodes))
-    (tmp_path / "nvidia.yaml").write_text(_dump([mig_parted_config_map([HALVES, SLICED]),
-                                                 device_plugin_config_map([HALVES, SLICED]), cluster_policy_patch()]))
+    (tmp_path / "nvidia.yaml").write_text(_dump([mig_parted_config_map([WHOLE, SLICED]),
+                                                 device_plugin_config_map([WHOLE, SLICED]), cluster_policy_patch()]))
     (tmp_path / "rest.yaml").write_text(yaml.safe_dump_all([d.data for d in docs if d.data["kind"] != "NodePool"],
                                                            sort_keys=False))
     return [str(tmp_path / n) for n in ("nodes.yaml", "nvidia.yaml", "rest.yaml")]

@@ -12,7 +12,9 @@ is ever chosen.
 * ``wait``: the p95 queue wait (the mean of the queues' p95 breaks ties); guards: job success not more than 1
   point lower, the demand's cost at most 5% higher, unfinished jobs as above;
 * ``balanced``: the sum of the demand's cost, p95 wait (plus 5 minutes) and failed share of jobs (plus 1
-  point), each over the given configuration's; guard: unfinished jobs as above.
+  point), each over the given configuration's; guards: none of the three worse than with the given
+  configuration (the cost not higher, the wait not a minute longer, job success not half a point lower), so
+  that a gain on one is never bought with a loss on another; unfinished jobs as above.
 
 ``--budget`` (CHF per hour, what the held GPUs cost on average over the window) is a guard for every
 objective, the given configuration's included.
@@ -34,6 +36,8 @@ WAIT_SLACK = 1.25
 WAIT_SLACK_S = 1800.0
 COST_SLACK = 1.05
 WAIT_FLOOR_S = 300.0
+BALANCED_WAIT_S = 60.0
+BALANCED_SUCCESS_PTS = 0.5
 
 
 def run(scenario: Scenario, policy: str, seed: int) -> tuple[dict[str, Any], dict[str, Any], float]:
@@ -105,6 +109,16 @@ def guards(objective: Objective, k: Mapping[str, Any], given: Mapping[str, Any],
         wait, wait_given = _num(k, "wait_p95_s"), _num(given, "wait_p95_s")
         if wait > max(wait_given * WAIT_SLACK, wait_given + WAIT_SLACK_S):
             return f"p95 queue wait {wait:.0f} s against {wait_given:.0f} s with the given configuration"
+    if objective == "balanced":
+        if _num(k, "demand_cost") > _num(given, "demand_cost") + 1e-6:
+            return (f"the demand costs {_num(k, 'demand_cost'):.0f} CHF against {_num(given, 'demand_cost'):.0f} "
+                    "CHF with the given configuration")
+        if _num(k, "wait_p95_s") > _num(given, "wait_p95_s") + BALANCED_WAIT_S:
+            return (f"p95 queue wait {_num(k, 'wait_p95_s'):.0f} s against {_num(given, 'wait_p95_s'):.0f} s with "
+                    "the given configuration")
+        success, success_given = _num(k, "job_success_pct", 100.0), _num(given, "job_success_pct", 100.0)
+        if success < success_given - BALANCED_SUCCESS_PTS:
+            return f"job success {success:.1f}% against {success_given:.1f}% with the given configuration"
     if objective == "wait" and _num(k, "demand_cost") > _num(given, "demand_cost") * COST_SLACK:
         return (f"the demand costs {_num(k, 'demand_cost'):.0f} CHF against {_num(given, 'demand_cost'):.0f} CHF "
                 "with the given configuration")

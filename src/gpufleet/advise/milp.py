@@ -40,7 +40,8 @@ from gpufleet.advise.fleet import HardwarePool
 from gpufleet.gpu.constants import FRACTION_RESOURCE, GPU
 from gpufleet.gpu.mig import geometry_for, profile_from_resource_name
 
-TIME_LIMIT_S = 30.0
+TIME_LIMIT_S = 20.0  # the program proposes; past this HiGHS answers with the best it has
+MIP_GAP = 0.005  # the program proposes and the simulator judges: half a percent from the optimum is plenty
 UNSERVED = 10.0  # average demand unserved, per device, costs this many times the fleet's dearest GPU
 
 
@@ -253,8 +254,11 @@ def solve(problem: Problem, objective: Objective, *, budget: float | None = None
         if forms.get(k):
             row([(z[(k, f)], 1.0) for f in forms[k]], 1.0, 1.0)
             for f in forms[k]:
-                big = sum(offers[o].per_node * len(pools[offers[o].pool].nodes) / fit.size
-                          for o, fit in mine if problem.form_of(k, o) == f)
+                # The most devices of this form the class could want: its peak, as slow as it gets there.
+                stretch = max((fit.stretch for o, fit in mine if problem.form_of(k, o) == f), default=1.0)
+                capacity = sum(offers[o].per_node * len(pools[offers[o].pool].nodes) / fit.size
+                               for o, fit in mine if problem.form_of(k, o) == f)
+                big = min(capacity, cls.peak * stretch + 1.0)
                 row([*((wv[(k, o)], 1.0) for o, _ in mine if problem.form_of(k, o) == f),
                      (z[(k, f)], -max(big, 1.0))], -np.inf, 0.0)
     if budget is not None:
@@ -263,7 +267,7 @@ def solve(problem: Problem, objective: Objective, *, budget: float | None = None
     a = coo_array((vals, (rows, cols)), shape=(len(lo_c), len(names)))
     result = milp(np.array(cost), constraints=LinearConstraint(a, np.array(lo_c), np.array(hi_c)),
                   integrality=np.array(integral), bounds=Bounds(np.array(lower), np.array(upper)),
-                  options={"time_limit": time_limit, "disp": False})
+                  options={"time_limit": time_limit, "disp": False, "mip_rel_gap": MIP_GAP})
     if result.x is None:
         raise Infeasible(result.message)
     v = result.x

@@ -6,8 +6,9 @@
    configurations (only requests and quotas move), and the other objectives' weights. Each distinct answer is
    simulated.
 3. Local search from the best simulated proposal (the given configuration, if nothing beat it): one class asks
-   for another device it may use (the other requests as they are, the program reconfiguring mostly the nodes
-   that needs), or one node of a pool moves to another configuration (one the proposal or the given
+   for another device it may use (the other requests as they are; the program reconfiguring mostly the nodes
+   that needs, or as many nodes as its peak needs given that device where it is cheapest), or one node of a
+   pool moves to another configuration (one the proposal or the given
    configuration uses, a replica count one up or down, whole GPUs; the requests as they are); the program
    re-plans the quotas. The moves are simulated in the order of the program's own objective; the first that
    improves the objective within its guards is taken, and the search goes on from there until no move
@@ -20,7 +21,7 @@ Deterministic: the program (HiGHS) and the simulator are, for a seed, and moves 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.advise.contract import OBJECTIVES, Advice, ClassForm, Judged, NodeConfig, Objective, PoolConfig, Proposal
@@ -230,10 +231,45 @@ class _Move:
     forms: dict[int, str]  # every class's request
 
 
+def _make_room(ctx: Context, counts: Sequence[Mapping[NodeConfig, int]], k: int,
+               form: str) -> tuple[str, list[dict[NodeConfig, int]]] | None:
+    """Nodes for class ``k`` asking ``form``, everything else as it is: in the pool whose device of that form is
+    cheapest for it, as many nodes as its peak needs are given the cheapest configuration offering the form,
+    taken from the pool's most common other configuration."""
+    cls = ctx.classes[k]
+    best = None
+    for (kk, o), fit in ctx.problem.fits.items():
+        if kk != k or ctx.problem.form_of(k, o) != form:
+            continue
+        offer = ctx.problem.offers[o]
+        if not ctx.pools[offer.pool].configurable:
+            continue
+        price = offer.share * offer.price * fit.stretch
+        if best is None or price < best[0]:
+            best = (price, o, fit)
+    if best is None:
+        return None
+    _, o, fit = best
+    offer = ctx.problem.offers[o]
+    target = ctx.configs[offer.pool][offer.config]
+    have = counts[offer.pool].get(target, 0)
+    needed = max(1, -(-int(cls.peak * fit.stretch * fit.size + 0.999) // max(offer.per_node, 1))) - have
+    others = sorted((n, c) for c, n in counts[offer.pool].items() if c != target and n > 0)
+    if needed <= 0 or not others:
+        return None
+    moved = [dict(x) for x in counts]
+    taken = min(needed, others[-1][0])
+    source = others[-1][1]
+    moved[offer.pool][source] -= taken
+    moved[offer.pool][target] = have + taken
+    pool = ctx.pools[offer.pool].name
+    return f"{pool}: {taken} node{'s' if taken > 1 else ''} {source.slug} -> {target.slug}", moved
+
+
 def _moves(ctx: Context, current: Proposal) -> list[_Move]:
     """Neighbours of a proposal, in a fixed order (module doc): one class asks for another device it may use,
-    the other requests as they are, the program re-planning the nodes; one node of a pool to another
-    configuration, the requests as they are."""
+    the other requests as they are, the program re-planning the nodes, or nodes made for it where that device
+    is cheapest (:func:`_make_room`); one node of a pool to another configuration, the requests as they are."""
     counts = _counts_of(ctx, current)
     forms = {k: f.resource for k, f in enumerate(current.forms)}
     out = []
@@ -241,6 +277,10 @@ def _moves(ctx: Context, current: Proposal) -> list[_Move]:
         options = sorted({ctx.problem.form_of(kk, o) for (kk, o) in ctx.problem.fits if kk == k} - {forms[k]})
         for f in options:
             out.append(_Move(f"{cls.name} asks {f}", None, {**forms, k: f}))
+            room = _make_room(ctx, counts, k, f)
+            if room is not None:
+                text, moved = room
+                out.append(_Move(f"{cls.name} asks {f}; {text}", moved, {**forms, k: f}))
     for p, pool in enumerate(ctx.pools):
         if not pool.configurable:
             continue
