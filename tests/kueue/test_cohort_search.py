@@ -99,8 +99,8 @@ head_specs = st.builds(Head, queue=st.integers(0, 5), cpu=st.integers(0, 6), mem
                        priority=st.integers(0, 5), created=st.integers(0, 6), contested=st.integers(1, 3))
 
 
-def manifests(queues: list[QueueSpec], pool_quota: int) -> Manifests:
-    m = Manifests(config=SchedulerConfig())
+def manifests(queues: list[QueueSpec], pool_quota: int, fair: bool = False) -> Manifests:
+    m = Manifests(config=SchedulerConfig(fair_sharing=fair))
     m.flavors.append(ResourceFlavor(ObjectMeta("default")))
     m.cohorts.append(Cohort(ObjectMeta("pool"), None, [
         ResourceGroup(("cpu", "memory"), [FlavorQuotas("default", {"cpu": Quota(pool_quota), "memory": Quota(0)})])]))
@@ -125,8 +125,8 @@ def info_for(key: str, queue: str, priority: int, created: float) -> WorkloadInf
     return WorkloadInfo(wl, [], local_queue="q", cluster_queue=queue, queue_ts=created)
 
 
-def build(queues: list[QueueSpec], pool_quota: int, admitted: list[Admitted]) -> KueuePolicy:
-    policy = KueuePolicy(manifests(queues, pool_quota))
+def build(queues: list[QueueSpec], pool_quota: int, admitted: list[Admitted], fair: bool = False) -> KueuePolicy:
+    policy = KueuePolicy(manifests(queues, pool_quota, fair))
     state = policy.state
     for i, a in enumerate(admitted):
         queue = f"cq{a.queue % len(queues)}"
@@ -166,6 +166,8 @@ def compare(policy: KueuePolicy, heads: list[Head], queues: list[QueueSpec]) -> 
         for (queue, info, frs, usage), want in zip(asks, reference, strict=True):
             shared = [(t.info.key, t.reason) for t in preemptor.targets(info, frs, usage)]
             assert shared == want, (queue, info.priority, usage, frs)
+            if policy.config.fair_sharing:
+                continue  # fair sharing shares the snapshot's queue shares, not the classical runs
             direct = search.classical_targets(info, policy.config.cluster_queues[queue], tree.cluster_queue(queue),
                                               frozenset(frs), usage)
             if direct is not None:
@@ -194,6 +196,16 @@ def test_shared_search_matches_the_reference_on_two_level_cohorts(
 def test_shared_search_matches_the_reference_with_lending_limits_and_nested_cohorts(
         queues: list[QueueSpec], pool_quota: int, admitted: list[Admitted], heads: list[Head]) -> None:
     compare(build(queues, pool_quota, admitted), heads, queues)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queues=st.lists(queue_specs(lending=True, deep=True), min_size=2, max_size=6),
+       pool_quota=st.sampled_from([0, 2]), admitted=st.lists(admitted_specs, max_size=24),
+       heads=st.lists(head_specs, min_size=1, max_size=6))
+def test_fair_sharing_search_with_shared_snapshot_shares_matches_the_reference(
+        queues: list[QueueSpec], pool_quota: int, admitted: list[Admitted], heads: list[Head]) -> None:
+    # The heads of a nomination share every queue's and cohort's dominant resource share as the snapshot has it.
+    compare(build(queues, pool_quota, admitted, fair=True), heads, queues)
 
 
 class CountingTree(QuotaTree):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufleet.api.objects import FairSharingStrategy
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -33,6 +33,14 @@ from gpufleet.scheduling.kueue.preemption_order import (
     candidate_order,
     priority_allows,
 )
+from gpufleet.scheduling.kueue.target_ordering import (
+    SharedTargetOrdering,
+    ShareKey,
+    SnapshotShares,
+    TargetOrdering,
+    root_of,
+    touch,
+)
 from gpufleet.scheduling.quota import FR, QuotaNode, QuotaTree
 
 __all__ = [
@@ -45,9 +53,6 @@ __all__ = [
     "candidate_order",
     "priority_allows",
 ]
-
-ShareKey = tuple[int, float]
-ZERO_SHARE: ShareKey = (0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,8 @@ class _Ctx:
     node: QuotaNode
     frs: frozenset[FR]
     usage: dict[FR, int]
+    # Nodes whose usage this search has changed from the snapshot's (fair sharing: their shares are its own).
+    touched: dict[int, QuotaNode] = field(default_factory=dict)
 
 
 class Preemptor:
@@ -83,6 +90,8 @@ class Preemptor:
             "LessThanOrEqualToFinalShare", "LessThanInitialShare")
         self.shared = True
         self._cohorts: CohortSearch | None = None
+        # Fair sharing: every node's share in the nomination's snapshot, computed once for all heads.
+        self._snapshot_shares: SnapshotShares | None = None
 
     @contextmanager
     def nomination(self) -> Iterator[None]:
@@ -90,10 +99,12 @@ class Preemptor:
         (searches leave the tree as they found it), so work is shared between them. Nothing may admit, release
         or evict inside."""
         self._cohorts = CohortSearch(self.tree, self.admitted) if self.shared else None
+        self._snapshot_shares = SnapshotShares(self.tree) if self.shared else None
         try:
             yield
         finally:
             self._cohorts = None
+            self._snapshot_shares = None
 
     # ---- shared helpers --------------------------------------------------------------------------------------
     def _within_nominal(self, node: QuotaNode, frs: frozenset[FR]) -> bool:
@@ -276,26 +287,52 @@ class Preemptor:
             out.extend(c for c in self.admitted.get(ctx.cq.name, {}).values()
                        if c.uses_any(ctx.frs) and priority_allows(p.within_cluster_queue, ctx.info, c))
         if ctx.node.parent is not None and p.reclaim_within_cohort != "Never":
-            root = _root(ctx.node)
+            root = root_of(ctx.node)
             # Nothing to reclaim from a queue within its nominal quota: only borrowing ones are looked at.
             for node in self.tree.cluster_queues_over_quota(ctx.frs):
-                if node is ctx.node or _root(node) is not root:
+                if node is ctx.node or root_of(node) is not root:
                     continue
                 out.extend(c for c in self.admitted.get(node.name, {}).values()
                            if c.uses_any(ctx.frs) and priority_allows(p.reclaim_within_cohort, ctx.info, c))
         return out
 
+    def _fs_candidates_in_queue_order(self, ctx: _Ctx, snapshot: SnapshotShares) -> list[WorkloadInfo]:
+        """:meth:`_fs_candidates` in Kueue's candidate order within each queue, which is all the fair-sharing
+        search reads of the order (it takes candidates queue by queue): read from the queues' ordered lists, the
+        queues above quota listed once per nomination."""
+        p = ctx.cq.preemption
+        out: list[WorkloadInfo] = []
+
+        def take(queue: AdmittedQueue, policy: str) -> None:
+            kept = [c for c in queue.ordered() if c.uses_any(ctx.frs) and priority_allows(policy, ctx.info, c)]
+            out.extend(c for c in kept if c.evicting)
+            out.extend(c for c in kept if not c.evicting)
+
+        if p.within_cluster_queue != "Never":
+            take(self.admitted[ctx.cq.name], p.within_cluster_queue)
+        if ctx.node.parent is not None and p.reclaim_within_cohort != "Never":
+            for node in snapshot.over_quota(root_of(ctx.node), ctx.frs):
+                if node is not ctx.node:
+                    take(self.admitted[node.name], p.reclaim_within_cohort)
+        return out
+
     def _fair_targets(self, ctx: _Ctx) -> list[Target]:
-        candidates = self._fs_candidates(ctx)
+        if self._snapshot_shares is not None:
+            candidates = self._fs_candidates_in_queue_order(ctx, self._snapshot_shares)
+        else:
+            candidates = self._fs_candidates(ctx)
+            candidates.sort(key=lambda c: candidate_order(c, ctx.cq.name))
         if not candidates:
             return []
-        candidates.sort(key=lambda c: candidate_order(c, ctx.cq.name))
         tree = self.tree
+        if self._snapshot_shares is not None and ctx.node.parent is not None:
+            self._snapshot_shares.prepare(root_of(ctx.node))  # while the tree is still the snapshot
         mark = tree.checkpoint()
         try:
             # The preemptor's usage stays simulated while shares are compared, and is taken out again for
             # every fit check.
             tree.add_usage(ctx.cq.name, ctx.usage)
+            touch(ctx.touched, ctx.node)
             targets: list[Target] = []
             retry: list[WorkloadInfo] = []
             fits = self._fs_first_strategy(ctx, candidates, targets, retry)
@@ -316,7 +353,7 @@ class Preemptor:
             self.tree.add_usage(ctx.cq.name, ctx.usage)
 
     def _take(self, ctx: _Ctx, cand: WorkloadInfo, reason: str, targets: list[Target],
-              ordering: _TargetOrdering) -> bool:
+              ordering: TargetOrdering) -> bool:
         self._remove(cand)
         assert cand.cluster_queue is not None
         ordering.changed(self.tree.cluster_queue(cand.cluster_queue))
@@ -325,7 +362,7 @@ class Preemptor:
 
     def _fs_first_strategy(self, ctx: _Ctx, candidates: list[WorkloadInfo], targets: list[Target],
                            retry: list[WorkloadInfo]) -> bool:
-        ordering = _TargetOrdering(self.tree, ctx.node, candidates)
+        ordering = self._ordering(ctx, candidates)
         first = self.strategies[0]
         for target_cq in ordering:
             if target_cq is ctx.node:
@@ -347,7 +384,7 @@ class Preemptor:
         return False
 
     def _fs_second_strategy(self, ctx: _Ctx, retry: list[WorkloadInfo], targets: list[Target]) -> bool:
-        ordering = _TargetOrdering(self.tree, ctx.node, retry)
+        ordering = self._ordering(ctx, retry)
         for target_cq in ordering:
             preemptor_new, target_old = ordering.shares(target_cq)
             cand = ordering.pop(target_cq)
@@ -357,124 +394,20 @@ class Preemptor:
             ordering.drop(target_cq)
         return False
 
-    def _share_without(self, ordering: _TargetOrdering, target_cq: QuotaNode, cand: WorkloadInfo) -> ShareKey:
-        mark = self.tree.checkpoint()
-        try:
-            self._remove(cand)
-            return ordering.shares(target_cq, cached=False)[1]
-        finally:
-            self.tree.rollback(mark)
+    def _ordering(self, ctx: _Ctx, candidates: list[WorkloadInfo]) -> TargetOrdering:
+        if self._snapshot_shares is None:
+            return TargetOrdering(self.tree, ctx.node, candidates)
+        return SharedTargetOrdering(self.tree, ctx.node, candidates, self._snapshot_shares, ctx.touched)
 
+    def _share_without(self, ordering: TargetOrdering, target_cq: QuotaNode, cand: WorkloadInfo) -> ShareKey:
+        def compute() -> ShareKey:
+            mark = self.tree.checkpoint()
+            try:
+                self._remove(cand)
+                return ordering.shares(target_cq, cached=False)[1]
+            finally:
+                self.tree.rollback(mark)
 
-def _root(node: QuotaNode) -> QuotaNode:
-    while node.parent is not None:
-        node = node.parent
-    return node
-
-
-class _TargetOrdering:
-    """Kueue's TargetClusterQueueOrdering: from the root, descend into the child with the highest dominant
-    resource share (a cohort wins ties) until a ClusterQueue with candidates is reached; queues and cohorts
-    that no longer borrow are pruned (except on the preemptor's own path)."""
-
-    def __init__(self, tree: QuotaTree, preemptor: QuotaNode, candidates: Sequence[WorkloadInfo]) -> None:
-        self.tree = tree
-        self.preemptor = preemptor
-        self.by_cq: dict[str, list[WorkloadInfo]] = {}
-        for c in candidates:
-            assert c.cluster_queue is not None
-            self.by_cq.setdefault(c.cluster_queue, []).append(c)
-        self.ancestors: set[int] = set()
-        node = preemptor.parent
-        while node is not None:
-            self.ancestors.add(id(node))
-            node = node.parent
-        self.pruned: set[int] = set()
-        # Shares only change where usage changes, so they are remembered until a removal on their path.
-        self._shares: dict[int, ShareKey] = {}
-        self._alive: dict[int, list[QuotaNode]] = {}
-
-    def changed(self, node: QuotaNode) -> None:
-        """Usage of ``node`` (and so of its ancestors) changed: forget their shares."""
-        n: QuotaNode | None = node
-        while n is not None:
-            self._shares.pop(id(n), None)
-            n = n.parent
-
-    def has(self, cq: QuotaNode) -> bool:
-        return bool(self.by_cq.get(cq.name))
-
-    def pop(self, cq: QuotaNode) -> WorkloadInfo:
-        return self.by_cq[cq.name].pop(0)
-
-    def drop(self, cq: QuotaNode) -> None:
-        self.pruned.add(id(cq))
-
-    def __iter__(self) -> Iterator[QuotaNode]:
-        if self.preemptor.parent is None:
-            while self.has(self.preemptor):
-                yield self.preemptor
-            return
-        root = _root(self.preemptor)
-        while id(root) not in self.pruned:
-            target = self._next(root)
-            if target is not None:
-                yield target
-
-    def _key(self, node: QuotaNode, cached: bool = True) -> ShareKey:
-        if not cached:
-            return self.tree.fair_sharing_key(node)
-        share = self._shares.get(id(node))
-        if share is None:
-            share = self._shares[id(node)] = self.tree.fair_sharing_key(node)
-        return share
-
-    def _next(self, cohort: QuotaNode) -> QuotaNode | None:
-        best_cq: QuotaNode | None = None
-        best_cq_key: ShareKey | None = None
-        best_co: QuotaNode | None = None
-        best_co_key: ShareKey | None = None
-        alive: list[QuotaNode] = []  # pruning is for good: later visits only look at the survivors
-        for child in self._alive.get(id(cohort), cohort.children):
-            if id(child) in self.pruned:
-                continue
-            if child.is_cluster_queue and not self.has(child):
-                self.pruned.add(id(child))  # checked before the share, which costs more
-                continue
-            key = self._key(child)
-            if child.is_cluster_queue:
-                if key == ZERO_SHARE and child is not self.preemptor:
-                    self.pruned.add(id(child))
-                    continue
-                if best_cq_key is None or key >= best_cq_key:
-                    best_cq, best_cq_key = child, key
-            elif key == ZERO_SHARE and id(child) not in self.ancestors:
-                self.pruned.add(id(child))
-                continue
-            elif best_co_key is None or key >= best_co_key:
-                best_co, best_co_key = child, key
-            alive.append(child)
-        self._alive[id(cohort)] = alive
-        if best_co is None and best_cq is None:
-            self.pruned.add(id(cohort))
-            return None
-        if best_co is not None and (best_cq_key is None or (best_co_key is not None and best_co_key >= best_cq_key)):
-            return self._next(best_co)
-        return best_cq
-
-    def shares(self, target: QuotaNode, cached: bool = True) -> tuple[ShareKey, ShareKey]:
-        """Shares of the preemptor's and the target's almost-least-common-ancestors (the children of their
-        lowest common cohort on each side)."""
-        path: list[QuotaNode] = []
-        node: QuotaNode | None = self.preemptor
-        while node is not None:
-            path.append(node)
-            node = node.parent
-        on_path = {id(n): i for i, n in enumerate(path)}
-        t: QuotaNode = target
-        while t.parent is not None and id(t.parent) not in on_path:
-            t = t.parent
-        lca = t.parent
-        assert lca is not None, "target and preemptor are in the same cohort tree"
-        p_almost = path[on_path[id(lca)] - 1]
-        return self._key(p_almost, cached), self._key(t, cached)
+        if isinstance(ordering, SharedTargetOrdering):
+            return ordering.share_without(target_cq, cand, compute)
+        return compute()
