@@ -6,10 +6,12 @@ that use a flavor-resource needing preemption; the search removes them greedily 
 preemptor fits, then adds back (newest first, the last one excluded) every one whose removal turned out
 unnecessary, leaving a minimal set.
 
-During a cycle's nomination (:meth:`Preemptor.nomination`) the classical search of a head in a cohort is answered
-by :class:`~gpufleet.scheduling.kueue.cohort_search.CohortSearch`, which shares the work between the heads of the
-cohort and gives the same targets; ``Preemptor.shared = False`` keeps the straightforward search everywhere (the
-baseline of ``bench/kueue_cycles.py`` and the reference of the property tests).
+During a cycle's nomination (:meth:`Preemptor.nomination`) the work is shared between the heads, with the same
+targets: the classical search of a head in a cohort is answered by
+:class:`~gpufleet.scheduling.kueue.cohort_search.CohortSearch`; the fair-sharing search reads the snapshot's shares
+once for all heads (:class:`~gpufleet.scheduling.kueue.target_ordering.SharedTargetOrdering`). ``Preemptor.shared
+= False`` keeps the straightforward searches everywhere (the baseline of ``bench/kueue_cycles.py`` and the
+reference of the property tests).
 """
 
 from __future__ import annotations
