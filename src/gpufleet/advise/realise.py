@@ -51,6 +51,7 @@ from gpufleet.api.objects import (
 )
 from gpufleet.api.source import Document
 from gpufleet.cluster.workloads import PodSet, WorkloadPod
+from gpufleet.gpu.catalog import DEFAULT_CATALOG, GpuModel
 from gpufleet.gpu.constants import FRACTION_RESOURCE, GPU, SHARED_GPU
 from gpufleet.gpu.mig import profile_from_resource_name
 from gpufleet.gpu.sharing import advertised_resources, gfd_labels, make_gpus
@@ -177,9 +178,7 @@ def node_document(node: Node, pool: HardwarePool | None, config: NodeConfig | No
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec, "status": status}
 
 
-def _catalog_model(node: Node) -> Any:
-    from gpufleet.gpu.catalog import DEFAULT_CATALOG
-
+def _catalog_model(node: Node) -> GpuModel:
     assert node.gpus is not None
     return DEFAULT_CATALOG.resolve(node.gpus.model, node.gpus.memory_mib)
 

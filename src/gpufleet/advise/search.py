@@ -30,7 +30,7 @@ from gpufleet.advise.fleet import HardwarePool, configurations, hardware_pools
 from gpufleet.advise.inputs import AdviseInput
 from gpufleet.advise.judge import cost_per_hour, judged, run
 from gpufleet.advise.milp import Infeasible, Problem, Solution, solve
-from gpufleet.advise.queues import cluster_queue_of, flavor_of, flavors_of, synthesise_quotas
+from gpufleet.advise.queues import check_kueue, cluster_queue_of, flavor_of, flavors_of, synthesise_quotas
 from gpufleet.advise.realise import assign_nodes, manifests_of, realise, rewrite_jobs
 from gpufleet.gpu.constants import FRACTION_RESOURCE, MILLI
 from gpufleet.sim.model import SimulationError
@@ -117,9 +117,15 @@ def proposal_from(ctx: Context, sol: Solution, name: str) -> Proposal:
 
 
 def scenario_of(ctx: Context, proposal: Proposal) -> Scenario:
+    """The proposal as the simulator runs it: its documents checked against Kueue's rules and read by the same
+    loader as any input (MIG layouts and device-plugin settings are checked there), its demand rewritten."""
     if proposal.given:
         return Scenario("given", ctx.inp.manifests, ctx.inp.jobs, ctx.inp.config, (ctx.inp.policy,))
     realised = realise(ctx.inp, ctx.pools, proposal, ctx.classes)
+    broken = check_kueue(realised.flavors, realised.cluster_queues, realised.flavor_objects, proposal.quotas,
+                         ctx.classes, proposal.forms, ctx.queue_of)
+    if broken:
+        raise ValueError("gpufleet advise wrote Kueue objects that break Kueue's rules (a bug): " + "; ".join(broken))
     jobs = rewrite_jobs(ctx.inp.jobs, ctx.classes, proposal.forms)
     return Scenario(proposal.name, manifests_of(realised), jobs, ctx.inp.config, (ctx.inp.policy,))
 
@@ -154,7 +160,14 @@ class _Search:
             return None
         self.seen.add(key)
         started = time.perf_counter()
-        scenario = scenario_of(self.ctx, proposal)
+        try:
+            scenario = scenario_of(self.ctx, proposal)
+        except ValueError as exc:  # the advisor's own bug: said in the advice, the search goes on
+            if proposal.given:
+                raise
+            self.notes.append(f"{proposal.name}: left out: {exc}")
+            self.failed.append(proposal)
+            return None
         self._time("realise", time.perf_counter() - started)
         try:
             k, q, wall = run(scenario, self.ctx.inp.policy, self.ctx.inp.seed)

@@ -12,6 +12,7 @@ import typer
 from gpufleet.advise.contract import OBJECTIVES, Advice
 from gpufleet.advise.files import advice_document, write
 from gpufleet.advise.inputs import read_input
+from gpufleet.advise.nvidia import node_labels
 from gpufleet.advise.reasons import KPI_WORDS, kpi_text
 from gpufleet.advise.search import DEFAULT_EVALUATIONS, Context, NoProposal, prepare, search
 from gpufleet.cli import console
@@ -100,8 +101,8 @@ def advise(
 
 def _render(ctx: Context, advice: Advice, *, wide: bool) -> None:
     g, c = advice.given, advice.chosen
-    table = console.make_table(f"gpufleet advise ({advice.objective}): the given configuration beside the "
-                               + ("proposal" if advice.changed else "proposal (the given configuration wins)"),
+    table = console.make_table(f"Objective {advice.objective}: "
+                               + ("the proposal" if advice.changed else "the given configuration wins"),
                                "figure", console.Column("given", justify="right"),
                                console.Column("proposal", justify="right"))
     for key, words, _ in KPI_WORDS:
@@ -111,8 +112,6 @@ def _render(ctx: Context, advice: Advice, *, wide: bool) -> None:
     pools = console.make_table("Nodes", "pool", "model", console.Column("nodes", justify="right"), "configuration",
                                *(["labels"] if wide else []))
     for p in c.proposal.pools:
-        from gpufleet.advise.nvidia import node_labels
-
         extra = [", ".join(f"{k}={v}" for k, v in node_labels(p.config).items())] if wide else []
         pools.add_row(p.pool, p.model, str(len(p.nodes)), p.config.text, *extra)
     console.show(pools)
