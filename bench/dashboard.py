@@ -20,9 +20,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpufleet.api.manifests import load_manifest_text  # noqa: E402
-from gpufleet.web.server import Dashboard  # noqa: E402
-from gpufleet.web.source_files import FilesSource  # noqa: E402
+from gpufleet.api.manifests import load_manifest_text
+from gpufleet.web.server import Dashboard
+from gpufleet.web.source_files import FilesSource
 
 CHROMIUM = "/usr/bin/chromium"
 
