@@ -336,11 +336,13 @@ READ = ("get", "list", "watch")
 
 def test_cluster_role_reads_exactly_what_the_informers_watch() -> None:
     granted = permissions("ClusterRole")
-    for res in r.SCHEDULER_RESOURCES:
+    # Kueue's AdmissionChecks are read with Kueue's other kinds (deploy/kueue/, test_kueue_manifests).
+    watched = [*r.SCHEDULER_RESOURCES, *(res for res in r.WORKLOAD_RESOURCES if res.group != r.KUEUE_GROUP)]
+    for res in watched:
         for verb in READ:
             assert (res.group, res.plural, verb) in granted, (res.key, verb)
     reads = {(g, res) for g, res, verb in granted if verb in READ}
-    assert reads == {(res.group, res.plural) for res in r.SCHEDULER_RESOURCES}
+    assert reads == {(res.group, res.plural) for res in watched}
 
 
 def test_cluster_role_writes_only_what_the_scheduler_produces() -> None:

@@ -57,7 +57,7 @@ def test_rules_are_justified_and_bound_to_the_scheduler(folder: str) -> None:
 def test_kueue_role_reads_kueues_queue_kinds_and_writes_their_statuses() -> None:
     granted = permissions("kueue")
     assert {(g, res) for g, res, verb in granted if verb in READ} == {
-        (res.group, res.plural) for res in r.KUEUE_QUEUE_RESOURCES}
+        (res.group, res.plural) for res in (*r.KUEUE_QUEUE_RESOURCES, r.KUEUE_ADMISSION_CHECKS)}
     assert {p for p in granted if p[2] not in READ} == {
         ("kueue.x-k8s.io", "clusterqueues/status", "update"), ("kueue.x-k8s.io", "localqueues/status", "update")}
 

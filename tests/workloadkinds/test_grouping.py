@@ -57,10 +57,16 @@ def test_a_jobs_running_pod_counts_once_in_its_own_place() -> None:
 
 
 def test_live_grouping_keeps_only_pods_that_exist_and_waits_for_the_gang() -> None:
-    (w,) = build_workloads(load(JOB + REAL), create_missing=False)
+    waiting = pod("train-2-abcde", "{batch.kubernetes.io/job-name: train, batch.kubernetes.io/job-completion-index: "
+                                   "'2'}")
+    (w,) = build_workloads(load(JOB + waiting), create_missing=False)
     assert [p.key for p in w.pods] == ["ml/train-2-abcde"]
     assert w.expected_pods == 3 and not w.complete and w.queue == "lq"
     assert w.size == 3  # quota is asked for the whole Job
+    # A pod on a node: the gang was admitted already; its missing pods (being recreated) take nothing from it.
+    (admitted,) = build_workloads(load(JOB + REAL), create_missing=False)
+    assert [p.key for p in admitted.pods] == ["ml/train-2-abcde"]
+    assert admitted.expected_pods is None and admitted.complete and admitted.size == 3
 
 
 def test_finished_pods_fill_only_free_places() -> None:
@@ -233,7 +239,8 @@ def test_a_live_snapshot_reads_without_warnings_and_its_pod_keeps_its_place() ->
     m = load_manifest_text(LIVE, "live.yaml")
     assert not m.problems.all, [str(p) for p in m.problems.all]
     (w,) = build_workloads(m, create_missing=False)
-    assert [p.key for p in w.pods] == ["ml/live-1-7x9kq"] and w.expected_pods == 2 and w.pods[0].node_name == "gpu-1"
+    assert [p.key for p in w.pods] == ["ml/live-1-7x9kq"] and w.pods[0].node_name == "gpu-1"
+    assert w.expected_pods is None and w.size == 2  # running: admitted already, with quota for both pods
     (planned,) = build_workloads(m)
     assert planned.pods[1].key == "ml/live-1-7x9kq" and planned.pods[0].key.startswith("ml/live-0-")
 

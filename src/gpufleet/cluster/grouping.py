@@ -81,9 +81,10 @@ AppsIndex = dict[tuple[str, str], list[WorkloadOwner]]  # (namespace, name) -> D
 
 
 def _find(pod: Pod, index: dict[tuple[str, str, str, str], WorkloadOwner],
-          by_workload: dict[tuple[str, str], WorkloadOwner], apps: AppsIndex) -> tuple[WorkloadOwner, Claim] | None:
+          by_workload: dict[tuple[str, str], WorkloadOwner], apps: AppsIndex,
+          rules: list[KindRule]) -> tuple[WorkloadOwner, Claim] | None:
     ns = pod.meta.namespace or "default"
-    for rule in _ORDER:
+    for rule in rules:
         for labels in rule.owner_labels:
             if any(pod.meta.labels.get(k) != v for k, v in labels.extra):
                 continue
@@ -96,7 +97,7 @@ def _find(pod: Pod, index: dict[tuple[str, str, str, str], WorkloadOwner],
                 claim = Claim(pod, _value(pod, labels, labels.pod_set), _int(_value(pod, labels, labels.index)),
                               _int(_value(pod, labels, labels.group_index)))
                 return owner, claim
-    return _find_apps(pod, apps)
+    return _find_apps(pod, apps) if apps else None
 
 
 def _names_of(rule: KindRule, pod: Pod) -> set[str]:
@@ -148,9 +149,15 @@ def adopt(pods: Iterable[Pod], owners: list[WorkloadOwner]) -> Adoption:
     for o in owners:
         if o.rule.group == "apps":
             apps[(o.namespace, o.meta.name)].append(o)
+    # Only the kinds the input has an object of (or a stand-in for: a CronJob's Job, a TrainJob's JobSet) are
+    # looked for: a live cluster's plain pods would otherwise each try every rule.
+    present = {o.rule.key for o in owners}
+    stand_ins = {("batch", "Job"): ("batch", "CronJob"), ("jobset.x-k8s.io", "JobSet"): ("trainer.kubeflow.org",
+                                                                                          "TrainJob")}
+    rules = [rule for rule in _ORDER if rule.key in present or stand_ins.get(rule.key) in present]
     out = Adoption()
     for pod in pods:
-        found = _find(pod, index, by_workload, apps)
+        found = _find(pod, index, by_workload, apps, rules)
         if found is not None:
             owner, claim = found
             out.claims[id(owner)].append(claim)
@@ -222,7 +229,10 @@ class Builder:
                 name = wp.key.partition("/")[2]
                 self._add(owner, plan, name, [PodSet(wp.pod_set, 1, wp.template)], [wp], None)
             return
-        waits = not self.create_missing and not owner.rule.fast_admission
+        # A gang with a live pod on a node was admitted already: one pod missing now (being recreated) takes
+        # nothing from it, its quota stays charged in full.
+        running = any(p.node_name and p.phase not in _TERMINAL for p in pods)
+        waits = not self.create_missing and not owner.rule.fast_admission and not running
         expected = sum(ps.count for ps in pod_sets) if waits else None
         self._add(owner, plan, plan.name, pod_sets, pods, expected)
 

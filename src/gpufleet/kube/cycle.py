@@ -48,7 +48,7 @@ from gpufleet.kube.recorder import Recorder
 from gpufleet.kube.resources import SCHEDULER_RESOURCES, ResourceType
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.wakeup import Wakeup
-from gpufleet.kube.world import World, assemble, finish
+from gpufleet.kube.world import World, assemble, finish, hold_pods_of
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,8 @@ def pending_reason(info: WorkloadInfo | None, message: str) -> str:
     """A short, bounded label for the pending gauge (the full message goes to the pod's condition)."""
     if info is None:
         return "Unknown"
+    if info.problem and info.workload.hold:
+        return "Held"  # Kueue would hold it as it stands (admission checks, suspension...)
     if info.problem:
         return "Unqueued"
     if "Pending the preemption" in message:
@@ -147,6 +149,7 @@ class CycleRunner:
         self.fleet = FleetMetrics(metrics)  # gpufleet.kube.fleet_metrics: the fleet's gauges and counters
         # Whose queue objects each cycle reads (gpufleet.kube.queuesource), and beside Kueue, Kueue's Workloads.
         self.queues = QueueChooser(resources)
+        self.watched = {res.key: res for res in resources}  # what the informers watch, in the version served
         self.queue_kinds: QueueKinds = self.queues.kinds(cache.snapshot())
         self.kueue_workloads = beside.WorkloadParses()
 
@@ -205,13 +208,16 @@ class CycleRunner:
         world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
                          assumed=assumed, now=now, require_mutation=s.webhook.require_mutation,
                          queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *kinds.resources))
-        repairs = gangs.repair(world, s.binding.gang_repair_timeout)
+        hold_pods_of(world, [(res, h.key, f"is set aside, so its pods wait: {h.message}") for h in self.quarantine.held
+                             if (res := self._resource(h.resource)) is not None])
         if s.beside_kueue.enabled:
-            return self._decide_beside(snapshot, world, repairs, started)
-        finish(world)
+            return self._decide_beside(snapshot, world, gangs.repair(world, s.binding.gang_repair_timeout), started)
+        finish(world)  # workloads first: a gang is a JobSet's pods as much as a pod group's
+        repairs = gangs.repair(world, s.binding.gang_repair_timeout)
         world_s = time.perf_counter() - started
         policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=parked,
                                      quota_only=s.quota_only)
+        repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
         parked.remember(policy)
         policy_s = time.perf_counter() - started - world_s
@@ -263,7 +269,7 @@ class CycleRunner:
 
     def _hold(self, snapshot: CacheSnapshot, culprit: tuple[str, str], exc: Exception) -> None:
         resource_key, key = culprit
-        resource = r.by_key(resource_key)
+        resource = self._resource(resource_key)
         obj = snapshot.objects[resource_key][key]
         why = f"{type(exc).__name__}: {shown(str(exc), 200)}"
         self.quarantine.hold(resource or r.PODS, key, obj, why)
@@ -294,10 +300,14 @@ class CycleRunner:
             for rejection, obj in fresh:
                 if rejection.kind != "Pod":
                     log.warning("%s %s: %s", rejection.kind, rejection.key, rejection.message)
-                    resource = next(res for res in (r.NODES, r.PODS, r.PRIORITY_CLASSES, r.NAMESPACES,
-                                                    *self.queue_kinds.resources) if res.kind == rejection.kind)
-                    self.pool.submit(self._tell, resource, dict(obj), rejection.message, time.time())
+                    resource = self._resource(rejection.resource)
+                    if resource is not None:
+                        self.pool.submit(self._tell, resource, dict(obj), rejection.message, time.time())
         self.metrics.set_rejected(self.quarantine.counts())
+
+    def _resource(self, key: str) -> ResourceType | None:
+        """The type of a resource key: as watched (the version the cluster serves), else as gpufleet knows it."""
+        return self.watched.get(key) or r.by_key(key)
 
     # --- plans ------------------------------------------------------------------------------------------
 
@@ -340,8 +350,8 @@ class CycleRunner:
         for e in world.pending():
             if e.completing:
                 continue
-            if e.problem is not None:
-                out.append((e.raw, e.problem))
+            if e.problem is not None or e.waiting is not None:
+                out.append((e.raw, e.problem or e.waiting or ""))
                 continue
             workload = world.workload_of.get(e.key)
             message = plan.pending.get(workload or "")

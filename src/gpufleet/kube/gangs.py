@@ -2,15 +2,29 @@
 
 A gang is bound in one cycle, but the API server can fail some of its Bindings, and a scheduler can die
 between two of them. A gang left partially bound holds its nodes while it cannot run, so each cycle looks
-for pod groups with some members holding nodes and others not:
+for gangs (Kueue pod groups and the workloads of the gang kinds: a JobSet, a PyTorchJob, a Job...; see
+:meth:`gpufleet.kube.world.World.gangs`) with some members holding nodes and others not:
 
 * every unbound member has a placement recorded (the cut-short binds of an earlier cycle: the gang plan that
   the first bound member's Binding carried, :func:`gpufleet.kube.annotations.read_gang_plan`, or an intent
   annotation an older gpufleet wrote on the pod itself) and its node still has room → **complete**: bind
   them there, this cycle, before anything else is planned;
-* otherwise (a member has no intent, e.g. it was recreated, or its node is gone or full) → once the gang
-  has been incomplete for ``timeout`` seconds, **evict** the members that hold nodes, so the whole gang is
-  planned again from scratch. The wait absorbs a member that is being recreated right now.
+* otherwise (a member has no intent, e.g. it was recreated, or its node is gone or full), for a pod group
+  (Kueue's, Volcano's, KAI's) → once the gang has been incomplete for ``timeout`` seconds, **evict** the members
+  that hold nodes, so the whole gang is planned again from scratch. The wait absorbs a member that is being
+  recreated right now.
+
+The workload of a workload kind's object (a Job, a JobSet, a StatefulSet...) is different: once admitted, its
+controller owns its pods, and Kueue leaves the pods it creates later to be scheduled one by one (a Job's next pod
+when completions exceed parallelism, a replacement for a failed pod, a StatefulSet's next ordinal, which comes
+only once the one before is ready: Kueue admits StatefulSets and LeaderWorkerSets with their first pod). Such a
+workload is completed from a recorded plan like any gang, but never evicted for being partial; its pods that
+came after its admission, with no plan, are placed by :func:`join` once the cycle's policy has admitted it again,
+next to the ones bound, with its flavors, before anything new is admitted (their quota is the workload's
+already); they wait (their condition says why) while they do not fit. ``KueuePolicy.submit`` ignores every
+change to an admitted workload, so without this step they would never be bound. One exception keeps a gang
+whole: when every pod of the workload that holds a node is being deleted (a JobSet restarting all its Jobs), the
+new pods wait for them to go and are then placed together, as a new gang.
 
 waitForPodsReady, Kueue's gang timeout, is carried out here too (the policy is rebuilt every cycle, so its
 own timers do not survive): a workload whose pods are not all Ready ``timeout`` seconds after it was
@@ -24,11 +38,22 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpufleet.api.objects import PodsReadyPolicy
+from gpufleet.api.workloadkinds.table import RULES
+from gpufleet.cluster.workloads import Workload
 from gpufleet.kube.annotations import Intent, read_gang_plan
 from gpufleet.kube.world import PodEntry, World, account, expected_size
+from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.kueue.info import State
+from gpufleet.scheduling.types import PodAssignment
 
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 GANG_INCOMPLETE = "GangIncomplete"
+LATE_MEMBERS = "LateMembers"
+
+# The workload kinds whose controllers own their pods once admitted: their later pods join the workload (a
+# workload's ``kind`` names its kind). Not the pod-group kinds, whose pods are a gang of pods, as Kueue's pod groups.
+JOINING_KINDS = frozenset(rule.kind for rule in RULES.values() if rule.grouping != "pod-group")
+assert not JOINING_KINDS & {"Pod", "PodGroup", "Workload"}, "a workload kind named as the workloads of pods"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,25 +73,91 @@ def _created(e: PodEntry) -> float:
 def repair(world: World, timeout: float) -> list[GangAction]:
     """Complete or evict partially bound gangs; completed members are charged in ``world.cluster``."""
     actions: list[GangAction] = []
-    for (ns, group), members in sorted(world.gangs().items()):
+    workloads = {w.key: w for w in world.workloads}
+    for key, members in sorted(world.gangs().items()):
         held = [m for m in members if m.node is not None]
         unbound = [m for m in members if m.node is None and not m.deleting and not m.gated]
         if not held or not unbound:
             continue
-        key = f"{ns}/{group}"
         _recall_plans(held, unbound)
         if _complete(world, unbound):
+            _seen_bound(workloads.get(key), unbound)
             actions.append(GangAction(key, "complete", tuple(m.key for m in unbound), "PartialBind",
                                       "completing a partial bind on the nodes chosen before"))
             continue
+        if key in workloads and workloads[key].kind in JOINING_KINDS:
+            continue  # its controller's later pods join it (join): never evicted for being partial
         since = max([*(_created(m) for m in unbound),
                      min((m.intent.at for m in held if m.intent and m.intent.at), default=0.0)])
         if world.now - since >= timeout:
             victims = tuple(m.key for m in held if not m.deleting)
             if victims:
+                w = workloads.get(key)
+                total = (w.expected_pods or w.size) if w is not None else expected_size(members)
                 actions.append(GangAction(key, "evict", victims, GANG_INCOMPLETE,
-                                          f"{len(held)} of {expected_size(members)} pods hold nodes and the rest "
+                                          f"{len(held)} of {total} pods hold nodes and the rest "
                                           f"could not join them for {timeout:g}s"))
+    return actions
+
+
+def _seen_bound(workload: Workload | None, entries: list[PodEntry]) -> None:
+    """The pods ``entries`` now hold nodes: the workload built before this cycle completed them sees them bound
+    (as its pods bound before), so the policy admits it with them."""
+    if workload is None:
+        return
+    nodes = {e.key: e.node for e in entries}
+    for p in workload.pods:
+        if p.key in nodes:
+            p.node_name = nodes[p.key]
+
+
+def join(world: World, policy: KueuePolicy) -> list[GangAction]:
+    """Place the pods that came after their workload was admitted (a StatefulSet's next ordinal, a Job's
+    replacement pod; see the module doc): all of one workload together, with the flavors of its admission, on the
+    policy's nodes. Call it after the policy has every workload and before it runs: these pods already have their
+    quota and go before any new admission. Placed pods are charged and marked ``completing`` (this cycle binds
+    them); the others wait with ``PodEntry.waiting`` saying why."""
+    placer = policy.state.gangs
+    if placer is None:
+        return []  # quotaOnly: no nodes to place on
+    actions: list[GangAction] = []
+    for w in world.workloads:
+        if w.kind not in JOINING_KINDS:
+            continue
+        info = policy.info(w.key)
+        if info is None or info.state is not State.ADMITTED or info.admission is None:
+            continue
+        late = [e for p in w.pods if (e := world.pods.get(p.key)) is not None and e.pod is not None
+                and e.node is None and not e.terminal and not e.deleting and not e.gated and e.problem is None]
+        if not late:
+            continue
+        holding = [e for p in w.pods if (e := world.pods.get(p.key)) is not None and e.node is not None
+                   and not e.terminal and not e.completing]
+        if holding and all(e.deleting for e in holding):
+            for e in late:
+                e.waiting = (f"the pods of {w.kind} {w.key} that hold nodes are being deleted (a restart): its new "
+                             "pods are placed together once they are gone")
+            continue
+        keys = {e.key for e in late}
+        flavors = {ps.name: ps.flavors for ps in info.admission.podsets}
+        groups = [(topology, [req for req in requests if req.key in keys]) for topology, requests in placer.groups(
+            info, [flavors.get(ps.name, {}) for ps in info.podsets], [len(w.pods)] * len(info.podsets))]
+        groups = [g for g in groups if g[1]]
+        placed, failed = placer.place(groups)
+        if placed is None:
+            assert failed is not None
+            why = placer.explain(failed, len(late))
+            for e in late:
+                e.waiting = (f"{w.kind} {w.key} is admitted; this pod, created after it, waits for room next to its "
+                             f"pods: {why}")
+            continue
+        for pl in placed:
+            e = world.pods[pl.pod]
+            e.node, e.devices, e.completing = pl.node, pl.device_ids, True
+            info.admission.pods.append(PodAssignment(pl.pod, pl.node, pl.device_ids))
+        _seen_bound(w, late)
+        actions.append(GangAction(w.key, "complete", tuple(sorted(keys)), LATE_MEMBERS,
+                                  f"placing {len(keys)} pod(s) created after the workload was admitted"))
     return actions
 
 

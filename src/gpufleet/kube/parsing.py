@@ -8,21 +8,28 @@ Parsing every pod each cycle would cost more than scheduling, so results are mem
 a cycle reparses only what changed since the last one. Nodes and Pods are parsed one object at a time
 (nothing about them depends on other objects); the queue kinds are parsed together, because build checks
 references between them (a ClusterQueue naming a missing ResourceFlavor is dropped with an error), and are
-few.
+few. The workload kinds (Jobs, JobSets, Deployments... and the Volcano and KAI queues, training runtimes and
+AdmissionChecks they refer to) go into that same build, whose last steps need them with the queues (Volcano's
+and KAI's queues become ClusterQueues covering what their workloads request; a TrainJob is completed from its
+runtime); each is read on its own first, memoised by resourceVersion like a pod, so that a Job whose status
+changes costs one object's parse, not all of them.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.api.errors import ManifestError, Problems
-from gpufleet.api.manifests import Manifests, build
+from gpufleet.api.manifests import ManifestBuilder, Manifests, build
 from gpufleet.api.objects import Node, Pod
 from gpufleet.api.source import Document
+from gpufleet.api.workloadkinds import intake
 from gpufleet.kube.resources import ResourceType
+from gpufleet.kube.workloadsource import names_scheduler
 
 SOURCE = "<api>"
 log = logging.getLogger(__name__)
@@ -50,7 +57,43 @@ class Parsed:
 
     @property
     def message(self) -> str:
-        return "; ".join(f"{e.field}: {e.message}" if e.field else e.message for e in self.errors)
+        return _joined(self.errors)
+
+
+def _joined(errors: Iterable[ManifestError]) -> str:
+    return "; ".join(f"{e.field}: {e.message}" if e.field else e.message for e in errors)
+
+
+# A workload-kind object as the cache holds it: its type, its key and the object.
+WorkloadObject = tuple[ResourceType, str, Mapping[str, Any]]
+# One left out: its type, key, object and why (the world's ``invalid`` entries).
+Rejected = tuple[ResourceType, str, Mapping[str, Any], str]
+
+# Queue generations, unique across parse caches: equal generations mean the same queue objects.
+_GENERATIONS = itertools.count(1)
+
+# Read with the queue kinds every time, never memoised alone: completing it from its runtime changes it.
+_LINKED = ("trainer.kubeflow.org", "TrainJob")
+
+
+@dataclass(frozen=True, slots=True)
+class _Alone:
+    """One workload-kind object read on its own: what it parses into (None when it does not) and its problems."""
+
+    made: Any
+    problems: tuple[ManifestError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueParse:
+    """The queue kinds and the workload kinds of one cycle, parsed together (:meth:`ParseCache.world_objects`)."""
+
+    manifests: Manifests
+    rejected: tuple[Rejected, ...] = ()  # workload-kind objects left out, with why
+    # Changes whenever the queue kinds' objects change, not when only workload objects do (a Job's status):
+    # what the parked-workload memory of gpufleet.kube.planner watches.
+    generation: int = 0
+    _stamp: tuple[object, ...] = field(default=(), repr=False)
 
 
 class ParseCache:
@@ -58,7 +101,11 @@ class ParseCache:
 
     def __init__(self) -> None:
         self._single: dict[tuple[str, str], tuple[str, Parsed]] = {}
-        self._queues: tuple[tuple[tuple[str, str, str], ...], Manifests] | None = None
+        self._queues: QueueParse | None = None
+        self._alone: dict[tuple[str, str], tuple[str, _Alone]] = {}  # workload-kind objects read on their own
+        self._ours: dict[tuple[str, str], tuple[str, bool]] = {}
+        self._queue_stamp: tuple[tuple[str, str, str], ...] | None = None
+        self._generation = 0
         self.parses = 0  # objects parsed (not served from the memo), for the benchmark and tests
 
     def one(self, resource: ResourceType, key: str, obj: Mapping[str, Any]) -> Parsed:
@@ -113,12 +160,107 @@ class ParseCache:
 
     def queues(self, objects: Iterable[Mapping[str, Any]]) -> Manifests:
         """PriorityClasses, Namespaces and the Kueue kinds, parsed and cross-checked together."""
+        return self.world_objects(objects).manifests
+
+    def world_objects(self, objects: Iterable[Mapping[str, Any]],
+                      workloads: Sequence[WorkloadObject] = ()) -> QueueParse:
+        """The queue kinds (``objects``) and the workload kinds (``workloads``) in one build: each workload
+        object is read on its own (memoised by resourceVersion; one that does not parse is left out and
+        returned as rejected), then all are added to the queue kinds' build, whose last steps need them all."""
         docs = sorted(objects, key=lambda o: (str(o.get("kind")), str((o.get("metadata") or {}).get("namespace")),
                                               str((o.get("metadata") or {}).get("name"))))
-        stamp = tuple((str(o.get("kind")), str((o.get("metadata") or {}).get("name")), _rv(o)) for o in docs)
-        if self._queues is not None and self._queues[0] == stamp and all(s[2] for s in stamp):
-            return self._queues[1]
-        manifests = build([document(o, i) for i, o in enumerate(docs)], Problems())
+        queue_stamp = tuple((str(o.get("kind")), _key(o), _rv(o)) for o in docs)
+        owned = sorted(workloads, key=lambda w: (w[0].key, w[1]))
+        stamp = (queue_stamp, tuple((res.key, key, _rv(obj)) for res, key, obj in owned))
+        known = all(s[2] for s in queue_stamp) and all(s[2] for s in stamp[1])
+        if self._queues is not None and self._queues._stamp == stamp and known:
+            return self._queues
+        if queue_stamp != self._queue_stamp or not known:
+            self._queue_stamp = queue_stamp
+            self._generation = next(_GENERATIONS)
+        builder = ManifestBuilder(Problems())
+        for i, o in enumerate(docs):
+            builder.add(document(o, i))
         self.parses += len(docs)
-        self._queues = (stamp, manifests)
-        return manifests
+        out = builder.out
+        rejected: list[Rejected] = []
+        linked: dict[tuple[str, str], tuple[ResourceType, Mapping[str, Any]]] = {}
+        for res, key, obj in owned:
+            if (res.group, res.kind) == _LINKED:
+                linked[(res.kind, key)] = (res, obj)
+                self.parses += 1
+                builder.add(document(obj, out.documents))
+                continue
+            alone = self._read_alone(res, key, obj)
+            out.problems.extend(alone.problems)
+            if alone.made is None:
+                errors = [e for e in alone.problems if e.severity == "error"]
+                rejected.append((res, key, obj, f"{res.kind} left out: {_joined(errors)}"))
+            else:
+                intake.keep(alone.made, out.controllers, out.documents)
+            out.documents += 1
+        manifests = builder.finish()
+        # What only the whole input shows (a TrainJob whose runtime is missing): told by kind and name, as the
+        # queue kinds' problems are.
+        later: dict[tuple[str, str], list[ManifestError]] = {}
+        for e in manifests.problems.errors:
+            if e.kind is not None and e.name is not None and (e.kind, e.name) in linked:
+                later.setdefault((e.kind, e.name), []).append(e)
+        for (kind, key), errors in sorted(later.items()):
+            res, obj = linked[(kind, key)]
+            rejected.append((res, key, obj, f"{kind} left out: {_joined(errors)}"))
+        live = {(res.key, key) for res, key, _ in owned}
+        for gone in [k for k in self._alone if k not in live]:
+            del self._alone[gone]
+        self._queues = QueueParse(manifests, tuple(rejected), self._generation, stamp)
+        return self._queues
+
+    def _read_alone(self, res: ResourceType, key: str, obj: Mapping[str, Any]) -> _Alone:
+        rv = _rv(obj)
+        hit = self._alone.get((res.key, key))
+        if hit is not None and rv and hit[0] == rv:
+            return hit[1]
+        self.parses += 1
+        builder = ManifestBuilder(Problems())
+        try:
+            builder.add(document(obj))
+        except Exception as exc:  # a parser bug must cost this object only, never the cycle
+            log.exception("parsing %s %s failed", res.kind, key)
+            alone = _Alone(None, (ManifestError(f"gpufleet could not read it ({type(exc).__name__}); this is a bug, "
+                                                "please report it with the object", kind=res.kind, name=key),))
+        else:
+            c = builder.out.controllers
+            made = [*c.owners, *c.queues, *c.admission_checks, *c.runtimes]
+            problems = tuple(builder.out.problems.all)
+            ok = made and not builder.out.problems.error_count
+            if not ok and not builder.out.problems.error_count:
+                problems += (ManifestError(f"{obj.get('apiVersion')} {res.kind} was not read as a {res.kind}",
+                                           kind=res.kind, name=key),)
+            alone = _Alone(made[0] if ok else None, problems)
+        self._alone[(res.key, key)] = (rv, alone)
+        return alone
+
+    def ours(self, res: ResourceType, key: str, obj: Mapping[str, Any], scheduler_name: str) -> bool:
+        """Whether a workload-kind object concerns this scheduler (its pod templates name it, or it has none):
+        memoised by resourceVersion, as every Deployment and ReplicaSet of the cluster is asked each cycle."""
+        rv = _rv(obj)
+        hit = self._ours.get((res.key, key))
+        if hit is not None and rv and hit[0] == rv:
+            return hit[1]
+        try:
+            answer = names_scheduler(res, obj, scheduler_name)
+        except Exception:  # a malformed object: read it, so that its parse says what is wrong
+            answer = True
+        self._ours[(res.key, key)] = (rv, answer)
+        return answer
+
+    def forget_workload_objects_except(self, live: Iterable[tuple[str, str]]) -> None:
+        """Drop what is remembered of workload-kind objects (resource key, object key) that no longer exist."""
+        keep = set(live)
+        for gone in [k for k in self._ours if k not in keep]:
+            del self._ours[gone]
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"

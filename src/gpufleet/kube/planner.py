@@ -13,7 +13,8 @@ Kueue parks a BestEffortFIFO head that does not fit, so the next head gets its t
 workloads only when capacity or quota is released. A policy rebuilt every cycle would forget that and
 re-evaluate the same unfit heads first each time (a backlog deeper than a cycle budget would starve the
 workloads behind it), so :class:`ParkedMemory` carries the parked set from one cycle to the next for as long
-as nothing was released: no pod that held capacity is gone, and nodes and queue objects are unchanged.
+as nothing was released: no pod that held capacity is gone, and nodes and queue objects are unchanged (the
+workload kinds' objects, parsed with the queues, may change: a Job's status releases nothing).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class ParkedMemory:
 
     def __init__(self) -> None:
         self._parked: dict[str, tuple[str, str, bool]] = {}  # workload -> (ClusterQueue, message, for nodes)
-        self._queues: object = None
+        self._queues = 0  # the queue kinds' generation (gpufleet.kube.parsing): workload objects change it not
         self._nodes = 0
         self._holders: frozenset[str] = frozenset()
 
@@ -115,7 +116,7 @@ class ParkedMemory:
         """Park again in ``policy`` what the last cycle parked, if nothing was released since; how many."""
         holders = frozenset(e.key for e in world.pods.values() if e.holds_capacity)
         nodes = _nodes_fingerprint(world)
-        valid = world.queues is self._queues and nodes == self._nodes and self._holders <= holders
+        valid = world.queue_generation == self._queues != 0 and nodes == self._nodes and self._holders <= holders
         parked = self._parked if valid else {}
         count = 0
         queues = policy.state.queues.queues
@@ -129,7 +130,7 @@ class ParkedMemory:
                     info.placement_parked = True
                     policy.state.placement_parked[key] = info
                 count += 1
-        self._queues, self._nodes, self._holders = world.queues, nodes, holders
+        self._queues, self._nodes, self._holders = world.queue_generation, nodes, holders
         return count
 
     def remember(self, policy: KueuePolicy) -> None:

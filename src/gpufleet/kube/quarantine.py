@@ -44,6 +44,7 @@ class Rejection:
     reason: str  # INVALID or CYCLE_FAILURE
     message: str
     version: str  # the resourceVersion it was rejected at
+    resource: str = ""  # its resource key (two kinds may share a name: a batch Job and a Volcano Job)
 
 
 class Quarantine:
@@ -57,7 +58,7 @@ class Quarantine:
     # --- cycle failures ---------------------------------------------------------------------------------
 
     def hold(self, resource: ResourceType, key: str, obj: Mapping[str, Any], message: str) -> Rejection:
-        rejection = Rejection(resource.kind, key, CYCLE_FAILURE, message, resource_version(obj))
+        rejection = Rejection(resource.kind, key, CYCLE_FAILURE, message, resource_version(obj), resource.key)
         self._held[(resource.key, key)] = rejection
         return rejection
 
@@ -89,7 +90,7 @@ class Quarantine:
         fresh: list[tuple[Rejection, Mapping[str, Any]]] = []
         current: dict[ObjectRef, Rejection] = {}
         for resource, key, obj, message in rejections:
-            rejection = Rejection(resource.kind, key, INVALID, message, resource_version(obj))
+            rejection = Rejection(resource.kind, key, INVALID, message, resource_version(obj), resource.key)
             ref = (resource.key, key)
             current[ref] = rejection
             said = f"{rejection.version}\0{message}"

@@ -1,7 +1,7 @@
 """The resource types gpufleet talks to, and how their URLs are built.
 
-No discovery: the set is fixed and small, and a scheduler should fail loudly (404 at list time) rather
-than guess a version when a CRD is missing.
+No discovery here: the set is fixed; which of the optional kinds (Kueue's, the workload kinds' CRDs) a cluster
+serves is asked once at start (:mod:`gpufleet.kube.discovery`), never guessed.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
+
+from gpufleet.api.workloadkinds.table import api_resources
 
 GROUP = "gpufleet.io"
 VERSION = "v1alpha1"
@@ -121,11 +123,21 @@ KUEUE_QUEUE_RESOURCES: tuple[ResourceType, ...] = (KUEUE_RESOURCE_FLAVORS, KUEUE
 CONFIG_MAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
 CLUSTER_POLICIES = ResourceType("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False)
 
+# The workload kinds (Jobs, JobSets, Deployments, Kubeflow's and Ray's jobs...) and the kinds they refer to (Volcano's
+# and KAI's queues, training runtimes, Kueue's AdmissionChecks), at the version gpufleet reads first, as the one
+# table of workload kinds lists them (gpufleet.api.workloadkinds.table). The scheduler watches those the cluster
+# serves (gpufleet.kube.workloadsource, in the version discovery finds); their keys do not depend on the version.
+WORKLOAD_RESOURCES: tuple[ResourceType, ...] = tuple(
+    KUEUE_ADMISSION_CHECKS if (group, kind) == (KUEUE_GROUP, "AdmissionCheck")
+    else ResourceType(group, version, plural, kind, namespaced=namespaced)
+    for group, version, plural, kind, namespaced in api_resources())
+
 # Every type gpufleet knows by its resource key (for logs, events and the set-aside objects of a cycle).
-ALL_RESOURCES: tuple[ResourceType, ...] = (
+ALL_RESOURCES: tuple[ResourceType, ...] = tuple(dict.fromkeys((
     NODES, PODS, NAMESPACES, PRIORITY_CLASSES, LEASES, EVENTS, *GPUFLEET_QUEUE_RESOURCES, NODE_POOLS,
     *KUEUE_QUEUE_RESOURCES, KUEUE_TOPOLOGIES, KUEUE_WORKLOADS, KUEUE_ADMISSION_CHECKS, CONFIG_MAPS, CLUSTER_POLICIES,
-)
+    *WORKLOAD_RESOURCES,
+)))
 
 
 def by_key(key: str) -> ResourceType | None:

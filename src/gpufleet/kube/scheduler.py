@@ -28,11 +28,11 @@ from gpufleet.kube.health import Endpoints, OpsServer, Probe, ops_servers
 from gpufleet.kube.informer import InformerSet
 from gpufleet.kube.leader import LeaderElectionConfig, LeaderElector
 from gpufleet.kube.metrics import SchedulerMetrics
-from gpufleet.kube.queuesource import scheduler_resources
 from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.validating import CacheClusterSource
 from gpufleet.kube.webhook_server import WebhookServer
+from gpufleet.kube.workloadsource import watched_resources
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,9 @@ class Scheduler:
         self.settings = settings
         self.identity = identity
         self.metrics = SchedulerMetrics()
-        # What to watch: the queue kinds of queues.source as this cluster serves them (asks the API server once).
-        self.resources = resources if resources is not None else scheduler_resources(client, settings)
+        # What to watch: the queue kinds of queues.source and the workload kinds, as this cluster serves them (asks
+        # the API server once).
+        self.resources = resources if resources is not None else watched_resources(client, settings)
         self.informers = InformerSet(client, self.resources, **(informer_options or {}))
         self.cache = self.informers.cache
         self.elector: LeaderElector | None = None

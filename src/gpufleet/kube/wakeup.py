@@ -9,7 +9,8 @@ therefore waits for *work*, counted here:
   - one of our own Bindings landing: a pod assumed on a node (gpufleet.kube.assumed) now shown bound to
     that very node. The cycle that bound it already counted it there;
   - a ClusterQueue's or LocalQueue's status alone changing (ours, written by the cycles; or Kueue's): no
-    decision reads a queue's status;
+    decision reads a queue's status; nor the status of a workload kind's object (a Job's, a Deployment's: their
+    controllers rewrite it as their pods come and go, and the pods' own changes wake the cycle);
 * a Binding that failed (:meth:`Wakeup.poke`): the capacity assumed for it is free again;
 * a cycle whose round stopped at its time budget or cycle limit with more to admit (:meth:`Wakeup.poke`).
 
@@ -25,7 +26,7 @@ from typing import Any
 
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.informer import CacheChange, ObjectCache
-from gpufleet.kube.resources import PODS
+from gpufleet.kube.resources import PODS, WORKLOAD_RESOURCES
 
 
 class Wakeup:
@@ -57,7 +58,7 @@ class Wakeup:
         self._unlisten()
 
     def _changed(self, change: CacheChange) -> None:
-        if self._own_bind_landed(change) or _queue_status_only(change):
+        if self._own_bind_landed(change) or _unread_status_only(change):
             self.skipped += 1
             return
         self.poke()
@@ -74,13 +75,15 @@ class Wakeup:
         return intent is not None and intent.node == node
 
 
-_QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
+# Kinds whose status no decision reads (Kueue's AdmissionCheck is not among them: beside Kueue its status is ours).
+_STATUS_UNREAD = frozenset({"ClusterQueue", "LocalQueue", *(
+    res.kind for res in WORKLOAD_RESOURCES if res.kind != "AdmissionCheck")})
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
 
 
-def _queue_status_only(change: CacheChange) -> bool:
+def _unread_status_only(change: CacheChange) -> bool:
     old, new = change.old, change.new
-    if change.type != "MODIFIED" or old is None or new is None or new.get("kind") not in _QUEUE_KINDS:
+    if change.type != "MODIFIED" or old is None or new is None or new.get("kind") not in _STATUS_UNREAD:
         return False
     return _without_status(old) == _without_status(new)
 

@@ -1,13 +1,19 @@
 """One cycle's input, rebuilt from an informer-cache snapshot: what the core reads, nothing kept from before.
 
 * the queue kinds (PriorityClasses, Namespaces, ResourceFlavors, ClusterQueues, LocalQueues, Cohorts,
-  WorkloadPriorityClasses) as a :class:`~gpufleet.api.manifests.Manifests` bundle;
+  WorkloadPriorityClasses) as a :class:`~gpufleet.api.manifests.Manifests` bundle, with the objects of the
+  workload kinds the scheduler watches (:mod:`~gpufleet.kube.workloadsource`: Jobs, JobSets, Deployments...,
+  those whose pod templates name this scheduler) and the Volcano and KAI queues, runtimes and AdmissionChecks
+  they refer to;
 * the :class:`~gpufleet.cluster.state.ClusterState` of every Node, with every pod that holds capacity
   already allocated: pods bound in the cache, and pods we bound whose Binding the cache does not show yet
   (:mod:`~gpufleet.kube.assumed`). Devices come from our ``gpufleet.io/devices`` annotation when the pod
   carries one for its node, else first-fit (pods of other schedulers);
 * our pods (``spec.schedulerName`` is ours): unbound ones are what the core schedules; bound ones are
-  submitted too, so their quota is charged and they can be preempted.
+  submitted too, so their quota is charged and they can be preempted. They are grouped into workloads as
+  ``plan`` groups them (:func:`~gpufleet.cluster.workloads.build_workloads` without creating missing pods): by
+  the owner their labels name (a JobSet's pods one gang, a Deployment's pods one workload each, a StatefulSet's
+  pods one gang admitted with its first pod), else by Kueue pod group, else one workload per pod.
 
 Rebuilding from scratch every cycle is what makes a restart or a leader change safe: the cycle after a
 restart is just a cycle.
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +31,7 @@ from gpufleet.api.errors import ManifestError, Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
 from gpufleet.api.reader import parse_int_text
+from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster.devices import InvariantError
 from gpufleet.cluster.state import ClusterState, first_free_grants
 from gpufleet.cluster.workloads import Workload, build_workloads
@@ -33,8 +40,9 @@ from gpufleet.kube.annotations import NODE_ANNOTATION, Intent, read_devices, rea
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.grants import grants_from_ids
 from gpufleet.kube.informer import CacheSnapshot
-from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.parsing import ParseCache, WorkloadObject
 from gpufleet.kube.webhook import is_fractional, is_mutated
+from gpufleet.kube.workloadsource import WORKLOAD_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,7 @@ class PodEntry:
     assumed: bool = False
     completing: bool = False  # an unbound gang member this cycle binds to finish its gang
     problem: str | None = None  # why gpufleet will not schedule it now
+    waiting: str | None = None  # why a pod of an admitted workload, come after its admission, waits for room
 
     @property
     def bound(self) -> bool:
@@ -95,6 +104,8 @@ class World:
     unaccounted: list[str] = field(default_factory=list)  # bound pods whose capacity could not be charged
     # Objects left out because they do not parse: (resource, key, object, why), for events and the metric.
     invalid: list[tuple[r.ResourceType, str, JsonDict, str]] = field(default_factory=list)
+    # Changes when the queue kinds' objects change (not the workload kinds'), see gpufleet.kube.parsing.
+    queue_generation: int = 0
 
     def manifests(self) -> Manifests:
         """The bundle the policy reads (queues and the Kueue Configuration); never the cached one itself."""
@@ -105,12 +116,23 @@ class World:
                          workload_priority_classes=list(q.workload_priority_classes), topologies=list(q.topologies),
                          config=self.config, problems=q.problems)
 
-    def gangs(self) -> dict[tuple[str, str], list[PodEntry]]:
-        """Our live pods by pod group (namespace, group name)."""
-        out: dict[tuple[str, str], list[PodEntry]] = defaultdict(list)
+    def gangs(self) -> dict[str, list[PodEntry]]:
+        """Our live pods by gang (its workload key): once :func:`finish` has grouped them, the workloads whose
+        pods are placed together (pod groups, the gang kinds' workloads); before (beside Kueue, where Kueue's
+        Workloads group them), by Kueue pod group label."""
+        out: dict[str, list[PodEntry]] = defaultdict(list)
+        if self.workloads:
+            for w in self.workloads:
+                if not w.gang or len(w.pods) < 2:
+                    continue
+                for p in w.pods:
+                    e = self.pods.get(p.key)
+                    if e is not None and e.pod is not None and not e.terminal:
+                        out[w.key].append(e)
+            return {k: v for k, v in out.items() if len(v) > 1}
         for e in self.pods.values():
             if e.ours and e.group and e.pod is not None and not e.terminal:
-                out[(e.namespace, e.group)].append(e)
+                out[f"{e.namespace}/{e.group}"].append(e)
         return out
 
     def pending(self) -> list[PodEntry]:
@@ -191,7 +213,16 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     """Parse the snapshot and charge every pod that holds capacity; workloads come later (:func:`finish`).
     ``queue_kinds``: the queue kinds and priority classes to read (gpufleet.io's or Kueue's, see
     :mod:`gpufleet.kube.queuesource`)."""
-    queues = parse.queues(o for res in queue_kinds for o in snapshot.of(res).values())
+    seen: list[tuple[str, str]] = []
+    mine: list[WorkloadObject] = []
+    for res_key, res in WORKLOAD_KEYS.items():
+        for key, obj in snapshot.objects.get(res_key, {}).items():
+            seen.append((res_key, key))
+            if parse.ours(res, key, obj, scheduler_name):
+                mine.append((res, key, obj))
+    parse.forget_workload_objects_except(seen)
+    both = parse.world_objects((o for res in queue_kinds for o in snapshot.of(res).values()), mine)
+    queues = both.manifests
     nodes: list[Node] = []
     raw_nodes = snapshot.of(r.NODES)
     invalid: list[tuple[r.ResourceType, str, JsonDict, str]] = []
@@ -210,10 +241,12 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     parse.forget_except(r.PODS, raw_pods)
     for gone in assumed.keys() - raw_pods.keys():
         assumed.forget(gone)  # deleted before the cache ever showed it bound
-    world = World(now, queues, kueue, nodes, cluster, pods)
+    world = World(now, queues, kueue, nodes, cluster, pods, queue_generation=both.generation)
     invalid += [(r.PODS, e.key, e.raw, e.problem) for e in pods.values()
                 if e.ours and e.pod is None and e.problem is not None]
-    world.invalid = invalid + _invalid_queue_objects(snapshot, queues, queue_kinds)
+    world.invalid = invalid + _invalid_queue_objects(snapshot, queues, queue_kinds) + [
+        (res, key, dict(obj), why) for res, key, obj, why in both.rejected]
+    hold_pods_of(world, [(res, key, f"is invalid, so its pods wait: {why}") for res, key, _, why in both.rejected])
     # Recorded devices first: they are facts (or our own earlier choices); first-fit only fills around them.
     holders = [e for e in pods.values() if e.holds_capacity]
     for e in sorted(holders, key=lambda e: (e.devices is None, e.key)):
@@ -241,8 +274,33 @@ def _invalid_queue_objects(snapshot: CacheSnapshot, queues: Manifests,
     return out
 
 
+def hold_pods_of(world: World, owners: Iterable[tuple[r.ResourceType, str, str]]) -> None:
+    """Our unbound pods whose labels (or annotations) name one of ``owners`` (resource, key, what is wrong with
+    it: an object of a workload kind that does not parse, or that a failed cycle set aside) wait, saying so: read
+    as pods of their own they would be placed one by one, never as the gang their owner makes them. (The apps
+    kinds name their pods by name and selector, not labels; without their owner those pods are workloads of
+    their own, as a Deployment's are anyway.)"""
+    named: dict[tuple[str, str, str], str] = {}  # (namespace, label or annotation, value) -> why
+    for res, key, why in owners:
+        rule = RULES.get((res.group, res.kind))
+        if rule is None:
+            continue
+        ns, _, name = key.rpartition("/")
+        for labels in rule.owner_labels:
+            named[(ns, labels.name, name)] = f"its {rule.label} {key} {why}"
+    if not named:
+        return
+    for e in world.pods.values():
+        if not e.ours or e.node is not None or e.pod is None or e.problem is not None:
+            continue
+        meta = e.pod.meta
+        e.problem = next((named[(e.namespace, k, v)] for source in (meta.labels, meta.annotations)
+                          for k, v in source.items() if (e.namespace, k, v) in named), None)
+
+
 def finish(world: World) -> None:
-    """Build our workloads (single pods and pod groups) from our schedulable and bound pods."""
+    """Build our workloads (single pods, pod groups, the workloads of the kinds watched) from our schedulable and
+    bound pods."""
     chosen: list[Pod] = []
     for e in world.pods.values():
         if not e.ours or e.pod is None or e.gated or (e.deleting and e.node is None):
@@ -256,7 +314,9 @@ def finish(world: World) -> None:
     problems = Problems()
     q = world.queues
     workloads = build_workloads(Manifests(pods=chosen, priority_classes=q.priority_classes,
-                                          workload_priority_classes=q.workload_priority_classes), problems)
+                                          workload_priority_classes=q.workload_priority_classes,
+                                          local_queues=q.local_queues, controllers=q.controllers),
+                                problems, create_missing=False)
     world.workloads = workloads
     for w in workloads:
         keys = [p.key for p in w.pods]

@@ -213,9 +213,12 @@ class KueuePolicy:
         wl, lqs = info.workload, self.config.local_queues
         if wl.hold is not None:
             info.problem = wl.hold  # Kueue would not admit it as it stands (admission checks, suspension...)
-        elif not wl.complete:
+        elif not wl.complete and wl.kind == "PodGroup":
             info.problem = (f"pod group has {len(wl.pods)} of {wl.expected_pods} pods; Kueue waits for all of "
                             "them before creating the Workload")
+        elif not wl.complete:  # a gang kind's pods, as its controller creates them (the live scheduler)
+            info.problem = (f"{wl.kind} {wl.key} has {len(wl.pods)} of its {wl.expected_pods} pods; its pods are "
+                            "placed together once its controller has created all of them")
         name = wl.queue
         if name is None and (wl.namespace, DEFAULT_LOCAL_QUEUE) in lqs:
             name = DEFAULT_LOCAL_QUEUE
