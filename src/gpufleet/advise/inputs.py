@@ -7,7 +7,8 @@
 * otherwise any mix ``gpufleet simulate`` reads: NodePools or Nodes (a snapshot), Kueue objects, workload
   manifests, WorkloadGenerators, openb node and pod CSVs. NVIDIA's ConfigMaps and ClusterPolicy in the input
   (a snapshot of a GPU Operator cluster) give nodes without gpufleet's inventory the MIG layouts and replicas
-  they describe (``gpufleet.api.nvidia_config``).
+  they describe, as the manifest loader reads them for every command (``gpufleet.api.nvidia_config``); the
+  advisor's own files replace them in its proposals.
 
 The demand is run under the ``gpufleet`` policy, seeded, over the generators' window (else the jobs' own).
 """
@@ -19,8 +20,6 @@ from dataclasses import dataclass, field
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
-from gpufleet.api.nvidia_config import configure_nodes, parse_cluster_policy, parse_config_map
-from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document, load_paths, load_text
 from gpufleet.sim import casestudy
 from gpufleet.sim.inputs import load_inputs, split_generators
@@ -53,35 +52,6 @@ class AdviseInput:
         return max([1.0, *ends])
 
 
-def _is_nvidia(doc: Document) -> bool:
-    data = doc.data
-    return isinstance(data, dict) and (str(data.get("apiVersion")), str(data.get("kind"))) in NVIDIA_KINDS
-
-
-def apply_nvidia_configuration(docs: Sequence[Document], manifests: Manifests, notes: list[str]) -> int:
-    """Give the nodes without an inventory what NVIDIA's ConfigMaps and ClusterPolicy in ``docs`` describe."""
-    problems = Problems()
-    config_maps, policies = [], []
-    for doc in docs:
-        if not _is_nvidia(doc):
-            continue
-        r = FieldReader(doc, problems, kind=str(doc.data.get("kind")), name=None)
-        if doc.data.get("kind") == "ConfigMap":
-            cm = parse_config_map(r)
-            if cm is not None:
-                config_maps.append(cm)
-        else:
-            policy = parse_cluster_policy(r)
-            if policy is not None:
-                policies.append(policy)
-    if problems.errors:
-        raise SimulationError("NVIDIA's configuration in the input has problems:\n"
-                              + "\n".join(str(e) for e in problems.errors))
-    done = configure_nodes(manifests.nodes, config_maps, policies, problems)
-    notes.extend(str(w) for w in problems.warnings)
-    return done
-
-
 def read_input(files: Sequence[str], *, seed: int | None = None, duration: str | None = None,
                strict: bool = False) -> AdviseInput:
     """The cluster and demand of ``files`` (module doc); :class:`SimulationError` when the input has problems."""
@@ -109,7 +79,6 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
         used = seed if seed is not None else specs[0].seed
         after = casestudy.study(docs, specs, seed=used, duration_s=duration_s)[1]
         notes = list(inputs.notes)
-        apply_nvidia_configuration(docs, after.manifests, notes)
         return AdviseInput(f"{', '.join(files)} (the after side of its study)", docs, after.manifests, after.jobs,
                            after.config, used, notes=notes, generators=generators, scenario="after")
     if not inputs.manifests.nodes:
@@ -118,7 +87,6 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
         raise SimulationError("no demand in the input: give workload manifests, a WorkloadGenerator or an openb "
                               "pod list")
     notes = list(inputs.notes)
-    apply_nvidia_configuration(docs, inputs.manifests, notes)
     horizon = duration_s if duration_s is not None else max((g.duration_s for g in inputs.generators), default=None)
     used = seed if seed is not None else (inputs.generators[0].seed if inputs.generators else 0)
     config = SimConfig(horizon_s=horizon, drain_s=horizon / 2 if horizon is not None else 0.0)
