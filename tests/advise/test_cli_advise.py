@@ -38,9 +38,20 @@ def test_o_dir_and_o_json_write_the_files_and_print_the_advice(written: tuple[Pa
     assert doc["objective"] == "balanced" and doc["changed"]
     assert doc["proposal"]["score"] <= doc["given"]["score"]
     assert {"mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml", "cluster.yaml",
-            "kueue.yaml", "advice.json", "advice.md", "advice.html"} <= {p.name for p in out.iterdir()}
+            "kueue.yaml", "advice.json", "advice.md", "advice.html", "whatif.json"} <= {p.name for p in out.iterdir()}
     assert json.loads((out / "advice.json").read_text())["proposal"] == doc["proposal"]
     assert "## Why" in (out / "advice.md").read_text() and "<table>" in (out / "advice.html").read_text()
+
+
+def test_whatif_json_opens_on_the_dashboards_what_if_page(written: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    from gpufleet.web.source_simulation import load_result
+
+    out, doc = written
+    view = load_result(out / "whatif.json")  # the dashboard's own check of a simulate --json result
+    assert [r["scenario"] for r in view.runs] == ["given", "proposal"] and view.pair() == (0, 1)
+    assert view.runs[0]["kpis"]["cost"] == doc["given"]["kpis"]["cost"]  # the same runs, run again
+    assert view.runs[1]["kpis"]["job_success_pct"] == doc["proposal"]["kpis"]["job_success_pct"]
+    assert json.loads((out / "whatif.json").read_text())["advice"]["reasons"] == doc["reasons"]
 
 
 def test_the_written_cluster_and_queues_load_and_simulate(written: tuple[Path, dict]) -> None:  # type: ignore[type-arg]

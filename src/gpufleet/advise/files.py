@@ -11,7 +11,9 @@ Files, each complete and applied as GPU Operator and Kueue users apply them:
 * ``workload.yaml``: the input's WorkloadGenerators with each class asking for its proposed device (manifests
   of the input's own jobs are the user's to change: the advice names each class's new request);
 * ``kueue.yaml``: ResourceFlavors, the rewritten ClusterQueues and the Cohorts (without their own quota);
-* ``advice.json``: the advice as ``-o json`` prints it; ``advice.md`` and ``advice.html``: the report.
+* ``advice.json``: the advice as ``-o json`` prints it; ``advice.md`` and ``advice.html``: the report;
+* ``whatif.json``: the given configuration and the proposal run again as ``simulate --json`` writes runs
+  (timelines included), for the dashboard's what-if page: ``gpufleet dashboard --simulation DIR/whatif.json``.
 
 When the given configuration wins, the files describe it (its queues as written): applying them changes
 nothing, and they are NVIDIA's form of what a NodePool said.
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from gpufleet.advise.search import Context
 
 FILES = ("mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml", "node-labels.sh",
-         "cluster.yaml", "workload.yaml", "kueue.yaml", "advice.json", "advice.md", "advice.html")
+         "cluster.yaml", "workload.yaml", "kueue.yaml", "advice.json", "advice.md", "advice.html", "whatif.json")
 
 
 class _Dumper(yaml.SafeDumper):
@@ -197,6 +199,22 @@ def report(ctx: Context, advice: Advice) -> Report:
     return Report("gpufleet advise", intro, sections)
 
 
+def whatif_document(ctx: Context, advice: Advice) -> dict[str, Any]:
+    """The given configuration and the proposal as a ``simulate --json`` document (runs named ``given`` and
+    ``proposal``, with their timelines), and the advice's reasons beside them."""
+    from gpufleet.advise.search import scenario_of
+    from gpufleet.sim.metrics import run_summary
+    from gpufleet.sim.scenario import run_scenario
+
+    runs = []
+    for name, judged in (("given", advice.given), ("proposal", advice.chosen)):
+        scenario = scenario_of(ctx, judged.proposal)
+        scenario.name = name
+        runs.append(run_summary(run_scenario(scenario, ctx.inp.policy, seed=ctx.inp.seed)))
+    return {"runs": runs, "advice": {"objective": advice.objective, "changed": advice.changed,
+                                     "reasons": list(advice.reasons)}}
+
+
 def write(directory: Path, ctx: Context, advice: Advice) -> Written:
     """Write every file (module doc) into ``directory``."""
     from gpufleet.sim.report_html import to_html
@@ -211,6 +229,8 @@ def write(directory: Path, ctx: Context, advice: Advice) -> Written:
     for name, text in (("advice.md", to_markdown(r)), ("advice.html", to_html(r, {}))):
         (directory / name).write_text(text, encoding="utf-8")
         written[name] = directory / name
+    written["whatif.json"] = directory / "whatif.json"
+    written["whatif.json"].write_text(json.dumps(whatif_document(ctx, advice), default=str) + "\n", encoding="utf-8")
     written["advice.json"] = directory / "advice.json"
     doc = advice_document(ctx, advice, written)
     written["advice.json"].write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
