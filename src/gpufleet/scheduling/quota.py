@@ -802,6 +802,43 @@ class QuotaTree:
             return self._nodes[node._root].height, False
         return found.height, found.parent is not None
 
+    def assess(self, cq: str, fr: FR, val: int) -> tuple[int, int, int, bool]:
+        """What flavor assignment asks of one flavor-resource, from one lookup of the queue and the column:
+        ``(potential_available(cq, fr), available(cq, fr), *lowest_subtree_that_fits(cq, fr, val))``."""
+        node = self._cqs[cq]
+        if self._dirty:
+            self.finalize()
+        col = self._cols.get(fr)
+        i = node.id
+        parent = node.parent
+        if col is None:
+            q = node.quotas.get(fr)
+            if val <= (0 if q is None else q.nominal) or parent is None:
+                return 0, 0, 0, parent is not None
+            if node.disabled:
+                return 0, 0, 0, False
+            return 0, 0, self._nodes[node._root].height, False
+        if node.disabled:
+            most = available = 0
+        elif col.present[i]:
+            root = node._root
+            below = node._below
+            most = _potential(col, root, below, i)
+            available = _available(col, root, below)
+            if available < 0:
+                available = 0
+        else:
+            most = available = 0
+        q = node.quotas.get(fr)
+        if col.usage[i] + val <= (0 if q is None else q.nominal) or parent is None:
+            return most, available, 0, parent is not None
+        if node.disabled:
+            return most, available, 0, False
+        found = self._fit_walk(node, col, val)
+        if found is None:
+            return most, available, self._nodes[node._root].height, False
+        return most, available, found.height, found.parent is not None
+
     def borrowing_level(self, cq: str, fr: FR, val: int) -> int | None:
         """0 if ``usage + val <= nominal``; else the height of the smallest ancestor subtree
         that holds it (1 for a cohort of ClusterQueues); None when no subtree does, including

@@ -17,10 +17,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from gpufleet.scheduling.kueue.config import CQSpec
-from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner
+from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
 from gpufleet.scheduling.kueue.info import PodSetAdmission, State, WorkloadInfo
 from gpufleet.scheduling.kueue.modes import Granular, Mode, Outcome
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
@@ -42,16 +41,24 @@ NO_LONGER_FITS_MESSAGE = "Workload no longer fits after processing another workl
 WAITING_PODS_READY_MESSAGE = "waiting for all admitted workloads to be in PodsReady condition"
 
 
-@dataclass(slots=True, eq=False)
+# What an entry holds before nomination gives it an assignment: no pod set, never changed.
+_UNASSIGNED = Assignment()
+
+
 class Entry:
-    info: WorkloadInfo
-    cq: CQSpec
-    assignment: Assignment = field(default_factory=Assignment)
-    targets: list[Target] = field(default_factory=list)
-    skipped: bool = False
-    admitted: bool = False
-    reason: str = GENERIC  # requeue reason
-    message: str = ""
+    """A nominated head: its assignment, its preemption targets, and what processing decided."""
+
+    __slots__ = ("admitted", "assignment", "cq", "info", "message", "reason", "skipped", "targets")
+
+    def __init__(self, info: WorkloadInfo, cq: CQSpec) -> None:
+        self.info = info
+        self.cq = cq
+        self.assignment = _UNASSIGNED
+        self.targets: list[Target] = []
+        self.skipped = False
+        self.admitted = False
+        self.reason = GENERIC  # requeue reason
+        self.message = ""
 
     @property
     def cq_name(self) -> str:
@@ -67,8 +74,13 @@ class Entry:
 
 
 def namespace_matches(state: SchedulerState, info: WorkloadInfo, cq: CQSpec) -> bool:
-    selector = cq.namespace_selector
-    return selector is not None and selector.matches(state.config.namespace_labels_of(info.namespace))
+    key = (cq.name, info.namespace)
+    found = state.namespace_matches.get(key)
+    if found is None:
+        selector = cq.namespace_selector
+        found = state.namespace_matches[key] = selector is not None and selector.matches(
+            state.config.namespace_labels_of(info.namespace))
+    return found
 
 
 class Cycle:
@@ -119,9 +131,8 @@ class Cycle:
             self.decisions.admitted.append(state.commit_admission(info, None, podsets, {}, pods, self.now))
 
     # ---- 3: nominate ---------------------------------------------------------------------------------------------
-    def _assign(self, info: WorkloadInfo, cq: CQSpec) -> tuple[FlavorAssigner, Assignment]:
-        state = self.state
-        tree = state.tree
+    def _oracle(self, info: WorkloadInfo, cq: CQSpec) -> Oracle:
+        tree = self.state.tree
 
         def oracle(fr: FR, quantity: int) -> Granular:
             targets = self._targets(info, {fr}, {fr: quantity})
@@ -138,22 +149,23 @@ class Cycle:
             own = any(t.info.cluster_queue == cq.name for t in targets)
             return Granular(Mode.PREEMPT if own else Mode.RECLAIM, borrow)
 
-        assigner = FlavorAssigner(tree, cq, state.config.flavors, state.config.topologies, oracle,
-                                  state.config.fair_sharing)
-        return assigner, assigner.assign(info)
+        return oracle
 
     def _assignments(self, info: WorkloadInfo, cq: CQSpec) -> tuple[Assignment, list[Target]]:
-        assigner, full = self._assign(info, cq)
+        assigner = self.state.assigner(cq.name)
+        oracle = self._oracle(info, cq)
+        full = assigner.assign(info, oracle)
         if full.outcome is Outcome.FIT:
             return full, []
         if full.outcome is Outcome.PREEMPT:
             targets = self._targets(info, full.frs_needing_preemption(), full.usage)
             if targets:
                 return full, targets
-        partial = self._partial(info, assigner)
+        partial = self._partial(info, assigner, oracle)
         return partial if partial is not None else (full, [])
 
-    def _partial(self, info: WorkloadInfo, assigner: FlavorAssigner) -> tuple[Assignment, list[Target]] | None:
+    def _partial(self, info: WorkloadInfo, assigner: FlavorAssigner,
+                 oracle: Oracle) -> tuple[Assignment, list[Target]] | None:
         """Partial admission (§1.11): the smallest reduction of the pod sets with a minimum count that fits
         or can preempt."""
         deltas = {ps.index: ps.count - ps.min_count for ps in info.podsets
@@ -167,7 +179,7 @@ class Cycle:
             if i not in found:
                 counts = [ps.count - (deltas[ps.index] * i) // total if ps.index in deltas else ps.count
                           for ps in info.podsets]
-                a = assigner.assign(info, counts)
+                a = assigner.assign(info, oracle, counts)
                 result: tuple[Assignment, list[Target]] | None = None
                 if a.outcome is Outcome.FIT:
                     result = (a, [])
@@ -190,21 +202,25 @@ class Cycle:
     def _nominate(self, heads: Iterable[WorkloadInfo]) -> tuple[list[Entry], list[Entry]]:
         entries: list[Entry] = []
         inadmissible: list[Entry] = []
+        state = self.state
+        cqs = state.config.cluster_queues
+        placement_parked = state.placement_parked
         for info in heads:
             assert info.cluster_queue is not None
             # Evaluated afresh: whether it waits for nodes is decided again below.
             info.placement_parked = False
-            self.state.placement_parked.pop(info.key, None)
-            cq = self.state.config.cluster_queues[info.cluster_queue]
+            if placement_parked:
+                placement_parked.pop(info.key, None)
+            cq = cqs[info.cluster_queue]
             e = Entry(info, cq)
             if cq.stopped:
                 e.message = f"ClusterQueue {cq.name} is inactive"
-            elif not namespace_matches(self.state, info, cq):
+            elif not namespace_matches(state, info, cq):
                 e.message = NAMESPACE_MISMATCH_MESSAGE
                 e.reason = NAMESPACE_MISMATCH
             else:
                 e.assignment, e.targets = self._assignments(info, cq)
-                e.message = e.assignment.message()
+                e.message = e.assignment.message() if e.assignment.outcome is not Outcome.FIT else ""
                 entries.append(e)
                 continue
             inadmissible.append(e)

@@ -115,27 +115,23 @@ class WorkloadInfo:
     last_tried: list[dict[int, int]] | None = None
     message: str = ""
     placement_parked: bool = False  # parked because nodes, not quota, were short
+    # The workload's identity and ordering fields, copied once: every cycle reads them for each head and candidate.
+    key: str = field(init=False)
+    namespace: str = field(init=False)
+    priority: int = field(init=False)
+    order: int = field(init=False)
 
-    @property
-    def key(self) -> str:
-        return self.workload.key
+    def __post_init__(self) -> None:
+        wl = self.workload
+        self.key = wl.key
+        self.namespace = wl.namespace
+        self.priority = wl.priority
+        self.order = wl.order
 
     @property
     def uid(self) -> str:
         """The Workload object's UID when known (Kueue's tie-breaker), else the namespace/name key."""
         return self.workload.uid or self.workload.key
-
-    @property
-    def namespace(self) -> str:
-        return self.workload.namespace
-
-    @property
-    def priority(self) -> int:
-        return self.workload.priority
-
-    @property
-    def order(self) -> int:
-        return self.workload.order
 
     @property
     def usage(self) -> dict[FR, int]:

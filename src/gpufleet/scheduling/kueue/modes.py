@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufleet.api.objects import FlavorFungibility
 
@@ -34,8 +34,13 @@ class Outcome(enum.IntEnum):
     FIT = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Granular:
+# Mode.outcome as a table indexed by the mode's value, for the assigner's inner loop.
+MODE_OUTCOME: tuple[Outcome, ...] = (Outcome.NO_FIT, Outcome.PREEMPT, Outcome.PREEMPT, Outcome.PREEMPT, Outcome.FIT)
+
+
+class Granular(NamedTuple):
+    """A flavor-resource's mode with its borrowing level (a tuple: the flavor assigner makes one per quota check)."""
+
     mode: Mode
     borrow: int  # borrowing level: 0 within nominal, else height of the smallest cohort subtree that holds it
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from gpufleet.cluster.state import ClusterState
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.config import QueueConfig
+from gpufleet.scheduling.kueue.flavors import FlavorAssigner
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import AdmissionRecord, PodSetAdmission, State, WorkloadInfo
 from gpufleet.scheduling.kueue.preemption import Preemptor
@@ -49,6 +50,19 @@ class SchedulerState:
         # The last cycle: whether it admitted or preempted anything, and the heads it evaluated (see settled()).
         self.last_decided = True
         self.last_evaluated: frozenset[str] = frozenset()
+        # What depends on the static configuration only, worked out when first needed.
+        self._assigners: dict[str, FlavorAssigner] = {}
+        self.namespace_matches: dict[tuple[str, str], bool] = {}  # (ClusterQueue, namespace) -> selector matches
+
+    def assigner(self, cluster_queue: str) -> FlavorAssigner:
+        """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""
+        found = self._assigners.get(cluster_queue)
+        if found is None:
+            config = self.config
+            found = self._assigners[cluster_queue] = FlavorAssigner(
+                self.tree, config.cluster_queues[cluster_queue], config.flavors, config.topologies,
+                config.fair_sharing)
+        return found
 
     @property
     def placer(self) -> GangPlacer | None:
