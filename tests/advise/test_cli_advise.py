@@ -51,7 +51,12 @@ def test_whatif_json_opens_on_the_dashboards_what_if_page(written: tuple[Path, d
     assert [r["scenario"] for r in view.runs] == ["given", "proposal"] and view.pair() == (0, 1)
     assert view.runs[0]["kpis"]["cost"] == doc["given"]["kpis"]["cost"]  # the same runs, run again
     assert view.runs[1]["kpis"]["job_success_pct"] == doc["proposal"]["kpis"]["job_success_pct"]
-    assert json.loads((out / "whatif.json").read_text())["advice"]["reasons"] == doc["reasons"]
+    # Beside the runs, the advice as -o json prints it, each file with its text for the page.
+    advice = json.loads((out / "whatif.json").read_text())["advice"]
+    assert {k: v for k, v in advice.items() if k != "files"} == {k: v for k, v in doc.items() if k != "files"}
+    assert [{k: v for k, v in f.items() if k != "text"} for f in advice["files"]] == doc["files"]
+    assert {f["file"]: f["text"] for f in advice["files"]}["mig-parted-config.yaml"] == (
+        out / "mig-parted-config.yaml").read_text()
 
 
 def test_the_written_cluster_and_queues_load_and_simulate(written: tuple[Path, dict]) -> None:  # type: ignore[type-arg]

@@ -25,6 +25,9 @@ DATA = Path(__file__).parent / "data"
 CASE_FILES = [str(REPO / "examples" / "casestudy"), str(REPO / "examples" / "plan" / "snapshot.yaml"),
               str(DATA / "extra.yaml")]
 HOSTILE = str(DATA / "hostile.yaml")
+SMALL_ADVICE = str(REPO / "tests" / "advise" / "small.yaml")  # the advisor's own small cluster and demand
+CALIBRATE = str(DATA / "calibrate.yaml")
+CALIBRATION_TARGETS = "utilization=30,success=95,wait_p95=10m"
 WAIT_MS = 30_000  # waits end at the event; this only bounds a failure on a loaded 2-core machine
 
 
@@ -81,10 +84,14 @@ def browser_page(width: int = 1280, height: int = 900) -> Iterator[Any]:
             browser.close()
 
 
-def screenshot(page: Any, name: str) -> None:
-    """With GPUFLEET_DASHBOARD_SCREENSHOTS=DIR, the page as DIR/dashboard-NAME.png (hack/dashboard-screenshots.sh
-    writes docs/img/ so); nothing otherwise."""
+def screenshot(page: Any, name: str, part: str | None = None) -> None:
+    """With GPUFLEET_DASHBOARD_SCREENSHOTS=DIR, the page (or the element ``part`` selects) as
+    DIR/dashboard-NAME.png (hack/dashboard-screenshots.sh writes docs/img/ so); nothing otherwise."""
     folder = os.environ.get("GPUFLEET_DASHBOARD_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"dashboard-{name}.png"), full_page=True)
+        path = str(Path(folder) / f"dashboard-{name}.png")
+        if part is None:
+            page.screenshot(path=path, full_page=True)
+        else:
+            page.locator(part).screenshot(path=path)

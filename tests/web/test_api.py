@@ -4,6 +4,7 @@ drawn from the document with hypothesis, as schemathesis would), and says what t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
+from gpufleet.advise.reasons import KPI_WORDS, kpi_text
 from gpufleet.cli.main import app
 from gpufleet.web.openapi import document
 from gpufleet.web.server import Dashboard
@@ -60,9 +62,59 @@ def test_simulation_source_answers_hold_to_the_document(sim_dashboard: Dashboard
     assert overview["source"] == "simulation" and overview["pages"] == ["whatif"] and overview["counts"] is None
     sim = check("/api/simulation", get(sim_dashboard, "/api/simulation"))
     assert [(r["scenario"], r["policy"]) for r in sim["runs"]] == [("before", "kube-default"), ("after", "gpufleet")]
-    assert sim["pair"] == [0, 1]
+    assert sim["pair"] == [0, 1] and sim["advice"] is None and sim["calibration"] is None
     for path in ("/api/fleet", "/api/queues", "/api/workloads"):
         assert "has no cluster" in check(path, get(sim_dashboard, path))["message"]
+
+
+def test_an_advice_is_answered_as_advise_wrote_it_with_its_scores_in_words(advice_dashboard: Dashboard,
+                                                                            advice_dir: Path) -> None:
+    written = json.loads((advice_dir / "advice.json").read_text())
+    sim = check("/api/simulation", get(advice_dashboard, "/api/simulation"))
+    assert [r["scenario"] for r in sim["runs"]] == ["given", "proposal"] and sim["pair"] == [0, 1]
+    assert sim["calibration"] is None
+    advice = sim["advice"]
+    for key in ("objective", "changed", "given", "proposal", "tried", "reasons", "notes"):
+        assert advice[key] == written[key], key
+    assert advice["changed"] and advice["reasons"][0].startswith("On the same demand, the proposal")
+    # The scores are the advice's figures, said as advise says them (the same words as its table).
+    scores = {s["key"]: s for s in advice["scores"]}
+    assert list(scores) == [key for key, _, _ in KPI_WORDS]
+    for key, words, _ in KPI_WORDS:
+        row = scores[key]
+        assert (row["label"], row["given"], row["proposal"]) == (words, written["given"]["kpis"][key],
+                                                                 written["proposal"]["kpis"][key])
+        assert row["proposalText"] == kpi_text(key, written["proposal"]["kpis"][key])
+    # The files: every one written, what it is, how it is applied, with its text (the files to apply).
+    files = {f["file"]: f for f in advice["files"]}
+    assert set(files) == {p.name for p in advice_dir.iterdir()}
+    assert [f["file"] for f in advice["files"] if f["applies"]] == [
+        "mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml", "kueue.yaml"]
+    assert files["kueue.yaml"]["command"] == f"kubectl apply -f {advice_dir / 'kueue.yaml'}"
+    assert files["kueue.yaml"]["text"] == (advice_dir / "kueue.yaml").read_text()
+    assert files["whatif.json"]["text"] is None and files["whatif.json"]["command"].startswith("gpufleet dashboard")
+
+
+def test_a_calibration_is_answered_row_by_row_as_simulate_prints_it(calibrated_dashboard: Dashboard,
+                                                                    calibrated: Path) -> None:
+    fit = json.loads((calibrated / "result.json").read_text())["calibration"]
+    sim = check("/api/simulation", get(calibrated_dashboard, "/api/simulation"))
+    assert sim["advice"] is None
+    cal = sim["calibration"]
+    assert (cal["observed"], cal["withinTolerance"], cal["evaluations"]) == ("input", True, fit["evaluations"])
+    assert [t["name"] for t in cal["targets"]] == ["utilization", "success", "wait_p95"]
+    for t in cal["targets"]:
+        assert (t["target"], t["simulated"], t["tolerance"]) == (fit["targets"][t["name"]], fit["achieved"][t["name"]],
+                                                                 fit["tolerance"][t["name"]])
+        assert t["residual"] == pytest.approx(fit["residuals"][t["name"]]) and t["met"]
+    wait = cal["targets"][2]
+    assert wait["label"] == "p95 queue wait" and wait["text"]["target"] == "10m" and wait["text"]["tolerance"] == "±15%"
+    assert wait["text"]["residual"] == f"{fit['residuals']['wait_p95']:+.0f} s"
+    unknowns = {u["name"]: u for u in cal["unknowns"]}
+    assert list(unknowns) == ["load_scale", "busy_scale", "failure_rate"]
+    for name, u in unknowns.items():
+        assert (u["value"], [u["low"], u["high"]], u["fitted"]) == (fit["knobs"][name], fit["bounds"][name], True)
+    assert unknowns["failure_rate"]["text"] == {"value": f"{fit['knobs']['failure_rate']:.3g}", "bounds": "0 to 0.8"}
 
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)

@@ -1,14 +1,20 @@
-"""The pages in headless Chromium: they render from the API, draw a MIG slice and a fraction where the state
-says, say why a blocked gang waits in plan's words, show hostile names as text, and replay a simulation with a
-time slider. With GPUFLEET_DASHBOARD_SCREENSHOTS=DIR each page is also saved there as a PNG (hack/dashboard-
-screenshots.sh writes docs/img/ so)."""
+"""The pages in headless Chromium: they render from the API, draw a MIG slice and a fraction where the state says, say
+why a blocked gang waits in plan's words, show hostile names as text, replay a simulation with a time slider, and
+show an advice (scores, reasons, proposal per pool, files to apply) and a calibration's fit. With
+GPUFLEET_DASHBOARD_SCREENSHOTS=DIR each page is also saved there as a PNG (hack/dashboard-screenshots.sh writes
+docs/img/ so)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpufleet.web.server import Dashboard
-from tests.web.helpers import browser_page, get, screenshot
+from gpufleet.web.source_simulation import SimulationSource, load_result
+from tests.web.helpers import browser_page, get, screenshot, serving
 
 INNER = 96  # a GPU is drawn 100 px wide, slices inside 2 px margins (app.js GPU_W)
 
@@ -145,3 +151,101 @@ def test_what_if_replays_with_a_time_slider(sim_dashboard: Dashboard) -> None:
         page.wait_for_selector("#kpis")
         assert page.locator("#time").input_value() == str(late)
         only_local(page, sim_dashboard)
+
+
+def _cells(page: Any, selector: str) -> list[str]:
+    return [text.strip() for text in page.locator(selector + " td").all_inner_texts()]
+
+
+def _pool_lines(judged: dict[str, Any], pool: str) -> str:
+    return "\n".join(f"{len(p['nodes'])} node{'' if len(p['nodes']) == 1 else 's'}: {p['config']['text']}"
+                     for p in judged["pools"] if p["pool"] == pool)
+
+
+def test_what_if_shows_an_advice_its_reasons_proposal_and_files(advice_dashboard: Dashboard) -> None:
+    advice = get(advice_dashboard, "/api/simulation").json()["advice"]
+    with browser_page() as page:
+        open_page(page, advice_dashboard, "/whatif", "#advice")
+        # The reasons in words, each as advise wrote it.
+        assert page.locator("#advice-reasons li").all_inner_texts() == advice["reasons"]
+        # The scores, given beside proposal, in advise's words; the objective's own score below them.
+        for score in advice["scores"]:
+            assert _cells(page, f'#advice-scores tr[data-score="{score["key"]}"]') == [
+                score["label"], score["givenText"], score["proposalText"]]
+        objective = _cells(page, '#advice-scores tr[data-score="objective"]')
+        assert objective[0] == "score on the objective balanced (lower is better)"
+        assert float(objective[2]) == pytest.approx(advice["proposal"]["score"], abs=1e-3)
+        # Per pool: the MIG layout, the replicas or whole GPUs, given beside proposal; changed pools stand out.
+        pools = sorted({p["pool"] for p in advice["given"]["pools"]})
+        assert sorted(page.locator("#advice-pools tr[data-pool]").evaluate_all(
+            "rows => rows.map(r => r.dataset.pool)")) == pools
+        for pool in pools:
+            row = f'#advice-pools tr[data-pool="{pool}"]'
+            before, after = _pool_lines(advice["given"], pool), _pool_lines(advice["proposal"], pool)
+            assert _cells(page, row)[3:] == [before, after]
+            assert ("changed" in (page.locator(row).get_attribute("class") or "")) == (before != after)
+        assert any(_pool_lines(advice["given"], p) != _pool_lines(advice["proposal"], p) for p in pools)
+        for request in advice["proposal"]["requests"]:
+            assert _cells(page, f'#advice-requests tr[data-class="{request["class"]}"]')[3:5] == [
+                request["given"], request["resource"]]
+        # The files to apply, in order, with the command; a file's text opens in place.
+        applied = [f for f in advice["files"] if f["applies"]]
+        assert page.locator("#advice-files tr[data-file]").evaluate_all(
+            "rows => rows.map(r => r.dataset.file)") == [f["file"] for f in applied]
+        for f in applied:
+            assert _cells(page, f'#advice-files tr[data-file="{f["file"]}"]') == [f["file"], f["what"], f["command"]]
+        screenshot(page, "whatif-advice", "#advice")
+        kueue = next(f for f in applied if f["file"] == "kueue.yaml")
+        text = page.locator('#advice-files tr.filetext pre').nth(applied.index(kueue))
+        assert not text.is_visible()
+        page.locator('#advice-files tr.filetext summary').nth(applied.index(kueue)).click()
+        assert text.is_visible() and text.inner_text().strip() == kueue["text"].strip()
+        # The runs are the page's as for any result: given beside proposal.
+        assert page.locator("#kpis tr").first.locator("th").all_inner_texts() == [
+            "KPI", "given (gpufleet)", "proposal (gpufleet)", "change"]
+        only_local(page, advice_dashboard)
+
+
+def test_what_if_shows_a_calibrations_targets_residuals_and_unknowns(calibrated_dashboard: Dashboard) -> None:
+    cal = get(calibrated_dashboard, "/api/simulation").json()["calibration"]
+    with browser_page() as page:
+        open_page(page, calibrated_dashboard, "/whatif", "#calibration")
+        assert [t["name"] for t in cal["targets"]] == ["utilization", "success", "wait_p95"]
+        for t in cal["targets"]:
+            assert _cells(page, f'#calibration-targets tr[data-target="{t["name"]}"]') == [
+                t["label"], t["text"]["target"], t["text"]["simulated"], t["text"]["residual"], t["text"]["tolerance"],
+                "yes"]
+        for u in cal["unknowns"]:
+            assert _cells(page, f'#calibration-unknowns tr[data-unknown="{u["name"]}"]') == [
+                u["label"], u["text"]["value"], u["text"]["bounds"], "fitted"]
+        summary = page.locator("#calibration-summary").inner_text()
+        assert "the observed run (input)" in summary and "every target within its tolerance" in summary
+        assert page.locator("#kpis tr").first.locator("th").all_inner_texts() == ["KPI", "input (gpufleet)"]
+        screenshot(page, "whatif-calibration", "#calibration")
+        only_local(page, calibrated_dashboard)
+
+
+def test_an_advice_holding_markup_is_shown_as_text(advice_dir: Path, tmp_path: Path) -> None:
+    doc = json.loads((advice_dir / "whatif.json").read_text())
+    advice = doc["advice"]
+    hostile = {"reason": "<script>window.pwned=1</script>", "pool": "<img src=x onerror=window.pwned=2>",
+               "text": "</pre><script>window.pwned=3</script>", "input": "<b onclick=window.pwned=4>input</b>"}
+    advice["reasons"][0] = hostile["reason"]
+    for p in advice["given"]["pools"] + advice["proposal"]["pools"]:
+        if p["pool"] == advice["given"]["pools"][0]["pool"]:
+            p["pool"] = hostile["pool"]
+    next(f for f in advice["files"] if f["applies"])["text"] = hostile["text"]
+    advice["input"] = hostile["input"]
+    path = tmp_path / "whatif.json"
+    path.write_text(json.dumps(doc))
+    with serving(SimulationSource(load_result(path))) as dashboard, browser_page() as page:
+        open_page(page, dashboard, "/whatif", "#advice")
+        assert page.locator("#advice-reasons li").first.inner_text() == hostile["reason"]
+        assert page.locator("#advice-pools tr[data-pool] td").first.inner_text() == hostile["pool"]
+        page.locator("#advice-files tr.filetext summary").first.click()
+        assert page.locator("#advice-files tr.filetext pre").first.inner_text() == hostile["text"]
+        assert hostile["input"] in page.locator("#advice-summary").inner_text()
+        assert page.evaluate("() => window.pwned") is None
+        assert page.evaluate("() => document.scripts.length") == 1
+        assert page.locator("#advice img, #advice script, #advice b").count() == 0
+        only_local(page, dashboard)

@@ -13,7 +13,12 @@ Files, each complete and applied as GPU Operator and Kueue users apply them:
 * ``kueue.yaml``: ResourceFlavors, the rewritten ClusterQueues and the Cohorts (without their own quota);
 * ``advice.json``: the advice as ``-o json`` prints it; ``advice.md`` and ``advice.html``: the report;
 * ``whatif.json``: the given configuration and the proposal run again as ``simulate --json`` writes runs
-  (timelines included), for the dashboard's what-if page: ``gpufleet dashboard --simulation DIR/whatif.json``.
+  (timelines included), with the advice document beside them (the files' texts included, up to
+  :data:`MAX_SHOWN_TEXT` each), for the dashboard's what-if page: ``gpufleet dashboard --simulation
+  DIR/whatif.json``.
+
+The advice document lists every file written with what it is and the command that uses it (:data:`FILE_USES`),
+and says which of them change the cluster when applied.
 
 When the given configuration wins, the files describe it (its queues as written): applying them changes
 nothing, and they are NVIDIA's form of what a NodePool said.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +54,41 @@ if TYPE_CHECKING:
 
 FILES = ("mig-parted-config.yaml", "device-plugin-config.yaml", "cluster-policy-patch.yaml", "node-labels.sh",
          "cluster.yaml", "workload.yaml", "kueue.yaml", "advice.json", "advice.md", "advice.html", "whatif.json")
+
+
+@dataclass(frozen=True, slots=True)
+class FileUse:
+    what: str  # what the file is
+    command: str  # how it is used ({path}: where it was written); empty for a file only read
+    applies: bool  # applying it changes the cluster (the others are for gpufleet and for people)
+
+
+FILE_USES: Mapping[str, FileUse] = {
+    "mig-parted-config.yaml": FileUse(
+        "mig-parted's ConfigMap: one MIG configuration per mix (version v1, mig-configs)", "kubectl apply -f {path}",
+        True),
+    "device-plugin-config.yaml": FileUse(
+        "the NVIDIA device plugin's ConfigMap: the default configuration and one per time-slicing replica count",
+        "kubectl apply -f {path}", True),
+    "cluster-policy-patch.yaml": FileUse(
+        "the GPU Operator's ClusterPolicy patch: mixed MIG strategy, the device plugin and mig-manager pointed at "
+        "both ConfigMaps", "kubectl patch clusterpolicy cluster-policy --type merge --patch-file {path}", True),
+    "node-labels.sh": FileUse(
+        "nvidia.com/mig.config, nvidia.com/device-plugin.config and gpu-mode for every node (mig-manager drains a "
+        "node whose nvidia.com/mig.config changes)", "sh {path}", True),
+    "kueue.yaml": FileUse("ResourceFlavors, the ClusterQueues with their GPU quotas rewritten, and the Cohorts",
+                          "kubectl apply -f {path}", True),
+    "cluster.yaml": FileUse("the cluster as proposed (NodePools and Nodes), for the simulator",
+                            "gpufleet simulate {path} ...", False),
+    "workload.yaml": FileUse("the input's WorkloadGenerators with each class asking for its proposed device",
+                             "gpufleet simulate {path} ...", False),
+    "advice.json": FileUse("the advice as -o json prints it", "", False),
+    "advice.md": FileUse("the report, in Markdown", "", False),
+    "advice.html": FileUse("the report, as one self-contained HTML page (open it in a browser)", "", False),
+    "whatif.json": FileUse("the given configuration and the proposal as simulate --json runs, with the advice",
+                           "gpufleet dashboard --simulation {path}", False),
+}
+MAX_SHOWN_TEXT = 64 * 1024  # characters of a file's text whatif.json carries for the page; longer ones: open it
 
 
 class _Dumper(yaml.SafeDumper):
@@ -125,7 +166,7 @@ def workload_documents(ctx: Context, proposal: Proposal) -> list[dict[str, Any]]
 
 
 def _config_doc(config: NodeConfig) -> dict[str, Any]:
-    doc: dict[str, Any] = {"mode": config.mode}
+    doc: dict[str, Any] = {"mode": config.mode, "text": config.text}
     if config.mode == "time-sliced":
         doc["replicas"] = config.replicas
     if config.mode == "mig":
@@ -148,8 +189,28 @@ def _judged_doc(j: Judged) -> dict[str, Any]:
     }
 
 
-def advice_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | None = None) -> dict[str, Any]:
-    """The advice as ``-o json`` prints it."""
+def files_document(files: Mapping[str, Path], texts: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every file written, in :data:`FILES` order: its name, path, what it is, the command that uses it and whether
+    applying it changes the cluster; with ``texts``, each file's text (None when longer than
+    :data:`MAX_SHOWN_TEXT`, or not given)."""
+    out = []
+    for name in FILES:
+        if name not in files:
+            continue
+        use = FILE_USES[name]
+        entry: dict[str, Any] = {"file": name, "path": str(files[name]), "what": use.what,
+                                 "command": use.command.format(path=shlex.quote(str(files[name]))),
+                                 "applies": use.applies}
+        if texts is not None:
+            text = texts.get(name)
+            entry["text"] = text if text is not None and len(text) <= MAX_SHOWN_TEXT else None
+        out.append(entry)
+    return out
+
+
+def advice_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | None = None,
+                    texts: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The advice as ``-o json`` prints it; ``files``: what was written (:func:`files_document`)."""
     return {
         "input": ctx.inp.title, "seed": ctx.inp.seed, "windowSeconds": ctx.inp.window_s,
         "objective": advice.objective, "budgetPerHour": advice.budget, "changed": advice.changed,
@@ -159,12 +220,13 @@ def advice_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | No
                    "kpis": {k: j.kpis.get(k) for k, _, _ in KPI_WORDS}} for j in advice.tried],
         "reasons": list(advice.reasons), "notes": list(advice.notes),
         "timings": {k: round(v, 3) if isinstance(v, float) else v for k, v in advice.timings.items()},
-        **({"files": {k: str(v) for k, v in files.items()}} if files is not None else {}),
+        **({"files": files_document(files, texts)} if files is not None else {}),
     }
 
 
-def report(ctx: Context, advice: Advice) -> Report:
-    """The advice as a report (``advice.md``, ``advice.html``; the simulation report's blocks)."""
+def report(ctx: Context, advice: Advice, files: Mapping[str, Path] | None = None) -> Report:
+    """The advice as a report (``advice.md``, ``advice.html``; the simulation report's blocks); with ``files``,
+    a section on the files written and how to apply them."""
     g, c = advice.given, advice.chosen
     kpis = TableBlock.of(["figure", "given", "proposal"],
                          [[words, kpi_text(key, g.kpis.get(key)), kpi_text(key, c.kpis.get(key))]
@@ -191,6 +253,16 @@ def report(ctx: Context, advice: Advice) -> Report:
                 Section("Why", [BulletsBlock(tuple(advice.reasons))]),
                 Section("The proposal", [pools, requests]),
                 Section("Every proposal the simulator judged", [tried, timing])]
+    if files is not None:
+        entries = files_document(files)
+        sections.insert(3, Section("The files", [
+            "Applied in this order, they make the cluster what the proposal says"
+            + ("" if advice.changed else " (the given configuration: applying them changes nothing)") + ":",
+            TableBlock.of(["file", "what it is", "apply with"],
+                          [[e["file"], e["what"], e["command"]] for e in entries if e["applies"]], 3),
+            "Also written:",
+            TableBlock.of(["file", "what it is", "use"],
+                          [[e["file"], e["what"], e["command"] or "—"] for e in entries if not e["applies"]], 3)]))
     if advice.notes:
         sections.append(Section("Notes", [BulletsBlock(tuple(advice.notes))]))
     intro = [f"Input: {ctx.inp.title}; objective {advice.objective}"
@@ -199,9 +271,10 @@ def report(ctx: Context, advice: Advice) -> Report:
     return Report("gpufleet advise", intro, sections)
 
 
-def whatif_document(ctx: Context, advice: Advice) -> dict[str, Any]:
+def whatif_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | None = None,
+                    texts: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The given configuration and the proposal as a ``simulate --json`` document (runs named ``given`` and
-    ``proposal``, with their timelines), and the advice's reasons beside them."""
+    ``proposal``, with their timelines), and the advice document beside them (the files' texts included)."""
     from gpufleet.advise.search import scenario_of
     from gpufleet.sim.metrics import run_summary
     from gpufleet.sim.scenario import run_scenario
@@ -211,8 +284,7 @@ def whatif_document(ctx: Context, advice: Advice) -> dict[str, Any]:
         scenario = scenario_of(ctx, judged.proposal)
         scenario.name = name
         runs.append(run_summary(run_scenario(scenario, ctx.inp.policy, seed=ctx.inp.seed)))
-    return {"runs": runs, "advice": {"objective": advice.objective, "changed": advice.changed,
-                                     "reasons": list(advice.reasons)}}
+    return {"runs": runs, "advice": advice_document(ctx, advice, files, texts if texts is not None else {})}
 
 
 def write(directory: Path, ctx: Context, advice: Advice) -> Written:
@@ -220,18 +292,16 @@ def write(directory: Path, ctx: Context, advice: Advice) -> Written:
     from gpufleet.sim.report_html import to_html
 
     directory.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    for name, text in file_texts(ctx, advice).items():
-        path = directory / name
-        path.write_text(text, encoding="utf-8")
-        written[name] = path
-    r = report(ctx, advice)
-    for name, text in (("advice.md", to_markdown(r)), ("advice.html", to_html(r, {}))):
-        (directory / name).write_text(text, encoding="utf-8")
-        written[name] = directory / name
-    written["whatif.json"] = directory / "whatif.json"
-    written["whatif.json"].write_text(json.dumps(whatif_document(ctx, advice), default=str) + "\n", encoding="utf-8")
-    written["advice.json"] = directory / "advice.json"
+    texts = file_texts(ctx, advice)
+    own = ("advice.json", "advice.md", "advice.html", "whatif.json")
+    written = {name: directory / name for name in FILES if name in texts or name in own}
+    for name, text in texts.items():
+        written[name].write_text(text, encoding="utf-8")
+    r = report(ctx, advice, written)
+    written["advice.md"].write_text(to_markdown(r), encoding="utf-8")
+    written["advice.html"].write_text(to_html(r, {}), encoding="utf-8")
+    whatif = whatif_document(ctx, advice, written, texts)
+    written["whatif.json"].write_text(json.dumps(whatif, default=str) + "\n", encoding="utf-8")
     doc = advice_document(ctx, advice, written)
     written["advice.json"].write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     return Written(written)

@@ -246,10 +246,13 @@ class ClusterView:
 @dataclass(frozen=True, slots=True)
 class SimulationView:
     """A ``simulate --json`` document, checked: its runs, each as ``simulate`` wrote it (KPIs, per queue, team,
-    pool, the series and the timeline), and the before/after pair when it has one."""
+    pool, the series and the timeline), and the before/after pair when it has one; beside the runs, the advice
+    of ``gpufleet advise -o DIR`` (its ``whatif.json``) or the fit of ``simulate --calibrate``, as written."""
 
     title: str
     runs: tuple[dict[str, Any], ...]
+    advice: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = None
 
     def pair(self) -> tuple[int, int] | None:
         names = [r["scenario"] for r in self.runs]

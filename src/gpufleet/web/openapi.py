@@ -10,30 +10,13 @@ from typing import Any
 
 import gpufleet
 from gpufleet.web.api import DEFAULT_NODE_LIMIT, DEFAULT_WORKLOAD_LIMIT, MAX_LIMIT, NODE_PROBLEMS, WORKLOAD_STATUSES
+from gpufleet.web.schema_check import BOOL, INT, NINT, NNUM, NSTR, NUM, STR
+from gpufleet.web.schema_check import array as _list
+from gpufleet.web.schema_check import obj as _obj
+from gpufleet.web.schema_check import ref as _ref
+from gpufleet.web.whatif import SCHEMAS as WHATIF_SCHEMAS
 
 Schema = dict[str, Any]
-
-
-def _obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None, *, extra: bool = False) -> Schema:
-    return {"type": "object", "required": sorted(required), "properties": {**required, **(optional or {})},
-            "additionalProperties": extra}
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _list(item: Schema) -> Schema:
-    return {"type": "array", "items": item}
-
-
-STR: Schema = {"type": "string"}
-INT: Schema = {"type": "integer"}
-NUM: Schema = {"type": "number"}
-BOOL: Schema = {"type": "boolean"}
-NSTR: Schema = {"type": ["string", "null"]}
-NINT: Schema = {"type": ["integer", "null"]}
-NNUM: Schema = {"type": ["number", "null"]}
 SLICE_STATE: Schema = {"enum": ["free", "running", "idle", "planned"]}
 
 WORKLOAD_FIELDS: dict[str, Schema] = {
@@ -89,10 +72,13 @@ SCHEMAS: dict[str, Schema] = {
                                              "fragmentation_pct": _list(NNUM), "wait_quantiles": {"type": "object"}},
                                             extra=True),
                            "run": {"type": "object"}}},
+    **WHATIF_SCHEMAS,  # an advice and a calibration beside the runs (web/whatif.py)
     "Simulation": _obj({"version": INT, "title": STR,
                         "pair": {"oneOf": [{"type": "null"}, {"type": "array", "items": INT, "minItems": 2,
                                                                "maxItems": 2}]},
-                        "runs": _list(_ref("Run"))}),
+                        "runs": _list(_ref("Run")),
+                        "advice": {"oneOf": [{"type": "null"}, _ref("Advice")]},
+                        "calibration": {"oneOf": [{"type": "null"}, _ref("Calibration")]}}),
 }
 
 
@@ -151,7 +137,9 @@ def document() -> dict[str, Any]:
                 [_param("namespace", text, "Namespace.", "path"), _param("name", text, "Name.", "path")],
                 errors=(404,)),
             "/api/simulation": _get("The simulation result: every run with its KPIs, per-queue and per-team figures, "
-                                    "pool series and timeline; the before/after pair.", "Simulation", errors=(404,)),
+                                    "pool series and timeline; the before/after pair; an advice's proposal, "
+                                    "scores, reasons and files (gpufleet advise's whatif.json), or a calibration's "
+                                    "fit (simulate --calibrate), else null.", "Simulation", errors=(404,)),
             "/api/events": {"get": {"summary": "Server-sent events: 'version' with {\"version\": N} at once and "
                                                "whenever the source's views change; comments keep it open.",
                                     "operationId": "events", "parameters": [],

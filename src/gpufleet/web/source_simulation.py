@@ -3,7 +3,8 @@
 The document is checked when it is read (every run has its scenario, policy, KPIs, per-queue and per-team
 figures, pool series and timeline, with the types the pages read), so a wrong file is refused at start with
 the field that is wrong, never half drawn. A result written before runs had a ``timeline`` is refused with
-how to make a new one.
+how to make a new one. Beside the runs, an ``advice`` (``gpufleet advise -o DIR`` writes ``whatif.json``) or a
+``calibration`` (``simulate --calibrate --json``) is checked the same way (:mod:`gpufleet.web.whatif`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.web.contract import ClusterView, SimulationView, SourceKind
+from gpufleet.web.whatif import advice_problem, calibration_problem
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024
 
@@ -85,8 +87,14 @@ def load_result(path: Path) -> SimulationView:
     except ValueError as e:
         raise SimulationResultError(f"{path}: {e}") from e
     runs = check_result(doc, str(path))
+    advice, calibration = doc.get("advice"), doc.get("calibration")
+    for problem in (advice_problem(advice, f"{path}: advice") if advice is not None else None,
+                    calibration_problem(calibration, f"{path}: calibration") if calibration is not None else None):
+        if problem is not None:
+            raise SimulationResultError(problem)
     labels = ", ".join(f"{r['scenario']} ({r['policy']})" for r in runs)
-    return SimulationView(f"simulation result {path.name}: {labels}", runs)
+    what = "advice" if advice is not None else "calibrated simulation" if calibration is not None else "simulation"
+    return SimulationView(f"{what} result {path.name}: {labels}", runs, advice, calibration)
 
 
 class SimulationSource:

@@ -477,6 +477,105 @@ function heat(run, k) {
     })))));
 }
 
+// An advice (gpufleet advise's whatif.json) and a calibration's fit (simulate --calibrate --json) beside the runs.
+// The API gives their words (scores, fit rows) as the command line says them; everything is written as text.
+
+const SCORE_BETTER = { demand_cost: -1, demand_inference_cost: -1, wait_p95_s: -1, job_success_pct: 1,
+  gpu_utilization_pct: 1, fragmentation_pct: -1 };
+
+function headerRow(names, numeric) {
+  return h("tr", {}, names.map((c, i) => h("th", { class: numeric && numeric.includes(i) ? "num" : null }, c)));
+}
+
+function nodesText(n) { return `${n} node${n === 1 ? "" : "s"}`; }
+
+function poolLines(judged, pool) {
+  return judged.pools.filter((p) => p.pool === pool).map((p) => `${nodesText(p.nodes.length)}: ${p.config.text}`);
+}
+
+function drawAdvice(a) {
+  const scores = h("table", { class: "kpi", id: "advice-scores" }, headerRow(["figure", "given", "proposal"], [1, 2]),
+    a.scores.map((sc) => {
+      const better = SCORE_BETTER[sc.key];
+      const diff = (typeof sc.given === "number" && typeof sc.proposal === "number") ? sc.proposal - sc.given : 0;
+      const cls = better && diff ? (diff * better > 0 ? "better" : "worse") : null;
+      return h("tr", { "data-score": sc.key }, h("td", {}, sc.label), h("td", { class: "num" }, sc.givenText),
+        h("td", { class: "num " + (cls || "") }, sc.proposalText));
+    }),
+    h("tr", { "data-score": "objective" }, h("td", {}, `score on the objective ${a.objective} (lower is better)`),
+      h("td", { class: "num" }, fmt(a.given.score, 3)), h("td", { class: "num" }, fmt(a.proposal.score, 3))));
+  const all = [...a.given.pools, ...a.proposal.pools];
+  const pools = [...new Set(all.map((p) => p.pool))];
+  const poolTable = h("table", { id: "advice-pools" },
+    headerRow(["pool", "GPU model", "GPUs per node", "given", "proposal"], [2]),
+    pools.map((pool) => {
+      const first = all.find((p) => p.pool === pool);
+      const before = poolLines(a.given, pool), after = poolLines(a.proposal, pool);
+      const lines = (items) => items.length ? items.map((t) => h("div", {}, t)) : "—";
+      return h("tr", { "data-pool": pool, class: before.join() === after.join() ? null : "changed" },
+        h("td", {}, pool), h("td", {}, first.model), h("td", { class: "num" }, fmt(first.gpusPerNode)),
+        h("td", {}, lines(before)), h("td", {}, lines(after)));
+    }));
+  const requests = h("table", { id: "advice-requests" },
+    headerRow(["class", "namespace", "LocalQueue", "asks now", "proposal", "per pod"], [5]),
+    a.proposal.requests.map((r) => h("tr", { "data-class": r.class, class: r.resource === r.given ? null : "changed" },
+      h("td", {}, r.class), h("td", {}, r.namespace), h("td", {}, r.queue || "(none)"), h("td", {}, r.given),
+      h("td", {}, r.resource), h("td", { class: "num" }, fmt(r.count)))));
+  const quotas = a.proposal.quotas.length ? h("table", { id: "advice-quotas" },
+    headerRow(["ClusterQueue", "flavor", "resource", "nominal quota"], [3]),
+    a.proposal.quotas.map((q) => h("tr", {}, h("td", {}, q.clusterQueue), h("td", {}, q.flavor), h("td", {}, q.resource),
+      h("td", { class: "num" }, fmt(q.nominalQuota)))))
+    : h("p", { class: "muted", id: "advice-quotas" }, "The ClusterQueues as written: the given configuration's quotas.");
+  const fileRows = (files, useHeader) => h("table", { class: "files" }, headerRow(["file", "what it is", useHeader]),
+    files.map((f) => [
+      h("tr", { "data-file": f.file }, h("td", {}, h("code", {}, f.file)), h("td", {}, f.what),
+        h("td", {}, f.command ? h("code", {}, f.command) : "—")),
+      typeof f.text === "string" ? h("tr", { class: "filetext" }, h("td", { colspan: 3 },
+        h("details", {}, h("summary", {}, "the text of " + f.file), h("pre", {}, f.text)))) : null]));
+  const applied = a.files.filter((f) => f.applies), others = a.files.filter((f) => !f.applies);
+  const tried = h("table", { id: "advice-tried" }, headerRow(["proposal", "score", "within guards"], [1]),
+    [a.given, ...a.tried].map((j) => h("tr", {}, h("td", {}, j.name), h("td", { class: "num" }, fmt(j.score, 3)),
+      h("td", {}, j.withinGuards ? "yes" : (j.whyNot || "no")))));
+  return h("section", { id: "advice" },
+    h("h2", {}, "The advice"),
+    h("p", { id: "advice-summary" }, `Objective ${a.objective}` +
+      (a.budgetPerHour !== null && a.budgetPerHour !== undefined ? `, budget ${fmt(a.budgetPerHour, 2)} CHF/h` : "") +
+      (a.changed ? ": the proposal below, judged by the simulator on the same demand as the given configuration."
+        : ": keep the given configuration; no proposal did better within its guards.") + ` Input: ${a.input}.`),
+    h("h3", {}, "Scores, given beside proposal"), scores,
+    h("h3", {}, "Why"), h("ul", { class: "reasons", id: "advice-reasons" }, a.reasons.map((r) => h("li", {}, r))),
+    h("h3", {}, "The proposal per pool: MIG layout, time-slice replicas or whole GPUs"), poolTable,
+    h("h3", {}, "What each class asks for"), requests,
+    h("h3", {}, "GPU quotas"), quotas,
+    h("h3", {}, "The files to apply"),
+    h("p", {}, a.changed ? "Applied in this order, they make the cluster what the proposal says:"
+      : "They describe the given configuration: applying them changes nothing."),
+    h("div", { id: "advice-files" }, fileRows(applied, "apply with")),
+    others.length ? [h("p", {}, "Also written:"), h("div", { id: "advice-other-files" }, fileRows(others, "use"))] : null,
+    a.notes.length ? [h("h3", {}, "Notes"), h("ul", { class: "reasons", id: "advice-notes" }, a.notes.map((n) => h("li", {}, n)))] : null,
+    h("h3", {}, "Every proposal the simulator judged"), tried);
+}
+
+function drawCalibration(c) {
+  const targets = h("table", { class: "kpi", id: "calibration-targets" },
+    headerRow(["target", "observed (the target)", "simulated (the fitted run)", "residual", "tolerance", "met"], [1, 2, 3, 4]),
+    c.targets.map((t) => h("tr", { "data-target": t.name }, h("td", {}, t.label), h("td", { class: "num" }, t.text.target),
+      h("td", { class: "num" }, t.text.simulated), h("td", { class: "num" }, t.text.residual),
+      h("td", { class: "num" }, t.text.tolerance), h("td", { class: t.met ? "better" : "worse" }, t.met ? "yes" : "no"))));
+  const unknowns = h("table", { id: "calibration-unknowns" }, headerRow(["unknown", "value", "bounds", ""], [1]),
+    c.unknowns.map((u) => h("tr", { "data-unknown": u.name }, h("td", {}, u.label), h("td", { class: "num" }, u.text.value),
+      h("td", {}, u.text.bounds), h("td", {}, u.fitted ? "fitted" : "as written"))));
+  return h("section", { id: "calibration" },
+    h("h2", {}, "Calibration"),
+    h("p", { id: "calibration-summary" }, `The workload's unknowns were fitted so that the observed run (${c.observed}) shows what ` +
+      `the team observed${c.withinTolerance ? ", every target within its tolerance" : ", NOT within tolerance"}; every run on ` +
+      `this page uses the calibrated workload (${fmt(c.evaluations)} simulations, ${duration(c.wallSeconds)}).`),
+    h("h3", {}, "The targets against the fitted run"), targets,
+    h("h3", {}, "The fitted unknowns"), unknowns,
+    h("p", { class: "muted" }, "Load scale multiplies every class's arrival rate; busy scale every class's busy share (at " +
+      "most a whole GPU); the failure rate is the chance that an attempt fails on its own, whatever the scheduler does."));
+}
+
 async function drawWhatIf() {
   const doc = await api("/api/simulation");
   const runs = doc.runs;
@@ -556,7 +655,8 @@ async function drawWhatIf() {
   const legendRuns = h("div", { class: "legend" }, shown.map((r, i) => h("span", {}, h("span", { class: "swatch", "data-run": i }), label(r))));
   for (const [i, el] of [...legendRuns.querySelectorAll(".swatch")].entries()) el.style.background = i % 2 ? "#e8590c" : "#1c7ed6";
   return h("div", {}, h("h1", {}, "What-if: " + (doc.pair ? `${label(shown[0])} against ${label(shown[1])}` : label(shown[0]))),
-    legendRuns, h("h2", {}, "KPIs"), kpiTable(runs, doc.pair),
+    legendRuns, doc.advice ? drawAdvice(doc.advice) : null, doc.calibration ? drawCalibration(doc.calibration) : null,
+    h("h2", {}, "KPIs"), kpiTable(runs, doc.pair),
     h("h2", {}, "Replay"), h("div", { class: "slider" }, slider, clock), replay, timeCharts,
     h("h2", {}, "Wait distributions"), waits, h("h2", {}, "Cost per team"), cost);
 }
