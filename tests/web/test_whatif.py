@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 
 from gpufleet.advise.files import FILE_USES
 from gpufleet.web.openapi import document
-from gpufleet.web.schema_check import mismatch
+from gpufleet.web.schema_check import KEYWORDS, mismatch
 from gpufleet.web.source_simulation import SimulationResultError, load_result
 from gpufleet.web.whatif import SCHEMAS
 
@@ -122,6 +122,21 @@ def test_the_check_agrees_with_json_schema_on_any_change(which: str, advice_dir:
 
     assert mismatch(original, SCHEMAS[which], SCHEMAS, "doc") is None
     run()
+
+
+def test_the_check_knows_every_keyword_of_the_documents_schemas() -> None:
+    def keywords(schema: dict[str, Any]) -> set[str]:
+        found = set(schema)
+        children = [*schema.get("properties", {}).values(), *schema.get("oneOf", [])]
+        children += [schema[k] for k in ("items", "additionalProperties") if isinstance(schema.get(k), dict)]
+        for child in children:
+            found |= keywords(child)
+        return found
+
+    used = set().union(*(keywords(s) for s in COMPONENTS["schemas"].values()))
+    assert used <= KEYWORDS, used - KEYWORDS
+    with pytest.raises(ValueError, match="not supported"):
+        mismatch(1, {"minimum": 0}, {}, "x")
 
 
 class _Tables(HTMLParser):

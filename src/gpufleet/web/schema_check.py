@@ -42,8 +42,8 @@ def ref(name: str) -> dict[str, Any]:
 def array(item: Schema) -> dict[str, Any]:
     return {"type": "array", "items": item}
 
-_KNOWN = {"type", "enum", "required", "properties", "additionalProperties", "items", "minItems", "maxItems", "oneOf",
-          "$ref", "description", "default", "minimum", "maximum", "maxLength"}
+KEYWORDS = frozenset({"type", "enum", "required", "properties", "additionalProperties", "items", "minItems", "maxItems",
+                      "oneOf", "$ref", "description"})  # what mismatch() checks ("description" says nothing)
 _REF = "#/components/schemas/"
 
 
@@ -75,7 +75,7 @@ def _kind(value: Any) -> str:
 def mismatch(value: Any, schema: Schema, schemas: Mapping[str, Schema], where: str) -> str | None:
     """Where ``value`` first departs from ``schema`` and how (``where.field[2]: expected ..., got ...``), or None
     when it fits; ``schemas`` resolves ``$ref``."""
-    unknown = set(schema) - _KNOWN
+    unknown = set(schema) - KEYWORDS
     if unknown:
         raise ValueError(f"schema keywords {sorted(unknown)} are not supported")
     if "$ref" in schema:
