@@ -302,6 +302,11 @@ class QuotaTree:
         self._log: list[_LogEntry] = []
         self._marks: list[tuple[int, int]] = []  # (token, log position)
         self._next_token = 0
+        # Generations: how many lasting changes each cohort tree (by its root's id) has seen, and the whole forest
+        # (rebuilt, or changed while not finalized). A usage change made outside any checkpoint lasts; one inside
+        # is rolled back, unless committed (commit counts as a change of the forest).
+        self._tree_generation: dict[int, int] = {}
+        self._forest_generation = 0
 
     # ----------------------------------------------------------------------------------------
     # construction
@@ -438,6 +443,7 @@ class QuotaTree:
 
         self._problems = problems
         self._dirty = False
+        self._forest_generation += 1
         return list(problems)
 
     def _reset_disabled(self, node: QuotaNode) -> None:
@@ -642,13 +648,53 @@ class QuotaTree:
         node = self._cqs[cq]
         if self._marks:
             self._log.append((node, tuple(usage.items()), True))
+        else:
+            self._changed(node)
         self._apply(node, usage.items(), True)
 
     def remove_usage(self, cq: str, usage: Mapping[FR, int]) -> None:
         node = self._cqs[cq]
         if self._marks:
             self._log.append((node, tuple(usage.items()), False))
+        else:
+            self._changed(node)
         self._apply(node, usage.items(), False)
+
+    # ----------------------------------------------------------------------------------------
+    # generations
+
+    def _changed(self, node: QuotaNode) -> None:
+        if self._dirty:
+            self._forest_generation += 1  # root ids are re-derived by the next finalize
+            return
+        root = node._root
+        self._tree_generation[root] = self._tree_generation.get(root, 0) + 1
+
+    def note_change(self, cq: str) -> None:
+        """Something that depends on this ClusterQueue's cohort tree changed outside the tree (a workload admitted
+        there began its eviction): bump the tree's generation as a lasting usage change would."""
+        self._changed(self._cqs[cq])
+
+    def generation(self, cq: str) -> tuple[int, int, int]:
+        """The ClusterQueue's cohort tree (its root's id) and the changes it has seen: equal values mean that no
+        usage in the tree has changed for good in between (checkpoints rolled back leave it as it was), nor
+        anything :meth:`note_change` was told of."""
+        node = self._cqs[cq]
+        if self._dirty:
+            self.finalize()
+        root = node._root
+        return root, self._forest_generation, self._tree_generation.get(root, 0)
+
+    def local_state(self, cq: str) -> tuple[tuple[int, ...], bool]:
+        """The ClusterQueue's usage of every flavor-resource of the forest (in the tree's column order), and
+        whether it is above its quota in any of them."""
+        node = self._cqs[cq]
+        if self._dirty:
+            self.finalize()
+        i = node.id
+        usage = tuple([col.usage[i] for col in self._cols.values()])
+        over = any(col.usage[i] > col.subtree[i] for col in self._cols.values())
+        return usage, over
 
     def _apply(self, node: QuotaNode, items: Iterable[tuple[FR, int]], add: bool) -> None:
         cols = self._cols
@@ -692,7 +738,9 @@ class QuotaTree:
 
     def commit(self, mark: int) -> None:
         """Keep the changes since ``mark``; closes it and any checkpoint opened after it."""
-        self._pop_mark(mark)
+        pos = self._pop_mark(mark)
+        if len(self._log) > pos:
+            self._forest_generation += 1  # changes made inside a checkpoint now last
         if not self._marks:
             self._log.clear()
 

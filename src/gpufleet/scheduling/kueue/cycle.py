@@ -109,7 +109,7 @@ class Cycle:
             state.queues.unpark_where([info], now)
         for info in list(state.waiting_ready.values()):
             if info.ready_deadline is not None and info.ready_deadline <= now and info.evicting is None:
-                info.evicting = PODS_READY_TIMEOUT
+                state.begin_eviction(info, PODS_READY_TIMEOUT)
                 self.decisions.preempted.append(PreemptedWorkload(info.key, "", PODS_READY_TIMEOUT))
 
     def _no_quota(self) -> None:
@@ -205,6 +205,7 @@ class Cycle:
         state = self.state
         cqs = state.config.cluster_queues
         placement_parked = state.placement_parked
+        memo = state.memo
         for info in heads:
             assert info.cluster_queue is not None
             # Evaluated afresh: whether it waits for nodes is decided again below.
@@ -219,8 +220,20 @@ class Cycle:
                 e.message = NAMESPACE_MISMATCH_MESSAGE
                 e.reason = NAMESPACE_MISMATCH
             else:
+                at = None
+                if memo is not None:
+                    at = memo.lookup(info, cq)
+                    found = at.found
+                    if found is not None:
+                        e.assignment = found.assignment
+                        e.targets = found.targets_for(at.own)
+                        e.message = found.message
+                        entries.append(e)
+                        continue
                 e.assignment, e.targets = self._assignments(info, cq)
                 e.message = e.assignment.message() if e.assignment.outcome is not Outcome.FIT else ""
+                if at is not None:
+                    at.remember(cq, e.assignment, e.targets, e.message)
                 entries.append(e)
                 continue
             inadmissible.append(e)
@@ -259,7 +272,7 @@ class Cycle:
         for t in targets:
             self.preempted[t.info.key] = t.info
             if t.info.evicting is None:
-                t.info.evicting = t.reason
+                self.state.begin_eviction(t.info, t.reason)
                 self.decisions.preempted.append(PreemptedWorkload(t.info.key, e.info.key, t.reason))
         e.reason = PENDING_PREEMPTION
         e.message = (e.message + ". " if e.message else "") + f"Pending the preemption of {len(targets)} workload(s)"
@@ -370,7 +383,8 @@ class Cycle:
             tree.rollback(mark)
         for e, pods in self.admitted:
             podsets = [PodSetAdmission(ps.name, ps.count, ps.flavors()) for ps in e.assignment.podsets]
-            admitted: AdmittedWorkload = state.commit_admission(e.info, e.cq.name, podsets, e.assignment.usage,
+            # The assignment may be shared with other heads (kueue.memo): the admission gets its own usage.
+            admitted: AdmittedWorkload = state.commit_admission(e.info, e.cq.name, podsets, dict(e.assignment.usage),
                                                                 pods, self.now)
             self.decisions.admitted.append(admitted)
         for e in [*entries, *inadmissible]:

@@ -270,7 +270,7 @@ class KueuePolicy:
         reserved_at = adm.quota_reserved_at if adm.quota_reserved_at is not None else math.inf
         pods, _ = self._bound_pods(info)  # its pods already running (a snapshot) hold their nodes and devices
         self.state.commit_admission(info, cq, podsets, usage, pods, now, admitted_at=reserved_at, ready=True)
-        info.evicting = adm.evicted  # an eviction under way keeps the quota until the pods are gone
+        self.state.begin_eviction(info, adm.evicted)  # an eviction under way keeps the quota until the pods are gone
 
     def _bound_pods(self, info: WorkloadInfo) -> tuple[list[PodAssignment], dict[str, dict[str, str]]]:
         """The workload's pods already on nodes, charged there (their recorded devices when they have them), and

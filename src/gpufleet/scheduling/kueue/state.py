@@ -15,6 +15,7 @@ from gpufleet.scheduling.kueue.config import QueueConfig
 from gpufleet.scheduling.kueue.flavors import FlavorAssigner
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import AdmissionRecord, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.memo import NominationMemo
 from gpufleet.scheduling.kueue.preemption import Preemptor
 from gpufleet.scheduling.kueue.queues import QueueManager
 from gpufleet.scheduling.quota import FR, QuotaTree
@@ -53,6 +54,10 @@ class SchedulerState:
         # What depends on the static configuration only, worked out when first needed.
         self._assigners: dict[str, FlavorAssigner] = {}
         self.namespace_matches: dict[tuple[str, str], bool] = {}  # (ClusterQueue, namespace) -> selector matches
+        # Nominations remembered while their cohort tree is unchanged (kueue.memo); None nominates every head
+        # afresh (the reference the memo is tested against).
+        self.memo: NominationMemo | None = NominationMemo(self.tree, config.cluster_queues, self.admitted,
+                                                          config.fair_sharing)
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
         """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""
@@ -107,6 +112,13 @@ class SchedulerState:
         for (_, resource), amount in usage.items():
             charged[resource] = charged.get(resource, 0) + amount
         return AdmittedWorkload(info.key, cq, record.flavors(), list(pods), charged)
+
+    def begin_eviction(self, info: WorkloadInfo, reason: str | None) -> None:
+        """An admitted workload is (or stops being) on its way out: preemption searches in its cohort tree read
+        it differently from now on."""
+        info.evicting = reason
+        if info.cluster_queue is not None and info.cluster_queue in self.admitted:
+            self.tree.note_change(info.cluster_queue)
 
     def release(self, info: WorkloadInfo, now: float) -> None:
         """Give back the workload's quota and node capacity; parked workloads that may now fit return."""

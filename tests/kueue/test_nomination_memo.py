@@ -1,0 +1,324 @@
+"""Remembered nominations decide exactly as nominating every head afresh (issue 15, item 7).
+
+The reference is the same policy with ``state.memo = None``: every head gets its own flavor assignment and
+preemption search in every cycle. Random setups are built to make the memo share as much as it can, and to trip
+it where it must not: several ClusterQueues with the same spec side by side (so that queues alike share one
+nomination), flavors with taints and node labels (pod sets that tolerate or select them), two resources in one
+group and a second group, partial admission, every preemption policy, lending and borrowing limits, a nested
+cohort, a namespace that one queue's selector refuses, fair sharing on or off. The driver submits, finishes,
+evicts and runs cycles in a random order; every decision of every cycle (admissions with flavors and usage,
+preemptions with preemptor and reason, pending workloads with their messages) and the final pending report must
+be the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from gpufleet.api.manifests import Manifests
+from gpufleet.api.objects import (
+    BorrowWithinCohort,
+    ClusterQueue,
+    Cohort,
+    FlavorFungibility,
+    FlavorQuotas,
+    LabelSelector,
+    LocalQueue,
+    Namespace,
+    ObjectMeta,
+    PodTemplate,
+    PreemptionPolicy,
+    Quota,
+    ResourceFlavor,
+    ResourceGroup,
+    SchedulerConfig,
+    Taint,
+    Toleration,
+)
+from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
+from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.types import Decisions
+
+CPU = 1000
+GI = 1 << 30
+FLAVORS = ("on-demand", "spot", "reserved")
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    flavors: tuple[str, ...]  # of the cpu/memory group, in order
+    nominal: tuple[int, int]  # cpu, memory (GiB), per flavor
+    borrowing_limit: int | None
+    lending_limit: int | None
+    parent: str | None  # "pool", "sub" (a cohort below pool) or None
+    within: str
+    reclaim: str
+    bwc: bool
+    threshold: int | None
+    strategy: str
+    fungibility: tuple[str, str]
+    gpus: int | None  # a second resource group (nvidia.com/gpu, flavor "reserved") when set
+    copies: int  # queues made from this spec (alike but for their names)
+
+
+@st.composite
+def queue_specs(draw: st.DrawFn) -> QueueSpec:
+    reclaim = draw(st.sampled_from(["Never", "LowerPriority", "Any", "Any"]))
+    parent = draw(st.sampled_from(["pool", "pool", "pool", "sub", None]))
+    return QueueSpec(
+        flavors=tuple(draw(st.lists(st.sampled_from(FLAVORS[:2]), min_size=1, max_size=2, unique=True))),
+        nominal=(draw(st.integers(0, 3)), draw(st.integers(1, 4))),
+        borrowing_limit=draw(st.none() | st.integers(0, 4)) if parent else None,
+        lending_limit=draw(st.none() | st.integers(0, 2)) if parent else None,
+        parent=parent,
+        within=draw(st.sampled_from(["Never", "LowerPriority", "LowerPriority", "LowerOrNewerEqualPriority"])),
+        reclaim=reclaim,
+        bwc=reclaim != "Never" and draw(st.booleans()),
+        threshold=draw(st.none() | st.integers(0, 3)),
+        strategy=draw(st.sampled_from(["BestEffortFIFO", "BestEffortFIFO", "StrictFIFO"])),
+        fungibility=(draw(st.sampled_from(["Borrow", "TryNextFlavor"])),
+                     draw(st.sampled_from(["Preempt", "TryNextFlavor"]))),
+        gpus=draw(st.none() | st.integers(0, 2)),
+        copies=draw(st.sampled_from([1, 2, 3, 3])),
+    )
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What workloads of one kind ask for: few shapes, so that heads alike meet queues alike."""
+
+    cpu: int
+    memory: int
+    gpu: int
+    count: int
+    min_count: int | None
+    priority: int
+    tolerate_spot: bool
+    select: str | None  # node selector on the flavor label
+
+
+@st.composite
+def shapes(draw: st.DrawFn) -> Shape:
+    count = draw(st.integers(1, 2))
+    return Shape(
+        cpu=draw(st.integers(1, 2)),
+        memory=draw(st.integers(0, 1)),
+        gpu=draw(st.sampled_from([0, 0, 0, 0, 1])),
+        count=count,
+        min_count=draw(st.none() | st.integers(1, count)) if count > 1 else None,
+        priority=draw(st.integers(0, 3)),
+        tolerate_spot=draw(st.sampled_from([True, True, False])),
+        select=draw(st.sampled_from([None, None, None, None, None, "on-demand", "spot"])),
+    )
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    queue: int  # 11: from the namespace the first spec's queues refuse
+    shape: int
+    created: int
+
+
+def workload_specs() -> st.SearchStrategy[WorkloadSpec]:
+    return st.builds(WorkloadSpec, queue=st.integers(0, 11), shape=st.integers(0, 2), created=st.integers(0, 9))
+
+
+# ("submit", n workloads) | ("cycle", 0) | ("finish", i) | ("evict", i) of the i-th running workload, modulo
+# their number | ("confirm", 0): the pods of the earliest preempted workload are gone
+Step = tuple[str, int]
+
+
+def steps() -> st.SearchStrategy[list[Step]]:
+    cycle = st.tuples(st.just("cycle"), st.just(0))
+    return st.lists(st.one_of(st.tuples(st.just("submit"), st.integers(1, 12)), cycle, cycle, cycle,
+                              st.tuples(st.sampled_from(["finish", "evict"]), st.integers(0, 50)),
+                              st.tuples(st.just("confirm"), st.just(0))),
+                    min_size=6, max_size=30)
+
+
+def manifests(specs: list[QueueSpec], fair: bool) -> tuple[Manifests, list[str]]:
+    m = Manifests(config=SchedulerConfig(fair_sharing=fair))
+    m.flavors.append(ResourceFlavor(ObjectMeta("on-demand"), node_labels={"pool": "on-demand"}))
+    m.flavors.append(ResourceFlavor(ObjectMeta("spot"), node_labels={"pool": "spot"},
+                                    node_taints=(Taint("spot", "true", "NoSchedule"),)))
+    m.flavors.append(ResourceFlavor(ObjectMeta("reserved")))
+    m.cohorts.append(Cohort(ObjectMeta("pool")))
+    m.cohorts.append(Cohort(ObjectMeta("sub"), parent="pool", resource_groups=[ResourceGroup(
+        ("cpu", "memory"), [FlavorQuotas("on-demand", {"cpu": Quota(1 * CPU), "memory": Quota(1 * GI)})])]))
+    m.namespaces.append(Namespace(ObjectMeta("outsider", labels={"team": "other"})))
+    names: list[str] = []
+    for i, q in enumerate(specs):
+        for copy in range(q.copies):
+            name = f"cq{i}-{copy}"
+            names.append(name)
+            flavors = [FlavorQuotas(f, {
+                "cpu": Quota(q.nominal[0] * CPU, None if q.borrowing_limit is None else q.borrowing_limit * CPU,
+                             None if q.lending_limit is None else q.lending_limit * CPU),
+                "memory": Quota(q.nominal[1] * GI)}) for f in q.flavors]
+            groups = [ResourceGroup(("cpu", "memory"), flavors)]
+            if q.gpus is not None:
+                groups.append(ResourceGroup(("nvidia.com/gpu",), [FlavorQuotas("reserved", {
+                    "nvidia.com/gpu": Quota(q.gpus * 1000)})]))
+            bwc = BorrowWithinCohort(cast(Any, "LowerPriority" if q.bwc else "Never"), q.threshold)
+            # The queues of the first spec refuse the "outsider" namespace.
+            selector = LabelSelector(match_labels=(("team", "mine"),)) if i == 0 else LabelSelector()
+            m.cluster_queues.append(ClusterQueue(
+                ObjectMeta(name), groups, cohort=q.parent, namespace_selector=selector,
+                queueing_strategy=cast(Any, q.strategy),
+                preemption=PreemptionPolicy(cast(Any, q.within), cast(Any, q.reclaim), bwc),
+                flavor_fungibility=FlavorFungibility(cast(Any, q.fungibility[0]), cast(Any, q.fungibility[1]))))
+            m.local_queues.append(LocalQueue(ObjectMeta("q", namespace=name), name))
+            m.namespaces.append(Namespace(ObjectMeta(name, labels={"team": "mine"})))
+        m.local_queues.append(LocalQueue(ObjectMeta(f"q{i}", namespace="outsider"), f"cq{i}-0"))
+    return m, names
+
+
+def workload(i: int, spec: WorkloadSpec, queues: list[str], kinds: list[Shape]) -> Workload:
+    outsider = spec.queue == 11  # queued from a namespace the first spec's queues refuse
+    queue = queues[spec.queue % len(queues)]
+    ns = "outsider" if outsider else queue
+    local = f"q{int(queue[2:].split('-')[0])}" if outsider else "q"
+    shape = kinds[spec.shape % len(kinds)]
+    requests = {"cpu": shape.cpu * CPU}
+    if shape.memory:
+        requests["memory"] = shape.memory * GI
+    if shape.gpu:
+        requests["nvidia.com/gpu"] = shape.gpu
+    t = PodTemplate(labels={}, annotations={}, requests=requests, limits={},
+                    node_selector={"pool": shape.select} if shape.select else {},
+                    tolerations=(Toleration("spot", "Equal", "true", "NoSchedule"),) if shape.tolerate_spot else ())
+    key = f"{ns}/w{i}"
+    return Workload(key=key, namespace=ns, name=f"w{i}", kind="Job", queue=local, priority=shape.priority,
+                    created=float(spec.created), pod_sets=[PodSet("main", shape.count, t, shape.min_count)],
+                    pods=[WorkloadPod(f"{key}-{k}", t, "main") for k in range(shape.count)], order=i)
+
+
+def decided(d: Decisions) -> tuple[object, ...]:
+    return (sorted((a.workload, a.cluster_queue, sorted(a.flavors.items()), sorted(a.usage.items()))
+                   for a in d.admitted),
+            [(p.workload, p.preemptor, p.reason) for p in d.preempted],
+            sorted((p.workload, p.reason) for p in d.pending))
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(queue_specs(), min_size=1, max_size=3), kinds=st.lists(shapes(), min_size=2, max_size=3),
+       jobs=st.lists(workload_specs(), min_size=15, max_size=50), script=steps(), fair=st.booleans(),
+       rising=st.booleans())
+def test_remembered_nominations_decide_as_fresh_ones(specs: list[QueueSpec], kinds: list[Shape],
+                                                    jobs: list[WorkloadSpec], script: list[Step], fair: bool,
+                                                    rising: bool) -> None:
+    m, names = manifests(specs, fair)
+    policies = [KueuePolicy(m), KueuePolicy(m)]
+    policies[1].state.memo = None  # the reference: every head nominated afresh
+    pending = list(enumerate(jobs))
+    if rising:  # lower priorities first, admitted; higher ones arrive later and find them to preempt
+        pending.sort(key=lambda job: kinds[job[1].shape % len(kinds)].priority)
+        script = [("submit", len(pending) // 2), ("cycle", 0), ("cycle", 0), *script]
+    if len({k.priority for k in kinds}) > 1:
+        event("shapes of different priorities")
+    now = 0.0
+    terminating: list[str] = []  # preempted, their pods not gone yet: still admitted, being evicted
+    for action, n in script:
+        if action == "submit":
+            batch, pending = pending[:n], pending[n:]
+            for i, spec in batch:
+                w = workload(i, spec, names, kinds)
+                for p in policies:
+                    p.submit(w, now)
+            continue
+        if action == "confirm":
+            if terminating:
+                gone = terminating.pop(0)
+                for p in policies:
+                    p.evicted(gone, now, requeue=True)
+            continue
+        running = sorted(k for by_key in policies[0].state.admitted.values() for k in by_key)
+        if action in ("finish", "evict"):
+            if running:
+                key = running[n % len(running)]
+                for p in policies:
+                    if action == "finish":
+                        p.finish(key, now)
+                    else:
+                        p.evicted(key, now)
+            continue
+        now += 1.0
+        got = []
+        for p in policies:
+            got.append(decided(p.cycle(now)))
+        assert got[0] == got[1]
+        terminating.extend(victim for victim, _, _ in got[0][1])
+        memo = policies[0].state.memo
+        assert memo is not None
+        if memo.hits:
+            event("a nomination was recalled")
+        if memo.shared:
+            event("a nomination made for another queue was used")
+        if memo.mapped:
+            event("... with targets among the asking queue's own workloads")
+        if got[0][1]:
+            event("a cycle preempted")
+        if memo.hits and got[0][1]:
+            event("a cycle preempted with recalled nominations")
+        if terminating and memo.hits:
+            event("a nomination recalled while workloads were being evicted")
+    assert ([(p.workload, p.reason) for p in policies[0].pending_report()]
+            == [(p.workload, p.reason) for p in policies[1].pending_report()])
+
+
+def test_queues_alike_share_a_nomination_and_each_preempts_its_own_workloads() -> None:
+    """Three queues with the same spec and the same admitted workloads: a high-priority head in each needs room
+    in its own queue (none may borrow). One nomination is made and recalled for the other two, its targets mapped
+    to each queue's own workloads; the decisions are those of nominating each head afresh."""
+    spec = QueueSpec(flavors=("on-demand",), nominal=(2, 4), borrowing_limit=0, lending_limit=None,
+                     parent="pool", within="LowerPriority", reclaim="Never", bwc=False, threshold=None,
+                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=3)
+    low = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    high = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    m, names = manifests([spec], False)
+    policies = [KueuePolicy(m), KueuePolicy(m)]
+    policies[1].state.memo = None
+    decisions = []
+    for now, shape, n in ((1.0, 0, 6), (2.0, 0, 0), (3.0, 1, 3)):
+        for i in range(n):
+            w = workload(int(now) * 10 + i, WorkloadSpec(i % 3, shape, int(now)), names, [low, high])
+            for p in policies:
+                p.submit(w, now)
+        decisions.append([decided(p.cycle(now)) for p in policies])
+    admitted = decisions[0][0][0] + decisions[1][0][0]
+    preempted = decisions[2][0][1]
+    assert len(admitted) == 6  # two low-priority workloads fill each queue, one per cycle
+    assert len(preempted) == 6  # each high-priority head evicts both of its own queue's
+    assert all(victim.split("/")[0] == preemptor.split("/")[0] for victim, preemptor, _ in preempted)
+    assert all(fast == reference for fast, reference in decisions)
+    memo = policies[0].state.memo
+    assert memo is not None and memo.mapped == 2
+
+
+def test_queues_alike_in_spec_but_not_in_usage_do_not_share_a_nomination() -> None:
+    """Two queues with the same spec (nominal 1 cpu, no borrowing): the first is full, its next head cannot be
+    admitted; the second is empty. A head of the same shape in the second queue must be admitted: the nomination
+    remembered for the first queue's head (no fit, in the cycle before, with the tree unchanged since) is not the
+    second's, since their usage differs (a memo keyed without the queue's usage recalled it)."""
+    spec = QueueSpec(flavors=("on-demand",), nominal=(1, 1), borrowing_limit=0, lending_limit=None,
+                     parent="pool", within="Never", reclaim="LowerPriority", bwc=False, threshold=None,
+                     strategy="StrictFIFO", fungibility=("Borrow", "Preempt"), gpus=None, copies=2)
+    one = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    m, names = manifests([spec], False)
+    policies = [KueuePolicy(m), KueuePolicy(m)]
+    policies[1].state.memo = None
+    decisions = []
+    for now, queues in ((1.0, (0, 0)), (2.0, ()), (3.0, (1,))):
+        for i, q in enumerate(queues):
+            w = workload(int(now) * 10 + i, WorkloadSpec(q, 0, int(now)), names, [one, one])
+            for p in policies:
+                p.submit(w, now)
+        decisions.append([decided(p.cycle(now)) for p in policies])
+    assert all(fast == reference for fast, reference in decisions)
+    assert [a[0] for a in decisions[0][0][0]] == ["cq0-0/w10"]
+    assert decisions[1][0][0] == []  # the first queue is full: its second workload waits
+    assert [a[0] for a in decisions[2][0][0]] == ["cq0-1/w30"]  # the second queue's head fits
