@@ -19,30 +19,43 @@ The driver freezes the garbage collector's view of what it has loaded and what e
 (``gc.freeze()``, see :func:`frozen_gc`), so that a full collection only walks objects made since the last
 cycle, not the whole queueing state (the core never touches the collector).
 
+**Today's code** (``--baseline REF``, by default the commit before the nomination memo): ``src/`` of that git
+revision (``git archive`` into a temporary directory) runs the same whole runs in a subprocess of this script,
+alternating with the measured runs (``--repeat`` of each); the two must make identical decisions (compared by a
+digest of every cycle's admissions and preemptions), and the ratios of the medians (p99 cycle, wall and CPU;
+admissions per second and per CPU second) are printed. ``--baseline none`` skips it.
+
 Baselines in the same process, over the first ``--baseline-cycles`` cycles (which include the first
 preemption cycles), each required to make decisions identical to the measured code's:
 
-* today's code: the straightforward preemption search (``Preemptor.shared = False``: every head lists and sorts
-  its cohort's candidates and runs Kueue's greedy removal and add-back on the quota tree) with the collector
-  left at its defaults; the ratio of p99 cycle latency and of admission rate is printed;
+* the straightforward preemption search (``Preemptor.shared = False``: every head lists and sorts its cohort's
+  candidates and runs Kueue's greedy removal and add-back on the quota tree) with the collector left at its
+  defaults (the code before the cohort-shared search); the ratio of p99 cycle latency and of admission rate is
+  printed;
 * ``--naive-cycles``: the same policy over a quota tree that re-derives every cohort's usage from scratch
   before each query (``QuotaTree.invalidate`` after every change).
 
     .venv/bin/python bench/kueue_cycles.py [--queues-per-cohort 100] [--per-queue 50] [--baseline-cycles 30]
-        [--naive-cycles 5] [--repeat 1] [--all-pending] [--fair-sharing]
+        [--naive-cycles 5] [--repeat 1] [--baseline REF|none] [--all-pending] [--fair-sharing]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import heapq
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
@@ -72,6 +85,8 @@ SIZES = (  # name, share of workloads, cpu, runtime (s), priority
 )
 GOAL_P99_MS = 250.0  # issue 15: at 5,000 ClusterQueues and 250,000 workloads
 GOAL_RATE = 5_000.0  # issue 15: at 1,000 ClusterQueues and 50,000 workloads
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE_REF = "094a480"  # today's code: the commit before the nomination memo (issue 15 item 7)
 
 
 class NaiveQuotaTree(QuotaTree):
@@ -165,6 +180,7 @@ class Run:
     pending: int
     cpu: list[float] = field(default_factory=list)  # this thread's CPU time per cycle
     full_gcs: list[float] = field(default_factory=list)
+    trace_digest: str = ""  # set instead of trace on a run read back from a baseline subprocess
 
     @property
     def rate(self) -> float:
@@ -173,6 +189,17 @@ class Run:
     @property
     def cpu_rate(self) -> float:
         return self.admissions / sum(self.cpu) if self.cpu else 0.0
+
+    def digest(self) -> str:
+        """A digest of every cycle's decisions (admissions, preemptions with preemptor and reason)."""
+        return self.trace_digest or hashlib.sha256(repr(self.trace).encode()).hexdigest()
+
+    def summary(self) -> dict[str, Any]:
+        """What a baseline subprocess hands back: the figures, its decisions as a digest."""
+        out = asdict(self)
+        out["trace"] = []
+        out["trace_digest"] = self.digest()
+        return out
 
 
 def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool = False,
@@ -271,20 +298,57 @@ def frozen_gc() -> None:
     gc.freeze()
 
 
+def baseline_src(ref: str, into: Path) -> Path:
+    """``src/`` of a git revision, extracted under ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref, "src"], check=True,
+                             capture_output=True).stdout
+    with tempfile.TemporaryFile() as tmp:
+        tmp.write(archive)
+        tmp.seek(0)
+        with tarfile.open(fileobj=tmp) as tar:
+            tar.extractall(into, filter="data")
+    return into / "src"
+
+
+def baseline_run(src: Path, argv: list[str], out: Path) -> Run:
+    """One whole run of this script over another revision's package, in a subprocess."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    subprocess.run([sys.executable, __file__, *argv, "--repeat", "1", "--emit-json", str(out)], env=env,
+                   check=True)
+    (data,) = json.loads(out.read_text())
+    return Run(**data)
+
+
+def ratios(before: list[Run], after: list[Run]) -> str:
+    def med(runs: list[Run], f: Callable[[Run], float]) -> float:
+        return statistics.median(f(r) for r in runs)
+
+    p99 = med(before, lambda r: pct(r.latencies, 0.99)) / med(after, lambda r: pct(r.latencies, 0.99))
+    cpu_p99 = med(before, lambda r: pct(r.cpu, 0.99)) / med(after, lambda r: pct(r.cpu, 0.99))
+    rate = med(after, lambda r: r.rate) / med(before, lambda r: r.rate)
+    cpu_rate = med(after, lambda r: r.cpu_rate) / med(before, lambda r: r.cpu_rate)
+    return (f"p99 cycle {p99:.2f}x shorter ({cpu_p99:.2f}x in CPU time), admissions/s {rate:.2f}x "
+            f"({cpu_rate:.2f}x per CPU second)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--cohorts", type=int, default=10)
     ap.add_argument("--queues-per-cohort", type=int, default=100)
     ap.add_argument("--per-queue", type=int, default=50)
     ap.add_argument("--max-cycles", type=int, default=100_000)
+    ap.add_argument("--baseline", default=BASELINE_REF,
+                    help=f"git revision of today's code, run whole in a subprocess (default {BASELINE_REF}, before "
+                         f"the nomination memo); 'none' skips it")
     ap.add_argument("--baseline-cycles", type=int, default=30,
-                    help="cycles run with today's code (straightforward search, default GC); 0 skips it")
+                    help="cycles run with the straightforward search and default GC; 0 skips it")
     ap.add_argument("--naive-cycles", type=int, default=5,
                     help="cycles run over the naive quota tree; 0 skips it")
     ap.add_argument("--repeat", type=int, default=1, help="measure the whole run this many times")
     ap.add_argument("--fair-sharing", action="store_true", help="enable Kueue's fair sharing")
     ap.add_argument("--all-pending", action="store_true",
                     help="submit every workload at the start instead of at its creation time")
+    ap.add_argument("--emit-json", help=argparse.SUPPRESS)  # baseline subprocess: whole runs only, figures here
     args = ap.parse_args(argv)
 
     m = manifests(args.cohorts, args.queues_per_cohort, args.fair_sharing)
@@ -292,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     def fresh(shared: bool = True, factory: Callable[[], QuotaTree] = QuotaTree) -> tuple[KueuePolicy, list[Job]]:
         policy = KueuePolicy(m, quota_tree_factory=factory)
         policy.state.preemptor.shared = shared
+        if not shared:
+            policy.state.memo = None  # the code before the shared search had no nomination memo either
         return policy, workloads(args.cohorts, args.queues_per_cohort, args.per_queue)
 
     def measured(cycles: int) -> Run:
@@ -302,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
             return run(policy, jobs, cycles, args.all_pending, frozen_gc)
         finally:
             todays_gc()
+
+    if args.emit_json:
+        Path(args.emit_json).write_text(json.dumps([measured(args.max_cycles).summary() for _ in range(args.repeat)]))
+        return 0
 
     n_jobs = args.cohorts * args.queues_per_cohort * sum(round(args.per_queue * s[1]) for s in SIZES)
     mode = "fair sharing" if args.fair_sharing else "classical"
@@ -316,33 +386,53 @@ def main(argv: list[str] | None = None) -> int:
         del policy, jobs
         new = measured(args.baseline_cycles)
         if new.trace != today.trace:
-            print("MISMATCH: today's code decided differently", file=sys.stderr)
+            print("MISMATCH: the straightforward search decided differently", file=sys.stderr)
             return 1
         print(f"first {today.cycles} cycles ({today.admissions:,} admissions, {today.preemptions} preemptions), "
               f"identical decisions:")
-        print(f"  today's code (straightforward search, default GC): {describe(today)}")
+        print(f"  straightforward search, no memo, default GC: {describe(today)}")
         print(f"    {preemption_cycles(today)}")
-        print(f"  new (cohort-shared search, gc.freeze in the driver): {describe(new)}")
+        print(f"  new (cohort-shared search, memo, gc.freeze in the driver): {describe(new)}")
         print(f"    {preemption_cycles(new)}")
         print(f"  ratio: p99 cycle {pct(today.latencies, 0.99) / pct(new.latencies, 0.99):.1f}x shorter, "
               f"longest cycle {max(today.latencies) / max(new.latencies):.1f}x shorter, "
               f"admission rate {new.rate / today.rate:.1f}x", flush=True)
 
     runs: list[Run] = []
-    for i in range(args.repeat):
-        full = measured(args.max_cycles)
-        runs.append(full)
-        print(f"whole run{f' #{i + 1}' if args.repeat > 1 else ''}: {full.admissions:,} admissions, "
-              f"{full.preemptions:,} preemptions, {full.finished:,} finished, {full.pending:,} still pending, "
-              f"{full.cycles} cycles ({full.cycles * CYCLE_S:.1f} s virtual), {full.wall_s:.1f} s in policy calls",
-              flush=True)
-        print(f"  {describe(full)}")
-        print(f"  {preemption_cycles(full)}", flush=True)
+    baselines: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="gpufleet-kueue-baseline-") as tmp:
+        src = None
+        if args.baseline != "none":
+            try:
+                src = baseline_src(args.baseline, Path(tmp))
+            except (OSError, subprocess.CalledProcessError) as e:
+                print(f"NO BASELINE: cannot extract src/ of {args.baseline} with git ({e}); current code only")
+        for i in range(args.repeat):
+            label = f" #{i + 1}" if args.repeat > 1 else ""
+            if src is not None:
+                base = baseline_run(src, argv if argv is not None else sys.argv[1:], Path(tmp) / f"run{i}.json")
+                baselines.append(base)
+                print(f"today's code ({args.baseline}), whole run{label}: {describe(base)}")
+                print(f"  {preemption_cycles(base)}", flush=True)
+            full = measured(args.max_cycles)
+            runs.append(full)
+            print(f"whole run{label}: {full.admissions:,} admissions, "
+                  f"{full.preemptions:,} preemptions, {full.finished:,} finished, {full.pending:,} still pending, "
+                  f"{full.cycles} cycles ({full.cycles * CYCLE_S:.1f} s virtual), {full.wall_s:.1f} s in policy "
+                  f"calls", flush=True)
+            print(f"  {describe(full)}")
+            print(f"  {preemption_cycles(full)}", flush=True)
+            if baselines and baselines[-1].digest() != full.digest():
+                print(f"MISMATCH: today's code ({args.baseline}) decided differently", file=sys.stderr)
+                return 1
     p99s = [pct(r.latencies, 0.99) * 1000 for r in runs]
     rates = [r.rate for r in runs]
     if len(runs) > 1:
         print(f"over {len(runs)} runs: p99 {min(p99s):.0f}-{max(p99s):.0f} ms (median {statistics.median(p99s):.0f}),"
               f" admissions/s {min(rates):,.0f}-{max(rates):,.0f} (median {statistics.median(rates):,.0f})")
+    if baselines:
+        print(f"against today's code ({args.baseline}), medians of {len(runs)} run(s) each, identical decisions: "
+              f"{ratios(baselines, runs)}")
 
     if args.naive_cycles > 0:
         fast_head = run(*fresh(), args.naive_cycles, args.all_pending)
