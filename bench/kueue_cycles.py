@@ -180,7 +180,9 @@ class Run:
     pending: int
     cpu: list[float] = field(default_factory=list)  # this thread's CPU time per cycle
     full_gcs: list[float] = field(default_factory=list)
-    trace_digest: str = ""  # set instead of trace on a run read back from a baseline subprocess
+    # Set instead of trace on a run read back from a baseline subprocess: its digest, and the cycles that preempted.
+    trace_digest: str = ""
+    preempting: list[int] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -199,7 +201,12 @@ class Run:
         out = asdict(self)
         out["trace"] = []
         out["trace_digest"] = self.digest()
+        out["preempting"] = self.preempting_cycles()
         return out
+
+    def preempting_cycles(self) -> list[int]:
+        """The cycles (0-based) that preempted."""
+        return [i for i, (_, pre) in enumerate(self.trace) if pre] if self.trace else self.preempting
 
 
 def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool = False,
@@ -270,7 +277,7 @@ def describe(r: Run) -> str:
 def preemption_cycles(r: Run) -> str:
     """The cycles that preempted, by their wall (CPU) time."""
     shown = [f"#{i + 1} {r.latencies[i] * 1000:,.0f} ms ({r.cpu[i] * 1000:,.0f} ms CPU)"
-             for i, (_, pre) in enumerate(r.trace) if pre]
+             for i in r.preempting_cycles()]
     return "preemption cycles " + (", ".join(shown) if shown else "none")
 
 

@@ -43,13 +43,25 @@ class ClusterQueueHeap:
     parked: dict[str, WorkloadInfo] = field(default_factory=dict)
     sticky: str | None = None
     _seq: int = 0
+    # The heap entry each parked workload returns with, made when it is parked (a parked workload is never the
+    # sticky one, and its priority and queue timestamp do not change while it is parked), and the parked ones
+    # that had a requeue backoff then: a release wakes every parked workload of a cohort tree's queues, and
+    # with these it costs a heapify, not a push each.
+    _returns: dict[str, tuple[_HeapItem, WorkloadInfo]] = field(default_factory=dict)
+    _backoff: set[str] = field(default_factory=set)
 
-    def push(self, info: WorkloadInfo) -> None:
-        self.parked.pop(info.key, None)
+    def _entry(self, info: WorkloadInfo) -> tuple[_HeapItem, WorkloadInfo]:
         self._seq += 1
         item = (0 if info.key == self.sticky else 1, -info.priority, info.queue_ts, info.order, info.key, self._seq)
-        self.active[info.key] = (item, info)
-        heapq.heappush(self.heap, item)
+        return item, info
+
+    def push(self, info: WorkloadInfo) -> None:
+        key = info.key
+        if self.parked.pop(key, None) is not None:
+            del self._returns[key]
+            self._backoff.discard(key)
+        entry = self.active[key] = self._entry(info)
+        heapq.heappush(self.heap, entry[0])
 
     def pop(self) -> WorkloadInfo | None:
         while self.heap:
@@ -71,47 +83,52 @@ class ClusterQueueHeap:
         return None
 
     def park(self, info: WorkloadInfo) -> None:
-        self.active.pop(info.key, None)  # its heap item goes stale
-        self.parked[info.key] = info
-        if self.sticky == info.key:
+        key = info.key
+        self.active.pop(key, None)  # its heap item goes stale
+        if self.sticky == key:
             self.sticky = None
+        self.parked[key] = info
+        self._returns[key] = self._entry(info)
+        if info.requeue_at is not None:
+            self._backoff.add(key)
+        else:
+            self._backoff.discard(key)
 
     def remove(self, key: str) -> None:
         self.active.pop(key, None)
-        self.parked.pop(key, None)
+        if self.parked.pop(key, None) is not None:
+            del self._returns[key]
+            self._backoff.discard(key)
         if self.sticky == key:
             self.sticky = None
 
     def unpark(self, now: float) -> list[WorkloadInfo]:
         """Move parked workloads back to the heap, except those still in requeue backoff.
 
-        The same as pushing each in turn, done in one go: a release in a large cohort tree wakes every parked
-        workload of its queues, and heap order is total (each item has its own sequence number), so pops come
-        out in the same order however the heap was built."""
-        moved: list[WorkloadInfo] = []
-        kept: dict[str, WorkloadInfo] = {}
-        for key, w in self.parked.items():
-            if w.requeue_at is None or w.requeue_at <= now:
-                moved.append(w)
-            else:
-                kept[key] = w
-        if not moved:
-            return moved
-        self.parked = kept
-        heap, active, sticky, seq = self.heap, self.active, self.sticky, self._seq
-        items: list[_HeapItem] = []
-        for w in moved:
-            seq += 1
-            item = (0 if w.key == sticky else 1, -w.priority, w.queue_ts, w.order, w.key, seq)
-            active[w.key] = (item, w)
-            items.append(item)
-        self._seq = seq
-        if 4 * len(items) >= len(heap):
-            heap.extend(items)
+        When every parked workload returns, their entries made when they were parked go into the heap at once
+        (one heapify): heap order is total (no two live entries share a key), so pops come out in the order
+        pushing each in turn would give."""
+        if not self.parked:
+            return []
+        if self._backoff:
+            moved = [w for w in self.parked.values() if w.requeue_at is None or w.requeue_at <= now]
+            if len(moved) < len(self.parked):
+                for w in moved:
+                    self.push(w)
+                return moved
+        moved = list(self.parked.values())
+        returns = self._returns
+        heap = self.heap
+        self.active.update(returns)
+        if 4 * len(returns) >= len(heap):
+            heap.extend([entry[0] for entry in returns.values()])
             heapq.heapify(heap)  # linear in the heap: cheaper than a push each when many return
         else:
-            for item in items:
-                heapq.heappush(heap, item)
+            for entry in returns.values():
+                heapq.heappush(heap, entry[0])
+        self.parked.clear()
+        returns.clear()
+        self._backoff.clear()
         return moved
 
     def __len__(self) -> int:
