@@ -685,16 +685,23 @@ class QuotaTree:
         root = node._root
         return root, self._forest_generation, self._tree_generation.get(root, 0)
 
-    def local_state(self, cq: str) -> tuple[tuple[int, ...], bool]:
-        """The ClusterQueue's usage of every flavor-resource of the forest (in the tree's column order), and
-        whether it is above its quota in any of them."""
+    def local_state(self, cq: str) -> tuple[tuple[int, int, int], tuple[int, ...], bool]:
+        """:meth:`generation`, the ClusterQueue's usage of every flavor-resource of the forest (in the tree's column
+        order), and whether it is above its quota in any of them: all a nomination memo reads of the tree, in one
+        call."""
         node = self._cqs[cq]
         if self._dirty:
             self.finalize()
         i = node.id
-        usage = tuple([col.usage[i] for col in self._cols.values()])
-        over = any(col.usage[i] > col.subtree[i] for col in self._cols.values())
-        return usage, over
+        root = node._root
+        usage = []
+        over = False
+        for col in self._cols.values():
+            u = col.usage[i]
+            usage.append(u)
+            if u > col.subtree[i]:
+                over = True
+        return (root, self._forest_generation, self._tree_generation.get(root, 0)), tuple(usage), over
 
     def _apply(self, node: QuotaNode, items: Iterable[tuple[FR, int]], add: bool) -> None:
         cols = self._cols

@@ -257,6 +257,8 @@ class Cycle:
 
     def _fits(self, e: Entry) -> bool:
         tree = self.state.tree
+        if not self.preempted and not e.targets:
+            return tree.fits(e.cq.name, e.assignment.usage)  # nothing to take out first (the common case)
         mark = tree.checkpoint()
         try:
             gone = dict(self.preempted)

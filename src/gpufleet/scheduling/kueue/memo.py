@@ -63,6 +63,8 @@ class Nomination:
     made_for: str  # the ClusterQueue whose head it was made for
 
     def targets_for(self, own: list[WorkloadInfo]) -> list[Target]:
+        if not self.targets:
+            return []
         return [t if i < 0 else Target(own[i], t.reason) for t, i in zip(self.targets, self.own, strict=True)]
 
 
@@ -105,7 +107,7 @@ class NominationMemo:
         """Where this head's nomination is (or will be) remembered."""
         tree = self.tree
         name = cq.name
-        generation = tree.generation(name)
+        generation, usage, over = tree.local_state(name)
         entry = self._tables.get(generation[0])
         if entry is None or entry[0] != generation:
             # The tree moved on: what was remembered for it can no longer be asked for.
@@ -113,7 +115,6 @@ class NominationMemo:
         table = entry[1]
         if len(table) >= MAX_PER_TREE:
             table.clear()
-        usage, over = tree.local_state(name)
         policy = cq.preemption
         within = policy.within_cluster_queue
         newer = within == _NEWER or policy.reclaim_within_cohort == _NEWER
