@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, EXIT_USAGE, Output, OutputFormat, examples, new_app, usage_error
+from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, examples, new_app, usage_error
 from gpufleet.sim.fragbench import (
     BASELINE_POLICIES,
     POLICIES,
@@ -129,7 +129,7 @@ def fragmentation(
     if nodes_csv is None or pods_csv is None:
         console.error("the openb trace was not found: give --nodes and --pods, or set GPUFLEET_OPENB_DIR to the "
                       "folder holding openb_node_list_gpu_node.csv")
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_FINDINGS)  # the input is missing; the command line is not wrong
     for f in (nodes_csv, pods_csv):
         if not f.is_file():
             console.error(f"{f}: no such file")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, EXIT_USAGE, Strict, examples, usage_error
+from gpufleet.cli.options import EXIT_FINDINGS, Strict, examples, usage_error
 
 if TYPE_CHECKING:
     from gpufleet.web.contract import DataSource
@@ -134,16 +134,16 @@ def _live_source(kubeconfig: str | None, context: str | None) -> DataSource:
 
     try:
         cluster = ClusterConfig.load(kubeconfig, context=context)
-    except ConfigError as e:
+    except ConfigError as e:  # no kubeconfig, or one that does not parse: the input, not the command line
         console.error(str(e))
-        raise typer.Exit(EXIT_USAGE) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     client = KubeClient(cluster, user_agent="gpufleet-dashboard")
     try:
         return LiveSource(client, title=cluster.host, owns_client=True)
     except ConfigError as e:
         client.close()
         console.error(str(e))
-        raise typer.Exit(EXIT_USAGE) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     except (KubeError, TimeoutError) as e:
         client.close()
         console.error(f"reading the cluster failed: {e}")
