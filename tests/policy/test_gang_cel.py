@@ -255,3 +255,20 @@ def test_a_trainjob_is_judged_by_lint_with_its_runtime_and_left_to_it_by_the_pol
     assert run.ok and [f.object.kind for f in run.findings if f.rule == RULE] == ["TrainJob"]
     # The policy matches TrainJobs (for the container rules) but the gang rule leaves them out.
     assert not cel_says(warn_policy, train)
+
+
+@pytest.mark.parametrize("obj", [
+    _object("ray.io/v1", "RayJob", {}, {"submissionMode": "HTTPMode"}),
+    {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x", "namespace": "dev"}},
+    _object("jobset.x-k8s.io/v1alpha2", "JobSet", {}, {"replicatedJobs": [{"name": "a", "replicas": 3,
+                                                                            "template": {}}]}),
+    _object("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {}, {"replicas": 2}),
+    _object("batch/v1", "CronJob", {}, {"schedule": "0 2 * * *"}),
+    {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "x", "namespace": "dev"}},
+], ids=lambda o: o["kind"])
+def test_a_section_the_parser_requires_missing_is_no_gang_and_no_cel_error(obj: Doc, warn_policy: CompiledPolicy) \
+        -> None:
+    # An error in a validation would refuse the object (failurePolicy: Fail); lint refuses to read it and judges
+    # nothing, so the policy says nothing either.
+    assert lint_says(obj) is None
+    assert not cel_says(warn_policy, obj)  # CompiledPolicy.evaluate raises on a CEL error

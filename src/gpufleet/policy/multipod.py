@@ -51,22 +51,34 @@ def _more_than_one(items: str, pods: Callable[[str], str], var: str) -> str:
     return f"({items}.exists({var}, {pods(var)} > 1) || {items}.filter({var}, {pods(var)} > 0).size() > 1)"
 
 
+def _present(*path: str) -> str:
+    """Every step of ``path`` under ``object`` is there. A section the parser requires and the object lacks makes
+    it refused (lint and the webhook then judge nothing): the policy answers no gang, never a CEL error (which
+    its failurePolicy would turn into a refusal)."""
+    return " && ".join(f"has(object.{'.'.join(path[:i + 1])})" for i in range(len(path)))
+
+
 def _job(spec: str) -> str:
     return f"{job_pods(spec)} > 1"
 
 
 def _cron_job() -> str:
-    return f"!{_is_true('object.spec', 'suspend')} && {_job('object.spec.jobTemplate.spec')}"
+    return (f"{_present('spec', 'jobTemplate', 'spec')} && !{_is_true('object.spec', 'suspend')} && "
+            f"{_job('object.spec.jobTemplate.spec')}")
 
 
 def _job_set() -> str:
-    return _more_than_one("object.spec.replicatedJobs",
-                          lambda rj: f"{_or(rj, 'replicas', '1')} * {job_pods(f'{rj}.template.spec')}", "rj")
+    def pods(rj: str) -> str:
+        return (f"(has({rj}.template) && has({rj}.template.spec) ? "
+                f"{_or(rj, 'replicas', '1')} * {job_pods(f'{rj}.template.spec')} : 0)")
+
+    return f"{_present('spec', 'replicatedJobs')} && " + _more_than_one("object.spec.replicatedJobs", pods, "rj")
 
 
 def _training_job(field: str) -> str:
     specs = f"object.spec.{field}"
-    return _more_than_one(specs, lambda k: _or(f"{specs}[{k}]", "replicas", "1"), "k")
+    return f"{_present('spec', field)} && " + _more_than_one(specs, lambda k: _or(f"{specs}[{k}]", "replicas", "1"),
+                                                              "k")
 
 
 def _ray_workers(cluster: str) -> str:
@@ -79,12 +91,12 @@ def _ray_workers(cluster: str) -> str:
 def _ray_job() -> str:
     # On an existing cluster (clusterSelector) it makes no pods; in K8sJobMode its submitter is a second pod.
     mode = _or("object.spec", "submissionMode", f"'{DEFAULT_SUBMISSION_MODE}'")
-    return (f"!has(object.spec.clusterSelector) && ({mode} == '{DEFAULT_SUBMISSION_MODE}' || "
-            f"{_ray_workers('object.spec.rayClusterSpec')})")
+    return (f"has(object.spec) && !has(object.spec.clusterSelector) && ({mode} == '{DEFAULT_SUBMISSION_MODE}' || "
+            f"(has(object.spec.rayClusterSpec) && {_ray_workers('object.spec.rayClusterSpec')}))")
 
 
 def _leader_worker_set() -> str:
-    return (f"{_or('object.spec', 'replicas', '1')} > 0 && "
+    return (f"{_present('spec', 'leaderWorkerTemplate')} && {_or('object.spec', 'replicas', '1')} > 0 && "
             f"{_or('object.spec.leaderWorkerTemplate', 'size', '1')} > 1")
 
 
@@ -98,13 +110,13 @@ OBJECT_LABELS = _labels("metadata", "labels")
 
 # (more than one pod, the labels that name its queue) per kind.
 MULTI_POD: dict[Kind, tuple[str, tuple[str, str]]] = {
-    ("batch", "Job"): (_job("object.spec"), OBJECT_LABELS),
+    ("batch", "Job"): (f"has(object.spec) && {_job('object.spec')}", OBJECT_LABELS),
     # A CronJob's Jobs take the labels of its job template, not its own.
     ("batch", "CronJob"): (_cron_job(), _labels("spec", "jobTemplate", "metadata", "labels")),
     ("jobset.x-k8s.io", "JobSet"): (_job_set(), OBJECT_LABELS),
     **{("kubeflow.org", kind): (_training_job(field), OBJECT_LABELS) for kind, (field, _) in REPLICA_SPECS.items()},
     # The head is one pod: a worker makes two.
-    ("ray.io", "RayCluster"): (_ray_workers("object.spec"), OBJECT_LABELS),
+    ("ray.io", "RayCluster"): (f"has(object.spec) && {_ray_workers('object.spec')}", OBJECT_LABELS),
     ("ray.io", "RayJob"): (_ray_job(), OBJECT_LABELS),
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (_leader_worker_set(), OBJECT_LABELS),
 }
