@@ -225,7 +225,7 @@ def test_the_generators_cover_every_kind_the_policy_judges() -> None:
 def test_lint_and_the_policy_agree(name: str, warn_policy: CompiledPolicy) -> None:
     seen: dict[bool, int] = {True: 0, False: 0}
 
-    @settings(max_examples=60, deadline=None, database=None,
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     @given(obj=pod_group_on_object(GENERATORS[name]))
     def check(obj: Doc) -> None:
@@ -235,7 +235,8 @@ def test_lint_and_the_policy_agree(name: str, warn_policy: CompiledPolicy) -> No
         seen[bool(said)] += 1
 
     check()
-    assert seen[True] and seen[False], seen  # both answers were exercised
+    # Both answers were exercised (derandomize: the same examples on every run, so this is not left to chance).
+    assert seen[True] >= 2 and seen[False] >= 2, seen
 
 
 def test_a_trainjob_is_judged_by_lint_with_its_runtime_and_left_to_it_by_the_policy(

@@ -154,3 +154,21 @@ def test_the_scheduler_judges_against_its_informer_cache() -> None:
     lq = case("localqueue-without-clusterqueue", "bad-typo")
     found = Validator(LintSettings(), source).review(review(lq))["response"]
     assert found["allowed"] is False and "[localqueue-without-clusterqueue]" in found["status"]["message"]
+
+
+def test_a_trainjob_is_judged_with_its_runtime_from_the_informer_cache() -> None:
+    from gpufleet.kube import resources as r
+    from gpufleet.kube.informer import ObjectCache
+    from gpufleet.kube.validating import CacheClusterSource
+
+    [runtime_res] = [res for res in r.WORKLOAD_RESOURCES if res.kind == "ClusterTrainingRuntime"]
+    docs = [d for d in yaml.safe_load_all((DATA / "cases" / "gang-without-all-or-nothing.yaml").read_text()) if d]
+    [runtime] = [d for d in docs if d["kind"] == "ClusterTrainingRuntime"]
+    train = case("gang-without-all-or-nothing", "bad-trainjob")
+    cache = ObjectCache()
+    source = CacheClusterSource(cache, [r.NODES, runtime_res], refresh=0.0)
+    # Without its runtime the TrainJob's pods are unknown: nothing is said about them.
+    assert Validator(LintSettings(), source).review(review(train))["response"] == {"uid": "u", "allowed": True}
+    cache.apply(runtime_res, "ADDED", {**runtime, "metadata": {**runtime["metadata"], "resourceVersion": "1"}})
+    [warning] = Validator(LintSettings(), source).review(review(train))["response"]["warnings"]
+    assert warning.startswith("[gang-without-all-or-nothing] TrainJob dev/bad-trainjob: metadata.labels: 4 pods")
