@@ -95,8 +95,9 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
     if casestudy.is_study(inputs.generators):
         return _study_plan(files, inputs.generators, policies=policies, duration_s=duration_s, seed=seed,
                            models=models)
-    if not inputs.manifests.nodes:
-        raise SimulationError("no nodes in the input: give Nodes, NodePools or an openb node list")
+    if not inputs.manifests.nodes:  # with the input's warnings, which may say why (a folder without manifests)
+        raise SimulationError("\n".join(["no nodes in the input: give Nodes, NodePools or an openb node list",
+                                          *inputs.notes]))
     horizon = duration_s
     if horizon is None and inputs.generators:
         horizon = max(g.duration_s for g in inputs.generators)
