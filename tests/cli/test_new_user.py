@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from gpufleet.cli import console
 from gpufleet.cli.main import app
 from tests.cli.terminal import piped
+from tests.fragbench.helpers import write_trace
 
 runner = CliRunner()
 
@@ -70,3 +71,13 @@ def test_an_empty_file_and_a_folder_without_manifests(tmp_path: Path, command: l
         assert result.exit_code == (1 if command == ["simulate"] else 0), result.output
         assert all(line.startswith(("error: ", "warning: ")) for line in result.stderr.splitlines())
     assert "the folder holds no .yaml, .yml or .json files" in runner.invoke(app, [*command, str(folder)]).stderr
+
+
+def test_bench_says_the_processes_it_used(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = write_trace(tmp_path)
+    result = runner.invoke(app, ["bench", "fragmentation", "--nodes", str(nodes_csv), "--pods", str(pods_csv),
+                                 "--policy", "fgd", "--seeds", "1", "--jobs", "4"])
+    assert result.exit_code == 0, result.output
+    assert "1 run(s) of " in result.stderr and " on 1 process(es); one line per run" in result.stderr
+    (last,) = [line for line in result.stderr.splitlines() if "s wall (" in line]
+    assert last.startswith("1 run(s) in ") and "(1 process(es), tie-break first)" in last, last
