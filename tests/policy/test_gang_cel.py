@@ -156,7 +156,7 @@ def training_jobs(draw: st.DrawFn) -> Doc:
 
 @st.composite
 def ray_cluster_spec(draw: st.DrawFn) -> Doc:
-    groups = []
+    groups: list[Doc] = []
     for i in range(draw(st.integers(0, 2))):
         g: Doc = {"groupName": f"g{i}", "template": draw(templates())}
         _put(g, "replicas", draw(_counts))
@@ -165,7 +165,7 @@ def ray_cluster_spec(draw: st.DrawFn) -> Doc:
         _put(g, "suspend", draw(st.none() | st.booleans()))
         groups.append(g)
     spec: Doc = {"headGroupSpec": {"template": draw(templates())}}
-    if groups or draw(st.booleans()):
+    if len(groups) > 0 or draw(st.booleans()):  # an empty list of worker groups, or none
         spec["workerGroupSpecs"] = groups
     return spec
 

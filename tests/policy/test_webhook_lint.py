@@ -172,3 +172,34 @@ def test_a_trainjob_is_judged_with_its_runtime_from_the_informer_cache() -> None
     cache.apply(runtime_res, "ADDED", {**runtime, "metadata": {**runtime["metadata"], "resourceVersion": "1"}})
     [warning] = Validator(LintSettings(), source).review(review(train))["response"]["warnings"]
     assert warning.startswith("[gang-without-all-or-nothing] TrainJob dev/bad-trainjob: metadata.labels: 4 pods")
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+    for key, item in items:
+        out += _paths(item, (*prefix, key))
+    return out
+
+
+_GANGS = [d for d in yaml.safe_load_all((DATA / "cases" / "gang-without-all-or-nothing.yaml").read_text())
+          if d and d["metadata"]["name"].startswith("bad-")]
+_GANG_FIELDS = [(i, p) for i, d in enumerate(_GANGS) for p in _paths(d)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.sampled_from(_GANG_FIELDS), value=_json)
+def test_any_field_of_any_workload_kind_gets_an_answer(where: tuple[int, tuple[Any, ...]], value: Any) -> None:
+    # Every workload kind the gang cases hold (Job, CronJob, JobSet, PyTorchJob, MPIJob, RayCluster, RayJob,
+    # LeaderWorkerSet, TrainJob), any of its fields replaced by a value of any shape.
+    index, path = where
+    obj = copy.deepcopy(_GANGS[index])
+    target: Any = obj
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    try:
+        answer = validator().review(review(obj))
+    except BadReview:
+        return
+    assert isinstance(answer["response"]["allowed"], bool)
