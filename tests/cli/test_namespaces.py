@@ -149,3 +149,17 @@ def test_lint_fail_on_judges_what_is_shown(tmp_path: Path) -> None:
         elsewhere.stdout)
     one = runner.invoke(app, ["lint", str(path), "--fail-on", "warning", "-n", "research"])
     assert one.exit_code == 1 and "Pod research/a" in one.stdout and "production/b" not in one.stdout
+
+
+def test_advise_shows_one_namespace_of_the_same_advice(tmp_path: Path) -> None:
+    small = str(REPO / "tests" / "advise" / "small.yaml")
+    result = runner.invoke(app, ["advise", small, "--evaluations", "3", "-n", "ds", "-o", "json",
+                                 "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    whole = json.loads((tmp_path / "advice.json").read_text())  # the files: the whole cluster's advice
+    assert shown["namespace"] == "ds"
+    for side in ("given", "proposal"):
+        assert {r["namespace"] for r in whole[side]["requests"]} == {"prod", "ds"}
+        assert shown[side]["requests"] == [r for r in whole[side]["requests"] if r["namespace"] == "ds"]
+        assert shown[side]["score"] == whole[side]["score"] and shown[side]["pools"] == whole[side]["pools"]
