@@ -80,4 +80,4 @@ def test_bench_says_the_processes_it_used(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "1 run(s) of " in result.stderr and " on 1 process(es); one line per run" in result.stderr
     (last,) = [line for line in result.stderr.splitlines() if "s wall (" in line]
-    assert last.startswith("1 run(s) in ") and "(1 process(es), tie-break first)" in last, last
+    assert last.startswith("1 run(s) in ") and "(1 process(es) of --jobs 4, tie-break first)" in last, last

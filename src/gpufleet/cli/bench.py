@@ -179,8 +179,8 @@ def fragmentation(
         console.emit(to_json(summaries), output.value)
     else:
         console.show(render_table(summaries, wide=output is OutputFormat.wide))
-    console.note(f"{total} run(s) in {time.perf_counter() - started:.1f}s wall ({min(cfg.jobs, total)} process(es), "
-                 f"tie-break {cfg.tie_break})")
+    console.note(f"{total} run(s) in {time.perf_counter() - started:.1f}s wall ({min(cfg.jobs, total)} process(es) "
+                 f"of --jobs {cfg.jobs}, tie-break {cfg.tie_break})")
     if json_out is not None:
         json_out.write_text(json.dumps(to_json(summaries), indent=1) + "\n")
         console.note(f"JSON written to {json_out}")

@@ -61,7 +61,7 @@ Output = Annotated[OutputFormat, typer.Option(
 
 Namespace = Annotated[str | None, typer.Option(
     "-n", "--namespace", metavar="NAMESPACE",
-    help="Only objects in this namespace (default: all namespaces of the input).")]
+    help="Only this namespace's objects, beside the cluster-scoped ones (default: every namespace).")]
 
 
 def namespace_of(key: str | None) -> str | None:
