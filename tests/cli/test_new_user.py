@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from gpufleet.cli import console
 from gpufleet.cli.main import app
 from tests.cli.terminal import piped
+from tests.conftest import REPO
 from tests.fragbench.helpers import write_trace
 
 runner = CliRunner()
@@ -81,3 +82,16 @@ def test_bench_says_the_processes_it_used(tmp_path: Path) -> None:
     assert "1 run(s) of " in result.stderr and " on 1 process(es); one line per run" in result.stderr
     (last,) = [line for line in result.stderr.splitlines() if "s wall (" in line]
     assert last.startswith("1 run(s) in ") and "(1 process(es) of --jobs 4, tie-break first)" in last, last
+
+
+def test_the_scheduler_example_runs_it_as_deploy_and_the_chart_do() -> None:
+    # The -h example once named /etc/gpufleet/scheduler.yaml, a file the Deployment never mounts.
+    help_text = runner.invoke(app, ["scheduler", "-h"]).output
+    (example,) = [line.strip() for line in help_text.splitlines() if line.strip().startswith("gpufleet scheduler --")
+                  and "--config" in line]
+    args = example.split()[1:]
+    chart = REPO / "charts" / "gpufleet" / "templates" / "deployment.yaml"
+    for manifest in (REPO / "deploy" / "deployment.yaml", chart):
+        text = manifest.read_text()
+        assert f"--config, {args[args.index('--config') + 1]}," in text, manifest
+        assert "--leader-elect" in text and "--scheduler-name" in text
