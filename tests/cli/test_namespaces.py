@@ -163,3 +163,7 @@ def test_advise_shows_one_namespace_of_the_same_advice(tmp_path: Path) -> None:
         assert {r["namespace"] for r in whole[side]["requests"]} == {"prod", "ds"}
         assert shown[side]["requests"] == [r for r in whole[side]["requests"] if r["namespace"] == "ds"]
         assert shown[side]["score"] == whole[side]["score"] and shown[side]["pools"] == whole[side]["pools"]
+    text = runner.invoke(app, ["advise", small, "--evaluations", "3", "-n", "prod"])
+    assert text.exit_code == 0, text.output
+    rows = text.stdout.split("Requests", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    assert rows and all(row.split()[1] == "prod" for row in rows), rows

@@ -132,7 +132,7 @@ def _render(ctx: Context, advice: Advice, *, wide: bool, namespace: str | None =
     console.show(pools)
     console.say("")
     forms = console.make_table("Requests", "class", "namespace", "asks now", "proposal")
-    for f in (f for f in c.proposal.forms if in_namespace(namespace, f.namespace)):
+    for f in [form for form in c.proposal.forms if in_namespace(namespace, form.namespace)]:
         forms.add_row(f.klass, f.namespace, f.given, f.resource if f.changed else "(as now)")
     console.show(forms)
     if c.proposal.quotas:
