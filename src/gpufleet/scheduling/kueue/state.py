@@ -8,6 +8,7 @@ nodes are known; placements are real as soon as they are decided.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from gpufleet.cluster.state import ClusterState
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -19,6 +20,9 @@ from gpufleet.scheduling.kueue.preemption import Preemptor
 from gpufleet.scheduling.kueue.queues import QueueManager
 from gpufleet.scheduling.quota import FR, QuotaTree
 from gpufleet.scheduling.types import AdmittedWorkload, PodAssignment
+
+if TYPE_CHECKING:
+    from gpufleet.scheduling.kueue.room import Nomination
 
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 
@@ -53,6 +57,8 @@ class SchedulerState:
         # What depends on the static configuration only, worked out when first needed.
         self._assigners: dict[str, FlavorAssigner] = {}
         self.namespace_matches: dict[tuple[str, str], bool] = {}  # (ClusterQueue, namespace) -> selector matches
+        # Room on nodes the last cycle's preemptions made, held for their preemptors in the next (kueue.room).
+        self.nominations: dict[str, Nomination] = {}
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
         """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""
