@@ -110,6 +110,14 @@ def _files_source(files: list[str], strict: bool) -> DataSource:
 
     manifests = load(files, strict)
     print_problems(manifests)
+    # A path that could not be read at all (missing, unreadable, not UTF-8, over the input limit) is refused as
+    # validate and plan refuse it: serving the rest would show a cluster without it. An error inside a document
+    # has a line; a folder without manifests is a warning, as for validate.
+    unread = [e for e in manifests.problems.errors if e.line is None and e.kind is None]
+    if unread:
+        console.error(f"{len(unread)} input path(s) could not be read ({', '.join(str(e.file) for e in unread)}): "
+                      "no dashboard served")
+        raise typer.Exit(EXIT_FINDINGS)
     if manifests.problems.errors:
         console.warning(f"{len(manifests.problems.errors)} error(s) in the input: the objects in error are left out "
                         "of the dashboard, which lists the errors on every page")
