@@ -246,7 +246,7 @@ def test_missing_path_is_an_error_and_others_still_load(tmp_path: Path) -> None:
     assert len(docs) == 1
     (error,) = problems.errors
     assert error.file == missing
-    assert str(error) == f"{missing}: no such file or folder: {missing}; fix: check the path (use - to read from stdin)"
+    assert str(error) == f"{missing}: no such file or folder; fix: check the path (use - to read from stdin)"
 
 
 def test_unreadable_files(tmp_path: Path) -> None:

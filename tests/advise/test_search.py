@@ -3,10 +3,13 @@ never worse than the given configuration on the objective asked, deterministic f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpufleet.advise import search as search_module
 from gpufleet.advise.contract import Advice, Judged
 from gpufleet.advise.fleet import layout_of
 from gpufleet.advise.inputs import read_input
@@ -15,6 +18,8 @@ from gpufleet.advise.realise import manifests_of, realise
 from gpufleet.advise.search import NoProposal, prepare, search
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.mig import geometry_for, validate_layout
+from gpufleet.sim.model import SimulationError
+from gpufleet.sim.scenario import Scenario
 
 SMALL = str(Path(__file__).parent / "small.yaml")
 
@@ -112,3 +117,20 @@ def test_a_budget_holds_every_proposal() -> None:
     for j in [held.given, *held.tried]:
         if j.feasible:
             assert j.kpis["cost"] / (j.kpis["window_s"] / 3600) <= per_hour * 1.02 + 1e-9
+
+
+def test_a_proposal_the_simulator_stops_on_stops_the_advice_and_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The simulator's guard (a policy that keeps deciding in one instant) is a scheduler defect, never a proposal
+    # to leave out quietly. The real guard is made to trip on every proposal but the given one: one cycle per
+    # instant at most.
+    real_run = search_module.run
+
+    def run(scenario: Scenario, policy: str, seed: int) -> tuple[dict[str, Any], dict[str, Any], float]:
+        if scenario.name != "given":
+            scenario = replace(scenario, config=replace(scenario.config, max_cycles_per_instant=1))
+        return real_run(scenario, policy, seed)
+
+    monkeypatch.setattr(search_module, "run", run)
+    with pytest.raises(SimulationError, match=r"the simulator stopped on the proposal '[^']+': policy gpufleet kept "
+                                              r"deciding at t=\d+s .*defect of gpufleet's scheduler"):
+        search(read_input([SMALL]), "balanced", evaluations=3)

@@ -71,6 +71,6 @@ def test_jobs_default_to_the_cores_and_progress_is_one_line_per_run(tmp_path: Pa
     progress = [line for line in result.stderr.splitlines() if line.startswith("[")]
     assert [line.split("]")[0] for line in progress] == ["[1/3", "[2/3", "[3/3"]
     assert "left" in progress[0] and "left" not in progress[-1]
-    assert f"({available_cores()} job(s)" in result.stderr
+    assert f"process(es) of --jobs {available_cores()}," in result.stderr
     help_text = " ".join(runner.invoke(app, ["bench", "fragmentation", "-h"]).output.split())
     assert "default: the number of cores" in help_text

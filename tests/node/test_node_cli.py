@@ -59,6 +59,9 @@ def test_bad_input_exits_non_zero_naming_the_file_line_and_field(tmp_path: Path)
     assert bad_flag.exit_code == 2 and "'--nvml'" in bad_flag.stderr
     missing = runner.invoke(app, ["node", "discover", "--nvml", f"fake:{tmp_path / 'none.yaml'}"])
     assert missing.exit_code == 1 and "no such file" in missing.stderr
+    folder = runner.invoke(app, ["node", "discover", "--nvml", f"fake:{tmp_path}"])
+    assert folder.exit_code == 1 and "is a folder" in folder.stderr and "no such file" not in folder.stderr
+    assert "a YAML file holding one gpufleet.io/v1alpha1 NodePool" in folder.stderr
 
 
 def test_discover_on_a_machine_without_nvml_says_what_to_do() -> None:

@@ -154,3 +154,52 @@ def test_the_scheduler_judges_against_its_informer_cache() -> None:
     lq = case("localqueue-without-clusterqueue", "bad-typo")
     found = Validator(LintSettings(), source).review(review(lq))["response"]
     assert found["allowed"] is False and "[localqueue-without-clusterqueue]" in found["status"]["message"]
+
+
+def test_a_trainjob_is_judged_with_its_runtime_from_the_informer_cache() -> None:
+    from gpufleet.kube import resources as r
+    from gpufleet.kube.informer import ObjectCache
+    from gpufleet.kube.validating import CacheClusterSource
+
+    [runtime_res] = [res for res in r.WORKLOAD_RESOURCES if res.kind == "ClusterTrainingRuntime"]
+    docs = [d for d in yaml.safe_load_all((DATA / "cases" / "gang-without-all-or-nothing.yaml").read_text()) if d]
+    [runtime] = [d for d in docs if d["kind"] == "ClusterTrainingRuntime"]
+    train = case("gang-without-all-or-nothing", "bad-trainjob")
+    cache = ObjectCache()
+    source = CacheClusterSource(cache, [r.NODES, runtime_res], refresh=0.0)
+    # Without its runtime the TrainJob's pods are unknown: nothing is said about them.
+    assert Validator(LintSettings(), source).review(review(train))["response"] == {"uid": "u", "allowed": True}
+    cache.apply(runtime_res, "ADDED", {**runtime, "metadata": {**runtime["metadata"], "resourceVersion": "1"}})
+    [warning] = Validator(LintSettings(), source).review(review(train))["response"]["warnings"]
+    assert warning.startswith("[gang-without-all-or-nothing] TrainJob dev/bad-trainjob: metadata.labels: 4 pods")
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+    for key, item in items:
+        out += _paths(item, (*prefix, key))
+    return out
+
+
+_GANGS = [d for d in yaml.safe_load_all((DATA / "cases" / "gang-without-all-or-nothing.yaml").read_text())
+          if d and d["metadata"]["name"].startswith("bad-")]
+_GANG_FIELDS = [(i, p) for i, d in enumerate(_GANGS) for p in _paths(d)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.sampled_from(_GANG_FIELDS), value=_json)
+def test_any_field_of_any_workload_kind_gets_an_answer(where: tuple[int, tuple[Any, ...]], value: Any) -> None:
+    # Every workload kind the gang cases hold (Job, CronJob, JobSet, PyTorchJob, MPIJob, RayCluster, RayJob,
+    # LeaderWorkerSet, TrainJob), any of its fields replaced by a value of any shape.
+    index, path = where
+    obj = copy.deepcopy(_GANGS[index])
+    target: Any = obj
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    try:
+        answer = validator().review(review(obj))
+    except BadReview:
+        return
+    assert isinstance(answer["response"]["allowed"], bool)

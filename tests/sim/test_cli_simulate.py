@@ -45,6 +45,16 @@ def test_problems_in_the_input_stop_the_run(tmp_path: Path) -> None:
     assert "gpu-utilization" in res.output
 
 
+def test_a_bad_duration_stops_the_run_and_says_so(tmp_path: Path) -> None:
+    # The message once said the job was "left out of the simulation" while simulate exited 1: they must agree.
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 1, 4) + job("a", duration="soon") + job("b"))
+    res = runner.invoke(app, [str(f)])
+    assert res.exit_code == 1
+    assert "sim.gpufleet.io/duration" in res.output and "nothing is simulated until it is fixed" in res.output
+    assert "left out" not in res.output
+
+
 def test_unknown_policy_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "in.yaml"
     f.write_text(pool("p", 1, 4) + job("a"))

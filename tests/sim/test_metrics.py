@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.sim.metrics import busy_integrals, kpis, percentile, pool_series
 from gpufleet.sim.records import Attempt, JobRecord, PodSpan, PoolInfo, SimResult
@@ -71,3 +73,46 @@ def test_stranded_is_idle_capacity_where_no_pending_pod_fits() -> None:
     assert stranded_gpus(cluster, [big.workload.pods[0].template]) == (8.0, 8.0)
     assert stranded_gpus(cluster, [big.workload.pods[0].template, small.workload.pods[0].template]) == (0.0, 8.0)
     assert stranded_gpus(cluster, []) == (0.0, 8.0)
+
+
+def _result(spans: list[PodSpan], window: float = 100.0) -> SimResult:
+    return SimResult("s", "p", window, window, 0.0, [PoolInfo("p", 4, ("M",))], [], spans, [])
+
+
+def test_busy_of_held_counts_a_time_sliced_gpu_whole_while_in_use() -> None:
+    # One replica of 8 (1/8 of GPU g held) keeps g busy: DCGM shows g 100% busy, not 800% (nor the demo's 100.3).
+    spans = [_span("a", 0.125, (0, 100), (0, 100), 1.0, ("g",))]
+    assert kpis(_result(spans))["busy_of_held_pct"] == 100.0
+    # Two replicas held on g over [0, 60) and [40, 100), each half busy while held: g in use 100 s, busy 50 s
+    # on [0, 40) and [60, 100), 100% on [40, 60).
+    spans = [_span("a", 0.125, (0, 60), (0, 60), 0.5, ("g",)), _span("b", 0.125, (40, 100), (40, 100), 0.5, ("g",))]
+    assert kpis(_result(spans))["busy_of_held_pct"] == pytest.approx(100 * (0.5 * 80 + 1.0 * 20) / 100, abs=0.01)
+    # A whole GPU, half busy, beside a fraction of g: exclusive devices count by what they hold.
+    spans = [_span("w", 1.0, (0, 100), (0, 100), 0.5), _span("f", 0.3, (0, 100), (0, 100), 0.3, ("g",))]
+    assert kpis(_result(spans))["busy_of_held_pct"] == pytest.approx(100 * (50 + 30) / 200, abs=0.01)
+
+
+_times = st.floats(min_value=-20.0, max_value=140.0, allow_nan=False)
+
+
+@st.composite
+def _spans(draw: st.DrawFn) -> PodSpan:
+    """A span as the engine records it: busy inside held; an exclusive pod busy at most by its share, a shared
+    one by the number of GPUs it shares."""
+    a, b = sorted((draw(_times), draw(_times)))
+    shared = tuple(draw(st.lists(st.sampled_from(["g0", "g1", "g2"]), max_size=2, unique=True)))
+    share = draw(st.sampled_from([1.0, 2.0, 3 / 7, 0.5, 0.125, 0.25, 0.3]))
+    top = float(len(shared)) if shared else share
+    demand = draw(st.floats(min_value=0.0, max_value=top))
+    busy = None
+    if draw(st.booleans()):
+        c, d = sorted((draw(st.floats(min_value=a, max_value=b)), draw(st.floats(min_value=a, max_value=b))))
+        busy = (c, d)
+    return _span("j", share, (a, b), busy, demand, shared)
+
+
+@given(st.lists(_spans(), max_size=12), st.floats(min_value=1.0, max_value=120.0))
+@settings(max_examples=300, deadline=None)
+def test_busy_of_held_stays_within_0_and_100(spans: list[PodSpan], window: float) -> None:
+    share = kpis(_result(spans, window))["busy_of_held_pct"]
+    assert share is None or 0.0 <= share <= 100.0

@@ -81,7 +81,8 @@ def test_a_malformed_annotation_is_an_error_with_file_and_line(annotation: str, 
     (e,) = m.problems.errors
     # line 17: where the second Pod document begins
     assert (e.file, e.line, e.name, e.field) == ("jobs.yaml", 17, "ns/bad", f"metadata.annotations.{field}")
-    assert "left out" in e.message
+    # An error stops the run (simulate exits 1): the message must not say the run goes on without the job.
+    assert "left out" not in e.message and "nothing is simulated until it is fixed" in e.message
 
 
 MINIMAL = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "WorkloadGenerator", "metadata": {"name": "g"},

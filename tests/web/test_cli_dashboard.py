@@ -87,3 +87,33 @@ def test_a_port_in_use_is_said() -> None:
         port = taken.getsockname()[1]
         result = runner.invoke(app, ["dashboard", *CASE_FILES, "--address", f"127.0.0.1:{port}"])
     assert result.exit_code == 1 and f"--address 127.0.0.1:{port}: cannot listen there" in result.stderr
+
+
+def _dashboard(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "gpufleet.cli.main", "dashboard", *args, "--address",
+                             "127.0.0.1:0"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_missing_input_file_exits_1_without_serving(tmp_path: Path) -> None:
+    proc = _dashboard([*CASE_FILES[:1], str(tmp_path / "none.yaml")])
+    try:
+        out, err = proc.communicate(timeout=120)  # served, it would run until stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, (out, err)
+    assert "none.yaml: no such file or folder" in err and "no dashboard served" in err
+    assert "gpufleet dashboard of" not in out
+
+
+def test_a_folder_without_manifests_is_a_warning_and_serves(tmp_path: Path) -> None:
+    proc = _dashboard([str(tmp_path)])
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("gpufleet dashboard of files source"), line
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "the folder holds no .yaml, .yml or .json files" in err

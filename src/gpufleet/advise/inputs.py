@@ -24,7 +24,7 @@ from gpufleet.api.source import Document, load_paths, load_text
 from gpufleet.sim import casestudy
 from gpufleet.sim.inputs import load_inputs, split_generators
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
-from gpufleet.sim.runner import parse_duration_option
+from gpufleet.sim.runner import no_nodes_error, parse_duration_option
 from gpufleet.sim.sources.generator import is_generator
 
 POLICY = "gpufleet"
@@ -82,7 +82,7 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
         return AdviseInput(f"{', '.join(files)} (the after side of its study)", docs, after.manifests, after.jobs,
                            after.config, used, notes=notes, generators=generators, scenario="after")
     if not inputs.manifests.nodes:
-        raise SimulationError("no nodes in the input: give Nodes, NodePools or an openb node list")
+        raise no_nodes_error(inputs.notes)
     if not inputs.jobs:
         raise SimulationError("no demand in the input: give workload manifests, a WorkloadGenerator or an openb "
                               "pod list")

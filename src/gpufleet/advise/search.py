@@ -142,7 +142,7 @@ class _Search:
     seen: set[object] = field(default_factory=set)
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    failed: list[Proposal] = field(default_factory=list)  # proposals the simulator could not run
+    failed: list[Proposal] = field(default_factory=list)  # proposals the advisor could not write (its own bug)
     last_objective: float = 0.0  # the last program's objective value
 
     def _time(self, step: str, seconds: float) -> None:
@@ -174,12 +174,12 @@ class _Search:
         except SimulationError as exc:
             if proposal.given:
                 raise
-            # A run the simulator cannot finish is no proposal; said, never hidden.
-            self.notes.append(f"{proposal.name}: the simulator stopped ({exc}); left out")
-            self._time("simulate", time.perf_counter() - started)
-            self.say(f"{proposal.name}: the simulator stopped ({exc})")
-            self.failed.append(proposal)
-            return None
+            # The simulator stops a run only for a defect of the scheduler (its guard against a policy that keeps
+            # deciding in one instant, a decision about a job in the wrong state): never a proposal to leave out
+            # quietly, the advice stops and says which proposal met it.
+            raise SimulationError(f"the simulator stopped on the proposal '{proposal.name}': {exc}. This is a "
+                                  "defect of gpufleet's scheduler, not of the input: please report it with this "
+                                  "input") from exc
         self._time("simulate", wall)
         reference = k if self.given is None else self.given.kpis
         j = judged(proposal, self.objective, k, q, reference, self.budget, wall)

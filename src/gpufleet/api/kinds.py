@@ -482,7 +482,8 @@ def _check_count_annotation(r: FieldReader, annotations: dict[str, str], key: st
                 "metadata", "annotations", key, fix=f'write a whole number of pods in ASCII digits, e.g. {key}: "4"')
 
 
-def _template_of(r: FieldReader, key: str = "template", *, pod_validation: bool = True) -> PodTemplate | None:
+def read_pod_template(r: FieldReader, key: str = "template", *, pod_validation: bool = True) -> PodTemplate | None:
+    """A pod template (``metadata`` and ``spec``) under ``key``, through the same parser Pods go through."""
     t = r.obj(key, required=True)
     if t is None:
         return None
@@ -803,7 +804,7 @@ def parse_workload(r: FieldReader) -> KueueWorkload | None:
         return None
     for ps in spec.items("podSets", required=True):
         # Kueue runs no Pod validation on a Workload's templates: requests without limits are accepted.
-        template = _template_of(ps, pod_validation=False)
+        template = read_pod_template(ps, pod_validation=False)
         if template is None:
             continue
         count = ps.integer("count", 1, minimum=0, maximum=limits.PODS_PER_WORKLOAD) or 0

@@ -38,6 +38,7 @@ from gpufleet.api.objects import (
     Topology,
     WorkloadPriorityClass,
 )
+from gpufleet.api.queue_refs import check_queue_names
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document, load_paths, load_text
 from gpufleet.api.workloadkinds import intake
@@ -187,6 +188,7 @@ def _check_references(out: Manifests) -> None:
                 "its workloads stay pending", file=src.file if src else None, line=src.line if src else None,
                 kind="LocalQueue", name=lq.key, field="spec.clusterQueue",
                 fix=f"define ClusterQueue {lq.cluster_queue} or fix the name")
+    check_queue_names(out)
     _check_cohort_cycles(out)
     _check_mig_requests(out)
 

@@ -180,7 +180,7 @@ class FieldReader:
             self.error(f"{shown(value)} is out of range for an integer", key, fix="write a smaller number")
             return default
         if minimum is not None and value < minimum:
-            self.error(f"must be at least {minimum}, got {value}", key)
+            self.error(f"must be at least {minimum}, got {value}", key, fix=f"use a value of at least {minimum:,}")
             return default
         if maximum is not None:
             top = maximum.value if isinstance(maximum, Limit) else maximum

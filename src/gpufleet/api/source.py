@@ -735,7 +735,7 @@ def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None
             files = [path]
         else:
             problems.error(
-                f"no such file or folder: {path}",
+                "no such file or folder",  # the path is the problem's file: said once
                 file=path,
                 fix="check the path (use - to read from stdin)",
             )

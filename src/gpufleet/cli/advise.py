@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,7 +16,7 @@ from gpufleet.advise.nvidia import node_labels
 from gpufleet.advise.reasons import KPI_WORDS, kpi_text
 from gpufleet.advise.search import DEFAULT_EVALUATIONS, Context, NoProposal, prepare, search
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, OutputFormat, Strict, examples, usage_error
+from gpufleet.cli.options import EXIT_FINDINGS, Namespace, OutputFormat, Strict, examples, in_namespace, usage_error
 from gpufleet.sim.model import SimulationError
 
 EPILOG = examples(
@@ -26,6 +26,8 @@ EPILOG = examples(
     "gpufleet advise examples/casestudy --objective wait -o out/ -o json",
     "# a snapshot of a live cluster and a workload generator, within a budget",
     "gpufleet advise snapshot/ workload.yaml --objective cost --budget 120",
+    "# the same advice, showing only the requests of namespace research (the files are the whole cluster's)",
+    "gpufleet advise snapshot/ workload.yaml -n research",
 )
 
 FORMATS = {f.value for f in OutputFormat}
@@ -69,9 +71,12 @@ def advise(
     evaluations: Annotated[int, typer.Option(
         help="Most proposals the simulator judges, besides the given configuration.", min=1, max=500)] =
         DEFAULT_EVALUATIONS,
+    namespace: Namespace = None,
     strict: Strict = False,
 ) -> None:
-    """Propose MIG layouts, time-slicing, requests and quotas for a demand, each judged by the simulator."""
+    """Propose MIG layouts, time-slicing, requests and quotas for a demand, each judged by the simulator. With -n,
+    the advice is the same (computed on the whole cluster and demand, files included); only the requests
+    shown are that namespace's."""
     if objective not in OBJECTIVES:
         raise usage_error(f"{objective!r} is not one of {', '.join(OBJECTIVES)}", "--objective")
     if budget is not None and not budget > 0:
@@ -92,14 +97,24 @@ def advise(
     for note in advice.notes:
         console.warning(note)
     if fmt.is_document:
-        console.emit(json.loads(json.dumps(advice_document(ctx, advice, written), default=str)), fmt.value)
+        doc = json.loads(json.dumps(advice_document(ctx, advice, written), default=str))
+        console.emit(_in_namespace(doc, namespace), fmt.value)
     else:
-        _render(ctx, advice, wide=fmt is OutputFormat.wide)
+        _render(ctx, advice, wide=fmt is OutputFormat.wide, namespace=namespace)
     if written is not None:
         console.note(f"files written to {folder}: {', '.join(sorted(written))}")
 
 
-def _render(ctx: Context, advice: Advice, *, wide: bool) -> None:
+def _in_namespace(doc: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+    """The advice document with only ``namespace``'s requests in its given configuration and its proposal."""
+    if namespace is None:
+        return doc
+    for side in ("given", "proposal"):
+        doc[side]["requests"] = [r for r in doc[side]["requests"] if in_namespace(namespace, r["namespace"])]
+    return {**doc, "namespace": namespace}
+
+
+def _render(ctx: Context, advice: Advice, *, wide: bool, namespace: str | None = None) -> None:
     g, c = advice.given, advice.chosen
     table = console.make_table(f"Objective {advice.objective}: "
                                + ("the proposal" if advice.changed else "the given configuration wins"),
@@ -117,7 +132,7 @@ def _render(ctx: Context, advice: Advice, *, wide: bool) -> None:
     console.show(pools)
     console.say("")
     forms = console.make_table("Requests", "class", "namespace", "asks now", "proposal")
-    for f in c.proposal.forms:
+    for f in [form for form in c.proposal.forms if in_namespace(namespace, form.namespace)]:
         forms.add_row(f.klass, f.namespace, f.given, f.resource if f.changed else "(as now)")
     console.show(forms)
     if c.proposal.quotas:

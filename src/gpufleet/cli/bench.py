@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, EXIT_USAGE, Output, OutputFormat, examples, new_app, usage_error
+from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, examples, new_app, usage_error
 from gpufleet.sim.fragbench import (
     BASELINE_POLICIES,
     POLICIES,
@@ -129,7 +129,7 @@ def fragmentation(
     if nodes_csv is None or pods_csv is None:
         console.error("the openb trace was not found: give --nodes and --pods, or set GPUFLEET_OPENB_DIR to the "
                       "folder holding openb_node_list_gpu_node.csv")
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_FINDINGS)  # the input is missing; the command line is not wrong
     for f in (nodes_csv, pods_csv):
         if not f.is_file():
             console.error(f"{f}: no such file")
@@ -179,8 +179,8 @@ def fragmentation(
         console.emit(to_json(summaries), output.value)
     else:
         console.show(render_table(summaries, wide=output is OutputFormat.wide))
-    console.note(f"{total} runs in {time.perf_counter() - started:.1f}s wall ({cfg.jobs} job(s), "
-                 f"tie-break {cfg.tie_break})")
+    console.note(f"{total} run(s) in {time.perf_counter() - started:.1f}s wall ({min(cfg.jobs, total)} process(es) "
+                 f"of --jobs {cfg.jobs}, tie-break {cfg.tie_break})")
     if json_out is not None:
         json_out.write_text(json.dumps(to_json(summaries), indent=1) + "\n")
         console.note(f"JSON written to {json_out}")

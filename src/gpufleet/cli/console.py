@@ -89,14 +89,31 @@ def say(text: str | Text, *, style: str | None = None, err: bool = False) -> Non
 
 
 def error(text: str) -> None:
-    """``error: <text>`` on standard error, one line whatever the text holds."""
-    stderr().print(Text.assemble(("error", "bold red"), ": ", text), soft_wrap=True)
+    """``error: <text>`` on standard error, one line whatever the text holds. A text of several lines (an
+    exception that lists the input's problems) is printed a line each, every line prefixed, so that each one
+    is found by ``grep error:``; a listed line that is a warning stays one (``warning: ...``)."""
+    first, *rest = _lines(text)
+    err = stderr()
+    err.print(Text.assemble(("error", "bold red"), ": ", first), soft_wrap=True)
+    for line in rest:
+        if line.startswith("warning: "):
+            warning(line)
+        else:
+            err.print(Text.assemble(("error", "bold red"), ": ", line.removeprefix("error: ")), soft_wrap=True)
 
 
 def warning(text: str) -> None:
-    """``warning: <text>`` on standard error (a text that already starts with it is not prefixed twice)."""
-    body = text.removeprefix("warning: ")
-    stderr().print(Text.assemble(("warning", "yellow"), ": ", body), soft_wrap=True)
+    """``warning: <text>`` on standard error (a text that already starts with it is not prefixed twice), a line
+    each for a text of several lines."""
+    err = stderr()
+    for line in _lines(text):
+        err.print(Text.assemble(("warning", "yellow"), ": ", line.removeprefix("warning: ")), soft_wrap=True)
+
+
+def _lines(text: str) -> list[str]:
+    """A message's non-blank lines (at least one, possibly empty), each without its indentation and trailing
+    blanks (a listed problem is indented under its heading)."""
+    return [line.strip() for line in text.splitlines() if line.strip()] or [text.strip()]
 
 
 def note(text: str) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, EXIT_USAGE, Strict, examples, usage_error
+from gpufleet.cli.options import EXIT_FINDINGS, Strict, examples, usage_error
 
 if TYPE_CHECKING:
     from gpufleet.web.contract import DataSource
@@ -110,6 +110,14 @@ def _files_source(files: list[str], strict: bool) -> DataSource:
 
     manifests = load(files, strict)
     print_problems(manifests)
+    # A path that could not be read at all (missing, unreadable, not UTF-8, over the input limit) is refused as
+    # validate and plan refuse it: serving the rest would show a cluster without it. An error inside a document
+    # has a line; a folder without manifests is a warning, as for validate.
+    unread = [e for e in manifests.problems.errors if e.line is None and e.kind is None]
+    if unread:
+        console.error(f"{len(unread)} input path(s) could not be read ({', '.join(str(e.file) for e in unread)}): "
+                      "no dashboard served")
+        raise typer.Exit(EXIT_FINDINGS)
     if manifests.problems.errors:
         console.warning(f"{len(manifests.problems.errors)} error(s) in the input: the objects in error are left out "
                         "of the dashboard, which lists the errors on every page")
@@ -134,16 +142,16 @@ def _live_source(kubeconfig: str | None, context: str | None) -> DataSource:
 
     try:
         cluster = ClusterConfig.load(kubeconfig, context=context)
-    except ConfigError as e:
+    except ConfigError as e:  # no kubeconfig, or one that does not parse: the input, not the command line
         console.error(str(e))
-        raise typer.Exit(EXIT_USAGE) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     client = KubeClient(cluster, user_agent="gpufleet-dashboard")
     try:
         return LiveSource(client, title=cluster.host, owns_client=True)
     except ConfigError as e:
         client.close()
         console.error(str(e))
-        raise typer.Exit(EXIT_USAGE) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     except (KubeError, TimeoutError) as e:
         client.close()
         console.error(f"reading the cluster failed: {e}")

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, examples, usage_error
+from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, Namespace, examples, in_namespace, usage_error
 from gpufleet.policy.engine import reaches
 from gpufleet.policy.lintfiles import LintRun, lint_paths
 from gpufleet.policy.model import Finding
@@ -25,6 +25,8 @@ EPILOG = examples(
     "gpufleet lint manifests/ --cluster cluster/",
     "# in CI, as SARIF for GitHub code scanning; fail on warnings too",
     "gpufleet lint manifests/ --cluster cluster/ -o sarif --fail-on warning > gpufleet.sarif",
+    "# one team's workloads only (and cluster-scoped objects); --fail-on judges what is shown",
+    "gpufleet lint manifests/ --cluster cluster/ -n research",
     "# the rules CEL can express, as ValidatingAdmissionPolicies for a cluster without the webhook",
     "gpufleet lint --export vap > gpufleet-lint-policies.yaml",
 )
@@ -49,15 +51,17 @@ class Export(StrEnum):
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _print_text(run: LintRun) -> None:
-    for f in run.findings:
+def _print_text(run: LintRun, findings: list[Finding], namespace: str | None) -> None:
+    for f in findings:
         where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or "-")
         console.say(console.Text.assemble(f"{where}: ", (f.severity, _STYLE[f.severity]), f" [{f.rule}] ",
                                           f.message))
         console.say(f"  fix: {f.fix}")
-    counts = {s: sum(1 for f in run.findings if f.severity == s) for s in ("error", "warning", "info")}
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
     summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
-    console.say(f"{len(run.findings)} finding(s)" + (f": {summary}" if summary else ""))
+    hidden = len(run.findings) - len(findings)
+    console.say(f"{len(findings)} finding(s)" + (f": {summary}" if summary else "")
+                + (f" ({hidden} more in namespaces other than {namespace}, not shown)" if hidden else ""))
 
 
 def _print_problems(run: LintRun) -> None:
@@ -87,6 +91,7 @@ def lint(
         "--export", case_sensitive=False, metavar="vap",
         help="Print the rules that need no cluster knowledge as ValidatingAdmissionPolicy and binding YAML, "
         "instead of linting.")] = None,
+    namespace: Namespace = None,
 ) -> None:
     """Judge GPU workloads against the anti-patterns that waste GPU budgets (docs/lint.md lists every rule)."""
     if export is Export.vap:
@@ -100,13 +105,15 @@ def lint(
         raise usage_error("give the manifests to lint (files, folders or - for stdin)", "FILE")
     run = lint_paths(files, cluster or (), stdin=sys.stdin)
     _print_problems(run)
+    # -n: every object is judged; the findings shown, and so --fail-on, are the namespace's and the cluster's.
+    findings = [f for f in run.findings if in_namespace(namespace, f.object.namespace)]
     if output is LintFormat.json:
-        console.emit_json(findings_document(run.findings))
+        console.emit_json(findings_document(findings))
     elif output is LintFormat.sarif:
-        console.emit_json(sarif_document(run.findings))
+        console.emit_json(sarif_document(findings))
     else:
-        _print_text(run)
-    raise typer.Exit(_exit_code(run.findings, run, fail_on))
+        _print_text(run, findings, namespace)
+    raise typer.Exit(_exit_code(findings, run, fail_on))
 
 
 def _exit_code(findings: list[Finding], run: LintRun, fail_on: FailOn) -> int:

@@ -67,8 +67,8 @@ app.command(epilog=advise_command.EPILOG)(advise_command.advise)
 app.command(epilog=dashboard_command.EPILOG)(dashboard_command.dashboard)
 app.add_typer(bench_app, name="bench")
 app.command(epilog=examples(
-    "# in a cluster (see deploy/ and charts/gpufleet)",
-    "gpufleet scheduler --leader-elect --config /etc/gpufleet/scheduler.yaml",
+    "# in a cluster, as deploy/ and charts/gpufleet run it",
+    "gpufleet scheduler --scheduler-name gpufleet --config /etc/gpufleet/config.yaml --leader-elect",
     "# from a workstation, against the current kubeconfig context",
     "gpufleet scheduler --scheduler-name gpufleet --log-level debug",
 ))(scheduler)

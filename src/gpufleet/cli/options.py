@@ -3,7 +3,8 @@
 * ``-h``/``--help`` everywhere, with an ``Examples:`` section (:func:`examples`);
 * ``-o/--output text|json|yaml|wide`` on every command that prints objects (:data:`Output`), ``--json`` kept
   as an alias where it existed (:func:`output_format`);
-* ``-n/--namespace`` on commands that list namespaced objects (:data:`Namespace`);
+* ``-n/--namespace`` on commands that list namespaced objects (:data:`Namespace`): it filters what is printed,
+  never what is computed; cluster-scoped objects stay in every namespace's view (:func:`in_namespace`);
 * exit codes: :data:`EXIT_OK` (0), :data:`EXIT_FINDINGS` (1: findings, or errors in the input: a manifest,
   a trace, a layout) and :data:`EXIT_USAGE` (2: the command line itself: an unknown option, a bad option
   value), the last one raised as :class:`typer.BadParameter` so that every usage error reads the same;
@@ -27,6 +28,8 @@ __all__ = [
     "OutputFormat",
     "Strict",
     "examples",
+    "in_namespace",
+    "namespace_of",
     "new_app",
     "output_format",
     "usage_error",
@@ -58,7 +61,22 @@ Output = Annotated[OutputFormat, typer.Option(
 
 Namespace = Annotated[str | None, typer.Option(
     "-n", "--namespace", metavar="NAMESPACE",
-    help="Only objects in this namespace (default: all namespaces of the input).")]
+    help="Only this namespace's objects, beside the cluster-scoped ones (default: every namespace).")]
+
+
+def namespace_of(key: str | None) -> str | None:
+    """The namespace in an object's key as gpufleet writes it (``namespace/name``); None for a cluster-scoped
+    object's plain name (or no name at all)."""
+    if not key or "/" not in key:
+        return None
+    return key.partition("/")[0]
+
+
+def in_namespace(namespace: str | None, object_namespace: str | None) -> bool:
+    """Whether ``-n namespace`` shows an object of ``object_namespace``: everything without ``-n``; with it, the
+    namespace's own objects and the cluster-scoped ones (``object_namespace`` None: ClusterQueues, Nodes, a
+    document without a name), which every namespace's view holds."""
+    return namespace is None or object_namespace is None or object_namespace == namespace
 
 
 def examples(*commands: str) -> str:

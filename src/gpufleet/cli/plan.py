@@ -19,6 +19,8 @@ from gpufleet.cli.options import (
     OutputFormat,
     Strict,
     examples,
+    in_namespace,
+    namespace_of,
     output_format,
 )
 from gpufleet.cli.validate import load, print_problems
@@ -35,8 +37,8 @@ EPILOG = examples(
 )
 
 
-def _in(namespace: str | None, name: str) -> bool:
-    return namespace is None or name.partition("/")[0] == namespace
+def _in(namespace: str | None, workload: str) -> bool:
+    return in_namespace(namespace, namespace_of(workload))
 
 
 def filtered(result: PlanResult, namespace: str | None) -> PlanResult:

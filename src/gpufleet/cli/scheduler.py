@@ -1,5 +1,8 @@
 """``gpufleet scheduler``: run the live scheduler against a Kubernetes API server until SIGTERM.
 
+Exit codes as every command's (:mod:`gpufleet.cli.options`): 2 for the command line itself (an unknown option, a
+bad ``--log-level``), 1 for what it points to: a configuration file or kubeconfig that cannot be read or is
+invalid, a port already in use, an API server that does not answer.
 Registered in :mod:`gpufleet.cli.main` as ``app.command("scheduler")(scheduler)``.
 """
 
@@ -16,6 +19,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli import console
+from gpufleet.cli.options import EXIT_FINDINGS, usage_error
 
 
 def _identity() -> str:
@@ -45,37 +49,36 @@ def scheduler(
     from gpufleet.kube.settings import SettingsError, load_settings
 
     if log_level.lower() not in ("debug", "info", "warning", "error"):
-        console.error(f"--log-level: {log_level!r} is not one of debug, info, warning, error")
-        raise typer.Exit(2)
+        raise usage_error(f"{log_level!r} is not one of debug, info, warning, error", "--log-level")
     try:
         settings = load_settings(config)
     except SettingsError as e:
         for problem in e.errors:
             console.error(str(problem))
-        console.error(f"{len(e.errors)} configuration error(s): the scheduler did not start")
-        raise typer.Exit(2) from e
+        console.error(f"{len(e.errors)} error(s) in the configuration file {config}: the scheduler did not start")
+        raise typer.Exit(EXIT_FINDINGS) from e
     if scheduler_name:
         settings = dataclasses.replace(settings, scheduler_name=scheduler_name)
     setup_logging(log_level)
     try:
         cluster = ClusterConfig.load(kubeconfig, context=context)
-    except ConfigError as e:
+    except ConfigError as e:  # no kubeconfig, or one that does not parse
         console.error(str(e))
-        raise typer.Exit(2) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     client = KubeClient(cluster, user_agent=f"gpufleet-scheduler/{settings.scheduler_name}")
     try:
         instance = Scheduler(client, settings, identity=_identity(), leader_elect=leader_elect)
     except (OSError, ValueError) as e:  # a port in use, an unreadable webhook certificate
         console.error(str(e))
-        raise typer.Exit(2) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     except ConfigError as e:  # the queue API queues.source asks for is not served
         client.close()
         console.error(str(e))
-        raise typer.Exit(2) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     except KubeError as e:  # the API server did not answer discovery: a restart tries again
         client.close()
         console.error(f"cannot reach the API server: {e}")
-        raise typer.Exit(1) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         instance.request_stop()

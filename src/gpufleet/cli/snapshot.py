@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli import console
-from gpufleet.cli.options import EXIT_FINDINGS, EXIT_USAGE, Namespace, examples
+from gpufleet.cli.options import EXIT_FINDINGS, Namespace, examples, usage_error
 
 EPILOG = examples(
     "# everything plan needs, one file per kind, from the current kubeconfig context",
@@ -45,13 +45,13 @@ def snapshot(
 
     folder = None if output == "-" else Path(output)
     if folder is not None and folder.exists() and not folder.is_dir():
-        console.error(f"-o {output}: not a folder; give a folder to write the manifests to, or - for stdout")
-        raise typer.Exit(EXIT_USAGE)
+        raise usage_error(f"{output} is not a folder; give a folder to write the manifests to, or - for stdout",
+                          "-o")
     try:
         cluster = ClusterConfig.load(kubeconfig, context=context)
-    except ConfigError as e:
+    except ConfigError as e:  # no kubeconfig, or one that does not parse: the input, not the command line
         console.error(str(e))
-        raise typer.Exit(EXIT_USAGE) from e
+        raise typer.Exit(EXIT_FINDINGS) from e
     try:
         with KubeClient(cluster, user_agent="gpufleet-snapshot") as client:
             taken = snap.take(client, namespace)

@@ -33,7 +33,7 @@ from gpufleet.api.objects import Pod, PodTemplate
 from gpufleet.api.reader import parse_int_text
 from gpufleet.api.workloadkinds.model import KindRule, OwnerLabels, WorkloadOwner, WorkloadPlan
 from gpufleet.api.workloadkinds.table import RULES, VOLCANO_GROUP_ANNOTATIONS
-from gpufleet.cluster.workloads import PodSet, PriorityResolver, Workload, WorkloadPod, role_key
+from gpufleet.cluster.workloads import PodSet, PriorityResolver, Workload, WorkloadPod, pod_sets_by_role
 
 _TERMINAL = ("Succeeded", "Failed")
 # The order in which a pod's labels are tried: a JobSet's pods carry a Job's labels too, a Volcano Job's pods
@@ -269,15 +269,7 @@ class Builder:
     def group_of_pods(self, ns: str, name: str, members: list[Pod], *, owner: WorkloadOwner | None = None,
                       hold: str | None = None, queue: str | None = None) -> None:
         """One gang of the pods that reference a pod group, pod sets by role as Kueue forms them."""
-        sets: dict[tuple[object, ...], PodSet] = {}
-        pods: list[WorkloadPod] = []
-        for m in members:
-            key = role_key(m.template)
-            if key not in sets:
-                sets[key] = PodSet(f"role-{len(sets)}", 0, m.template)
-            sets[key].count += 1
-            pods.append(WorkloadPod(m.key, m.template, sets[key].name, m.node_name, m.phase))
-        pod_sets = list(sets.values())
+        pod_sets, pods = pod_sets_by_role(members)
         if owner is not None and owner.min_member is not None:
             _min_total(pod_sets, owner.min_member)
         first = members[0]

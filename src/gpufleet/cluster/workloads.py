@@ -32,6 +32,7 @@ from gpufleet.api.objects import (
     POD_GROUP_LABEL,
     Admission,
     ObjectMeta,
+    Pod,
     PodTemplate,
     ResourceList,
 )
@@ -146,6 +147,20 @@ def role_key(t: PodTemplate) -> tuple[object, ...]:
             t.tolerations, t.gpu)
 
 
+def pod_sets_by_role(members: Iterable[Pod]) -> tuple[list[PodSet], list[WorkloadPod]]:
+    """A group's pods as Kueue forms its pod sets: one per role (:func:`role_key`), named role-0, role-1... in the
+    order roles first appear, and each pod in its role's set."""
+    sets: dict[tuple[object, ...], PodSet] = {}
+    pods: list[WorkloadPod] = []
+    for m in members:
+        key = role_key(m.template)
+        if key not in sets:
+            sets[key] = PodSet(f"role-{len(sets)}", 0, m.template)
+        sets[key].count += 1
+        pods.append(WorkloadPod(m.key, m.template, sets[key].name, m.node_name, m.phase))
+    return list(sets.values()), pods
+
+
 def _created(meta: ObjectMeta) -> float:
     """creationTimestamp, or the document position when absent (so input order is queue order)."""
     return meta.creation_timestamp if meta.creation_timestamp is not None else float(meta.order)
@@ -206,20 +221,13 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
                            name=first.key, field=f"metadata.labels.{KUEUE_QUEUE_LABEL}",
                            fix="give every pod of the group the same queue label")
             continue
-        sets: dict[tuple[object, ...], PodSet] = {}
-        pods: list[WorkloadPod] = []
-        for m in members:
-            key = role_key(m.template)
-            if key not in sets:
-                sets[key] = PodSet(f"role-{len(sets)}", 0, m.template)
-            sets[key].count += 1
-            pods.append(WorkloadPod(m.key, m.template, sets[key].name, m.node_name, m.phase))
+        pod_sets, pods = pod_sets_by_role(members)
         priority, pclass = prio.resolve(first.meta.labels, first.template)
         created = min(_created(m.meta) for m in members)
         order = min(m.meta.order for m in members)
         out.append(Workload(
             key=f"{ns}/{group}", namespace=ns, name=group, kind="PodGroup", queue=queues.pop(),
-            priority=priority, priority_class=pclass, created=created, pod_sets=list(sets.values()), pods=pods,
+            priority=priority, priority_class=pclass, created=created, pod_sets=pod_sets, pods=pods,
             labels=first.meta.labels, annotations=first.meta.annotations, expected_pods=total, order=order,
             origin=first.meta))
     for (system, ns, name), members in adoption.missing_groups.items():

@@ -95,7 +95,8 @@ class BindQueue:
             return self._in_flight
 
     def drain(self, timeout: float) -> bool:
-        """Wait until no bind job runs; False if ``timeout`` passed first."""
+        """Wait until no bind job runs and every ended job is settled (its cycle's callbacks run); False if
+        ``timeout`` passed first."""
         with self._lock:
             return self._lock.wait_for(lambda: self._in_flight == 0, timeout)
 
@@ -143,23 +144,27 @@ class BindQueue:
             self.on_release()
 
     def _done(self, report: BindReport, job: BindJob) -> None:
-        finished: _Cycle | None = None
-        with self._lock:
-            self._in_flight -= len(job.pods)
-            cycle = self._cycles.get(report.number)
-            if cycle is not None:
-                cycle.jobs -= 1
-                if cycle.jobs == 0:
-                    finished = self._cycles.pop(report.number)
-            self._lock.notify_all()
-        self.metrics.binds_in_flight.dec(len(job.pods))
-        if finished is None:
-            return
-        if finished.failed:
-            log.info("cycle %d: binds done, %d of %d pods bound, %d not", report.number, finished.bound,
-                     finished.pods, finished.failed, extra={"cycle": report.number})
-        for then in finished.then:
-            try:
-                then()
-            except Exception:
-                log.exception("a callback after the binds of cycle %d failed", report.number)
+        try:
+            finished: _Cycle | None = None
+            with self._lock:
+                cycle = self._cycles.get(report.number)
+                if cycle is not None:
+                    cycle.jobs -= 1
+                    if cycle.jobs == 0:
+                        finished = self._cycles.pop(report.number)
+            self.metrics.binds_in_flight.dec(len(job.pods))
+            if finished is None:
+                return
+            if finished.failed:
+                log.info("cycle %d: binds done, %d of %d pods bound, %d not", report.number, finished.bound,
+                         finished.pods, finished.failed, extra={"cycle": report.number})
+            for then in finished.then:
+                try:
+                    then()
+                except Exception:
+                    log.exception("a callback after the binds of cycle %d failed", report.number)
+        finally:
+            # Counted out last: drain() returns once every job's settling, callbacks included, has run.
+            with self._lock:
+                self._in_flight -= len(job.pods)
+                self._lock.notify_all()

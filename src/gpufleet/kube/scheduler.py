@@ -113,6 +113,8 @@ class Scheduler:
             server.start()
         if self.webhook is not None:
             self.webhook.start()
+            # The port it listens on, said once: with bindAddress ":0" (tests) nothing else tells it.
+            log.info("webhook serving HTTPS on port %d", self.webhook.port, extra={"webhook_port": self.webhook.port})
         self.informers.start()
         if self.elector is not None:
             self.elector.start()

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
 
-from gpufleet.api.errors import ManifestErrors, Problems
+from gpufleet.api.errors import ManifestErrors, Problems, shown
 from gpufleet.api.kinds import parse_configuration, parse_duration
 from gpufleet.api.manifests import load_manifests
 from gpufleet.api.objects import SchedulerConfig
@@ -204,6 +204,17 @@ def _unknown(r: FieldReader, known: tuple[str, ...]) -> None:
                     f"{', '.join(k for k in known if k not in ('apiVersion', 'kind'))}")
 
 
+def _string(r: FieldReader, key: str, default: str | None = None) -> str | None:
+    """A string field: :meth:`FieldReader.text`, which also turns a YAML number into text, refusing numbers
+    (``schedulerName: 5``), which would otherwise pass unseen as a name, a path or a controller."""
+    raw = r.raw(key)
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        r.error(f"expected a string, got the number {shown(raw)}", key,
+                fix=f'write a string; quote it if the number is meant: {key}: "{shown(raw)}"')
+        return default
+    return r.text(key, default)
+
+
 def _duration(r: FieldReader, key: str, default: float, *, allow_zero: bool = False) -> float:
     raw = r.raw(key)
     if raw is None:
@@ -217,7 +228,7 @@ def _duration(r: FieldReader, key: str, default: float, *, allow_zero: bool = Fa
 
 
 def _address(r: FieldReader, key: str, default: str) -> str:
-    value = r.text(key, default) or default
+    value = r.text(key, default) or default  # a number is refused below, with the address form
     if parse_address(value) is None:
         r.error(f"{value!r} is not a listen address", key, fix='write host:port or :port, e.g. ":8080"')
         return default
@@ -231,8 +242,8 @@ def _leader(r: FieldReader | None) -> LeaderElectionSettings:
     _unknown(r, _LEADER)
     d = LeaderElectionSettings()
     out = LeaderElectionSettings(
-        lease_name=r.text("leaseName", d.lease_name) or d.lease_name,
-        namespace=r.text("namespace", namespace) or namespace,
+        lease_name=_string(r, "leaseName", d.lease_name) or d.lease_name,
+        namespace=_string(r, "namespace", namespace) or namespace,
         lease_duration=_duration(r, "leaseDuration", d.lease_duration),
         renew_deadline=_duration(r, "renewDeadline", d.renew_deadline),
         retry_period=_duration(r, "retryPeriod", d.retry_period),
@@ -252,7 +263,7 @@ def _leader(r: FieldReader | None) -> LeaderElectionSettings:
 
 def _kueue(r: FieldReader, base: Path, problems: Problems) -> SchedulerConfig:
     embedded = r.obj("kueue")
-    ref = r.text("kueueConfigFile")
+    ref = _string(r, "kueueConfigFile")
     if embedded is not None and ref is not None:
         r.error("both kueue and kueueConfigFile are set", "kueueConfigFile",
                 fix="keep one: embed the Configuration under kueue, or reference its file")
@@ -307,9 +318,9 @@ def _webhook(r: FieldReader | None) -> WebhookSettings:
     out = WebhookSettings(
         enabled=r.flag("enabled", d.enabled),
         bind_address=_address(r, "bindAddress", d.bind_address),
-        cert_file=r.text("certFile", d.cert_file) or d.cert_file,
-        key_file=r.text("keyFile", d.key_file) or d.key_file,
-        runtime_class_name=r.text("runtimeClassName") or None,
+        cert_file=_string(r, "certFile", d.cert_file) or d.cert_file,
+        key_file=_string(r, "keyFile", d.key_file) or d.key_file,
+        runtime_class_name=_string(r, "runtimeClassName") or None,
         require_mutation=r.flag("requireMutation", d.require_mutation),
         workers=_bounded(r, "workers", d.workers, 256),
         queue=_bounded(r, "queue", d.queue, 4096),
@@ -335,8 +346,8 @@ def _secure_metrics(r: FieldReader | None) -> SecureMetricsSettings:
     _unknown(r, _SECURE_METRICS)
     return SecureMetricsSettings(
         enabled=r.flag("enabled", d.enabled),
-        cert_file=r.text("certFile", d.cert_file) or d.cert_file,
-        key_file=r.text("keyFile", d.key_file) or d.key_file,
+        cert_file=_string(r, "certFile", d.cert_file) or d.cert_file,
+        key_file=_string(r, "keyFile", d.key_file) or d.key_file,
     )
 
 
@@ -352,14 +363,14 @@ def _beside_kueue(r: FieldReader | None) -> BesideKueueSettings:
     if r is None:
         return d
     _unknown(r, _BESIDE_KUEUE)
-    controller = r.text("admissionCheckController", d.admission_check_controller) or d.admission_check_controller
+    controller = _string(r, "admissionCheckController", d.admission_check_controller) or d.admission_check_controller
     return BesideKueueSettings(enabled=r.flag("enabled", d.enabled), admission_check_controller=controller)
 
 
 def _profile(r: FieldReader, default: str) -> str:
     from gpufleet.scheduling.placement import PROFILE_NAMES
 
-    value = r.text("placementProfile", default) or default
+    value = _string(r, "placementProfile", default) or default
     if value.strip().lower() not in PROFILE_NAMES:
         r.error(f"unknown placement profile {value!r}", "placementProfile",
                 fix=f"use one of {', '.join(PROFILE_NAMES)}")
@@ -373,13 +384,13 @@ def parse_settings(r: FieldReader, base: Path) -> SchedulerSettings:
         r.error("the configuration must be a mapping", fix="write key: value pairs, e.g. schedulerName: gpufleet")
         return d
     _unknown(r, _TOP)
-    kind = r.text("kind")
+    kind = _string(r, "kind")
     if kind is not None and kind != KIND:
         r.error(f"kind {kind!r} is not {KIND}", "kind", fix=f"set kind: {KIND} or leave it out")
     preemption = r.obj("preemption")
     if preemption is not None:
         _unknown(preemption, _PREEMPTION)
-    name = r.text("schedulerName", d.scheduler_name) or d.scheduler_name
+    name = _string(r, "schedulerName", d.scheduler_name) or d.scheduler_name
     out = SchedulerSettings(
         scheduler_name=name,
         leader_election=_leader(r.obj("leaderElection")),

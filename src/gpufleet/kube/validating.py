@@ -4,7 +4,8 @@ sends, served by the scheduler's webhook server on :data:`VALIDATE_PATH` (Admiss
 Each finding's rule has an action from the scheduler's configuration (:mod:`gpufleet.kube.lint_settings`):
 ``deny`` refuses the object (the message lists every such finding with its fix), ``warn`` answers with an
 AdmissionReview warning (kubectl prints it), ``off`` drops it. The rules that need the cluster judge against the
-scheduler's informer cache (:class:`CacheClusterSource`: its Nodes and queue objects, rebuilt at most every
+scheduler's informer cache (:class:`CacheClusterSource`: its Nodes, queue objects and Kubeflow's training runtimes,
+which a TrainJob's pods come from, rebuilt at most every
 :data:`REFRESH_SECONDS`); an admitted ClusterQueue or LocalQueue is judged with itself in place of its cached
 version. The object as the API server sends it is parsed by the same parsers as a manifest file.
 
@@ -45,6 +46,7 @@ MAX_WARNING_CHARS = 256
 MAX_WARNINGS = 16
 MAX_MESSAGE_CHARS = 4096
 QUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "Namespace")
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")  # a TrainJob's pods are its runtime's
 
 JsonDict = dict[str, Any]
 ClusterSource = Callable[[], ClusterView]
@@ -58,7 +60,8 @@ class CacheClusterSource:
     def __init__(self, cache: ObjectCache, resources: Sequence[r.ResourceType], refresh: float = REFRESH_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.cache = cache
-        self.resources = [res for res in resources if res.kind == "Node" or res.kind in QUEUE_KINDS]
+        self.resources = [res for res in resources
+                          if res.kind == "Node" or res.kind in QUEUE_KINDS or res.kind in RUNTIME_KINDS]
         self.refresh = refresh
         self.clock = clock
         self._lock = threading.Lock()
@@ -93,6 +96,7 @@ class Validator:
         # flavors that do not exist).
         builder = ManifestBuilder(Problems())
         builder.out.flavors = list(view.flavors.values())
+        builder.out.controllers.runtimes = list(view.runtimes)  # a TrainJob's pods come from its runtime
         builder.add(doc)
         parsed: Manifests = builder.finish()
         if parsed.cluster_queues or parsed.local_queues:  # judge a queue object with itself in the cluster
@@ -121,8 +125,10 @@ class Validator:
 
 
 def _as_manifests(view: ClusterView) -> Manifests:
-    return Manifests(nodes=list(view.nodes), flavors=list(view.flavors.values()),
-                     cluster_queues=list(view.cluster_queues.values()), local_queues=list(view.local_queues))
+    m = Manifests(nodes=list(view.nodes), flavors=list(view.flavors.values()),
+                  cluster_queues=list(view.cluster_queues.values()), local_queues=list(view.local_queues))
+    m.controllers.runtimes = list(view.runtimes)
+    return m
 
 
 def _bounded(text: str, limit: int) -> str:

@@ -69,8 +69,10 @@ class FakeMachineSpec:
 
 def load_machine_spec(path: str) -> FakeMachineSpec:
     """Read MACHINE; raise :class:`NvmlError` with every problem (file, line, field) when it is not usable."""
-    if not Path(path).is_file():
-        raise NvmlError(f"--nvml fake:{path}: no such file; give a YAML file holding one gpufleet.io/v1alpha1 "
+    where = Path(path)
+    if not where.is_file():
+        what = "is a folder" if where.is_dir() else "is not a regular file" if where.exists() else "no such file"
+        raise NvmlError(f"--nvml fake:{path}: {what}; give a YAML file holding one gpufleet.io/v1alpha1 "
                         "NodePool (see examples/)")
     loaded = load_manifests([path])
     if loaded.problems.errors:

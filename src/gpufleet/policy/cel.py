@@ -19,12 +19,23 @@ from gpufleet.policy.containers import FRACTION_ANNOTATIONS, GPU_PREFIX
 
 @dataclass(frozen=True, slots=True)
 class CelRule:
-    """``ok``: CEL that is true when template ``t`` passes the rule; ``message``: a plain sentence (the policy
-    prefixes the rule and names the object); ``kinds``: only these (group, kind), None for every workload kind."""
+    """``ok``: CEL that is true when template ``t`` passes the rule (when ``whole_object``: when ``object``, with
+    its templates in ``variables.templates``, passes it); ``message``: a plain sentence (the policy prefixes the
+    rule and names the object); ``kinds``: only these (group, kind), None for every workload kind."""
 
     ok: str
     message: str
     kinds: frozenset[tuple[str, str]] | None = None
+    whole_object: bool = False
+
+    def covers(self, group: str, kind: str) -> bool:
+        return self.kinds is None or (group, kind) in self.kinds
+
+
+def kind_test(group: str, kind: str) -> str:
+    """CEL: ``object`` is of this kind (any version of the group)."""
+    version = "object.apiVersion == 'v1'" if not group else f"object.apiVersion.startsWith('{group}/')"
+    return f"{version} && object.kind == '{kind}'"
 
 
 def _list(field: str) -> str:

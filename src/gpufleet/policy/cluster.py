@@ -13,6 +13,7 @@ from functools import cached_property
 
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import ClusterQueue, LocalQueue, Node, PodTemplate, ResourceFlavor
+from gpufleet.api.workloadkinds.model import TrainingRuntime
 from gpufleet.cluster.state import NodeState, node_state_from
 from gpufleet.scheduling.placement.filters import DEFAULT_FILTERS
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
@@ -40,6 +41,9 @@ class ClusterView:
     flavors: dict[str, ResourceFlavor] = field(default_factory=dict)
     cluster_queues: dict[str, ClusterQueue] = field(default_factory=dict)
     local_queues: list[LocalQueue] = field(default_factory=list)
+    # Kubeflow's (Cluster)TrainingRuntimes: a TrainJob's pods are its runtime's, so the webhook parses an admitted
+    # TrainJob beside them (lint reads them from its input).
+    runtimes: list[TrainingRuntime] = field(default_factory=list)
     # Whether the input describes the nodes / the queues at all: without them the rules that need them say nothing
     # (an absent LocalQueue in a cluster we were not shown is not missing).
     knows_nodes: bool = False
@@ -57,6 +61,7 @@ class ClusterView:
             # LocalQueues gpufleet adds for Volcano's and KAI's queues are named "<system>:<queue>", a name no
             # Kubernetes object can have: they are not the namespace's own.
             view.local_queues.extend(q for q in m.local_queues if ":" not in q.meta.name)
+            view.runtimes.extend(m.controllers.runtimes)
         view.knows_nodes = bool(view.nodes)
         view.knows_queues = described or bool(view.cluster_queues)
         return view

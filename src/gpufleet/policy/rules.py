@@ -26,7 +26,7 @@ from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.constants import FRACTION_RESOURCE
 from gpufleet.kube.webhook import ENV_NAME, FIELD_PATH
-from gpufleet.policy import cel
+from gpufleet.policy import cel, multipod
 from gpufleet.policy.cel import CelRule
 from gpufleet.policy.cluster import ClusterView
 from gpufleet.policy.containers import (
@@ -218,19 +218,41 @@ def _in_pod_group(s: Subject) -> bool:
     return any(key in place for place in places for key in POD_GROUP_KEYS)
 
 
+def _uses_gpus(s: Subject) -> bool:
+    """A template as written asks for a GPU (the test the container rules make), or a pod planned from elsewhere
+    does (a TrainJob's, from its runtime). For every kind whose templates are all in the object the first is the
+    whole answer: what the parsers plan from the object's templates never uses a GPU they do not name."""
+    return any(is_gpu_pod(t) for t in s.templates) or any(True for _ in _gpu_sets(s))
+
+
 def _check_gang(s: Subject, cluster: ClusterView) -> Iterator[Hit]:
     owner = s.owner
     if owner is None or owner.rule.group == "apps" or not owner.rule.gang or owner.rule.grouping == "pod-group":
         return
     if owner.rule.queue_system != "kueue" or owner.queue is not None or s.largest_workload <= 1:
         return
-    if not any(True for _ in _gpu_sets(s)) or _in_pod_group(s):
+    if not _uses_gpus(s) or _in_pod_group(s):
         return
-    yield Hit("metadata.labels", f"{s.largest_workload} GPU pods that only work together, with no queue and no pod "
-              "group: kube-scheduler starts whichever fit, and those wait on the rest holding their GPUs "
+    yield Hit("metadata.labels", f"{s.largest_workload} pods that only work together, on GPUs, with no queue and no "
+              "pod group: kube-scheduler starts whichever fit, and those wait on the rest holding their GPUs "
               "(a deadlock when two such jobs each hold part of the GPUs)",
               f"admit it all or nothing: give it a Kueue queue ({owner.rule.queue}), or a pod group of a gang "
               "scheduler")
+
+
+def _in_pod_group_cel(meta: str) -> str:
+    return " || ".join(f"(has({meta}.{where}) && {list(POD_GROUP_KEYS)!r}.exists(k, k in {meta}.{where}))"
+                       for where in ("labels", "annotations"))
+
+
+_GANG_CEL = CelRule(
+    ok=f"!({multipod.ungrouped_gang()} &&\n  variables.templates.exists(t, {cel.GPU_POD}) &&\n  "
+       f"!({_in_pod_group_cel('object.metadata')} || variables.templates.exists(t, (has(t.metadata) && "
+       f"({_in_pod_group_cel('t.metadata')})) || (has(t.spec.schedulerName) && "
+       f"t.spec.schedulerName in {list(GANG_SCHEDULERS)!r}))))",
+    message="GPU pods that only work together, with no queue and no pod group: kube-scheduler may start some and "
+            "leave them waiting on the rest, holding their GPUs (metadata.labels)",
+    kinds=frozenset(multipod.MULTI_POD), whole_object=True)
 
 
 # ---- anti-pattern 4: quota bypassed --------------------------------------------------------------------------------
@@ -542,7 +564,7 @@ RULES: tuple[Rule, ...] = (
          "the rendezvous holding their GPUs, and two such jobs can deadlock each other. Uber measured 20 to 40% of "
          "distributed training jobs failing this way without gang scheduling.",
          "give it a Kueue queue (kueue.x-k8s.io/queue-name), which admits its pods all or none, or a pod group of a "
-         "gang scheduler", _check_gang, anti_pattern=3),
+         "gang scheduler", _check_gang, cel=_GANG_CEL, anti_pattern=3),
     Rule("gpu-workload-without-queue", "error", "GPU workload without a queue in a namespace that has LocalQueues",
          "In a namespace whose teams share GPUs through Kueue's LocalQueues, a workload that names no queue is "
          "admitted against no quota: it bypasses the team's share (Kueue documents a ValidatingAdmissionPolicy "

@@ -19,8 +19,9 @@ import yaml
 
 from gpufleet.api.workloadkinds.table import RULES as KIND_RULES
 from gpufleet.api.workloadkinds.table import api_resources
-from gpufleet.policy.cel import CelRule
+from gpufleet.policy.cel import CelRule, kind_test
 from gpufleet.policy.model import IGNORE_ANNOTATION, Rule
+from gpufleet.policy.multipod import MULTI_POD
 from gpufleet.policy.rules import RULES
 from gpufleet.policy.templates import EACH_ITEM, EACH_VALUE, WORKLOAD_KINDS, Path, template_paths
 
@@ -58,11 +59,6 @@ def templates_of(path: Path) -> str:
     return f"({guards} ? {container}.filter(x, {inner}).map(x, {picked}) : [])"
 
 
-def _kind_test(group: str, kind: str) -> str:
-    version = "object.apiVersion == 'v1'" if not group else f"object.apiVersion.startsWith('{group}/')"
-    return f"{version} && object.kind == '{kind}'"
-
-
 def judged_kinds() -> list[tuple[str, str]]:
     return sorted(k for k in WORKLOAD_KINDS if template_paths(*k))
 
@@ -72,7 +68,7 @@ def templates_variable() -> str:
     expr = "[]"
     for group, kind in reversed(judged_kinds()):
         lists = " + ".join(templates_of(p) for p in template_paths(group, kind))
-        expr = f"{_kind_test(group, kind)} ? {lists} :\n  {expr}"
+        expr = f"{kind_test(group, kind)} ? {lists} :\n  {expr}"
     return expr
 
 
@@ -84,9 +80,9 @@ def _ignored(rule_id: str) -> str:
 
 def validation(rule: Rule) -> dict[str, Any]:
     c: CelRule = rule.cel
-    check = f"variables.templates.all(t, {c.ok})"
+    check = c.ok if c.whole_object else f"variables.templates.all(t, {c.ok})"
     if c.kinds is not None:
-        kinds = " || ".join(f"({_kind_test(g, k)})" for g, k in sorted(c.kinds) if template_paths(g, k))
+        kinds = " || ".join(f"({kind_test(g, k)})" for g, k in sorted(c.kinds) if template_paths(g, k))
         check = f"!({kinds}) || {check}"
     name = ("object.kind + ' ' + (has(object.metadata.namespace) ? object.metadata.namespace + '/' : '') + "
             "(has(object.metadata.name) ? object.metadata.name : object.metadata.generateName)")
@@ -149,10 +145,14 @@ HEADER = """\
 # prints them) and audit annotations. Silence a rule on one object with the annotation
 # gpufleet.io/lint-ignore: RULE[,RULE]. The rules that need the cluster (GPU models, MIG offers, queues) are served
 # by gpufleet's validating webhook instead: docs/lint.md.
+# gang-without-all-or-nothing judges {gang_kinds}.
+# Not TrainJob: its pods are described by its runtime (a TrainingRuntime or ClusterTrainingRuntime), another object,
+# which a policy cannot read (`gpufleet lint` judges it when the runtime is in its input).
 """
 
 
 def export_documents(rules: Sequence[Rule] = RULES) -> str:
     ids = ", ".join(r.id for r in exportable(rules))
     body = yaml.safe_dump_all(policies(rules), sort_keys=False, width=1 << 30, default_flow_style=False)
-    return HEADER.format(rules=ids) + "---\n" + body
+    gang = ", ".join(kind for _, kind in sorted(MULTI_POD))
+    return HEADER.format(rules=ids, gang_kinds=gang) + "---\n" + body

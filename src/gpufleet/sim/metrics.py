@@ -3,7 +3,9 @@
 * GPU allocation %: GPUs held (by share) integrated over the window, over capacity × window;
 * GPU utilization %: GPUs busy over capacity × window. A pod is busy while its work runs (a gang only once
   every pod runs), by its demand; a time-sliced or fractionally shared GPU is at most 100% busy;
-* busy-of-held %: GPUs busy over GPUs held, what DCGM shows averaged over the GPUs in use;
+* busy-of-held %: GPUs busy over GPUs in use, what DCGM shows averaged over the GPUs in use: a software-shared
+  GPU (time-slice replicas, fractions) is in use, whole, while any pod holds part of it (its tenants' busy
+  time is capped at that one GPU), so the share stays within [0, 100];
 * job success %: jobs that succeeded over jobs that ended (succeeded, or failed for good after their
   retries); jobs still running or pending at the end are counted apart as unfinished;
 * failures: failed attempts by cause (a job retried twice and then failed counts three);
@@ -68,6 +70,28 @@ def busy_integrals(spans: Iterable[PodSpan], points: FloatArray) -> FloatArray:
     return total
 
 
+def in_use_integrals(spans: Iterable[PodSpan], points: FloatArray) -> FloatArray:
+    """Running integral of GPUs in use at ``points``: held shares of exclusive devices (whole GPUs, MIG instances)
+    summed, a software-shared GPU counted as one while any pod holds part of it.
+
+    The denominator :func:`busy_integrals` is measured against: a replica of 8 holds 1/8 of a GPU yet may keep
+    the whole GPU busy, so against its share alone the busy share could pass 100%.
+    """
+    exclusive: list[PodSpan] = []
+    shared: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for x in spans:
+        if x.shared_gpus:
+            for g in x.shared_gpus:
+                shared[g].append((x.held_from, x.held_to))
+        else:
+            exclusive.append(x)
+    total = held_step(exclusive).integral_at(points)
+    for rows in shared.values():
+        a = np.array(rows, dtype=np.float64)
+        total = total + Step.from_spans(a[:, 0], a[:, 1], np.ones(len(rows))).capped(1.0).integral_at(points)
+    return total
+
+
 def _group_costs(spans: Iterable[PodSpan], key: Callable[[PodSpan], str | None], t1: float) -> dict[str, Any]:
     out: dict[str, dict[str, float]] = {}
     for x in spans:
@@ -108,6 +132,8 @@ def kpis(result: SimResult) -> dict[str, Any]:
     edges = np.array([0.0, w], dtype=np.float64)
     b = busy_integrals(spans, edges)
     busy = float(b[1] - b[0])
+    u = in_use_integrals(spans, edges)
+    in_use = float(u[1] - u[0])
     ended = [j for j in result.jobs if j.outcome != "unfinished"]
     succeeded = sum(1 for j in ended if j.outcome == "succeeded")
     waits = _waits(result, result.jobs)
@@ -122,7 +148,7 @@ def kpis(result: SimResult) -> dict[str, Any]:
     return {
         "gpu_allocation_pct": _r(100 * held / denom if denom else None),
         "gpu_utilization_pct": _r(100 * busy / denom if denom else None),
-        "busy_of_held_pct": _r(100 * busy / held if held else None),
+        "busy_of_held_pct": _r(100 * busy / in_use if in_use else None),
         "job_success_pct": _r(100 * succeeded / len(ended) if ended else None),
         "wait_p50_s": _r(percentile(waits, 50), 1),
         "wait_p95_s": _r(percentile(waits, 95), 1),

@@ -72,6 +72,11 @@ def parse_failures(text: str | None) -> FailureModels:
     return FailureModels(rendezvous="rendezvous" in names, oom="oom" in names, retries="retries" in names)
 
 
+def no_nodes_error(notes: Sequence[str]) -> SimulationError:
+    """The input has no nodes: said with the input's warnings, which may say why (a folder without manifests)."""
+    return SimulationError("\n".join(["no nodes in the input: give Nodes, NodePools or an openb node list", *notes]))
+
+
 def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None = None,
          duration: str | None = None, seed: int | None = None, failures: str | None = None,
          strict: bool = False) -> Plan:
@@ -96,7 +101,7 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
         return _study_plan(files, inputs.generators, policies=policies, duration_s=duration_s, seed=seed,
                            models=models)
     if not inputs.manifests.nodes:
-        raise SimulationError("no nodes in the input: give Nodes, NodePools or an openb node list")
+        raise no_nodes_error(inputs.notes)
     horizon = duration_s
     if horizon is None and inputs.generators:
         horizon = max(g.duration_s for g in inputs.generators)

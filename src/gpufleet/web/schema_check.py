@@ -53,7 +53,9 @@ def _type_ok(value: Any, name: str) -> bool:
     if name == "boolean":
         return isinstance(value, bool)
     if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
+        # JSON Schema counts a number without a fractional part (0.0) as an integer: JSON has one number type.
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer())
     if name == "number":
         return isinstance(value, int | float) and not isinstance(value, bool)
     if name == "string":

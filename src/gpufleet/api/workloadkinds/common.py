@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpufleet.api import limits
-from gpufleet.api.kinds import parse_pod_template
+from gpufleet.api.kinds import read_pod_template
 from gpufleet.api.objects import GPUFLEET_QUEUE_LABEL, KUEUE_QUEUE_LABEL, PodTemplate
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.workloadkinds.model import PodSetPlan, QueueSystem, WorkloadOwner, WorkloadPlan
@@ -17,14 +17,8 @@ INT32 = 2**31 - 1
 
 
 def read_template(r: FieldReader, key: str = "template") -> PodTemplate | None:
-    """A pod template (``metadata`` and ``spec``) under ``key``, through the same parser Pods go through."""
-    t = r.obj(key, required=True)
-    if t is None:
-        return None
-    m = t.obj("metadata")
-    labels = m.string_map("labels") if m else {}
-    annotations = m.string_map("annotations") if m else {}
-    return parse_pod_template(t, labels, annotations, t.obj("spec", required=True))
+    """A pod template (``metadata`` and ``spec``) under ``key``, validated as a Pod's."""
+    return read_pod_template(r, key)
 
 
 def count(r: FieldReader, key: str, default: int) -> int:

@@ -9,9 +9,12 @@
    mutating snapshot: a preemptor without targets may reserve capacity; one whose targets overlap an earlier
    preemptor's, or that no longer fits once earlier decisions are counted, is skipped; a preemptor issues its
    evictions and waits for a later cycle; a fitting workload is placed on nodes (all pods or none, with
-   placement preemption when nodes, not quota, are short) and admitted.
-5. The snapshot is rolled back and real admissions charged; every head not admitted is requeued by its
-   queueing strategy.
+   placement preemption when nodes, not quota, are short) and admitted. When pods are placed, a preemption is
+   issued only if its preemptor also fits on nodes once its targets are gone, with more victims if needed, and
+   the room it makes is held until the preemptor is processed in the next cycle (kueue.room); none is issued
+   when nothing makes room. Rooms the last cycle's preemptions made are held before the first entry.
+5. The snapshot is rolled back, the held room released, and real admissions charged; every head not admitted
+   is requeued by its queueing strategy.
 """
 
 from __future__ import annotations
@@ -20,17 +23,13 @@ from collections.abc import Iterable
 
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
+from gpufleet.scheduling.kueue.gangs import GangPlacer, Group
 from gpufleet.scheduling.kueue.info import PodSetAdmission, State, WorkloadInfo
 from gpufleet.scheduling.kueue.modes import Granular, Mode, Outcome
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
-from gpufleet.scheduling.kueue.preemption import (
-    IN_CLUSTER_QUEUE,
-    IN_COHORT_RECLAMATION,
-    Target,
-    candidate_order,
-    priority_allows,
-)
+from gpufleet.scheduling.kueue.preemption import Target
 from gpufleet.scheduling.kueue.queues import FAILED_AFTER_NOMINATION, GENERIC, NAMESPACE_MISMATCH, PENDING_PREEMPTION
+from gpufleet.scheduling.kueue.room import HeldRooms, Nomination, Room, make_room
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.quota import FR
 from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PendingWorkload, PodAssignment, PreemptedWorkload
@@ -39,6 +38,7 @@ NAMESPACE_MISMATCH_MESSAGE = "Workload namespace doesn't match ClusterQueue sele
 OVERLAPPING_MESSAGE = "Workload has overlapping preemption targets with another workload"
 NO_LONGER_FITS_MESSAGE = "Workload no longer fits after processing another workload"
 WAITING_PODS_READY_MESSAGE = "waiting for all admitted workloads to be in PodsReady condition"
+NO_ROOM_MESSAGE = "no preemption makes room on nodes"
 
 
 # What an entry holds before nomination gives it an assignment: no pod set, never changed.
@@ -90,6 +90,9 @@ class Cycle:
         self.decisions = Decisions()
         self.preempted: dict[str, WorkloadInfo] = {}  # targets chosen this cycle
         self.admitted: list[tuple[Entry, list[PodAssignment]]] = []
+        # The room on nodes preemptions are making, held for their preemptors (kueue.room); None without nodes.
+        placer = state.placer
+        self.rooms = HeldRooms(placer.cluster) if placer is not None else None
         # Nomination sees one unchanging snapshot, so a target search asked twice (by the flavor oracle, then
         # for the whole assignment of a single-resource workload) has one answer.
         self._searches: dict[tuple[str, frozenset[FR], tuple[tuple[FR, int], ...]], list[Target]] = {}
@@ -286,6 +289,18 @@ class Cycle:
         e.info.last_tried = None
 
     def _process(self, e: Entry) -> None:
+        rooms = self.rooms
+        if rooms is None or not rooms.nominations:
+            self._decide(e)
+            return
+        rooms.drop(e.info.key)  # its own room: it is decided again now
+        lower = rooms.below(e.info.priority)
+        try:
+            self._decide(e)
+        finally:
+            rooms.restore(lower)
+
+    def _decide(self, e: Entry) -> None:
         tree = self.state.tree
         outcome = e.assignment.outcome
         if outcome is Outcome.NO_FIT:
@@ -301,8 +316,7 @@ class Cycle:
             self._skip(e, NO_LONGER_FITS_MESSAGE)
             return
         if outcome is Outcome.PREEMPT:
-            tree.add_usage(e.cq.name, e.assignment.usage)
-            self._issue(e, e.targets)
+            self._preempt(e)
             return
         if not self.state.all_pods_ready() and self.state.config.pods_ready_for(e.cq.name).block_admission:
             self._skip(e, WAITING_PODS_READY_MESSAGE)
@@ -317,52 +331,62 @@ class Cycle:
         e.admitted = True
         self.admitted.append((e, pods))
 
+    def _groups(self, gangs: GangPlacer, e: Entry) -> list[Group]:
+        return gangs.groups(e.info, [ps.flavors() for ps in e.assignment.podsets], e.assignment.counts())
+
+    def _preempt(self, e: Entry) -> None:
+        """Issue the preemption, with what its pods also need on nodes when the policy places pods (kueue.room);
+        when no eviction the rules allow makes room there, none is issued (Kueue: no candidates) and it waits
+        for nodes. Without a placer, the quota targets as they are."""
+        gangs = self.state.placer
+        if gangs is None:
+            self.state.tree.add_usage(e.cq.name, e.assignment.usage)
+            self._issue(e, e.targets)
+            return
+        room = make_room(self.state, e.info, e.cq, e.assignment.usage, self._groups(gangs, e), e.targets,
+                         self.preempted.values())
+        if room.targets is None:
+            e.message = (e.message + ". " if e.message else "") + f"{NO_ROOM_MESSAGE}: {room.why}"
+            e.info.placement_parked = True
+            if not e.cq.can_always_reclaim():
+                self.state.tree.add_usage(e.cq.name, self._reserve(e))
+            return
+        self._hold(e, room)
+        self.state.tree.add_usage(e.cq.name, e.assignment.usage)
+        self._issue(e, room.targets)
+        self._resume_at_chosen(e)
+
+    def _resume_at_chosen(self, e: Entry) -> None:
+        """After a preemption that makes room on nodes, the next flavor search starts at the flavors it was made
+        for. Kueue starts over after a preemption, but its flavor search knows nodes (TAS); ours knows quota
+        only, and an earlier flavor that fits in quota but not on nodes would take the preemptor away from the
+        room it made while its victims come back into that room: the loop kueue.room is there to prevent."""
+        e.info.last_tried = self.state.assigner(e.cq.name).resume_at(e.assignment)
+
+    def _hold(self, e: Entry, room: Room) -> None:
+        assert self.rooms is not None
+        self.rooms.issue(Nomination(e.info.key, e.info.priority, room))
+
     def _place(self, e: Entry) -> list[PodAssignment] | None:
         gangs = self.state.placer
         assert gangs is not None
-        flavors = [ps.flavors() for ps in e.assignment.podsets]
-        groups = gangs.groups(e.info, flavors, e.assignment.counts())
+        groups = self._groups(gangs, e)
         placed, failed = gangs.place(groups)
         if placed is not None:
             return [PodAssignment(p.pod, p.node, p.device_ids) for p in placed]
         assert failed is not None
-        victims = gangs.victims(groups, self._placement_candidates(e))
-        if not victims:
-            e.message = gangs.explain(failed, sum(len(g[1]) for g in groups))
+        why = gangs.explain(failed, sum(len(g[1]) for g in groups))
+        room = make_room(self.state, e.info, e.cq, e.assignment.usage, groups, [], self.preempted.values(), why)
+        if not room.targets:
+            e.message = why
             e.info.placement_parked = True
             return None
-        targets = [Target(v, IN_CLUSTER_QUEUE if v.cluster_queue == e.cq.name else IN_COHORT_RECLAMATION)
-                   for v in victims]
-        if any(t.info.key in self.preempted for t in targets):
-            self._skip(e, OVERLAPPING_MESSAGE)
-            return None
+        self._hold(e, room)
         self.state.tree.add_usage(e.cq.name, e.assignment.usage)
         e.message = "insufficient node capacity for the gang"
-        self._issue(e, targets)
+        self._issue(e, room.targets)
+        self._resume_at_chosen(e)
         return None
-
-    def _placement_candidates(self, e: Entry) -> list[WorkloadInfo]:
-        """Admitted, placed workloads the preemption rules allow ``e`` to evict: lower priority ones of its own
-        queue (withinClusterQueue), and those of borrowing queues of its cohort tree (reclaimWithinCohort)."""
-        state, info, p = self.state, e.info, e.cq.preemption
-        this_cycle = {entry.info.key for entry, _ in self.admitted}
-        root = state.queues.tree_of.get(e.cq.name)
-        out: list[WorkloadInfo] = []
-        for cand in state.admitted_infos():
-            if cand.key in this_cycle or not cand.admission or not any(x.node for x in cand.admission.pods):
-                continue
-            cq = cand.cluster_queue
-            if cq == e.cq.name:
-                allowed = priority_allows(p.within_cluster_queue, info, cand)
-            elif cq is not None and state.queues.tree_of.get(cq) == root and cq != root:
-                allowed = priority_allows(p.reclaim_within_cohort, info, cand) and any(
-                    state.tree.is_borrowing(cq, fr) for fr in cand.usage)
-            else:
-                allowed = False
-            if allowed:
-                out.append(cand)
-        out.sort(key=lambda c: candidate_order(c, e.cq.name))
-        return out
 
     # ---- the cycle -------------------------------------------------------------------------------------------
     def run(self) -> Decisions:
@@ -376,13 +400,22 @@ class Cycle:
             with state.preemptor.nomination():
                 entries, inadmissible = self._nominate(heads)
             self._searches.clear()  # processing changes the snapshot
+            rooms, carried = self.rooms, state.nominations
+            state.nominations = {}
+            if rooms is not None:
+                for nomination in carried.values():
+                    rooms.hold(nomination)
             order: Iterable[Orderable] = (fair_sharing(entries, tree) if state.config.fair_sharing
                                           else classical(entries))
             for item in order:
                 assert isinstance(item, Entry)
                 self._process(item)
+            if rooms is not None:
+                state.nominations = rooms.carried()
         finally:
             tree.rollback(mark)
+            if self.rooms is not None:
+                self.rooms.release_all()
         for e, pods in self.admitted:
             podsets = [PodSetAdmission(ps.name, ps.count, ps.flavors()) for ps in e.assignment.podsets]
             # The assignment may be shared with other heads (kueue.memo): the admission gets its own usage.

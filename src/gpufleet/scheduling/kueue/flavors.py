@@ -142,6 +142,18 @@ class FlavorAssigner:
         out.outcome = outcome if out.podsets else Outcome.NO_FIT
         return out
 
+    def resume_at(self, assignment: Assignment) -> list[dict[int, int]]:
+        """A flavor search state (``WorkloadInfo.last_tried``) that makes the next search start at the flavors
+        ``assignment`` chose, pod set by pod set, group by group."""
+        out: list[dict[int, int]] = []
+        for psa in assignment.podsets:
+            tried: dict[int, int] = {}
+            for r, c in psa.choices.items():
+                group = self.cq.group_of[r]
+                tried[group.index] = group.flavors.index(c.flavor) - 1
+            out.append(tried)
+        return out
+
     def _assign_podset(self, info: WorkloadInfo, ps: PodSetRequest, count: int, requests: dict[str, int],
                        usage: dict[FR, int], oracle: Oracle) -> tuple[PodSetAssignment, dict[int, int]]:
         psa = PodSetAssignment(ps.name, count)

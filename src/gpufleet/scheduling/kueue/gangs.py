@@ -8,6 +8,7 @@ so that a gang is either placed entirely or not at all.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -85,6 +86,26 @@ class GangPlacer:
             placed.extend(got)
         cluster.commit(mark)
         return placed, None
+
+    def plan(self, groups: Sequence[Group]) -> tuple[list[Placement] | None, Group | None]:
+        """What-if placement: where every group would go now (as :meth:`place` answers), leaving no trace: the
+        cluster is rolled back and the placer's random draws are put back, so that asking changes no later
+        choice."""
+        rng = getattr(self.placer, "rng", None)
+        drawn = rng.getstate() if isinstance(rng, random.Random) else None
+        cluster = self.cluster
+        mark = cluster.checkpoint()
+        try:
+            return self.place(groups)
+        finally:
+            cluster.rollback(mark)
+            if drawn is not None:
+                assert isinstance(rng, random.Random)
+                rng.setstate(drawn)
+
+    def fits(self, groups: Sequence[Group]) -> Group | None:
+        """What-if placement (:meth:`plan`): the group that cannot be placed now, None when every group can."""
+        return self.plan(groups)[1]
 
     def explain(self, group: Group, total: int) -> str:
         reason = self.placer.explain(group[1][0])

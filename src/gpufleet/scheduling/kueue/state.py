@@ -8,6 +8,7 @@ nodes are known; placements are real as soon as they are decided.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from gpufleet.cluster.state import ClusterState
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -20,6 +21,9 @@ from gpufleet.scheduling.kueue.preemption import Preemptor
 from gpufleet.scheduling.kueue.queues import QueueManager
 from gpufleet.scheduling.quota import FR, QuotaTree
 from gpufleet.scheduling.types import AdmittedWorkload, PodAssignment
+
+if TYPE_CHECKING:
+    from gpufleet.scheduling.kueue.room import Nomination
 
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
 
@@ -58,6 +62,8 @@ class SchedulerState:
         # afresh (the reference the memo is tested against).
         self.memo: NominationMemo | None = NominationMemo(self.tree, config.cluster_queues, self.admitted,
                                                           config.fair_sharing)
+        # Room on nodes the last cycle's preemptions made, held for their preemptors in the next (kueue.room).
+        self.nominations: dict[str, Nomination] = {}
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
         """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""

@@ -169,7 +169,10 @@ def jobs_from_workloads(m: Manifests, workloads: list[Workload], problems: Probl
         except _Bad as bad:
             meta = metas.get(w.key)
             src = meta.source if meta is not None else None
-            problems.error(f"{bad}; the job is left out of the simulation", file=src.file if src else None,
+            # An error, not a left-out warning: a bad value is a mistake in the input (unlike a kind or field
+            # gpufleet does not read), and a run missing one job would report KPIs of another workload; every
+            # caller (simulate, the case study, calibration) stops on errors.
+            problems.error(f"{bad}; nothing is simulated until it is fixed", file=src.file if src else None,
                            line=src.line if src else None, kind=w.kind, name=w.key,
                            field=f"metadata.annotations.{bad.key}", fix=bad.fix)
             continue
