@@ -294,7 +294,7 @@ class Cycle:
             self._decide(e)
             return
         rooms.drop(e.info.key)  # its own room: it is decided again now
-        lower = rooms.below(e.info.priority)
+        lower = rooms.below(e.info.key, e.info.priority)
         try:
             self._decide(e)
         finally:
@@ -365,7 +365,8 @@ class Cycle:
 
     def _hold(self, e: Entry, room: Room) -> None:
         assert self.rooms is not None
-        self.rooms.issue(Nomination(e.info.key, e.info.priority, room))
+        victims = frozenset(t.info.key for t in room.targets or ())
+        self.rooms.issue(Nomination(e.info.key, e.info.priority, room, victims))
 
     def _place(self, e: Entry) -> list[PodAssignment] | None:
         gangs = self.state.placer

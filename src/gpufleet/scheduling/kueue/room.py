@@ -23,9 +23,10 @@ Two more things keep a preemption from freeing nothing its preemptor uses:
 
 * the room is held (:class:`HeldRooms`): what the preemptor's pods would take beyond what their targets free is
   taken by placeholder pods for the rest of the cycle and again in the next one until the preemptor is processed,
-  so that nothing processed in between, its victims coming back included, is placed there; workloads of higher
-  priority ignore it (Kueue adds a preemptor's topology usage to the cycle's snapshot; kube-scheduler keeps a
-  preemptor's nominated node for it against pods of lower or equal priority);
+  so that nothing processed in between, its victims coming back included, is placed there; in the next cycle
+  workloads of higher priority, its victims excepted, ignore it (Kueue adds a preemptor's topology usage to the
+  cycle's snapshot; kube-scheduler keeps a preemptor's nominated node for it against pods of lower or equal
+  priority);
 * the cycle makes the preemptor's next flavor search start at the flavors it made room in
   (``FlavorAssigner.resume_at``): Kueue starts over after a preemption, but its flavor search knows nodes, and ours
   knows quota only.
@@ -199,21 +200,22 @@ HOLD_PREFIX = "gpufleet.io/room-held-for:"
 @dataclass(frozen=True, slots=True)
 class Nomination:
     """Room a preemption made, kept for the next cycle (kube-scheduler's nominated node): its preemptor, whose
-    priority decides who may ignore it, and the room."""
+    priority decides who may ignore it, the room, and its victims, which never may."""
 
     preemptor: str
     priority: int
     room: Room
+    victims: frozenset[str]
 
 
 class HeldRooms:
     """The rooms held in a cluster during one cycle, each by placeholder pods (:func:`hold_room`).
 
     A room is held from the preemption that makes it until its preemptor is processed in the next cycle, so that
-    nothing processed in between, its own victims coming back included, is placed in it; workloads of higher
-    priority than its preemptor ignore it, as kube-scheduler's nominated pods bind only those of lower or equal
-    priority. A room something else took meanwhile (a pod placed outside the cycle, a higher priority workload) is
-    dropped: its preemptor decides afresh when processed."""
+    nothing processed in between, its own victims coming back included, is placed in it; in that next cycle,
+    workloads of higher priority than its preemptor, other than its victims, ignore it, as kube-scheduler's
+    nominated pods bind only those of lower or equal priority. A room something else took meanwhile (a pod placed
+    outside the cycle, a workload of higher priority) is dropped: its preemptor decides afresh when processed."""
 
     def __init__(self, cluster: ClusterState) -> None:
         self.cluster = cluster
@@ -247,9 +249,15 @@ class HeldRooms:
         self._release(preemptor)
         self.nominations.pop(preemptor, None)
 
-    def below(self, priority: int) -> list[Nomination]:
-        """Let go, until :meth:`restore`, of the rooms of preemptors of lower priority than ``priority``."""
-        out = [n for n in self.nominations.values() if n.priority < priority]
+    def below(self, workload: str, priority: int) -> list[Nomination]:
+        """Let go, until :meth:`restore`, of the rooms earlier cycles made for preemptors of lower priority than
+        ``priority`` (that of ``workload``, about to be processed), unless ``workload`` was evicted to make them:
+        a victim let back into its room would make its eviction for nothing. A room made in this cycle binds
+        everything processed after its preemptor, as the cycle's order had it first (Kueue counts a preemptor's
+        topology usage in the cycle's snapshot)."""
+        issued = {n.preemptor for n in self.issued}
+        out = [n for n in self.nominations.values()
+               if n.priority < priority and n.preemptor not in issued and workload not in n.victims]
         for n in out:
             self._release(n.preemptor)
         return out
