@@ -15,6 +15,7 @@ assertions, and tests still inject faults with kmock's own DSL at a higher prior
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -25,6 +26,10 @@ import kmock
 from kmock._internal import parsing as _kmock_parsing
 
 from gpufleet.kube.resources import ResourceType
+
+# aiohttp logs every request kmock serves at INFO; a server thread still answering after its test ended then writes
+# to a stream pytest has closed ("--- Logging error ---" in CI's output). Requests are asserted on, not logged.
+logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 T = TypeVar("T")
 JsonDict = dict[str, Any]
