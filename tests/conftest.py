@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,17 @@ def openb() -> Path:
     if folder is None:
         pytest.skip("the openb trace is not present (set GPUFLEET_OPENB_DIR or put it in ../shared/data/openb)")
     return folder
+
+
+@pytest.fixture(autouse=True)
+def _no_json_log_handler_outlives_its_test() -> Iterator[None]:
+    """A command run in-process (`gpufleet scheduler` or `node agent` through CliRunner) routes the root logger to
+    the runner's stream with ``setup_logging``; that stream is closed when the command returns, while threads the
+    command started may still log ("--- Logging error ---" in CI's output). The handler goes with its test."""
+    from gpufleet.kube.logs import JsonFormatter
+
+    yield
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler.formatter, JsonFormatter):
+            root.removeHandler(handler)
