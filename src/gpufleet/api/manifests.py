@@ -168,7 +168,7 @@ def _error_at(out: Manifests, obj: Any, message: str, field_: str, fix: str) -> 
                        kind=getattr(obj, "kind", type(obj).__name__), name=obj.meta.key, field=field_, fix=fix)
 
 
-def _check_references(out: Manifests) -> None:
+def _check_references(out: Manifests, *, queue_names: bool = True) -> None:
     flavors = {f.name for f in out.flavors}
     bad_cqs = []
     for cq in out.cluster_queues:
@@ -188,7 +188,8 @@ def _check_references(out: Manifests) -> None:
                 "its workloads stay pending", file=src.file if src else None, line=src.line if src else None,
                 kind="LocalQueue", name=lq.key, field="spec.clusterQueue",
                 fix=f"define ClusterQueue {lq.cluster_queue} or fix the name")
-    check_queue_names(out)
+    if queue_names:
+        check_queue_names(out)
     _check_cohort_cycles(out)
     _check_mig_requests(out)
 
@@ -280,11 +281,14 @@ class ManifestBuilder:
         _parse_document(doc, self.out, self.out.documents)
         self.out.documents += 1
 
-    def finish(self) -> Manifests:
+    def finish(self, *, queue_names: bool = True) -> Manifests:
+        """The bundle, cross-checked. ``queue_names=False`` skips the warnings about workloads naming a missing
+        LocalQueue (gpufleet.api.queue_refs): the live scheduler, which rebuilds every cycle a workload changes,
+        shows no warnings and tells that pending reason itself."""
         out = self.out
         intake.finish(out)
         _check_duplicates(out)
-        _check_references(out)
+        _check_references(out, queue_names=queue_names)
         _expand_pools(out)
         _check_duplicates(out)
         configure_nodes(out.nodes, out.config_maps, out.cluster_policies, out.problems)

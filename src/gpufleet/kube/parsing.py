@@ -199,7 +199,7 @@ class ParseCache:
             else:
                 intake.keep(alone.made, out.controllers, out.documents)
             out.documents += 1
-        manifests = builder.finish()
+        manifests = builder.finish(queue_names=False)  # its warnings are read by no one live
         # What only the whole input shows (a TrainJob whose runtime is missing): told by kind and name, as the
         # queue kinds' problems are.
         later: dict[tuple[str, str], list[ManifestError]] = {}
