@@ -48,7 +48,7 @@ def main() -> None:
               f"{t.get('programs', 0):.0f} programs solved in {t.get('program', 0):.1f} s; "
               f"{'a proposal' if advice.changed else 'the given configuration'} chosen")
     subject = subject_for([])
-    before = next(sc for sc in subject.scenarios(Knobs()) if sc.name == "before")
+    before = subject.observed_scenario(Knobs())
     started = time.perf_counter()
     run_scenario(before, before.policies[0], seed=subject.seed)
     before_s = time.perf_counter() - started

@@ -34,7 +34,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from scipy.optimize import lsq_linear
@@ -203,14 +203,24 @@ class CalibratedWorkload:
         return scenarios
 
 
+class ScenarioMaker(Protocol):
+    def __call__(self, knobs: Knobs, only: str | None = None) -> list[Scenario]:
+        """The scenarios at ``knobs``; with ``only``, just the one of that name."""
+
+
 @dataclass(slots=True)
 class Subject:
     """What is calibrated: the scenarios for given knobs, and which of them was observed."""
 
-    scenarios: Callable[[Knobs], list[Scenario]]
+    scenarios: ScenarioMaker
     observed: str  # "before" for a study, "input" otherwise
     seed: int
     what: str  # for messages: "the case study's before run"
+
+    def observed_scenario(self, knobs: Knobs) -> Scenario:
+        """The observed run alone: what every step of the fit simulates."""
+        [observed] = self.scenarios(knobs, only=self.observed)
+        return observed
 
 
 def subject_for(files: Sequence[str], *, seed: int | None = None, duration: str | None = None,
@@ -250,9 +260,9 @@ def _study(docs: Sequence[Document], specs: Sequence[GeneratorSpec], seed: int |
     used = seed if seed is not None else specs[0].seed
     workload = CalibratedWorkload(specs, seed=used, duration_s=duration_s)
 
-    def scenarios(knobs: Knobs) -> list[Scenario]:
+    def scenarios(knobs: Knobs, only: str | None = None) -> list[Scenario]:
         out = casestudy.study(docs, specs, seed=used, duration_s=duration_s,
-                              workload=lambda name: workload.documents(knobs, name))
+                              workload=lambda name: workload.documents(knobs, name), only=only)
         for sc in out:
             sc.config = replace(sc.config, failures=models)
         return workload.with_crashes(knobs, out)
@@ -266,7 +276,9 @@ def _plain(docs: Sequence[Document], specs: Sequence[GeneratorSpec], seed: int |
     workload = CalibratedWorkload(specs, seed=used, duration_s=duration_s)
     horizon = duration_s if duration_s is not None else max(s.duration_s for s in specs)
 
-    def scenarios(knobs: Knobs) -> list[Scenario]:
+    def scenarios(knobs: Knobs, only: str | None = None) -> list[Scenario]:
+        if only not in (None, "input"):
+            return []
         problems = Problems()
         manifests = build([*docs, *workload.documents(knobs, "default")], problems)
         jobs = jobs_from_manifests(manifests, problems)
@@ -416,7 +428,7 @@ def fit(subject: Subject, targets: Targets, *, progress: Progress | None = None,
 
     def evaluate(z: Vector) -> int:
         knobs = _to_knobs(free, list(x_of(z)))
-        observed = next(sc for sc in subject.scenarios(knobs) if sc.name == subject.observed)
+        observed = subject.observed_scenario(knobs)
         k = kpis(run_scenario(observed, observed.policies[0], seed=subject.seed))
         got = {name: k.get(TARGETS[name][0]) for name in targets.values}
         zs.append(np.array(z, dtype=np.float64))

@@ -111,18 +111,20 @@ def _scenario(name: str, policy: str, docs: Sequence[Document], specs: Sequence[
 
 def study(docs: Sequence[Document], specs: Sequence[GeneratorSpec], *, seed: int | None = None,
           duration_s: float | None = None, policies: tuple[str, ...] | None = None,
-          workload: JobDocuments | None = None) -> list[Scenario]:
+          workload: JobDocuments | None = None, only: str | None = None) -> list[Scenario]:
     """The case study's two runs of a cluster (``docs``: nodes, NodePools, queues) and workload generators:
     before/kube-default on the cluster with every GPU exclusive and the jobs in their ``before`` (else
     ``default``) demand forms, after/gpufleet on the cluster as written with the ``after`` forms. With
     ``policies``, the after scenario under each of them. The window is the generators' duration unless
     ``duration_s`` is given; a week of drain follows it. ``workload`` gives the jobs' documents per scenario
-    instead of the generators' own draw."""
+    instead of the generators' own draw. ``only`` (a scenario's name) builds that one of the pair alone
+    (calibration simulates the before run many times and needs no after until the fit is done)."""
     horizon = duration_s if duration_s is not None else max((s.duration_s for s in specs), default=None)
     if policies:
         return [replace(_scenario("after", policies[0], docs, specs, seed=seed, horizon=horizon, workload=workload),
                         policies=policies)]
-    return [_scenario(n, p, docs, specs, seed=seed, horizon=horizon, workload=workload) for n, p in SCENARIOS]
+    return [_scenario(n, p, docs, specs, seed=seed, horizon=horizon, workload=workload) for n, p in SCENARIOS
+            if only in (None, n)]
 
 
 def embedded_documents() -> list[Document]:
