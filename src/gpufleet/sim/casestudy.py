@@ -100,8 +100,9 @@ def _scenario(name: str, policy: str, docs: Sequence[Document], specs: Sequence[
     every = list(exclusive_documents(docs) if name == "before" else docs)
     if workload is not None:
         every += workload(name)
-    for spec in specs if workload is None else ():
-        every += generated_documents(spec, name, seed=seed, duration_s=horizon)
+    else:
+        for spec in specs:
+            every += generated_documents(spec, name, seed=seed, duration_s=horizon)
     manifests = build(every, problems)
     jobs = jobs_from_manifests(manifests, problems)
     if problems.errors:
