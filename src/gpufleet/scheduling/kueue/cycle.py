@@ -351,22 +351,20 @@ class Cycle:
             if not e.cq.can_always_reclaim():
                 self.state.tree.add_usage(e.cq.name, self._reserve(e))
             return
-        self._hold(e, room)
+        self._issue_with_room(e, room)
+
+    def _issue_with_room(self, e: Entry, room: Room) -> None:
+        """Hold the room for ``e``, charge its usage, and issue the evictions that make it. After such a
+        preemption the next flavor search starts at the flavors it was made for. Kueue starts over after a
+        preemption, but its flavor search knows nodes (TAS); ours knows quota only, and an earlier flavor that fits
+        in quota but not on nodes would take the preemptor away from the room it made while its victims come back
+        into that room: the loop kueue.room is there to prevent."""
+        assert self.rooms is not None and room.targets is not None
+        victims = frozenset(t.info.key for t in room.targets)
+        self.rooms.issue(Nomination(e.info.key, e.info.priority, room, victims))
         self.state.tree.add_usage(e.cq.name, e.assignment.usage)
         self._issue(e, room.targets)
-        self._resume_at_chosen(e)
-
-    def _resume_at_chosen(self, e: Entry) -> None:
-        """After a preemption that makes room on nodes, the next flavor search starts at the flavors it was made
-        for. Kueue starts over after a preemption, but its flavor search knows nodes (TAS); ours knows quota
-        only, and an earlier flavor that fits in quota but not on nodes would take the preemptor away from the
-        room it made while its victims come back into that room: the loop kueue.room is there to prevent."""
         e.info.last_tried = self.state.assigner(e.cq.name).resume_at(e.assignment)
-
-    def _hold(self, e: Entry, room: Room) -> None:
-        assert self.rooms is not None
-        victims = frozenset(t.info.key for t in room.targets or ())
-        self.rooms.issue(Nomination(e.info.key, e.info.priority, room, victims))
 
     def _place(self, e: Entry) -> list[PodAssignment] | None:
         gangs = self.state.placer
@@ -382,11 +380,8 @@ class Cycle:
             e.message = why
             e.info.placement_parked = True
             return None
-        self._hold(e, room)
-        self.state.tree.add_usage(e.cq.name, e.assignment.usage)
         e.message = "insufficient node capacity for the gang"
-        self._issue(e, room.targets)
-        self._resume_at_chosen(e)
+        self._issue_with_room(e, room)
         return None
 
     # ---- the cycle -------------------------------------------------------------------------------------------
