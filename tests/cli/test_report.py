@@ -5,7 +5,6 @@ demo runs them."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -18,13 +17,11 @@ from typer.testing import CliRunner
 from gpufleet.cli.main import app
 from gpufleet.sim.report import Report, Section, TableBlock, duration_text, to_markdown
 from gpufleet.sim.report_html import to_html
+from tests.chromium import browser_page
 from tests.conftest import REPO
 from tests.sim.helpers import job, pool
 
 runner = CliRunner()
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
 CASESTUDY = REPO / "examples" / "casestudy"
 
 
@@ -57,49 +54,27 @@ def test_markdown_and_html_beside_the_plots(report_dir: Path) -> None:
     assert "(s)" not in kpis
 
 
-def _browser_or_skip() -> Any:
-    problem = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        problem = "playwright is not installed (pip install -e '.[dev]')"
-    if problem is None and not CHROMIUM.exists():
-        problem = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"
-    if problem is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must open the HTML report in Chromium: {problem}")
-        pytest.skip(problem)
-    return sync_playwright
-
-
 def test_html_report_opens_offline_in_headless_chromium(report_dir: Path) -> None:
-    sync_playwright = _browser_or_skip()
     page_url = (report_dir / "report.html").as_uri()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1000, "height": 800})
-            requested: list[str] = []
-            page.on("request", lambda r: requested.append(r.url))
-            page.goto(page_url, wait_until="load")
-            assert page.title() == "gpufleet simulate: the case study"
-            images = page.evaluate(
-                "() => Array.from(document.images).map(i => ({alt: i.alt, src: i.src.slice(0, 22),"
-                " w: i.naturalWidth, shown: i.getBoundingClientRect().width}))")
-            assert len(images) == 3
-            for image in images:
-                assert image["src"] == "data:image/png;base64,", image
-                assert image["w"] > 100 and 0 < image["shown"] <= 1000, image  # decoded, and fits the page
-            kpi_rows = page.evaluate(
-                "() => Array.from(document.querySelector('table').rows).map(r =>"
-                " Array.from(r.cells).map(c => c.innerText))")
-            assert kpi_rows[0] == ["KPI", "before (kube-default)", "after (gpufleet)"]
-            assert any(r[0] == "queue wait p99" for r in kpi_rows)
-            align = page.evaluate("() => getComputedStyle(document.querySelector('td.num')).textAlign")
-            assert align == "right"
-            assert requested == [page_url]  # nothing else fetched: plots and styles are in the file
-        finally:
-            browser.close()
+    with browser_page(1000, 800) as page:
+        requested: list[str] = page.requested
+        page.goto(page_url, wait_until="load")
+        assert page.title() == "gpufleet simulate: the case study"
+        images = page.evaluate(
+            "() => Array.from(document.images).map(i => ({alt: i.alt, src: i.src.slice(0, 22),"
+            " w: i.naturalWidth, shown: i.getBoundingClientRect().width}))")
+        assert len(images) == 3
+        for image in images:
+            assert image["src"] == "data:image/png;base64,", image
+            assert image["w"] > 100 and 0 < image["shown"] <= 1000, image  # decoded, and fits the page
+        kpi_rows = page.evaluate(
+            "() => Array.from(document.querySelector('table').rows).map(r =>"
+            " Array.from(r.cells).map(c => c.innerText))")
+        assert kpi_rows[0] == ["KPI", "before (kube-default)", "after (gpufleet)"]
+        assert any(r[0] == "queue wait p99" for r in kpi_rows)
+        align = page.evaluate("() => getComputedStyle(document.querySelector('td.num')).textAlign")
+        assert align == "right"
+        assert requested == [page_url]  # nothing else fetched: plots and styles are in the file
 
 
 def test_without_matplotlib_it_is_said_first_and_the_reports_are_written(tmp_path: Path,
