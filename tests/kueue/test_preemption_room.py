@@ -458,7 +458,6 @@ def test_the_room_a_preemption_makes_is_held_for_the_rest_of_the_cycle() -> None
 @dataclass(frozen=True)
 class Setup:
     text: str
-    fair: bool
 
 
 @st.composite
@@ -471,80 +470,23 @@ def setups(draw: st.DrawFn) -> Setup:
     flavors = ["big", "small"] if two else ["big"]
     nodes = {"big": (draw(st.integers(1, 3)), draw(st.sampled_from([2, 4, 8]))),
              "small": (draw(st.integers(1, 3)), draw(st.sampled_from([1, 2, 4])))}
-    fair = False
-    text = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 500
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: 100
----
-"""
-    if fair:
-        text += """apiVersion: config.kueue.x-k8s.io/v1beta1
-kind: Configuration
-fairSharing: {enable: true}
----
-"""
-    for f in flavors:
-        count, gpus = nodes[f]
-        text += f"""apiVersion: gpufleet.io/v1alpha1
-kind: NodePool
-metadata: {{name: {f}}}
-spec: {{count: {count}, namePrefix: {f}, gpu: {{model: H100-SXM5-80GB, count: {gpus}}}, cpu: "64", memory: 512Gi,
-        labels: {{pool: {f}}}}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {{name: {f}}}
-spec: {{nodeLabels: {{pool: {f}}}}}
----
-"""
+    text = PRIORITIES + "".join(gpu_pool(f, *nodes[f]) for f in flavors)
     for name in ("research", "dev"):
         order = draw(st.permutations(flavors))
-        listed = ""
-        for f in order:
-            count, gpus = nodes[f]
-            nominal = draw(st.integers(0, count * gpus))
-            listed += (f"\n    - {{name: {f}, resources: [{{name: cpu, nominalQuota: 1000}}, {{name: memory, "
-                       f"nominalQuota: 10Ti}}, {{name: nvidia.com/gpu, nominalQuota: {nominal}}}]}}")
+        quotas = [(f, draw(st.integers(0, nodes[f][0] * nodes[f][1]))) for f in order]
         reclaim = draw(st.sampled_from(["Any", "LowerPriority", "Never"]))
         within = draw(st.sampled_from(["LowerPriority", "Never"]))
         borrow = reclaim != "Never" and draw(st.booleans())
         bwc = ", borrowWithinCohort: {policy: LowerPriority}" if borrow else ""
         strategy = draw(st.sampled_from(["BestEffortFIFO", "BestEffortFIFO", "StrictFIFO"]))
-        text += f"""apiVersion: v1
-kind: Namespace
-metadata: {{name: {name}}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {{name: q, namespace: {name}}}
-spec: {{clusterQueue: {name}}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {{name: {name}}}
-spec:
-  cohort: company
-  namespaceSelector: {{}}
-  queueingStrategy: {strategy}
-  preemption: {{withinClusterQueue: {within}, reclaimWithinCohort: {reclaim}{bwc}}}
-  resourceGroups:
-  - coveredResources: [cpu, memory, nvidia.com/gpu]
-    flavors:{listed}
----
-"""
+        text += cohort_queue(name, quotas, strategy=strategy,
+                             preemption=f"withinClusterQueue: {within}, reclaimWithinCohort: {reclaim}{bwc}")
     for i in range(draw(st.integers(3, 12))):
         namespace, priority = draw(st.sampled_from(["research", "dev"])), draw(st.sampled_from(["high", "low"]))
         text += sim_job(f"j{i}", namespace, "q", priority,
                         gpus=draw(st.sampled_from([1, 1, 2, 4])), pods=draw(st.sampled_from([1, 1, 2, 3])),
                         arrival=f"{draw(st.integers(0, 6)) * 10}m", duration=f"{draw(st.integers(1, 12)) * 10}m")
-    return Setup(text, fair)
+    return Setup(text)
 
 
 # Kueue's own code, read for the two tests below (kubernetes-sigs/kueue): the fair-sharing preemption
