@@ -57,11 +57,13 @@ class TargetOrdering:
         for c in candidates:
             assert c.cluster_queue is not None
             self.by_cq.setdefault(c.cluster_queue, []).append(c)
-        self.ancestors: set[int] = set()
-        node = preemptor.parent
+        self._path: list[QuotaNode] = []  # the preemptor and its ancestors
+        node: QuotaNode | None = preemptor
         while node is not None:
-            self.ancestors.add(id(node))
+            self._path.append(node)
             node = node.parent
+        self._on_path = {id(n): i for i, n in enumerate(self._path)}
+        self.ancestors: set[int] = {id(n) for n in self._path[1:]}
         self.pruned: set[int] = set()
         # Shares only change where usage changes, so they are remembered until a removal on their path.
         self._shares: dict[int, ShareKey] = {}
@@ -135,21 +137,19 @@ class TargetOrdering:
             return self._next(best_co)
         return best_cq
 
-    def shares(self, target: QuotaNode, cached: bool = True) -> tuple[ShareKey, ShareKey]:
-        """Shares of the preemptor's and the target's almost-least-common-ancestors (the children of their
-        lowest common cohort on each side)."""
-        path: list[QuotaNode] = []
-        node: QuotaNode | None = self.preemptor
-        while node is not None:
-            path.append(node)
-            node = node.parent
-        on_path = {id(n): i for i, n in enumerate(path)}
-        t: QuotaNode = target
-        while t.parent is not None and id(t.parent) not in on_path:
+    def _almost(self, target: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
+        """The preemptor's and the target's almost-least-common-ancestors (the children of their lowest common
+        cohort on each side)."""
+        t = target
+        while t.parent is not None and id(t.parent) not in self._on_path:
             t = t.parent
         lca = t.parent
         assert lca is not None, "target and preemptor are in the same cohort tree"
-        p_almost = path[on_path[id(lca)] - 1]
+        return self._path[self._on_path[id(lca)] - 1], t
+
+    def shares(self, target: QuotaNode, cached: bool = True) -> tuple[ShareKey, ShareKey]:
+        """Shares of the preemptor's and the target's almost-least-common-ancestors."""
+        p_almost, t = self._almost(target)
         return self._key(p_almost, cached), self._key(t, cached)
 
 
@@ -219,12 +219,6 @@ class SharedTargetOrdering(TargetOrdering):
         self._stale: dict[int, set[int]] = {}  # cohort -> touched children whose rank is not in the heap yet
         for n in touched.values():
             self._mark(n)
-        self._path: list[QuotaNode] = []  # the preemptor and its ancestors
-        node: QuotaNode | None = preemptor
-        while node is not None:
-            self._path.append(node)
-            node = node.parent
-        self._on_path = {id(n): i for i, n in enumerate(self._path)}
 
     def _mark(self, node: QuotaNode) -> None:
         if node.parent is not None:
@@ -242,18 +236,6 @@ class SharedTargetOrdering(TargetOrdering):
         if cached and id(node) not in self.touched:
             return self.snapshot.share(node)
         return super()._key(node, cached)
-
-    def _almost(self, target: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
-        t = target
-        while t.parent is not None and id(t.parent) not in self._on_path:
-            t = t.parent
-        lca = t.parent
-        assert lca is not None, "target and preemptor are in the same cohort tree"
-        return self._path[self._on_path[id(lca)] - 1], t
-
-    def shares(self, target: QuotaNode, cached: bool = True) -> tuple[ShareKey, ShareKey]:
-        p_almost, t = self._almost(target)
-        return self._key(p_almost, cached), self._key(t, cached)
 
     def share_without(self, target: QuotaNode, cand: WorkloadInfo, compute: Callable[[], ShareKey]) -> ShareKey:
         """The target side's share without ``cand`` (``compute`` works it out on the tree): the same for every
