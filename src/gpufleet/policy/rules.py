@@ -21,6 +21,7 @@ from gpufleet.api.objects import (
     ResourceFlavor,
 )
 from gpufleet.api.quantity import QuantityError, parse_quantity
+from gpufleet.api.workloadkinds.common import queue_label
 from gpufleet.cluster.free_devices import demand_resource, device_kind
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
@@ -85,8 +86,6 @@ def _queue(s: Subject) -> str | None:
     if s.owner is not None:
         return s.owner.queue
     if s.pod is not None:
-        from gpufleet.api.workloadkinds.common import queue_label
-
         return queue_label(s.pod.meta.labels)[0]
     return None
 
