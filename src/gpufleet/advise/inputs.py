@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
-from gpufleet.api.source import Document, load_paths, load_text
+from gpufleet.api.source import Document, load_text
 from gpufleet.sim import casestudy
-from gpufleet.sim.inputs import load_inputs, split_generators
+from gpufleet.sim.inputs import load_inputs
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
 from gpufleet.sim.runner import no_nodes_error, parse_duration_option
 from gpufleet.sim.sources.generator import is_generator
@@ -67,14 +67,8 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
     inputs = load_inputs(files, scenario="after", seed=seed, duration_s=duration_s, strict=strict)
     if inputs.problems:
         raise SimulationError("the input has problems:\n" + "\n".join(inputs.problems))
-    problems = Problems()
-    errors: list[str] = []
-    yamls = [f for f in files if not f.lower().endswith(".csv")]
-    every = load_paths(yamls, problems) if yamls else []
-    docs, specs = split_generators(every, errors)
-    generators = [d for d in every if is_generator(d.data)]
-    if errors or problems.errors:
-        raise SimulationError("the input has problems:\n" + "\n".join(errors + [str(e) for e in problems.errors]))
+    docs, specs = inputs.given_documents(), inputs.generators
+    generators = [d for d in inputs.documents if is_generator(d.data)]
     if casestudy.is_study(specs):
         used = seed if seed is not None else specs[0].seed
         after = casestudy.study(docs, specs, seed=used, duration_s=duration_s)[1]

@@ -41,9 +41,9 @@ from scipy.optimize import lsq_linear
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import build
-from gpufleet.api.source import Document, load_paths
+from gpufleet.api.source import Document
 from gpufleet.sim import casestudy
-from gpufleet.sim.inputs import load_inputs, split_generators
+from gpufleet.sim.inputs import load_inputs
 from gpufleet.sim.metrics import kpis
 from gpufleet.sim.model import FailureModels, SimConfig, SimJob, SimulationError
 from gpufleet.sim.runner import DEFAULT_POLICY, Plan, parse_duration_option, parse_failures, parse_policies
@@ -242,11 +242,7 @@ def subject_for(files: Sequence[str], *, seed: int | None = None, duration: str 
     if not inputs.generators:
         raise CalibrationError("--calibrate fits a WorkloadGenerator's unknowns (load, busy share, failure rate); "
                                "the input has none: its jobs are what happened, there is nothing to fit")
-    problems = Problems()
-    errors: list[str] = []
-    docs, specs = split_generators(load_paths(list(files), problems), errors)
-    if errors or problems.errors:
-        raise SimulationError("the input has problems:\n" + "\n".join(errors + [str(e) for e in problems.errors]))
+    docs, specs = inputs.given_documents(), inputs.generators
     if casestudy.is_study(specs):
         return _study(docs, specs, seed, duration_s, models, policies, "the study's before run")
     return _plain(docs, specs, seed, duration_s, models, policies)

@@ -34,6 +34,13 @@ class Inputs:
     generators: list[GeneratorSpec] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # errors: the input must not be simulated
     notes: list[str] = field(default_factory=list)  # worth saying, not wrong
+    # The YAML documents as read, WorkloadGenerators among them: what a caller that builds its own scenarios
+    # from the files (a before/after study, calibration, advise) starts from, without reading them again.
+    documents: list[Document] = field(default_factory=list)
+
+    def given_documents(self) -> list[Document]:
+        """The documents as read, less the WorkloadGenerators (:attr:`generators` holds them parsed)."""
+        return [d for d in self.documents if not is_generator(d.data)]
 
 
 def generated_documents(spec: GeneratorSpec, scenario: str, *, seed: int | None = None,
@@ -69,8 +76,8 @@ def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | 
     notes: list[str] = []
     csvs = [f for f in files if f.lower().endswith(".csv")]
     yamls = [f for f in files if not f.lower().endswith(".csv")]
-    docs = load_paths(yamls, problems, stdin=sys.stdin) if yamls else []
-    docs, specs = split_generators(docs, errors)
+    read = load_paths(yamls, problems, stdin=sys.stdin) if yamls else []
+    docs, specs = split_generators(read, errors)
     for spec in specs:
         try:
             docs.extend(generated_documents(spec, scenario, seed=seed, duration_s=duration_s))
@@ -100,7 +107,7 @@ def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | 
         problems.escalate(LEFT_OUT)
     errors[:0] = [str(e) for e in problems.errors]
     notes.extend(str(w) for w in problems.warnings)
-    return Inputs(manifests, jobs, specs, errors, notes)
+    return Inputs(manifests, jobs, specs, errors, notes, read)
 
 
 def describe(inputs: Inputs) -> dict[str, Any]:

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpufleet.api.errors import Problems
-from gpufleet.api.source import load_paths
+from gpufleet.api.source import Document
 from gpufleet.sim import casestudy
 from gpufleet.sim.claims import claim_rows, explain
 from gpufleet.sim.engine import Progress
-from gpufleet.sim.inputs import load_inputs, split_generators
+from gpufleet.sim.inputs import load_inputs
 from gpufleet.sim.metrics import run_summary
 from gpufleet.sim.model import FailureModels, SimConfig, SimulationError
 from gpufleet.sim.policies import POLICY_NAMES
@@ -98,8 +97,8 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
     if inputs.problems:
         raise SimulationError("the input has problems:\n" + "\n".join(inputs.problems))
     if casestudy.is_study(inputs.generators):
-        return _study_plan(files, inputs.generators, policies=policies, duration_s=duration_s, seed=seed,
-                           models=models)
+        return _study_plan(files, inputs.given_documents(), inputs.generators, policies=policies,
+                           duration_s=duration_s, seed=seed, models=models)
     if not inputs.manifests.nodes:
         raise no_nodes_error(inputs.notes)
     horizon = duration_s
@@ -113,17 +112,13 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
     return Plan("gpufleet simulate", [scenario], used_seed, False, intro)
 
 
-def _study_plan(files: Sequence[str], specs: Sequence[GeneratorSpec], *, policies: tuple[str, ...] | None,
-                duration_s: float | None, seed: int | None, models: FailureModels) -> Plan:
+def _study_plan(files: Sequence[str], docs: Sequence[Document], specs: Sequence[GeneratorSpec], *,
+                policies: tuple[str, ...] | None, duration_s: float | None, seed: int | None,
+                models: FailureModels) -> Plan:
     """Files whose workload names ``before``/``after`` demand forms: run as the case study runs its own files."""
     if any(f.lower().endswith(".csv") for f in files) or "-" in files:
         raise SimulationError("a before/after study (a WorkloadGenerator with 'before' or 'after' demand forms) "
                               "is read from YAML files only, not from openb CSVs or stdin; give its files")
-    problems = Problems()
-    errors: list[str] = []
-    docs, _ = split_generators(load_paths(list(files), problems), errors)
-    if errors or problems.errors:  # the files changed since load_inputs read them
-        raise SimulationError("the input has problems:\n" + "\n".join(errors + [str(e) for e in problems.errors]))
     used_seed = seed if seed is not None else specs[0].seed
     scenarios = casestudy.study(docs, specs, seed=used_seed, duration_s=duration_s, policies=policies)
     for sc in scenarios:
