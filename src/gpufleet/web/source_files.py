@@ -7,7 +7,6 @@ is not Running), pods the plan placed as planned, and every workload still pendi
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import defaultdict
 
@@ -15,12 +14,14 @@ from gpufleet.api.manifests import Manifests
 from gpufleet.scheduling.snapshot_plan import run_cycles
 from gpufleet.web.clusterview import PlannerFacts, build_view
 from gpufleet.web.contract import ClusterView, PreemptionView, SimulationView, SourceKind
+from gpufleet.web.source_static import StaticSource
 
 
-class FilesSource:
+class FilesSource(StaticSource):
     kind: SourceKind = "files"
 
     def __init__(self, manifests: Manifests, title: str, *, clock: float | None = None) -> None:
+        super().__init__()
         self.title = title
         result = run_cycles(manifests, 1, until_stable=True)
         policy = result.policy
@@ -40,23 +41,9 @@ class FilesSource:
                              preemptions=preemptions)
         self._view = build_view("files", title, facts, generated=time.time() if clock is None else clock,
                                 notes=notes)
-        self._closed = threading.Event()
 
     def cluster(self) -> ClusterView:
         return self._view
 
     def simulation(self) -> SimulationView | None:
         return None
-
-    @property
-    def version(self) -> int:
-        return 1
-
-    def wait_for_change(self, since: int, timeout: float) -> int:
-        if since < 1:
-            return 1
-        self._closed.wait(timeout)  # files never change; a closed source stops its waiters at once
-        return 1
-
-    def close(self) -> None:
-        self._closed.set()

@@ -10,11 +10,11 @@ how to make a new one. Beside the runs, an ``advice`` (``gpufleet advise -o DIR`
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
 from gpufleet.web.contract import ClusterView, SimulationView, SourceKind
+from gpufleet.web.source_static import StaticSource
 from gpufleet.web.whatif import advice_problem, calibration_problem
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024
@@ -97,29 +97,16 @@ def load_result(path: Path) -> SimulationView:
     return SimulationView(f"{what} result {path.name}: {labels}", runs, advice, calibration)
 
 
-class SimulationSource:
+class SimulationSource(StaticSource):
     kind: SourceKind = "simulation"
 
     def __init__(self, view: SimulationView) -> None:
+        super().__init__()
         self._view = view
         self.title = view.title
-        self._closed = threading.Event()
 
     def cluster(self) -> ClusterView | None:
         return None
 
     def simulation(self) -> SimulationView:
         return self._view
-
-    @property
-    def version(self) -> int:
-        return 1
-
-    def wait_for_change(self, since: int, timeout: float) -> int:
-        if since < 1:
-            return 1
-        self._closed.wait(timeout)
-        return 1
-
-    def close(self) -> None:
-        self._closed.set()
