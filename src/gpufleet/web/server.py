@@ -18,6 +18,7 @@ a slow or hostile client costs a bounded amount. What it does about safety, each
 from __future__ import annotations
 
 import email.message
+import functools
 import gzip
 import ipaddress
 import json
@@ -68,6 +69,7 @@ def json_bytes(doc: Any) -> bytes:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
 
 
+@functools.cache  # the package's files do not change while it runs; read each once, not on every request
 def _static(name: str) -> bytes:
     return resources.files("gpufleet.web").joinpath("static", name).read_bytes()
 
