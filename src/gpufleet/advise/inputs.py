@@ -71,7 +71,7 @@ def read_input(files: Sequence[str], *, seed: int | None = None, duration: str |
     generators = [d for d in inputs.documents if is_generator(d.data)]
     if casestudy.is_study(specs):
         used = seed if seed is not None else specs[0].seed
-        after = casestudy.study(docs, specs, seed=used, duration_s=duration_s)[1]
+        [after] = casestudy.study(docs, specs, seed=used, duration_s=duration_s, only="after")
         notes = list(inputs.notes)
         return AdviseInput(f"{', '.join(files)} (the after side of its study)", docs, after.manifests, after.jobs,
                            after.config, used, notes=notes, generators=generators, scenario="after")
