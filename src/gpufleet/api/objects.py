@@ -36,6 +36,11 @@ KAI_MEMORY_ANNOTATION = "gpu-memory"
 GPU_INVENTORY_ANNOTATION = "gpufleet.io/gpus"
 DEVICES_ANNOTATION = "gpufleet.io/devices"
 NODE_ANNOTATION = "gpufleet.io/node"  # the node the devices of gpufleet.io/devices are on
+# The GPU a fractional pod uses, read by its containers through the downward API: the mutating webhook
+# (gpufleet.kube.webhook) sets their NVIDIA_VISIBLE_DEVICES from it, and the lint rules (gpufleet.policy) know it.
+VISIBLE_DEVICES_ANNOTATION = "gpufleet.io/visible-devices"
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+VISIBLE_DEVICES_FIELD_PATH = f"metadata.annotations['{VISIBLE_DEVICES_ANNOTATION}']"
 REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
 PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -25,12 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufleet.api.kinds import parse_timestamp
-from gpufleet.api.objects import DEVICES_ANNOTATION, NODE_ANNOTATION
+from gpufleet.api.objects import DEVICES_ANNOTATION, NODE_ANNOTATION, VISIBLE_DEVICES_ANNOTATION
 from gpufleet.cluster.recorded import read_device_ids as read_devices
 
 ASSIGNED_AT_ANNOTATION = "gpufleet.io/assigned-at"
-# Read by the container through the downward API (see gpufleet.kube.webhook): the GPU a fractional pod uses.
-VISIBLE_DEVICES_ANNOTATION = "gpufleet.io/visible-devices"
 # On the first pod of a gang to be bound: where every member of the gang goes.
 GANG_PLAN_ANNOTATION = "gpufleet.io/gang-plan"
 # Every annotation that records a placement: only the scheduler writes them (deploy/admission-policy.yaml).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.kube.webhook import FIELD_PATH
+from gpufleet.api.objects import VISIBLE_DEVICES_FIELD_PATH as FIELD_PATH
 from gpufleet.policy.containers import FRACTION_ANNOTATIONS, GPU_PREFIX
 
 

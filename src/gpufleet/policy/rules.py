@@ -20,13 +20,14 @@ from gpufleet.api.objects import (
     PodTemplate,
     ResourceFlavor,
 )
+from gpufleet.api.objects import VISIBLE_DEVICES_ENV as ENV_NAME
+from gpufleet.api.objects import VISIBLE_DEVICES_FIELD_PATH as FIELD_PATH
 from gpufleet.api.quantity import QuantityError, parse_quantity
 from gpufleet.api.workloadkinds.common import queue_label
 from gpufleet.cluster.free_devices import demand_resource, device_kind
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.constants import FRACTION_RESOURCE
-from gpufleet.kube.webhook import ENV_NAME, FIELD_PATH
 from gpufleet.policy import cel, multipod
 from gpufleet.policy.cel import CelRule
 from gpufleet.policy.cluster import ClusterView
