@@ -34,6 +34,7 @@ from gpufleet.scheduling.kueue.preemption_order import (
     Variant,
     candidate_order,
     priority_allows,
+    reclaim_variant,
 )
 from gpufleet.scheduling.kueue.target_ordering import (
     SharedTargetOrdering,
@@ -165,14 +166,7 @@ class Preemptor:
             return None
         if same:
             return Variant.WITHIN_CQ
-        if advantage:
-            return Variant.HIERARCHICAL_RECLAIM
-        bwc = p.borrow_within_cohort
-        if bwc.policy == "Never" or cand.priority >= ctx.info.priority:
-            return Variant.RECLAIM_WITHOUT_BORROWING
-        if bwc.max_priority_threshold is not None and cand.priority > bwc.max_priority_threshold:
-            return Variant.RECLAIM_WITHOUT_BORROWING
-        return Variant.RECLAIM_WHILE_BORROWING
+        return reclaim_variant(p, ctx.info.priority, cand.priority, advantage)
 
     def _from_cq(self, ctx: _Ctx, cq: str, lca: QuotaNode | None, advantage: bool) -> list[_Candidate]:
         out = []
