@@ -689,11 +689,8 @@ class QuotaTree:
         """:meth:`generation`, the ClusterQueue's usage of every flavor-resource of the forest (in the tree's column
         order), and whether it is above its quota in any of them: all a nomination memo reads of the tree, in one
         call."""
-        node = self._cqs[cq]
-        if self._dirty:
-            self.finalize()
-        i = node.id
-        root = node._root
+        generation = self.generation(cq)  # finalizes the tree first when needed
+        i = self._cqs[cq].id
         usage = []
         over = False
         for col in self._cols.values():
@@ -701,7 +698,7 @@ class QuotaTree:
             usage.append(u)
             if u > col.subtree[i]:
                 over = True
-        return (root, self._forest_generation, self._tree_generation.get(root, 0)), tuple(usage), over
+        return generation, tuple(usage), over
 
     def _apply(self, node: QuotaNode, items: Iterable[tuple[FR, int]], add: bool) -> None:
         cols = self._cols
