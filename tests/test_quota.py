@@ -720,3 +720,25 @@ def test_property_add_remove_and_rollback_are_exact(
         for name in spec.cohorts:
             assert [n.name for n in t.children_over_quota(t.cohort(name), [fr])] == [
                 n.name for n in rebuilt.children_over_quota(rebuilt.cohort(name), [fr])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs(), ops_st, st.integers(0, 14))
+def test_property_assess_is_the_three_queries_it_fuses(
+    spec: Spec, ops: list[tuple[bool, int, dict[FR, int]]], val: int
+) -> None:
+    """Flavor assignment reads ``assess`` in place of potential_available, available and
+    lowest_subtree_that_fits: one walk must answer exactly what the three would, for every queue
+    and flavor-resource (declared or not, one no column holds, usage fitting or overcommitted)."""
+    t = spec.build()
+    names = list(spec.cqs)
+    for is_add, i, usage in ops:
+        cq = names[i % len(names)]
+        if is_add or t.fits(cq, usage):
+            t.add_usage(cq, usage)
+    unknown: FR = ("f9", "gpu")
+    for name in names:
+        for fr in [*FRS, unknown]:
+            expected = (t.potential_available(name, fr), t.available(name, fr),
+                        *t.lowest_subtree_that_fits(name, fr, val))
+            assert t.assess(name, fr, val) == expected, (name, fr, val)
