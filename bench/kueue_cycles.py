@@ -180,6 +180,11 @@ class Run:
     pending: int
     cpu: list[float] = field(default_factory=list)  # this thread's CPU time per cycle
     full_gcs: list[float] = field(default_factory=list)
+    # Per cycle, wall and CPU time of the admission attempt alone: policy.cycle() and the evictions it issued,
+    # without the tick's arrivals and finishes (Kueue's kueue_admission_attempt_duration_seconds times its
+    # scheduler's schedule() call; workload creation and completion are handled by its controllers meanwhile).
+    attempts: list[float] = field(default_factory=list)
+    attempts_cpu: list[float] = field(default_factory=list)
     # Set instead of trace on a run read back from a baseline subprocess: its digest, and the cycles that preempted.
     trace_digest: str = ""
     preempting: list[int] = field(default_factory=list)
@@ -222,6 +227,8 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
     due: list[tuple[float, str]] = []  # the same as a heap (entries of preempted workloads go stale)
     latencies: list[float] = []
     cpu: list[float] = []
+    attempts: list[float] = []
+    attempts_cpu: list[float] = []
     trace: list[tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]] = []
     admissions = preemptions = finished = 0
     wall = 0.0
@@ -239,10 +246,14 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
                     del ends[key]
                     policy.finish(key, now)
                     finished += 1
+            attempt = time.perf_counter()
+            attempt_cpu = time.thread_time()
             d: Decisions = policy.cycle(now)
             for p in d.preempted:
                 ends.pop(p.workload, None)
                 policy.evicted(p.workload, now, requeue=True, reason=p.reason)
+            attempts_cpu.append(time.thread_time() - attempt_cpu)
+            attempts.append(time.perf_counter() - attempt)
             elapsed = time.perf_counter() - start
             wall += elapsed
             latencies.append(elapsed)
@@ -259,7 +270,7 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
             if finished == len(jobs) or (not ends and not d and not arrivals):
                 break
     return Run(admissions, preemptions, len(latencies), wall, latencies, trace, finished, policy.pending_count(),
-               cpu, watch.durations)
+               cpu, watch.durations, attempts, attempts_cpu)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -271,7 +282,10 @@ def describe(r: Run) -> str:
     gcs = f"{len(r.full_gcs)} full GCs, longest {max(r.full_gcs) * 1000:.0f} ms" if r.full_gcs else "no full GC"
     return (f"{r.rate:,.0f} admissions/s ({r.cpu_rate:,.0f} per CPU second); cycle p50 "
             f"{pct(r.latencies, 0.5) * 1000:.0f} ms, p99 {pct(r.latencies, 0.99) * 1000:.0f} ms "
-            f"({pct(r.cpu, 0.99) * 1000:.0f} ms CPU), max {max(r.latencies) * 1000:.0f} ms; {gcs}")
+            f"({pct(r.cpu, 0.99) * 1000:.0f} ms CPU), max {max(r.latencies) * 1000:.0f} ms; {gcs}"
+            + (f"; admission attempt alone p50 {pct(r.attempts, 0.5) * 1000:.0f} ms, p99 "
+               f"{pct(r.attempts, 0.99) * 1000:.0f} ms ({pct(r.attempts_cpu, 0.99) * 1000:.0f} ms CPU)"
+               if r.attempts else ""))
 
 
 def preemption_cycles(r: Run) -> str:
@@ -456,8 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     rate = statistics.median(rates)
     cpu_p99 = statistics.median(pct(r.cpu, 0.99) * 1000 for r in runs)
     cpu_rate = statistics.median(r.cpu_rate for r in runs)
-    print(f"goal p99 cycle <= {GOAL_P99_MS:.0f} ms (set for 5,000 ClusterQueues): "
-          f"{'met' if p99 <= GOAL_P99_MS else 'NOT met'} ({p99:.0f} ms wall; {cpu_p99:.0f} ms CPU)")
+    attempt_p99 = statistics.median(pct(r.attempts, 0.99) * 1000 for r in runs)
+    attempt_cpu_p99 = statistics.median(pct(r.attempts_cpu, 0.99) * 1000 for r in runs)
+    print(f"goal p99 cycle <= {GOAL_P99_MS:.0f} ms (set for 5,000 ClusterQueues): whole tick (arrivals, finishes, "
+          f"admission attempt) {'met' if p99 <= GOAL_P99_MS else 'NOT met'} ({p99:.0f} ms wall; {cpu_p99:.0f} ms "
+          f"CPU); admission attempt alone, as Kueue times it, "
+          f"{'met' if attempt_p99 <= GOAL_P99_MS else 'NOT met'} ({attempt_p99:.0f} ms wall; {attempt_cpu_p99:.0f} "
+          f"ms CPU)")
     print(f"goal >= {GOAL_RATE:,.0f} admissions/s (set for 1,000 ClusterQueues): "
           f"{'met' if rate >= GOAL_RATE else 'NOT met'} ({rate:,.0f}/s wall; {cpu_rate:,.0f} per CPU second)")
     print(f"({load()} at the end: wall-clock figures stretch with what else runs on the machine)")
