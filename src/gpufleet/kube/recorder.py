@@ -23,6 +23,7 @@ from typing import Any
 from gpufleet.kube.client import KubeClient, PatchType, make_event
 from gpufleet.kube.errors import KubeError, NotFound
 from gpufleet.kube.eventsink import EventSink
+from gpufleet.kube.preempted_note import PREEMPTED, preempted_note
 from gpufleet.kube.resources import PODS
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,7 @@ class Recorder:
         self.event(pod, "Scheduled", f"Successfully assigned {_key(pod)} to {node}", "Binding")
 
     def preempted(self, pod: Mapping[str, Any], preemptor: str, reason: str, message: str = "") -> None:
-        by = f" by {preemptor}" if preemptor else ""
-        self.event(pod, "Preempted", f"Preempted{by}: {reason}" + (f": {message}" if message else ""), "Preempting")
+        self.event(pod, PREEMPTED, preempted_note(preemptor, reason, message), "Preempting")
 
     def unschedulable(self, pod: Mapping[str, Any], message: str, now: float) -> bool:
         """Set PodScheduled=False (Unschedulable) and emit FailedScheduling, if the message is new."""

@@ -18,7 +18,6 @@ The client is used for discovery, lists and watches only (tests check that no ot
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import defaultdict
@@ -32,6 +31,7 @@ from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.informer import CacheSnapshot, Informer, InformerSet, ObjectCache
 from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.preempted_note import PREEMPTED, parse_preempted_note
 from gpufleet.kube.queuesource import QueueChooser
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.workloadsource import watched_resources
@@ -40,9 +40,6 @@ from gpufleet.web.clusterview import PlannerFacts, build_view
 from gpufleet.web.contract import ClusterView, PreemptionView, SimulationView, SourceKind
 
 log = logging.getLogger(__name__)
-
-PREEMPTED = "Preempted"
-_NOTE = re.compile(r"Preempted(?: by (?P<by>[^:]+))?: (?P<reason>[^:]+)")
 
 
 def preemption_history(snapshot: CacheSnapshot, world: World) -> dict[str, list[PreemptionView]]:
@@ -58,10 +55,10 @@ def preemption_history(snapshot: CacheSnapshot, world: World) -> dict[str, list[
         workload = world.workload_of.get(pod)
         if workload is None:
             continue
-        match = _NOTE.match(str(e.get("note") or ""))
+        note = str(e.get("note") or "")
+        by, reason = parse_preempted_note(note) or ("", note)
         when = str(e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or "")
-        out[workload].append(PreemptionView(when, (match.group("by") or "") if match else "",
-                                            match.group("reason") if match else str(e.get("note") or "")))
+        out[workload].append(PreemptionView(when, by, reason))
     return out
 
 
