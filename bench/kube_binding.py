@@ -36,7 +36,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -45,6 +44,9 @@ from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "kube"))
+sys.path.append(str(ROOT / "bench"))
+
+from revision_src import revision_src  # noqa: E402  (a sibling module of this script)
 
 # The revision before the bind pipeline (issue 15 item 8): Bindings carry the annotations already, but each
 # cycle waits for all of its writes and every Scheduled event is written inline by the bind worker.
@@ -267,17 +269,6 @@ def run_once(args: argparse.Namespace, src: Path, log: TextIO) -> JsonDict:
             **{f"emulator_{k}": v for k, v in state.items()}}
 
 
-def _baseline_src(ref: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref, "src"], check=True,
-                             capture_output=True).stdout
-    with tempfile.TemporaryFile() as tmp:
-        tmp.write(archive)
-        tmp.seek(0)
-        with tarfile.open(fileobj=tmp) as tar:
-            tar.extractall(into, filter="data")
-    return into / "src"
-
-
 def _line(label: str, run: JsonDict, pods: int) -> str:
     (b1, _, _), (a1, _, _) = run["load"]
     refused = sum(run["emulator_refused"].values())
@@ -321,7 +312,7 @@ def main() -> int:
         codes: list[tuple[str, Path]] = [("current", ROOT / "src")]
         if args.baseline != "none":
             try:
-                codes.insert(0, ("baseline", _baseline_src(args.baseline, Path(tmp))))
+                codes.insert(0, ("baseline", revision_src(args.baseline, Path(tmp))))
             except (OSError, subprocess.CalledProcessError) as e:
                 print(f"NO BASELINE: cannot extract src/ of {args.baseline} with git ({e}); current code only")
         runs: dict[str, list[JsonDict]] = {label: [] for label, _ in codes}

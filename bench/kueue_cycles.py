@@ -50,7 +50,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -76,6 +75,9 @@ from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.quota import FR, QuotaTree
 from gpufleet.scheduling.types import Decisions
+
+sys.path.append(str(Path(__file__).resolve().parent))  # a sibling module, also when this file is loaded by path
+from revision_src import revision_src
 
 CYCLE_S = 0.1
 SIZES = (  # name, share of workloads, cpu, runtime (s), priority
@@ -319,18 +321,6 @@ def frozen_gc() -> None:
     gc.freeze()
 
 
-def baseline_src(ref: str, into: Path) -> Path:
-    """``src/`` of a git revision, extracted under ``into``."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref, "src"], check=True,
-                             capture_output=True).stdout
-    with tempfile.TemporaryFile() as tmp:
-        tmp.write(archive)
-        tmp.seek(0)
-        with tarfile.open(fileobj=tmp) as tar:
-            tar.extractall(into, filter="data")
-    return into / "src"
-
-
 def baseline_run(src: Path, argv: list[str], out: Path) -> Run:
     """One whole run of this script over another revision's package, in a subprocess."""
     env = {**os.environ, "PYTHONPATH": str(src)}
@@ -425,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         src = None
         if args.baseline != "none":
             try:
-                src = baseline_src(args.baseline, Path(tmp))
+                src = revision_src(args.baseline, Path(tmp))
             except (OSError, subprocess.CalledProcessError) as e:
                 print(f"NO BASELINE: cannot extract src/ of {args.baseline} with git ({e}); current code only")
         for i in range(args.repeat):
