@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from gpufleet.api.kinds import FRACTION_RESOURCE
-from gpufleet.api.objects import CPU, GPU, MEMORY, PODS, GpuDemand, PodTemplate, Taint, Toleration
+from gpufleet.api.objects import CPU, GPU, GPU_FRACTIONS_LABEL, MEMORY, PODS, GpuDemand, PodTemplate, Taint, Toleration
 from gpufleet.cluster.devices import GpuSlot, InvariantError, MigSlot
 from gpufleet.cluster.state import SHARED_GPU, ClusterState, NodeState, first_free_grants
 from gpufleet.gpu.mig import MigPlacement, geometry_for
@@ -35,6 +35,7 @@ class NodeCase:
     tainted: bool
     fail_gt1: bool
     fillers: tuple[PodCase, ...]
+    fractions: str | None = None  # the node's gpufleet.io/gpu-fractions label (None: absent)
 
     @property
     def healthy(self) -> bool:
@@ -89,7 +90,10 @@ def build_node(case: NodeCase, name: str = "n") -> ClusterState:
             slots.append(GpuSlot(i, f"{name}/gpu-{i}", model, memory, "mig", GPU, mig=migs, healthy=healthy))
             for s in migs:
                 alloc[s.resource] = alloc.get(s.resource, 0) + 1
-    ns = NodeState(name=name, labels={"kubernetes.io/hostname": name}, taints=(TAINT,) if case.tainted else (),
+    labels = {"kubernetes.io/hostname": name}
+    if case.fractions is not None:
+        labels[GPU_FRACTIONS_LABEL] = case.fractions
+    ns = NodeState(name=name, labels=labels, taints=(TAINT,) if case.tainted else (),
                    allocatable=alloc, used={}, gpus=slots, gpu_model=model if gpus else None,
                    fail_requests_greater_than_one=case.fail_gt1)
     cluster = ClusterState([ns])
@@ -160,6 +164,8 @@ node_cases = st.builds(
     tainted=st.sampled_from([False, False, True]),
     fail_gt1=st.booleans(),
     fillers=st.lists(filler_cases, max_size=6).map(tuple),
+    # Fillers are placed before the label is read (first-fit devices): fractions a node took before it was closed.
+    fractions=st.sampled_from([None, None, "true", "false", "false", "no"]),
 )
 
 _NATURAL = {"whole": ("gpu", "fraction"), "replicas": ("shared",), "mig-mixed": ("mig",), "mig-single": ("gpu",),

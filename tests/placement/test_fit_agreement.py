@@ -35,6 +35,11 @@ def _exact_models(pod: PodCase) -> bool:
     return all(m in MODELS for m in pod.models)  # catalog keys only: no alias to resolve
 
 
+def _closed_to(node: NodeCase, pod: PodCase) -> bool:
+    """The former checks predate the gpufleet.io/gpu-fractions label (a node closed to fractional pods)."""
+    return node.fractions == "false" and pod.kind == "fraction"
+
+
 @SETTINGS
 @given(node_and_pod())
 def test_stranded_fits_alone_agreed_where_it_was_right(case: tuple[NodeCase, PodCase]) -> None:
@@ -46,6 +51,7 @@ def test_stranded_fits_alone_agreed_where_it_was_right(case: tuple[NodeCase, Pod
     assume(ns.used.get("pods", 0) < ns.allocatable["pods"])
     assume(node.healthy and _exact_models(pod) and pod.gpu_memory_gib is None)
     assume(node.mode != "mig-single" and not (node.fail_gt1 and pod.count > 1))
+    assume(not _closed_to(node, pod))
     # It counted nvidia.com/gpu in allocatable only: a GPU holding fractions looked free to a whole-GPU pod.
     assume(pod.kind != "gpu" or not any(g.fractions for g in ns.gpus))
     req = request(pod)
@@ -63,6 +69,7 @@ def test_first_fit_placer_agreed_where_it_was_right(case: tuple[NodeCase, PodCas
     ns = cluster.nodes["n"]
     assume(_exact_models(pod) and pod.gpu_memory_gib is None)
     assume(node.mode != "mig-single" and not (node.fail_gt1 and pod.count > 1))
+    assume(not _closed_to(node, pod))
     req = request(pod)
     fits = pod_unfit_reason(req, ns) is None
     event(f"{pod.kind} {'fits' if fits else 'does not fit'}")
@@ -89,6 +96,8 @@ def test_the_fit_check_says_exactly_when_placers_place_the_pod(case: tuple[NodeC
     ns = build_node(node).nodes["n"]
     reason = pod_unfit_reason(req, ns)
     event(f"{pod.kind} {'fits' if reason is None else 'does not fit'}")
+    if _closed_to(node, pod):
+        event("fraction on a node closed to fractions")
     assert fits_alone(ns, req.template) == (reason is None)
     grants = first_free_grants(ns, req.template.gpu)
     if reason is None:

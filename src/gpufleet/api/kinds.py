@@ -21,6 +21,8 @@ from gpufleet.api.objects import (
     CPU,
     GPU,
     GPU_FRACTION_ANNOTATION,
+    GPU_FRACTIONS_LABEL,
+    GPU_FRACTIONS_VALUES,
     GPU_MEMORY_ANNOTATION,
     GPU_MODEL_ANNOTATION,
     KAI_FRACTION_ANNOTATION,
@@ -533,6 +535,12 @@ def parse_node(r: FieldReader) -> Node | None:
         if value is None or not 0 <= value <= top:
             r.error(f"label {label}: {shown(text)} is not a whole number from 0 to {top:,}", "metadata", "labels",
                     label, fix="let GPU Feature Discovery write it, or correct the value")
+    fractions = meta.labels.get(GPU_FRACTIONS_LABEL)
+    if fractions is not None and fractions not in GPU_FRACTIONS_VALUES:
+        r.warning(f"{shown(fractions)} is neither \"true\" nor \"false\": the node stays open "
+                  "to fractional GPU pods", "metadata", "labels", GPU_FRACTIONS_LABEL,
+                  fix=f"set {GPU_FRACTIONS_LABEL}: \"false\" to close its GPUs to fractional pods, \"true\" (or no "
+                      "label) to keep them open")
     gpus = parse_inventory_annotation(r, meta.annotations)
     return Node(
         meta=meta, capacity=capacity, allocatable=allocatable,

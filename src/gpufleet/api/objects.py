@@ -33,6 +33,11 @@ GPU_MEMORY_ANNOTATION = "gpufleet.io/gpu-memory"
 GPU_MODEL_ANNOTATION = "gpufleet.io/gpu-model"  # allowed GPU models, "A100-SXM4-80GB|H100-SXM5-80GB"
 KAI_FRACTION_ANNOTATION = "gpu-fraction"
 KAI_MEMORY_ANNOTATION = "gpu-memory"
+# A node label: "false" closes the node's GPUs to fractional pods (gpufleet.io/gpu-fraction, gpu-milli); whole GPUs,
+# MIG instances and time-slice replicas are unaffected. Absent or "true": open. Another value leaves the node open
+# and `gpufleet validate` warns (gpufleet.cluster.free_devices.fractions_closed decides).
+GPU_FRACTIONS_LABEL = "gpufleet.io/gpu-fractions"
+GPU_FRACTIONS_VALUES = ("true", "false")
 GPU_INVENTORY_ANNOTATION = "gpufleet.io/gpus"
 DEVICES_ANNOTATION = "gpufleet.io/devices"
 NODE_ANNOTATION = "gpufleet.io/node"  # the node the devices of gpufleet.io/devices are on

@@ -10,14 +10,17 @@ placer then grants.
   instances (the single strategy advertises them as ``nvidia.com/gpu``);
 * a MIG resource (``nvidia.com/mig-3g.40gb``) takes free instances advertised under that name, with at least
   the memory the pod declares;
-* a fraction takes room on one whole-mode GPU: its thousandths and its memory (:func:`fraction_room`).
+* a fraction takes room on one whole-mode GPU: its thousandths and its memory (:func:`fraction_room`), on a node
+  open to fractions (:func:`fractions_closed`: the node label ``gpufleet.io/gpu-fractions: "false"`` closes it).
+  The label is a rule for new placements, checked by the fit check (the placement filters); the device answers
+  here ignore it, so fractional pods already running on a node closed since are still accounted.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from gpufleet.api.objects import GpuDemand
+from gpufleet.api.objects import GPU_FRACTIONS_LABEL, GpuDemand
 from gpufleet.cluster.devices import DeviceGrant, GpuSlot, fraction_need
 from gpufleet.gpu.constants import GPU, MILLI, SHARED_GPU
 
@@ -25,6 +28,12 @@ if TYPE_CHECKING:
     from gpufleet.cluster.state import NodeState
 
 DeviceKind = Literal["whole", "replicas", "mig"]
+
+
+def fractions_closed(node: NodeState) -> bool:
+    """The node refuses new fractional pods: its label ``gpufleet.io/gpu-fractions`` is exactly ``"false"``.
+    Absent, ``"true"`` or any other value (which ``gpufleet validate`` warns about) leaves it open."""
+    return node.labels.get(GPU_FRACTIONS_LABEL) == "false"
 
 
 def demand_resource(demand: GpuDemand) -> str | None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gpufleet.api.objects import PODS, Taint
+from gpufleet.api.objects import GPU_FRACTIONS_LABEL, PODS, Taint
 from gpufleet.cluster.free_devices import (
     demand_resource,
     device_kind,
     fraction_copies,
     fraction_options,
+    fractions_closed,
     free_device_count,
     free_mig,
     free_replica_count,
@@ -121,6 +122,19 @@ class GpuModel:
         if model is None or not any(_same_model(model, m) for m in g.models):
             return "node(s) didn't have an allowed GPU model"
         return None
+
+
+class FractionsAllowed:
+    """A node labelled ``gpufleet.io/gpu-fractions: "false"`` takes no fractional pod (whole GPUs, MIG instances
+    and replicas as before): its GPUs stay whole for the pods that need them (free_devices.fractions_closed)."""
+
+    name = "GpuFractionsAllowed"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        if need.gpu.kind != "fraction" or not fractions_closed(node):
+            return None
+        return f"node(s) closed to fractional GPUs ({GPU_FRACTIONS_LABEL}=false)"
 
 
 class TimeSliceLimit:
@@ -239,8 +253,8 @@ class Fraction:
 
 def default_filters() -> tuple[Filter, ...]:
     """Every filter, static ones first, in the order explain() attributes failures."""
-    return (NodeReady(), NodeAffinity(), FlavorNodeLabels(), TaintToleration(), GpuModel(), TimeSliceLimit(),
-            GpuMemory(), Resources(), WholeGpus(), TimeSliceReplicas(), MigInstances(), Fraction())
+    return (NodeReady(), NodeAffinity(), FlavorNodeLabels(), TaintToleration(), GpuModel(), FractionsAllowed(),
+            TimeSliceLimit(), GpuMemory(), Resources(), WholeGpus(), TimeSliceReplicas(), MigInstances(), Fraction())
 
 
 DEFAULT_FILTERS = default_filters()
