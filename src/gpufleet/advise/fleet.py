@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from gpufleet.advise.contract import EXCLUSIVE, NodeConfig
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.nodepool import POOL_LABEL
-from gpufleet.api.objects import HOSTNAME_LABEL, Node
+from gpufleet.api.objects import GPU_FRACTIONS_LABEL, HOSTNAME_LABEL, Node
 from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.state import node_state_from
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, GpuModel
@@ -34,7 +34,8 @@ MODE_VALUES = {"exclusive": "exclusive", "time-sliced": "time-sliced", "mig": "m
 
 # Labels a configuration writes, so they do not tell hardware apart.
 _CONFIG_LABEL_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
-_IGNORED_LABELS = {MODE_LABEL, POOL_LABEL, HOSTNAME_LABEL}
+# gpufleet.io/gpu-fractions: a node closed to fractional pods is the same hardware as its open neighbours
+_IGNORED_LABELS = {MODE_LABEL, POOL_LABEL, HOSTNAME_LABEL, GPU_FRACTIONS_LABEL}
 
 
 @dataclass(slots=True)

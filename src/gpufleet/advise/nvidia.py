@@ -120,10 +120,15 @@ def cluster_policy_patch() -> dict[str, Any]:
                      "migManager": {"config": {"name": MIG_PARTED_CONFIG_MAP, "default": MIG_DISABLED}}}}
 
 
-def label_script(labels: Mapping[str, Mapping[str, str]]) -> str:
-    """``kubectl label`` commands that give each node its labels (mig-manager then reconfigures it)."""
-    lines = ["#!/bin/sh", "# Written by gpufleet advise: each node's MIG and device-plugin configuration and GPU mode.",
-             "# mig-manager drains and reconfigures a node whose nvidia.com/mig.config changes.", "set -e"]
+def label_script(labels: Mapping[str, Mapping[str, str]], what: str | None = None) -> str:
+    """``kubectl label`` commands that give each node its labels (mig-manager then reconfigures it); ``what``:
+    what the labels say, when they are not the MIG and device-plugin configuration."""
+    if what is None:
+        lines = ["#!/bin/sh",
+                 "# Written by gpufleet advise: each node's MIG and device-plugin configuration and GPU mode.",
+                 "# mig-manager drains and reconfigures a node whose nvidia.com/mig.config changes.", "set -e"]
+    else:
+        lines = ["#!/bin/sh", f"# Written by gpufleet advise: {what}.", "set -e"]
     for node, values in sorted(labels.items()):
         pairs = " ".join(f"{k}={v}" for k, v in sorted(values.items()))
         lines.append(f"kubectl label node {node} {pairs} --overwrite")

@@ -9,8 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
+from gpufleet.advise import fragmentation
 from gpufleet.advise.contract import OBJECTIVES, Advice
 from gpufleet.advise.files import advice_document, write
+from gpufleet.advise.fragmentation import FRAGMENTATION
 from gpufleet.advise.inputs import read_input
 from gpufleet.advise.nvidia import node_labels
 from gpufleet.advise.reasons import KPI_WORDS, kpi_text
@@ -28,6 +30,8 @@ EPILOG = examples(
     "gpufleet advise snapshot/ workload.yaml --objective cost --budget 120",
     "# the same advice, showing only the requests of namespace research (the files are the whole cluster's)",
     "gpufleet advise snapshot/ workload.yaml -n research",
+    "# which nodes to close to fractional pods so that fewer GPUs stay unallocated at saturation (FGD's fill-up)",
+    "gpufleet advise openb_node_list_gpu_node.csv openb_pod_list_default.csv --objective fragmentation",
 )
 
 FORMATS = {f.value for f in OutputFormat}
@@ -57,8 +61,10 @@ def advise(
              "demand (workload manifests, a WorkloadGenerator, openb CSVs). None: the embedded case study.",
         show_default=False)] = None,
     objective: Annotated[str, typer.Option(
-        help="What to improve: cost (of serving the demand), wait (p95 queue wait) or balanced (the three, "
-             "each against the given configuration).", metavar="cost|wait|balanced")] = "balanced",
+        help="What to improve: cost (of serving the demand), wait (p95 queue wait), balanced (the three, "
+             "each against the given configuration), or fragmentation (unallocated GPUs at saturation, FGD's "
+             "fill-up: which nodes to close to fractional pods).",
+        metavar="cost|wait|balanced|fragmentation")] = "balanced",
     budget: Annotated[float | None, typer.Option(
         help="Most the held GPUs may cost per hour on average (CHF/h); every proposal is held to it.",
         metavar="CHF/h")] = None,
@@ -77,8 +83,15 @@ def advise(
     """Propose MIG layouts, time-slicing, requests and quotas for a demand, each judged by the simulator. With -n,
     the advice is the same (computed on the whole cluster and demand, files included); only the requests
     shown are that namespace's."""
+    if objective == FRAGMENTATION:
+        if budget is not None:
+            raise usage_error("--budget applies to cost, wait and balanced; fragmentation changes no GPU's cost",
+                              "--budget")
+        fmt, folder = _outputs(output or [])
+        _advise_fragmentation(files or [], seed=seed, duration=duration, strict=strict, fmt=fmt, folder=folder)
+        return
     if objective not in OBJECTIVES:
-        raise usage_error(f"{objective!r} is not one of {', '.join(OBJECTIVES)}", "--objective")
+        raise usage_error(f"{objective!r} is not one of {', '.join((*OBJECTIVES, FRAGMENTATION))}", "--objective")
     if budget is not None and not budget > 0:
         raise usage_error("the budget is a positive number of CHF per hour", "--budget")
     fmt, folder = _outputs(output or [])
@@ -103,6 +116,63 @@ def advise(
         _render(ctx, advice, wide=fmt is OutputFormat.wide, namespace=namespace)
     if written is not None:
         console.note(f"files written to {folder}: {', '.join(sorted(written))}")
+
+
+def _advise_fragmentation(files: list[str], *, seed: int | None, duration: str | None, strict: bool,
+                          fmt: OutputFormat, folder: Path | None) -> None:
+    try:
+        inp = read_input(files, seed=seed, duration=duration, strict=strict)
+        advice = fragmentation.search(inp, progress=lambda text: console.note(f"advise: {text}"))
+    except SimulationError as exc:
+        console.error(str(exc))
+        raise typer.Exit(EXIT_FINDINGS) from None
+    written = fragmentation.write(folder, inp, advice) if folder is not None else None
+    for note in [*inp.notes, *advice.notes]:
+        console.warning(note)
+    if fmt.is_document:
+        console.emit(fragmentation.advice_document(inp, advice, written), fmt.value)
+    else:
+        _render_fragmentation(advice, wide=fmt is OutputFormat.wide)
+    if written is not None:
+        console.note(f"files written to {folder}: {', '.join(sorted(written))}")
+
+
+def _render_fragmentation(a: fragmentation.FragmentationAdvice, *, wide: bool) -> None:
+    g, c = a.given, a.chosen
+    n = len(a.seeds)
+    table = console.make_table("Objective fragmentation: " + ("the proposal" if a.changed else
+                                                              "the given configuration wins"),
+                               "figure", console.Column("given", justify="right"),
+                               console.Column("proposal", justify="right"))
+    table.add_row(f"unallocated GPUs at 100% arrived (mean of {n} seeds)", f"{g.fill.mean_unallocated:.3f}%",
+                  f"{c.fill.mean_unallocated:.3f}%")
+    table.add_row("pods placed until 100% arrived", f"{g.fill.mean_placed:,.1f}", f"{c.fill.mean_placed:,.1f}")
+    table.add_row("nodes closed to fractional pods", f"{len(g.closure.closed):,}", f"{len(c.closure.closed):,}")
+    console.show(table)
+    console.say("")
+    pools = console.make_table("Pools: nodes closed to fractional pods (gpufleet.io/gpu-fractions=false)", "pool",
+                               "model", console.Column("GPUs/node", justify="right"),
+                               console.Column("nodes", justify="right"), console.Column("given", justify="right"),
+                               console.Column("proposal", justify="right"))
+    for p in c.closure.pools:
+        if wide or len(p.closed) != p.given_closed or p.given_closed:
+            pools.add_row(p.pool, p.model, str(p.gpus_per_node), str(p.nodes), str(p.given_closed), str(len(p.closed)))
+    console.show(pools)
+    console.say("")
+    tried = console.make_table("Every configuration measured", "configuration",
+                               console.Column("unallocated", justify="right"),
+                               console.Column("paired difference", justify="right"),
+                               console.Column("pods placed", justify="right"), "chosen / why not")
+    for m in [g, *a.tried]:
+        tried.add_row(m.name, f"{m.fill.mean_unallocated:.3f}%",
+                      "—" if m is g else f"{m.delta[0]:+.3f} ± {m.delta[1]:.3f}", f"{m.fill.mean_placed:,.1f}",
+                      "chosen" if m is c else (m.why_not or ("the reference" if m is g else "")))
+    console.show(tried)
+    console.say("")
+    for line in a.reasons:
+        console.say(f"- {line}")
+    console.say(f"{1 + len(a.tried)} configurations x {n} seeds (FGD's fill-up, seeds {a.seeds[0]}-{a.seeds[-1]}) "
+                f"measured in {a.seconds:.0f} s.", style="dim")
 
 
 def _in_namespace(doc: dict[str, Any], namespace: str | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpufleet.api.objects import CPU, PodTemplate
 from gpufleet.cluster.state import ClusterState, NodeState
@@ -46,8 +47,7 @@ class PlacerEngine:
 
     def __init__(self, nodes: Sequence[BenchNode], policy: str, fm: FragmentationModel, rng: random.Random,
                  *, tie_break: str = "first", indexed: bool = True) -> None:
-        renamed = [BenchNode(ordered_name(i, n.name), n.cpu_milli, n.memory_mib, n.gpus, n.model)
-                   for i, n in enumerate(nodes)]
+        renamed = [replace(n, name=ordered_name(i, n.name)) for i, n in enumerate(nodes)]
         self.cluster = build_cluster(renamed)
         profile = make_profile(policy, typical=fm.typical)
         tb: TieBreak = "name" if tie_break == "first" else "random"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.api.kinds import FRACTION_RESOURCE
-from gpufleet.api.objects import CPU, GPU, MEMORY, PODS, GpuDemand, PodTemplate
+from gpufleet.api.objects import CPU, GPU, GPU_FRACTIONS_LABEL, MEMORY, PODS, GpuDemand, PodTemplate
 from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.gpu.catalog import BUILTIN_MODELS, DEFAULT_CATALOG, Catalog, GpuModel
@@ -93,6 +93,9 @@ class BenchNode:
     memory_mib: int
     gpus: int
     model: str  # catalog key
+    # Labelled gpufleet.io/gpu-fractions=false: its GPUs take no fractional pod (what gpufleet advise's
+    # fragmentation objective searches over; the trace's own nodes are all open).
+    fractions_closed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +231,8 @@ def _node_state(node: BenchNode, catalog: Catalog) -> NodeState:
     allocatable = {CPU: node.cpu_milli, MEMORY: node.memory_mib * MIB, PODS: NODE_PODS, GPU: node.gpus}
     labels = {"kubernetes.io/hostname": node.name, "nvidia.com/gpu.product": node.model,
               "nvidia.com/gpu.count": str(node.gpus)}
+    if node.fractions_closed:
+        labels[GPU_FRACTIONS_LABEL] = "false"
     return NodeState(name=node.name, labels=labels, taints=(), allocatable=allocatable, used={}, gpus=gpus,
                      gpu_model=node.model)
 

@@ -1,0 +1,213 @@
+"""``gpufleet advise --objective fragmentation``: which nodes to close to fractional pods so that fewer GPUs stay
+unallocated at saturation, with as many pods placed.
+
+The measure is FGD's (Weng et al., ATC'23), run by the fragmentation benchmark's own fill-up
+(:mod:`gpufleet.advise.fillup`): unallocated GPUs, % of capacity, at 100% of the capacity arrived, averaged over
+:data:`SEEDS` seeds that every configuration shares (paired: the same arrivals in the same order).
+
+The lever is the node label ``gpufleet.io/gpu-fractions: "false"``: a share of the nodes of every pool with 2+
+GPUs per node closed to fractional pods (:mod:`gpufleet.advise.closure`), over the grid :data:`SHARES`; the given
+configuration is always a candidate. A candidate is *within the guard* when it places, on average, no fewer pods
+until 100% arrived than the given configuration, less :data:`PLACED_TOLERANCE` of them: refusing small pods to
+raise the share of GPUs allocated is never proposed. It *improves* when its paired difference in unallocated GPUs
+is negative by more than two standard errors. The improving candidate within the guard with the fewest
+unallocated GPUs wins; otherwise the given configuration.
+
+Measured on the openb trace (docs/advise.md), gains come from closing a quarter to a third of the nodes; past 40%
+fractional pods are refused, which the guard catches. The grid stops at 30% for that reason and for time (each
+candidate is one fill-up per seed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.advise.closure import MIN_GPUS, Closure, closure
+from gpufleet.advise.files import _dump
+from gpufleet.advise.fillup import Demand, FillUp, bench_fleet, fill_up
+from gpufleet.advise.inputs import AdviseInput
+from gpufleet.advise.nvidia import label_script
+from gpufleet.api.objects import GPU_FRACTIONS_LABEL
+
+FRAGMENTATION = "fragmentation"
+SHARES: tuple[float, ...] = (0.10, 0.20, 0.25, 0.30)
+SEEDS = 4
+PLACED_TOLERANCE = 0.001  # of the given configuration's pods placed until 100% arrived (8 of openb's 8,054)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class Measured:
+    """A configuration and its fill-up."""
+
+    name: str
+    closure: Closure
+    fill: FillUp
+    delta: tuple[float, float] = (0.0, 0.0)  # paired (mean, sd) of unallocated GPU % against the given
+    within_guard: bool = True
+    improves: bool = False
+    why_not: str | None = None
+
+
+@dataclass(slots=True)
+class FragmentationAdvice:
+    seeds: tuple[int, ...]
+    given: Measured
+    chosen: Measured
+    tried: list[Measured]
+    tolerance_pods: int
+    reasons: list[str]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.chosen is not self.given
+
+
+def seeds_from(first: int, count: int = SEEDS) -> tuple[int, ...]:
+    return tuple(range(first, first + count))
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:g}%"
+
+
+def search(inp: AdviseInput, *, seeds: Sequence[int] | None = None, shares: Sequence[float] = SHARES,
+           progress: Progress | None = None) -> FragmentationAdvice:
+    """Measure the given configuration and every share of the grid; choose (module doc)."""
+    started = time.perf_counter()
+    used = tuple(seeds) if seeds is not None else seeds_from(inp.seed)
+    demand = Demand.of(inp.jobs)
+
+    def measure(name: str, c: Closure) -> Measured:
+        fill = fill_up(bench_fleet(c.nodes), demand, used)
+        m = Measured(name, c, fill)
+        if progress is not None:
+            progress(f"{name}: {fill.mean_unallocated:.3f}% unallocated, {fill.mean_placed:,.1f} pods placed "
+                     f"({fill.seconds:.0f} s)")
+        return m
+
+    given = measure("given", closure(inp, None))
+    tolerance = int(PLACED_TOLERANCE * given.fill.mean_placed)
+    tried: list[Measured] = []
+    seen = {given.closure.closed}
+    for share in shares:
+        c = closure(inp, share)
+        if c.closed in seen:  # the same nodes closed as a configuration already measured (small pools)
+            continue
+        seen.add(c.closed)
+        m = measure(f"{_percent(share)} of the nodes of each pool with {MIN_GPUS}+ GPUs closed to fractions", c)
+        m.delta = m.fill.paired_delta(given.fill)
+        mean, sd = m.delta
+        se = sd / math.sqrt(len(used)) if len(used) > 1 else 0.0
+        m.improves = mean < 0 and mean + 2 * se < 0
+        lost = given.fill.mean_placed - m.fill.mean_placed
+        m.within_guard = lost <= tolerance
+        if not m.within_guard:
+            m.why_not = (f"places {lost:,.1f} fewer pods until 100% arrived (at most {tolerance} fewer allowed): it "
+                         "refuses fractional pods rather than packing better")
+        elif not m.improves:
+            m.why_not = (f"paired difference {mean:+.3f} ± {sd:.3f} points: not lower by more than two standard "
+                         "errors")
+        tried.append(m)
+    chosen = given
+    for m in tried:
+        if m.within_guard and m.improves and m.fill.mean_unallocated < chosen.fill.mean_unallocated - 1e-12:
+            chosen = m
+    advice = FragmentationAdvice(used, given, chosen, tried, tolerance, [], time.perf_counter() - started)
+    advice.reasons = reasons(advice)
+    return advice
+
+
+def reasons(a: FragmentationAdvice) -> list[str]:
+    g, c = a.given.fill, a.chosen.fill
+    seeds = f"{len(a.seeds)} paired seeds ({a.seeds[0]}-{a.seeds[-1]})"
+    if not a.changed:
+        best = min(a.tried, key=lambda m: m.fill.mean_unallocated, default=None)
+        out = [f"the given configuration stays: no share of closed nodes lowers unallocated GPUs at saturation "
+               f"within the guard ({seeds})"]
+        if best is not None:
+            out.append(f"the lowest tried, {best.name}: {best.fill.mean_unallocated:.3f}% ({best.why_not})")
+        return out
+    mean, sd = a.chosen.delta
+    closed = len(a.chosen.closure.closed) - len(a.given.closure.closed)
+    return [
+        f"closing {closed:,} more nodes to fractional pods ({GPU_FRACTIONS_LABEL}=false) keeps their GPUs whole for "
+        "whole-GPU pods, so fractions pack onto fewer GPUs",
+        f"unallocated GPUs at 100% arrived: {g.mean_unallocated:.3f}% -> {c.mean_unallocated:.3f}% (paired "
+        f"difference {mean:+.3f} ± {sd:.3f} points over {seeds})",
+        f"pods placed until 100% arrived: {g.mean_placed:,.1f} -> {c.mean_placed:,.1f} (guard: at most "
+        f"{a.tolerance_pods} fewer)",
+    ]
+
+
+# ---- what is shown and written ----------------------------------------------------------------------------------
+
+def _fill_doc(m: Measured) -> dict[str, Any]:
+    f = m.fill
+    return {
+        "name": m.name, "share": m.closure.share,
+        "unallocatedGpuPct": {"mean": round(f.mean_unallocated, 4),
+                              "perSeed": [round(x, 4) for x in f.unallocated_pct]},
+        "benchmarkBin100Pct": [None if math.isnan(x) else round(x, 4) for x in f.binned_pct],
+        "podsPlaced": {"mean": f.mean_placed, "perSeed": list(f.placed)},
+        "podsArrived": list(f.arrived),
+        "pairedDelta": {"mean": round(m.delta[0], 4), "sd": round(m.delta[1], 4)},
+        "withinGuard": m.within_guard, "improves": m.improves, **({"whyNot": m.why_not} if m.why_not else {}),
+        "nodesClosed": len(m.closure.closed),
+        "pools": [{"pool": p.pool, "model": p.model, "gpusPerNode": p.gpus_per_node, "nodes": p.nodes,
+                   "givenClosed": p.given_closed, "closed": list(p.closed)} for p in m.closure.pools],
+        "seconds": round(f.seconds, 2),
+    }
+
+
+def advice_document(inp: AdviseInput, a: FragmentationAdvice,
+                    files: Mapping[str, Path] | None = None) -> dict[str, Any]:
+    """The advice as ``-o json`` prints it."""
+    return {
+        "input": inp.title, "objective": FRAGMENTATION, "seeds": list(a.seeds), "changed": a.changed,
+        "measure": "unallocated GPUs, % of capacity, at 100% of the capacity arrived (FGD's fill-up)",
+        "podsPlacedTolerance": a.tolerance_pods,
+        "given": _fill_doc(a.given), "proposal": _fill_doc(a.chosen), "tried": [_fill_doc(m) for m in a.tried],
+        "reasons": list(a.reasons), "notes": list(a.notes), "seconds": round(a.seconds, 2),
+        **({"files": [{"file": n, "path": str(p), "command": _COMMANDS[n].format(path=shlex.quote(str(p)))}
+                      for n, p in files.items()]} if files is not None else {}),
+    }
+
+
+_COMMANDS = {"node-labels.sh": "sh {path}", "cluster.yaml": "gpufleet simulate {path} ...",
+             "advice.json": ""}
+
+
+def file_texts(c: Closure) -> dict[str, str]:
+    """node-labels.sh for the input's nodes the configuration closes; cluster.yaml with the NodePools split."""
+    out: dict[str, str] = {}
+    if c.labels:
+        out["node-labels.sh"] = label_script(
+            c.labels, what=f"the nodes closed to fractional GPU pods ({GPU_FRACTIONS_LABEL}=false)")
+    if c.node_pools:
+        out["cluster.yaml"] = _dump(c.node_pools)
+    return out
+
+
+def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice) -> dict[str, Path]:
+    """The files (:func:`file_texts`) and advice.json, into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for name, text in file_texts(a.chosen.closure).items():
+        path = directory / name
+        path.write_text(text, encoding="utf-8")
+        written[name] = path
+    written["advice.json"] = directory / "advice.json"
+    written["advice.json"].write_text(json.dumps(advice_document(inp, a, written), indent=1) + "\n",
+                                      encoding="utf-8")
+    return written
