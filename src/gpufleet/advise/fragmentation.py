@@ -123,6 +123,9 @@ def search(inp: AdviseInput, *, seeds: Sequence[int] | None = None, shares: Sequ
     for m in tried:
         if m.within_guard and m.improves and m.fill.mean_unallocated < chosen.fill.mean_unallocated - 1e-12:
             chosen = m
+    for m in tried:
+        if m.why_not is None and m is not chosen:
+            m.why_not = f"within the guard and lower, but {chosen.name} leaves fewer GPUs unallocated"
     advice = FragmentationAdvice(used, given, chosen, tried, tolerance, [], time.perf_counter() - started)
     advice.reasons = reasons(advice)
     return advice
