@@ -238,21 +238,27 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
     with GcWatch() as watch:
         for _ in range(max_cycles):
             now += CYCLE_S
-            start = time.perf_counter()
-            start_cpu = time.thread_time()
+            # The driver's own bookkeeping (which workloads arrive, which finish) is done before the clock starts:
+            # a tick times the policy's calls only.
+            arriving = []
             while arrivals and arrivals[-1].workload.created <= now:
-                policy.submit(arrivals.pop().workload, now)
+                arriving.append(arrivals.pop().workload)
+            finishing = []
             while due and due[0][0] <= now:
                 end, key = heapq.heappop(due)
                 if ends.get(key) == end:
                     del ends[key]
-                    policy.finish(key, now)
-                    finished += 1
+                    finishing.append(key)
+            start = time.perf_counter()
+            start_cpu = time.thread_time()
+            for w in arriving:
+                policy.submit(w, now)
+            for key in finishing:
+                policy.finish(key, now)
             attempt = time.perf_counter()
             attempt_cpu = time.thread_time()
             d: Decisions = policy.cycle(now)
             for p in d.preempted:
-                ends.pop(p.workload, None)
                 policy.evicted(p.workload, now, requeue=True, reason=p.reason)
             attempts_cpu.append(time.thread_time() - attempt_cpu)
             attempts.append(time.perf_counter() - attempt)
@@ -260,6 +266,9 @@ def run(policy: KueuePolicy, jobs: list[Job], max_cycles: int, all_pending: bool
             wall += elapsed
             latencies.append(elapsed)
             cpu.append(time.thread_time() - start_cpu)
+            finished += len(finishing)
+            for p in d.preempted:
+                ends.pop(p.workload, None)
             for a in d.admitted:
                 end = ends[a.workload] = now + runtime[a.workload]
                 heapq.heappush(due, (end, a.workload))
