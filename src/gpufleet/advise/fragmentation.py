@@ -113,8 +113,8 @@ def search(inp: AdviseInput, *, seeds: Sequence[int] | None = None, shares: Sequ
         lost = given.fill.mean_placed - m.fill.mean_placed
         m.within_guard = lost <= tolerance
         if not m.within_guard:
-            m.why_not = (f"places {lost:,.1f} fewer pods until 100% arrived (at most {tolerance} fewer allowed): it "
-                         "refuses fractional pods rather than packing better")
+            m.why_not = (f"places {lost:,.1f} fewer pods until 100% arrived (at most {tolerance} fewer allowed): "
+                         "more GPUs allocated by serving fewer pods, not by packing them better")
         elif not m.improves:
             m.why_not = (f"paired difference {mean:+.3f} ± {sd:.3f} points: not lower by more than two standard "
                          "errors")
