@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.advise.contract import NodeConfig, PoolConfig
-from gpufleet.advise.files import _dump
+from gpufleet.advise.files import dump_documents
 from gpufleet.advise.fleet import configurations, layout_of
 from gpufleet.advise.nvidia import (
     cluster_policy_patch,
@@ -55,7 +55,7 @@ def pool_document(model: GpuModel, gpus: int, config: NodeConfig, count: int, na
 
 def read_back(nodes: list[dict[str, Any]], configs: list[NodeConfig]) -> tuple[dict[str, Any], Problems]:
     """Nodes stripped of gpufleet's inventory, with the advisor's NVIDIA files, through the NVIDIA parsers."""
-    text = _dump([mig_parted_config_map(configs), device_plugin_config_map(configs), cluster_policy_patch()])
+    text = dump_documents([mig_parted_config_map(configs), device_plugin_config_map(configs), cluster_policy_patch()])
     problems = Problems()
     docs = load_text(text, "nvidia.yaml", problems)
     bare = []
@@ -63,7 +63,7 @@ def read_back(nodes: list[dict[str, Any]], configs: list[NodeConfig]) -> tuple[d
         node = json.loads(json.dumps(node))
         node["metadata"]["annotations"].pop(GPU_INVENTORY_ANNOTATION)
         bare.append(node)
-    built = build(load_text(_dump(bare), "nodes.yaml", problems), problems)
+    built = build(load_text(dump_documents(bare), "nodes.yaml", problems), problems)
     maps, policies = [], []
     for doc in docs:
         r = FieldReader(doc, problems, kind=doc.data["kind"], name=None)
@@ -102,7 +102,7 @@ def test_every_configuration_is_valid_and_its_files_read_back_to_the_same_device
             layout = layout_of(model, config)
             assert validate_layout(geometry, layout) == []  # valid by check, whatever built it
             assert layout_mix(layout) == dict(config.mig)
-        pool = build(load_text(_dump([pool_document(model, gpus, config, 1, f"p{i}")]), "p.yaml", Problems()))
+        pool = build(load_text(dump_documents([pool_document(model, gpus, config, 1, f"p{i}")]), "p.yaml", Problems()))
         assert not pool.problems.errors, [str(e) for e in pool.problems.errors]
         for node in expand_node_pool(pool.node_pools[0]):
             nodes.append(node)
@@ -135,7 +135,7 @@ def test_device_plugin_files_are_nvidias_format_without_a_warning() -> None:
     ts = config_from_text(yaml.safe_dump(files["time-sliced-4"]), "ts")[0].sharing
     assert dict(ts.time_slicing) == {"nvidia.com/gpu": 4} and ts.rename_by_default
     assert sharing_of(NodeConfig("time-sliced", 4)).time_slicing == {"nvidia.com/gpu": 4}
-    text = _dump([mig_parted_config_map(configs)])
+    text = dump_documents([mig_parted_config_map(configs)])
     data = yaml.safe_load(yaml.safe_load(text)["data"]["config.yaml"])
     assert data["version"] == "v1"
     assert data["mig-configs"]["all-3g.40gb-x2"] == [{"devices": "all", "mig-enabled": True,

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpufleet.advise.contract import NodeConfig
-from gpufleet.advise.files import _dump
+from gpufleet.advise.files import dump_documents
 from gpufleet.advise.inputs import read_input
 from gpufleet.advise.nvidia import cluster_policy_patch, device_plugin_config_map, mig_parted_config_map, node_labels
 from gpufleet.api.errors import Problems
@@ -38,8 +38,8 @@ def snapshot(tmp_path: Path) -> list[str]:
             node["metadata"]["labels"].update(node_labels(config))
             node["metadata"]["labels"].pop("gpufleet.io/node-pool")
             nodes.append(node)
-    (tmp_path / "nodes.yaml").write_text(_dump(nodes))
-    (tmp_path / "nvidia.yaml").write_text(_dump([mig_parted_config_map([WHOLE, SLICED]),
+    (tmp_path / "nodes.yaml").write_text(dump_documents(nodes))
+    (tmp_path / "nvidia.yaml").write_text(dump_documents([mig_parted_config_map([WHOLE, SLICED]),
                                                  device_plugin_config_map([WHOLE, SLICED]), cluster_policy_patch()]))
     (tmp_path / "rest.yaml").write_text(yaml.safe_dump_all([d.data for d in docs if d.data["kind"] != "NodePool"],
                                                            sort_keys=False))

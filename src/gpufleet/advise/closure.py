@@ -23,7 +23,7 @@ from typing import Any
 
 from gpufleet.advise.fleet import hardware_pools
 from gpufleet.advise.inputs import AdviseInput
-from gpufleet.advise.realise import _find
+from gpufleet.advise.realise import find_document
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests, build
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL, Node, NodePool
@@ -75,7 +75,7 @@ def _closed(node: Node) -> bool:
 
 
 def _node_pool_doc(docs: Sequence[Document], name: str) -> dict[str, Any]:
-    found = _find(docs, "NodePool", name)
+    found = find_document(docs, "NodePool", name)
     if found is not None:
         return found
     raise ValueError(f"NodePool {name} is not among the input's documents (a bug of gpufleet advise)")

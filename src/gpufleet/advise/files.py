@@ -102,7 +102,8 @@ def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _text)
 
 
-def _dump(docs: Sequence[Mapping[str, Any]]) -> str:
+def dump_documents(docs: Sequence[Mapping[str, Any]]) -> str:
+    """YAML documents as the advice writes them (strings that YAML would misread are quoted; no line wrapping)."""
     return yaml.dump_all(list(docs), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 20)
 
 
@@ -129,14 +130,14 @@ def file_texts(ctx: Context, advice: Advice) -> dict[str, str]:
     realised = realise(ctx.inp, ctx.pools, chosen, ctx.classes)
     configs = configs_of(chosen)
     out = {
-        "mig-parted-config.yaml": _dump([mig_parted_config_map(configs)]),
-        "device-plugin-config.yaml": _dump([device_plugin_config_map(configs)]),
-        "cluster-policy-patch.yaml": _dump([cluster_policy_patch()]),
-        "cluster.yaml": _dump(realised.cluster),
-        "kueue.yaml": _dump(queue_documents(ctx, chosen, realised)),
+        "mig-parted-config.yaml": dump_documents([mig_parted_config_map(configs)]),
+        "device-plugin-config.yaml": dump_documents([device_plugin_config_map(configs)]),
+        "cluster-policy-patch.yaml": dump_documents([cluster_policy_patch()]),
+        "cluster.yaml": dump_documents(realised.cluster),
+        "kueue.yaml": dump_documents(queue_documents(ctx, chosen, realised)),
     }
     if ctx.inp.generators:
-        out["workload.yaml"] = _dump(workload_documents(ctx, chosen))
+        out["workload.yaml"] = dump_documents(workload_documents(ctx, chosen))
     labels = {node: node_labels(g.config) for g in chosen.pools for node in g.nodes
               if not ctx.by_name[g.pool].node_pools}
     if labels:

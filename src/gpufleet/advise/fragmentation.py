@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.advise.closure import MIN_GPUS, Closure, closure
-from gpufleet.advise.files import _dump
+from gpufleet.advise.files import dump_documents
 from gpufleet.advise.fillup import Demand, FillUp, bench_fleet, fill_up
 from gpufleet.advise.inputs import AdviseInput
 from gpufleet.advise.nvidia import label_script
@@ -198,7 +198,7 @@ def file_texts(c: Closure) -> dict[str, str]:
         out["node-labels.sh"] = label_script(
             c.labels, what=f"the nodes closed to fractional GPU pods ({GPU_FRACTIONS_LABEL}=false)")
     if c.node_pools:
-        out["cluster.yaml"] = _dump(c.node_pools)
+        out["cluster.yaml"] = dump_documents(c.node_pools)
     return out
 
 

@@ -91,7 +91,8 @@ def assign_nodes(pool: HardwarePool, counts: Mapping[NodeConfig, int]) -> dict[N
     return {c: nodes for c, nodes in out.items() if nodes}
 
 
-def _find(docs: Sequence[Document], kind: str, name: str) -> dict[str, Any] | None:
+def find_document(docs: Sequence[Document], kind: str, name: str) -> dict[str, Any] | None:
+    """The first document of ``kind`` named ``name``, as read."""
     for doc in docs:
         data = doc.data
         if isinstance(data, dict) and data.get("kind") == kind and (data.get("metadata") or {}).get("name") == name:
@@ -106,7 +107,7 @@ def _layout_text(pool: HardwarePool, config: NodeConfig) -> str:
 def node_pool_documents(pool: HardwarePool, groups: Sequence[PoolConfig],
                         docs: Sequence[Document]) -> list[dict[str, Any]]:
     """The NodePools of a pool of NodePools under a proposal (module doc)."""
-    sources = {name: _find(docs, "NodePool", name) for name in pool.node_pools}
+    sources = {name: find_document(docs, "NodePool", name) for name in pool.node_pools}
     given_config = {name: {pool.given[n.name] for n in pool.nodes if n.pool == name} for name in pool.node_pools}
     used: set[str] = set()
     out = []
