@@ -164,6 +164,9 @@ class NominationMemo:
         self.shared = 0
         self.mapped = 0
         self.misses = 0
+        # Lookups of queues above their quota described by value, and how many of them were answered.
+        self.above_quota = 0
+        self.above_quota_hits = 0
 
     def _queue(self, cq: CQSpec) -> _Queue:
         tree = self.tree
@@ -243,6 +246,10 @@ class NominationMemo:
         key = (who, usage, shape, p, info.queue_ts if q.newer else None,
                None if last is None else tuple([tuple(d.items()) for d in last]))
         found = table.get(key)
+        if over and by_value:
+            self.above_quota += 1
+            if found is not None:
+                self.above_quota_hits += 1
         if found is None:
             self.misses += 1
         else:
