@@ -51,8 +51,9 @@ from gpufleet.api.objects import (
 from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue import memo as memo_module
+from gpufleet.scheduling.kueue.admitted import AdmittedQueue, CandidateValue, CandidateValues, candidate_value
 from gpufleet.scheduling.kueue.config import CQSpec
-from gpufleet.scheduling.kueue.info import WorkloadInfo
+from gpufleet.scheduling.kueue.info import AdmissionRecord, WorkloadInfo
 from gpufleet.scheduling.kueue.memo import Lookup, NominationMemo
 from gpufleet.scheduling.types import Decisions
 
@@ -501,3 +502,80 @@ def test_queues_above_quota_that_may_borrow_to_preempt_do_not_share_a_nomination
     assert all(victim.split("/")[0] != preemptor.split("/")[0] for victim, preemptor, _ in preempted)
     assert {reason for _, _, reason in preempted} == {"InCohortReclaimWhileBorrowing"}
     assert memo.above_quota == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["admit", "release", "evict", "describe"]), st.integers(0, 7),
+                              st.integers(0, 2), st.integers(1, 3)), max_size=40),
+       limit=st.sampled_from([2, 1 << 16]))
+def test_value_ids_follow_the_queue(ops: list[tuple[str, int, int, int]], limit: int) -> None:
+    """An AdmittedQueue's value ids, once asked for, stay those of its workloads in standing order as workloads
+    come and go and evictions begin or are called off; equal ids mean equal values, also across a table that
+    started afresh (a small ``limit``)."""
+    values = CandidateValues(limit)
+    queue = AdmittedQueue(values)
+    infos = {}
+    seen: dict[int, CandidateValue] = {}
+    for action, k, priority, cpu in ops:
+        key = f"ns/w{k}"
+        if action == "admit":
+            w = Workload(key=key, namespace="ns", name=f"w{k}", kind="Job", queue="q", priority=priority,
+                         created=0.0, pod_sets=[], pods=[], order=k)
+            info = infos[key] = WorkloadInfo(w, [], cluster_queue="cq")
+            info.admission = AdmissionRecord("cq", [], {("on-demand", "cpu"): cpu * CPU}, float(len(seen)))
+            queue[key] = info
+        elif action == "release" and key in queue:
+            del queue[key]
+        elif action == "evict" and key in queue:
+            infos[key].evicting = None if infos[key].evicting else "Preempted"
+            queue.evicting_changed(key)
+        elif action == "describe":
+            ids = queue.value_ids()
+            assert len(ids) == len(queue.ordered())
+            for vid, info in zip(ids, queue.ordered(), strict=True):
+                assert seen.setdefault(vid, candidate_value(info)) == candidate_value(info)
+    ids = queue.value_ids()
+    for vid, info in zip(ids, queue.ordered(), strict=True):
+        assert seen.setdefault(vid, candidate_value(info)) == candidate_value(info)
+    if limit > len(ops):  # the table never started afresh: equal values have equal ids
+        assert len({candidate_value(i) for i in queue.ordered()}) == len(set(ids))
+
+
+def test_a_queue_with_an_eviction_under_way_is_not_alike_one_without() -> None:
+    """Two queues alike (nominal 2 cpu, borrowing without limit, borrowWithinCohort Never), each holding a 2-cpu
+    and then a 1-cpu low-priority workload, 3 cpu: above their quota, alike in usage. A 2-cpu head in the first
+    takes its 2-cpu workload, whose eviction is then under way (it keeps its quota); that head is deleted. Then a
+    1-cpu head arrives in each: the first's search takes the workload being evicted (evicted ones come first),
+    the second's its 1-cpu workload. The queues differ only in that flag: the memo must see it
+    (SchedulerState.begin_eviction tells the queue), or one of them would be handed the other's target
+    positions."""
+    pair = QueueSpec(flavors=("on-demand",), nominal=(2, 0), borrowing_limit=None, lending_limit=None,
+                     parent="pool", within="LowerPriority", reclaim="Any", bwc=False, threshold=None,
+                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=2)
+    lender = QueueSpec(flavors=("on-demand",), nominal=(1, 0), borrowing_limit=None, lending_limit=None,
+                       parent="pool", within="Never", reclaim="Never", bwc=False, threshold=None,
+                       strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=1)
+    big = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    small = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    high_big = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    high = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    kinds = [big, small, high_big, high]
+    m, names = manifests([pair, lender], False)
+    policies = [KueuePolicy(m), KueuePolicy(m)]
+    policies[1].state.memo = None
+    decisions = []
+    for now, shape, queues in ((1.0, 0, (0, 1)), (2.0, 1, (0, 1)), (3.0, 2, (0,)), (4.0, 3, (0, 1))):
+        if now == 4.0:
+            for p in policies:
+                p.finish("cq0-0/w30", now)  # the 2-cpu head: its victim is still being evicted
+        for q in queues:
+            w = workload(int(now) * 10 + q, WorkloadSpec(q, shape, int(now)), names, kinds)
+            for p in policies:
+                p.submit(w, now)
+        decisions.append([decided(p.cycle(now)) for p in policies])
+    assert all(fast == reference for fast, reference in decisions)
+    assert decisions[2][0][1] == [("cq0-0/w10", "cq0-0/w30", "InClusterQueue")]
+    # The first queue's head takes the workload already being evicted (nothing new), the second's its 1-cpu one.
+    assert decisions[3][0][1] == [("cq0-1/w21", "cq0-1/w41", "InClusterQueue")]
+    memo = policies[0].state.memo
+    assert memo is not None and memo.above_quota >= 3

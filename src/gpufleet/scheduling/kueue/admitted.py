@@ -31,36 +31,26 @@ def candidate_value(info: WorkloadInfo) -> CandidateValue:
 
 
 class CandidateValues:
-    """Interned candidate values: equal values held at the same time get the same id, and an id is never given
-    to another value (ids are not reused), so equal ids always mean equal values. A value no queue holds any more
-    is forgotten; if it comes back it gets a new id."""
+    """Interned candidate values: a value gets one id while it stays in the table, and an id is never given to
+    another value (ids are not reused), so equal ids always mean equal values. Past ``limit`` values the table
+    starts afresh: a value seen again then gets a new id (queues holding the old one describe equal candidates
+    with different ids, which only costs sharing)."""
 
-    __slots__ = ("_by_id", "_ids", "_next")
+    __slots__ = ("_ids", "_next", "limit")
 
-    def __init__(self) -> None:
-        self._ids: dict[CandidateValue, list[int]] = {}  # value -> [id, holders]
-        self._by_id: dict[int, CandidateValue] = {}
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self._ids: dict[CandidateValue, int] = {}
         self._next = itertools.count(1)
+        self.limit = limit
 
-    def acquire(self, value: CandidateValue) -> int:
-        entry = self._ids.get(value)
-        if entry is None:
-            entry = self._ids[value] = [next(self._next), 0]
-            self._by_id[entry[0]] = value
-        entry[1] += 1
-        return entry[0]
-
-    def release(self, vid: int) -> None:
-        value = self._by_id.get(vid)
-        if value is None:
-            return
-        entry = self._ids.get(value)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            self._ids.pop(value, None)
-            self._by_id.pop(vid, None)
+    def id_of(self, value: CandidateValue) -> int:
+        ids = self._ids
+        found = ids.get(value)
+        if found is None:
+            if len(ids) >= self.limit:
+                ids.clear()
+            found = ids[value] = next(self._next)
+        return found
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -77,15 +67,16 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
     is added and used again to find it when it leaves.
     """
 
-    __slots__ = ("_by_key", "_ids", "_infos", "_standings", "_when_added")
+    __slots__ = ("_by_key", "_ids", "_infos", "_standings", "_values", "_when_added")
 
-    def __init__(self) -> None:
+    def __init__(self, values: CandidateValues = CANDIDATE_VALUES) -> None:
         self._by_key: dict[str, WorkloadInfo] = {}
         self._when_added: dict[str, Standing] = {}
         self._standings: list[Standing] = []  # sorted
         self._infos: list[WorkloadInfo] = []  # parallel to _standings
-        # Parallel to _infos: each candidate's value id (CANDIDATE_VALUES), or None until first asked for; once
-        # asked for, kept up to date.
+        # Parallel to _infos: each candidate's value id (in ``values``), or None until first asked for; once asked
+        # for, kept up to date.
+        self._values = values
         self._ids: list[int] | None = None
 
     def __getitem__(self, key: str) -> WorkloadInfo:
@@ -101,7 +92,7 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
         self._by_key[key] = info
         self._when_added[key] = s
         if self._ids is not None:
-            self._ids.insert(i, CANDIDATE_VALUES.acquire(candidate_value(info)))
+            self._ids.insert(i, self._values.id_of(candidate_value(info)))
 
     def __delitem__(self, key: str) -> None:
         del self._by_key[key]
@@ -110,7 +101,7 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
         del self._standings[i]
         del self._infos[i]
         if self._ids is not None:
-            CANDIDATE_VALUES.release(self._ids.pop(i))
+            del self._ids[i]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_key)
@@ -120,12 +111,6 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._by_key
-
-    def __del__(self) -> None:
-        ids = self._ids
-        if ids:
-            for vid in ids:
-                CANDIDATE_VALUES.release(vid)
 
     def values(self) -> ValuesView[WorkloadInfo]:
         return self._by_key.values()
@@ -139,12 +124,12 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
         return self._standings
 
     def value_ids(self) -> list[int]:
-        """The value id (:func:`candidate_value`, interned in :data:`CANDIDATE_VALUES`) of each workload of
+        """The value id (:func:`candidate_value`, interned in the queue's :class:`CandidateValues`) of each workload of
         :meth:`ordered`, position by position (read only): equal slices mean candidates equal in value, in the
         same order."""
         ids = self._ids
         if ids is None:
-            ids = self._ids = [CANDIDATE_VALUES.acquire(candidate_value(info)) for info in self._infos]
+            ids = self._ids = [self._values.id_of(candidate_value(info)) for info in self._infos]
         return ids
 
     def evicting_changed(self, key: str) -> None:
@@ -156,7 +141,4 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
         info = self._by_key.get(key)
         if info is None:
             return
-        i = bisect_left(self._standings, self._when_added[key])
-        old = ids[i]
-        ids[i] = CANDIDATE_VALUES.acquire(candidate_value(info))
-        CANDIDATE_VALUES.release(old)
+        ids[bisect_left(self._standings, self._when_added[key])] = self._values.id_of(candidate_value(info))
