@@ -9,10 +9,19 @@ cohort, a namespace that one queue's selector refuses, fair sharing on or off. T
 evicts and runs cycles in a random order; every decision of every cycle (admissions with flavors and usage,
 preemptions with preemptor and reason, pending workloads with their messages) and the final pending report must
 be the same.
+
+Queues above their quota are described by value only where no search of their heads can read another queue's
+candidates (kueue.memo's docstring): the setups make such queues often (nominal quotas of 0, borrowing without
+limit, low-priority workloads admitted first, then higher ones) on both sides of that condition
+(borrowWithinCohort Never or not, reclaimWithinCohort Never, a nested cohort), and cut the number of own
+candidates described by value low at times, so that a queue with more is keyed by its name.
+``GPUFLEET_MEMO_EXAMPLES`` sets the number of examples (1000 by default).
 """
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,11 +50,17 @@ from gpufleet.api.objects import (
 )
 from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.kueue import memo as memo_module
+from gpufleet.scheduling.kueue.admitted import AdmittedQueue, CandidateValue, CandidateValues, candidate_value
+from gpufleet.scheduling.kueue.config import CQSpec
+from gpufleet.scheduling.kueue.info import AdmissionRecord, WorkloadInfo
+from gpufleet.scheduling.kueue.memo import Lookup, NominationMemo
 from gpufleet.scheduling.types import Decisions
 
 CPU = 1000
 GI = 1 << 30
 FLAVORS = ("on-demand", "spot", "reserved")
+EXAMPLES = int(os.environ.get("GPUFLEET_MEMO_EXAMPLES", "1000"))
 
 
 @dataclass(frozen=True)
@@ -69,10 +84,14 @@ class QueueSpec:
 def queue_specs(draw: st.DrawFn) -> QueueSpec:
     reclaim = draw(st.sampled_from(["Never", "LowerPriority", "Any", "Any"]))
     parent = draw(st.sampled_from(["pool", "pool", "pool", "sub", None]))
+    # A tight queue (one flavor, 0 or 1 cpu and no memory of its own, no GPU group) is at or above every nominal
+    # quota as soon as it borrows: the memo's condition for describing a queue above its quota by value.
+    tight = draw(st.booleans())
     return QueueSpec(
-        flavors=tuple(draw(st.lists(st.sampled_from(FLAVORS[:2]), min_size=1, max_size=2, unique=True))),
-        nominal=(draw(st.integers(0, 3)), draw(st.integers(1, 4))),
-        borrowing_limit=draw(st.none() | st.integers(0, 4)) if parent else None,
+        flavors=FLAVORS[:1] if tight else tuple(draw(st.lists(st.sampled_from(FLAVORS[:2]), min_size=1, max_size=2,
+                                                               unique=True))),
+        nominal=(draw(st.integers(0, 1)), 0) if tight else (draw(st.integers(0, 3)), draw(st.integers(0, 4))),
+        borrowing_limit=draw(st.none() | st.none() | st.integers(0, 6)) if parent else None,
         lending_limit=draw(st.none() | st.integers(0, 2)) if parent else None,
         parent=parent,
         within=draw(st.sampled_from(["Never", "LowerPriority", "LowerPriority", "LowerOrNewerEqualPriority"])),
@@ -82,9 +101,15 @@ def queue_specs(draw: st.DrawFn) -> QueueSpec:
         strategy=draw(st.sampled_from(["BestEffortFIFO", "BestEffortFIFO", "StrictFIFO"])),
         fungibility=(draw(st.sampled_from(["Borrow", "TryNextFlavor"])),
                      draw(st.sampled_from(["Preempt", "TryNextFlavor"]))),
-        gpus=draw(st.none() | st.integers(0, 2)),
+        gpus=None if tight else draw(st.none() | st.integers(0, 2)),
         copies=draw(st.sampled_from([1, 2, 3, 3])),
     )
+
+
+# A queue that lends: capacity in the root cohort for the others to borrow (and fight over).
+LENDER = QueueSpec(flavors=FLAVORS[:2], nominal=(6, 4), borrowing_limit=None, lending_limit=None, parent="pool",
+                   within="Never", reclaim="Never", bwc=False, threshold=None, strategy="BestEffortFIFO",
+                   fungibility=("Borrow", "TryNextFlavor"), gpus=2, copies=1)
 
 
 @dataclass(frozen=True)
@@ -121,10 +146,12 @@ class WorkloadSpec:
     queue: int  # 11: from the namespace the first spec's queues refuse
     shape: int
     created: int
+    mirror: bool = False  # one like it in every copy of its queue's spec (queues alike stay alike in usage)
 
 
 def workload_specs() -> st.SearchStrategy[WorkloadSpec]:
-    return st.builds(WorkloadSpec, queue=st.integers(0, 11), shape=st.integers(0, 2), created=st.integers(0, 9))
+    return st.builds(WorkloadSpec, queue=st.integers(0, 11), shape=st.integers(0, 2), created=st.integers(0, 9),
+                     mirror=st.booleans())
 
 
 # ("submit", n workloads) | ("cycle", 0) | ("finish", i) | ("evict", i) of the i-th running workload, modulo
@@ -197,6 +224,16 @@ def workload(i: int, spec: WorkloadSpec, queues: list[str], kinds: list[Shape]) 
                     pods=[WorkloadPod(f"{key}-{k}", t, "main") for k in range(shape.count)], order=i)
 
 
+def submitted(i: int, spec: WorkloadSpec, queues: list[str], kinds: list[Shape]) -> list[Workload]:
+    """The workload, and with ``mirror`` one like it in each other copy of its queue's spec."""
+    first = workload(i, spec, queues, kinds)
+    if not spec.mirror or spec.queue == 11:
+        return [first]
+    queue = queues[spec.queue % len(queues)]
+    copies = [k for k, q in enumerate(queues) if q.split("-")[0] == queue.split("-")[0] and q != queue]
+    return [first, *(workload(i, WorkloadSpec(k, spec.shape, spec.created), queues, kinds) for k in copies)]
+
+
 def decided(d: Decisions) -> tuple[object, ...]:
     return (sorted((a.workload, a.cluster_queue, sorted(a.flavors.items()), sorted(a.usage.items()))
                    for a in d.admitted),
@@ -204,20 +241,103 @@ def decided(d: Decisions) -> tuple[object, ...]:
             sorted((p.workload, p.reason) for p in d.pending))
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+class WatchedMemo:
+    """Counts, for the events of the property test, the lookups of queues above their quota that the memo
+    described by value, by the reason it could (the queue's heads never read other queues' candidates, or only
+    while the queue is at or above every nominal quota)."""
+
+    def __init__(self, memo: NominationMemo) -> None:
+        self.seen: Counter[str] = Counter()
+        self._lookup = memo.lookup
+        self._memo = memo
+        memo.lookup = self.lookup  # type: ignore[method-assign]
+
+    def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Lookup:
+        at = self._lookup(info, cq)
+        if at.by_value and at.over:
+            why = "reclaimWithinCohort Never or no cohort" if self._memo._queues[cq.name].isolated else (
+                "borrowWithinCohort Never, at its nominal quotas")
+            self.seen[why] += 1
+            if at.n:
+                self.seen[why + ", with own candidates by value"] += 1
+            if at.found is not None and at.found.made_for != cq.name:
+                self.seen[why + ", answered with another queue's nomination"] += 1
+        return at
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=st.lists(queue_specs(), min_size=1, max_size=3), kinds=st.lists(shapes(), min_size=2, max_size=3),
-       jobs=st.lists(workload_specs(), min_size=15, max_size=50), script=steps(), fair=st.booleans(),
-       rising=st.booleans())
+       jobs=st.lists(workload_specs(), min_size=15, max_size=60), script=steps(), fair=st.booleans(),
+       rising=st.booleans(), lender=st.booleans(), cap=st.sampled_from([1, 3, memo_module.MAX_OWN_BY_VALUE]))
 def test_remembered_nominations_decide_as_fresh_ones(specs: list[QueueSpec], kinds: list[Shape],
                                                     jobs: list[WorkloadSpec], script: list[Step], fair: bool,
-                                                    rising: bool) -> None:
+                                                    rising: bool, lender: bool, cap: int) -> None:
+    default_cap = memo_module.MAX_OWN_BY_VALUE
+    memo_module.MAX_OWN_BY_VALUE = cap  # a queue with more own candidates is keyed by its name
+    try:
+        _decide_alike([*specs, LENDER] if lender else specs, kinds, jobs, script, fair, rising)
+    finally:
+        memo_module.MAX_OWN_BY_VALUE = default_cap
+
+
+@st.composite
+def contested_specs(draw: st.DrawFn) -> list[QueueSpec]:
+    """Copies of a tight spec (one flavor, 0 or 1 cpu and no memory of its own) that borrow from a lender in the
+    root cohort or below it, with every preemption policy: queues above their quota, alike, fighting over the
+    same capacity, on both sides of the memo's condition for describing them by value."""
+    reclaim = draw(st.sampled_from(["Never", "LowerPriority", "Any"]))
+    parent = draw(st.sampled_from(["pool", "pool", "sub"]))
+    tight = QueueSpec(
+        flavors=FLAVORS[:1], nominal=(draw(st.integers(0, 1)), 0),
+        borrowing_limit=draw(st.none() | st.integers(1, 6)), lending_limit=None, parent=parent,
+        within=draw(st.sampled_from(["Never", "LowerPriority", "LowerOrNewerEqualPriority"])), reclaim=reclaim,
+        bwc=reclaim != "Never" and draw(st.booleans()), threshold=draw(st.none() | st.integers(0, 2)),
+        strategy=draw(st.sampled_from(["BestEffortFIFO", "StrictFIFO"])),
+        fungibility=("Borrow", draw(st.sampled_from(["Preempt", "TryNextFlavor"]))), gpus=None,
+        copies=draw(st.integers(2, 3)))
+    # The root cohort holds the lender's cpu, the copies' and the nested cohort's 1: often a multiple of the
+    # number of copies, so that copies filling it one workload at a time stay alike.
+    lender = QueueSpec(flavors=FLAVORS[:1], nominal=(draw(st.sampled_from([1, 3, 5])), 0), borrowing_limit=None,
+                       lending_limit=None, parent="pool", within="Never", reclaim="Never", bwc=False, threshold=None,
+                       strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=1)
+    return [tight, lender]
+
+
+def contested_shapes() -> st.SearchStrategy[Shape]:
+    return st.builds(Shape, cpu=st.just(1), memory=st.just(0), gpu=st.just(0), count=st.just(1),
+                     min_count=st.none(), priority=st.integers(0, 3), tolerate_spot=st.just(False), select=st.none())
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=contested_specs(), kinds=st.lists(contested_shapes(), min_size=2, max_size=3),
+       jobs=st.lists(st.builds(WorkloadSpec, queue=st.integers(0, 2), shape=st.integers(0, 2),
+                               created=st.integers(0, 9), mirror=st.sampled_from([True, True, False])),
+                     min_size=6, max_size=30),
+       script=steps(), cap=st.sampled_from([1, 3, memo_module.MAX_OWN_BY_VALUE]))
+def test_queues_above_quota_decide_as_fresh_ones(specs: list[QueueSpec], kinds: list[Shape],
+                                                 jobs: list[WorkloadSpec], script: list[Step], cap: int) -> None:
+    """The property above, on setups made for the memo's condition on queues above their quota: low-priority
+    workloads first (mirrored in every copy, so that the copies stay alike), then the rest."""
+    default_cap = memo_module.MAX_OWN_BY_VALUE
+    memo_module.MAX_OWN_BY_VALUE = cap
+    try:
+        _decide_alike(specs, kinds, jobs, script, False, True, warmup=5)
+    finally:
+        memo_module.MAX_OWN_BY_VALUE = default_cap
+
+
+def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[WorkloadSpec], script: list[Step],
+                  fair: bool, rising: bool, warmup: int = 3) -> None:
     m, names = manifests(specs, fair)
     policies = [KueuePolicy(m), KueuePolicy(m)]
     policies[1].state.memo = None  # the reference: every head nominated afresh
+    memo = policies[0].state.memo
+    assert memo is not None
+    watched = WatchedMemo(memo)
     pending = list(enumerate(jobs))
     if rising:  # lower priorities first, admitted; higher ones arrive later and find them to preempt
         pending.sort(key=lambda job: kinds[job[1].shape % len(kinds)].priority)
-        script = [("submit", len(pending) // 2), ("cycle", 0), ("cycle", 0), *script]
+        script = [("submit", len(pending) // 2), *[("cycle", 0)] * warmup, *script]
     if len({k.priority for k in kinds}) > 1:
         event("shapes of different priorities")
     now = 0.0
@@ -226,9 +346,9 @@ def test_remembered_nominations_decide_as_fresh_ones(specs: list[QueueSpec], kin
         if action == "submit":
             batch, pending = pending[:n], pending[n:]
             for i, spec in batch:
-                w = workload(i, spec, names, kinds)
-                for p in policies:
-                    p.submit(w, now)
+                for w in submitted(i, spec, names, kinds):
+                    for p in policies:
+                        p.submit(w, now)
             continue
         if action == "confirm":
             if terminating:
@@ -252,8 +372,6 @@ def test_remembered_nominations_decide_as_fresh_ones(specs: list[QueueSpec], kin
             got.append(decided(p.cycle(now)))
         assert got[0] == got[1]
         terminating.extend(victim for victim, _, _ in got[0][1])
-        memo = policies[0].state.memo
-        assert memo is not None
         if memo.hits:
             event("a nomination was recalled")
         if memo.shared:
@@ -266,6 +384,8 @@ def test_remembered_nominations_decide_as_fresh_ones(specs: list[QueueSpec], kin
             event("a cycle preempted with recalled nominations")
         if terminating and memo.hits:
             event("a nomination recalled while workloads were being evicted")
+    for why in watched.seen:
+        event("a queue above its quota described by value: " + why)
     assert ([(p.workload, p.reason) for p in policies[0].pending_report()]
             == [(p.workload, p.reason) for p in policies[1].pending_report()])
 
@@ -322,3 +442,140 @@ def test_queues_alike_in_spec_but_not_in_usage_do_not_share_a_nomination() -> No
     assert [a[0] for a in decisions[0][0][0]] == ["cq0-0/w10"]
     assert decisions[1][0][0] == []  # the first queue is full: its second workload waits
     assert [a[0] for a in decisions[2][0][0]] == ["cq0-1/w30"]  # the second queue's head fits
+
+
+def _borrowing_pair(bwc: bool) -> tuple[list[list[tuple[object, ...]]], NominationMemo]:
+    """Two queues alike (nominal 1 cpu and 0 memory, borrowing without limit, reclaimWithinCohort Any) under the
+    root cohort beside a lender (3 cpu) and the nested cohort (1 cpu): three low-priority workloads each fill the
+    cohort's 6 cpu, both queues at 3 cpu, above their quota and at or above every nominal quota. Then a
+    high-priority head of 1 cpu arrives in each. Returns each cycle's decisions with the memo and without it, and
+    the memo."""
+    pair = QueueSpec(flavors=("on-demand",), nominal=(1, 0), borrowing_limit=None, lending_limit=None,
+                     parent="pool", within="LowerPriority", reclaim="Any", bwc=bwc, threshold=None,
+                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=2)
+    lender = QueueSpec(flavors=("on-demand",), nominal=(3, 0), borrowing_limit=None, lending_limit=None,
+                       parent="pool", within="Never", reclaim="Never", bwc=False, threshold=None,
+                       strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=1)
+    low = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    high = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    m, names = manifests([pair, lender], False)
+    assert names[:2] == ["cq0-0", "cq0-1"]
+    policies = [KueuePolicy(m), KueuePolicy(m)]
+    policies[1].state.memo = None
+    decisions = []
+    for now, shape, n in ((1.0, 0, 6), (2.0, 0, 0), (3.0, 0, 0), (4.0, 1, 2)):
+        for i in range(n):
+            w = workload(int(now) * 10 + i, WorkloadSpec(i % 2, shape, int(now)), names, [low, high])
+            for p in policies:
+                p.submit(w, now)
+        decisions.append([decided(p.cycle(now)) for p in policies])
+    assert sum(len(d[0][0]) for d in decisions[:3]) == 6  # one low-priority workload per queue and cycle
+    memo = policies[0].state.memo
+    assert memo is not None
+    return [d[0] for d in decisions] + [d[1] for d in decisions], memo
+
+
+def test_queues_above_quota_that_may_not_borrow_to_preempt_share_a_nomination() -> None:
+    """borrowWithinCohort Never: each head may only take its own queue's workloads (Kueue makes one attempt that
+    allows borrowing, and skips every candidate of another queue in it). The two queues, alike and both above
+    their quota, share one nomination, its target mapped to each queue's own workload."""
+    decisions, memo = _borrowing_pair(bwc=False)
+    fast, reference = decisions[:4], decisions[4:]
+    assert fast == reference
+    preempted = fast[3][1]
+    assert len(preempted) == 2
+    assert all(victim.split("/")[0] == preemptor.split("/")[0] for victim, preemptor, _ in preempted)
+    # Recalled twice: the third low-priority workload (both queues at 2 cpu) and the high-priority one.
+    assert memo.above_quota_hits == 2 and memo.mapped == 1
+
+
+def test_queues_above_quota_that_may_borrow_to_preempt_do_not_share_a_nomination() -> None:
+    """borrowWithinCohort LowerPriority: each head, borrowing, reclaims a low-priority workload of the *other*
+    queue (other queues' candidates come first). The queues are alike in spec, usage and own workloads, but their
+    nominations differ (each targets the other's workload): recalling the first for the second would have it
+    preempt its own queue's workload, or overlap with the first's target. The memo keys them by name."""
+    decisions, memo = _borrowing_pair(bwc=True)
+    fast, reference = decisions[:4], decisions[4:]
+    assert fast == reference
+    preempted = fast[3][1]
+    assert len(preempted) == 2
+    assert all(victim.split("/")[0] != preemptor.split("/")[0] for victim, preemptor, _ in preempted)
+    assert {reason for _, _, reason in preempted} == {"InCohortReclaimWhileBorrowing"}
+    assert memo.above_quota == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["admit", "release", "evict", "describe"]), st.integers(0, 7),
+                              st.integers(0, 2), st.integers(1, 3)), max_size=40),
+       limit=st.sampled_from([2, 1 << 16]))
+def test_value_ids_follow_the_queue(ops: list[tuple[str, int, int, int]], limit: int) -> None:
+    """An AdmittedQueue's value ids, once asked for, stay those of its workloads in standing order as workloads
+    come and go and evictions begin or are called off; equal ids mean equal values, also across a table that
+    started afresh (a small ``limit``)."""
+    values = CandidateValues(limit)
+    queue = AdmittedQueue(values)
+    infos = {}
+    seen: dict[int, CandidateValue] = {}
+    for action, k, priority, cpu in ops:
+        key = f"ns/w{k}"
+        if action == "admit":
+            w = Workload(key=key, namespace="ns", name=f"w{k}", kind="Job", queue="q", priority=priority,
+                         created=0.0, pod_sets=[], pods=[], order=k)
+            info = infos[key] = WorkloadInfo(w, [], cluster_queue="cq")
+            info.admission = AdmissionRecord("cq", [], {("on-demand", "cpu"): cpu * CPU}, float(len(seen)))
+            queue[key] = info
+        elif action == "release" and key in queue:
+            del queue[key]
+        elif action == "evict" and key in queue:
+            infos[key].evicting = None if infos[key].evicting else "Preempted"
+            queue.evicting_changed(key)
+        elif action == "describe":
+            ids = queue.value_ids()
+            assert len(ids) == len(queue.ordered())
+            for vid, info in zip(ids, queue.ordered(), strict=True):
+                assert seen.setdefault(vid, candidate_value(info)) == candidate_value(info)
+    ids = queue.value_ids()
+    for vid, info in zip(ids, queue.ordered(), strict=True):
+        assert seen.setdefault(vid, candidate_value(info)) == candidate_value(info)
+    if limit > len(ops):  # the table never started afresh: equal values have equal ids
+        assert len({candidate_value(i) for i in queue.ordered()}) == len(set(ids))
+
+
+def test_a_queue_with_an_eviction_under_way_is_not_alike_one_without() -> None:
+    """Two queues alike (nominal 2 cpu, borrowing without limit, borrowWithinCohort Never), each holding a 2-cpu
+    and then a 1-cpu low-priority workload, 3 cpu: above their quota, alike in usage. A 2-cpu head in the first
+    takes its 2-cpu workload, whose eviction is then under way (it keeps its quota); that head is deleted. Then a
+    1-cpu head arrives in each: the first's search takes the workload being evicted (evicted ones come first),
+    the second's its 1-cpu workload. The queues differ only in that flag: the memo must see it
+    (SchedulerState.begin_eviction tells the queue), or one of them would be handed the other's target
+    positions."""
+    pair = QueueSpec(flavors=("on-demand",), nominal=(2, 0), borrowing_limit=None, lending_limit=None,
+                     parent="pool", within="LowerPriority", reclaim="Any", bwc=False, threshold=None,
+                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=2)
+    lender = QueueSpec(flavors=("on-demand",), nominal=(1, 0), borrowing_limit=None, lending_limit=None,
+                       parent="pool", within="Never", reclaim="Never", bwc=False, threshold=None,
+                       strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=1)
+    big = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    small = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    high_big = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    high = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    kinds = [big, small, high_big, high]
+    m, names = manifests([pair, lender], False)
+    policies = [KueuePolicy(m), KueuePolicy(m)]
+    policies[1].state.memo = None
+    decisions = []
+    for now, shape, queues in ((1.0, 0, (0, 1)), (2.0, 1, (0, 1)), (3.0, 2, (0,)), (4.0, 3, (0, 1))):
+        if now == 4.0:
+            for p in policies:
+                p.finish("cq0-0/w30", now)  # the 2-cpu head: its victim is still being evicted
+        for q in queues:
+            w = workload(int(now) * 10 + q, WorkloadSpec(q, shape, int(now)), names, kinds)
+            for p in policies:
+                p.submit(w, now)
+        decisions.append([decided(p.cycle(now)) for p in policies])
+    assert all(fast == reference for fast, reference in decisions)
+    assert decisions[2][0][1] == [("cq0-0/w10", "cq0-0/w30", "InClusterQueue")]
+    # The first queue's head takes the workload already being evicted (nothing new), the second's its 1-cpu one.
+    assert decisions[3][0][1] == [("cq0-1/w21", "cq0-1/w41", "InClusterQueue")]
+    memo = policies[0].state.memo
+    assert memo is not None and memo.above_quota >= 3

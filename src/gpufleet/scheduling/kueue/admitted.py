@@ -4,15 +4,60 @@ Every preemption search reads candidates queue by queue in Kueue's order (:func:
 queue's admitted workloads sorted on admission and release costs a binary search and a list insert per change,
 so that a search (or a cycle's shared candidate list for a whole cohort) merges sorted runs instead of sorting
 every candidate of the cohort again for every head.
+
+The nomination memo (:mod:`~gpufleet.scheduling.kueue.memo`) also describes a queue's first candidates *by value*
+(what a preemption search reads of them: priority, whether they are being evicted, usage), so that two queues
+with equal candidates can share a nomination. :meth:`AdmittedQueue.value_ids` gives each candidate's value as a
+small integer, interned process-wide (:class:`CandidateValues`), kept up to date as workloads come and go and as
+their evictions begin (:meth:`AdmittedQueue.evicting_changed`), so that such a description is a slice of a list.
 """
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_left
 from collections.abc import Iterator, MutableMapping, ValuesView
 
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.preemption_order import Standing, standing
+from gpufleet.scheduling.quota import FR
+
+# What a preemption search reads of a candidate besides its place in the order: priority, being evicted, usage.
+CandidateValue = tuple[int, bool, tuple[tuple[FR, int], ...]]
+
+
+def candidate_value(info: WorkloadInfo) -> CandidateValue:
+    return (info.priority, bool(info.evicting), tuple(info.usage.items()))
+
+
+class CandidateValues:
+    """Interned candidate values: a value gets one id while it stays in the table, and an id is never given to
+    another value (ids are not reused), so equal ids always mean equal values. Past ``limit`` values the table
+    starts afresh: a value seen again then gets a new id (queues holding the old one describe equal candidates
+    with different ids, which only costs sharing)."""
+
+    __slots__ = ("_ids", "_next", "limit")
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self._ids: dict[CandidateValue, int] = {}
+        self._next = itertools.count(1)
+        self.limit = limit
+
+    def id_of(self, value: CandidateValue) -> int:
+        ids = self._ids
+        found = ids.get(value)
+        if found is None:
+            if len(ids) >= self.limit:
+                ids.clear()
+            found = ids[value] = next(self._next)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+# One table for the process: ids must compare across the queues of a policy (and never collide between policies).
+CANDIDATE_VALUES = CandidateValues()
 
 
 class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
@@ -22,13 +67,17 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
     is added and used again to find it when it leaves.
     """
 
-    __slots__ = ("_by_key", "_infos", "_standings", "_when_added")
+    __slots__ = ("_by_key", "_ids", "_infos", "_standings", "_values", "_when_added")
 
-    def __init__(self) -> None:
+    def __init__(self, values: CandidateValues = CANDIDATE_VALUES) -> None:
         self._by_key: dict[str, WorkloadInfo] = {}
         self._when_added: dict[str, Standing] = {}
         self._standings: list[Standing] = []  # sorted
         self._infos: list[WorkloadInfo] = []  # parallel to _standings
+        # Parallel to _infos: each candidate's value id (in ``values``), or None until first asked for; once asked
+        # for, kept up to date.
+        self._values = values
+        self._ids: list[int] | None = None
 
     def __getitem__(self, key: str) -> WorkloadInfo:
         return self._by_key[key]
@@ -42,6 +91,8 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
         self._infos.insert(i, info)
         self._by_key[key] = info
         self._when_added[key] = s
+        if self._ids is not None:
+            self._ids.insert(i, self._values.id_of(candidate_value(info)))
 
     def __delitem__(self, key: str) -> None:
         del self._by_key[key]
@@ -49,6 +100,8 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
         i = bisect_left(self._standings, s)
         del self._standings[i]
         del self._infos[i]
+        if self._ids is not None:
+            del self._ids[i]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_key)
@@ -69,3 +122,23 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
     def standings(self) -> list[Standing]:
         """The standings of :meth:`ordered`, position by position (read only)."""
         return self._standings
+
+    def value_ids(self) -> list[int]:
+        """The value id (:func:`candidate_value`, interned in the queue's :class:`CandidateValues`) of each workload of
+        :meth:`ordered`, position by position (read only): equal slices mean candidates equal in value, in the
+        same order."""
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = [self._values.id_of(candidate_value(info)) for info in self._infos]
+        return ids
+
+    def evicting_changed(self, key: str) -> None:
+        """The workload's eviction began (or was called off): its value changed. Whoever sets an admitted
+        workload's ``evicting`` tells its queue (``SchedulerState.begin_eviction``)."""
+        ids = self._ids
+        if ids is None:
+            return
+        info = self._by_key.get(key)
+        if info is None:
+            return
+        ids[bisect_left(self._standings, self._when_added[key])] = self._values.id_of(candidate_value(info))

@@ -12,18 +12,42 @@ made with the same inputs:
   in the tree (admissions, releases) and every eviction begun there (:meth:`QuotaTree.note_change`); a tree's
   remembered nominations are dropped when it moves on;
 * **the same ClusterQueue, or one like it**: a queue is described by its spec without its name (cohort, resource
-  groups, quotas, preemption and fungibility) and its usage of every flavor-resource. Queues alike in both get one
-  nomination, provided nothing else of theirs can be read: the queue is above its quota nowhere (else its own
-  workloads are candidates of the cohort's list, where their positions among the others' count), fair sharing is
-  off (the target walk breaks ties by a queue's position among its siblings), and its own workloads a head could
-  preempt (withinClusterQueue: those of lower priority, or of lower or equal priority under
-  LowerOrNewerEqualPriority) are described by value: priority, whether they are being evicted, usage, and
-  queue timestamp where the policy reads it; its other workloads count only through its usage. Targets among
-  them are remembered by position in the queue's candidate order and mapped to the asking queue's own workloads.
-  Otherwise the queue's name is part of the key;
+  groups, quotas, preemption and fungibility) and its usage of every flavor-resource, provided nothing else of it
+  can be read (:func:`reads_only_own_candidates` below): fair sharing is off (the target walk breaks ties by a
+  queue's position among its siblings), and either the queue is above its quota nowhere, or none of its heads'
+  searches reads another queue's candidates. Its own workloads a head could preempt (withinClusterQueue: those of
+  lower priority, or of lower or equal priority under LowerOrNewerEqualPriority) are then described by value, in
+  the queue's candidate order (:meth:`AdmittedQueue.value_ids`: priority, whether being evicted, usage; and for
+  equal-priority ones under LowerOrNewerEqualPriority whether the head is older), at most
+  :data:`MAX_OWN_BY_VALUE` of them; its other workloads count only through its usage. Targets among them are
+  remembered by position in that order and mapped to the asking queue's own workloads. Otherwise the queue's name
+  is part of the key;
 * **the same head**: the requests of each pod set (count, minimum count, per-pod quota amounts), what flavor
   selection reads of its pod template (node selector, required affinity, tolerations, topology request), its
   priority, queue timestamp where a policy reads it, and where its last flavor search stopped.
+
+**When a queue above its quota is described by value.** Its workloads are candidates of the other queues'
+searches, so two such queues never read the same cohort candidate list (each leaves out its own and sees the
+other's). A head's nomination reads that list only through the classical preemption search (§1.12), and the
+search takes no candidate of another queue when
+
+* reclaimWithinCohort is Never, or the queue has no cohort (Kueue collects no cohort candidates at all); or
+* borrowWithinCohort is Never, the queue's parent is its tree's root, and the queue's usage is at or above its
+  nominal quota in every flavor-resource it declares. Then for every search of its heads (each contests at least
+  one flavor-resource, with a positive request): the queue is not under nominal in the contested ones, so Kueue
+  makes a single attempt, allowing borrowing (``classicalPreemptionStrategy`` in Kueue's
+  ``pkg/scheduler/preemption/classical_strategy.go``: ``borrowWithinCohortForbidden &&
+  !queueUnderNominalInResourcesNeedingPreemption``); the request does not fit in the queue's unused nominal quota
+  (there is none), so it has no hierarchical advantage over the cohort's candidates, and with the parent being the
+  root there is no higher level where it could gain one; every candidate of another queue is therefore
+  ReclaimWithoutBorrowing, which an attempt that allows borrowing skips (``candidateIsValid`` in
+  ``classical/candidate_generator.go``). Only the queue's own candidates can be taken.
+
+In both cases the nomination is a function of the tree's state (its generation), the queue's spec and usage, its
+own candidates by value and the head: queues alike in these share it. Our searches read the same
+(``Preemptor._classical_targets``: ``forbidden and not self._under_nominal(ctx)`` gives one attempt with borrowing,
+``_valid`` skips RECLAIM_WITHOUT_BORROWING then; ``CohortSearch.classical_targets``: no run without
+borrowWithinCohort when borrowing). Below the root (a nested cohort) a queue above its quota keeps its name.
 
 ``Cycle`` asks the memo only when ``SchedulerState.memo`` is set (the default); a property test compares cycles with
 and without it on random setups (``tests/kueue/test_nomination_memo.py``).
@@ -31,6 +55,7 @@ and without it on random setups (``tests/kueue/test_nomination_memo.py``).
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_left
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -42,12 +67,18 @@ from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.preemption_order import Target
 from gpufleet.scheduling.quota import QuotaTree
 
-# Own workloads described by value at most this many; a queue with more is keyed by its name.
-MAX_OWN_BY_VALUE = 16
+# Own workloads described by value at most this many (a key holds one small integer per workload); a queue with
+# more is keyed by its name.
+MAX_OWN_BY_VALUE = 256
 # Nominations remembered per cohort tree and generation at most; past it the tree's table starts afresh.
 MAX_PER_TREE = 4096
+# Head shapes interned per memo at most; past it the table starts afresh (ids are never reused).
+MAX_SHAPES = 65536
 
+_NEVER = "Never"
 _NEWER = "LowerOrNewerEqualPriority"
+# Shape ids for the whole process: a WorkloadInfo keeps its id, and ids never mean two shapes.
+_SHAPE_IDS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +115,35 @@ def head_key(info: WorkloadInfo) -> Hashable:
     return tuple(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class _Queue:
+    """What a lookup reads of a ClusterQueue that never changes: its spec's id, its preemption policies and its
+    place in the tree."""
+
+    spec: int
+    # 0: withinClusterQueue Never (no own candidates); 1: those of lower priority than the head; 2: of lower or
+    # equal priority (LowerOrNewerEqualPriority, which also compares queue timestamps at equal priority).
+    within: int
+    newer: bool  # a policy compares queue timestamps: the head's is part of the key
+    # Its heads' searches never read another queue's candidates (reclaimWithinCohort Never, or no cohort).
+    isolated: bool
+    # ... nor do they while the queue is at or above every nominal quota in ``floors`` (borrowWithinCohort Never,
+    # parent is the tree's root): (position in QuotaTree.local_state's usage, nominal quota).
+    sealed_when_full: bool
+    floors: tuple[tuple[int, int], ...]
+    admitted: AdmittedQueue
+
+
+def reads_only_own_candidates(queue: _Queue, usage: tuple[int, ...]) -> bool:
+    """Whether no preemption search of this queue's heads reads another queue's candidates, the queue's usage of
+    every flavor-resource (in :meth:`QuotaTree.local_state`'s order) being ``usage`` (module docstring)."""
+    if queue.isolated:
+        return True
+    if not queue.sealed_when_full:
+        return False
+    return all(usage[i] >= nominal for i, nominal in queue.floors)
+
+
 class NominationMemo:
     """Remembered nominations per cohort tree, valid while the tree's generation stays the same."""
 
@@ -95,6 +155,8 @@ class NominationMemo:
         interned: dict[Hashable, int] = {}
         self._spec: dict[str, int] = {name: interned.setdefault(_spec_key(cq), len(interned))
                                       for name, cq in cqs.items()}
+        self._queues: dict[str, _Queue] = {}
+        self._shapes: dict[Hashable, int] = {}
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
         # What the memo saved: nominations recalled, of which made for another queue, of which with targets among
         # the asking queue's own workloads; and nominations made.
@@ -102,12 +164,45 @@ class NominationMemo:
         self.shared = 0
         self.mapped = 0
         self.misses = 0
+        # Lookups of queues above their quota described by value, and how many of them were answered.
+        self.above_quota = 0
+        self.above_quota_hits = 0
+
+    def _queue(self, cq: CQSpec) -> _Queue:
+        tree = self.tree
+        parent = tree.cluster_queue(cq.name).parent
+        policy = cq.preemption
+        columns = {fr: i for i, fr in enumerate(tree.flavor_resources())}
+        floors = []
+        sealed = policy.borrow_within_cohort.policy == _NEVER and parent is not None and parent.parent is None
+        for fr, q in cq.quotas.items():
+            i = columns.get(fr)
+            if i is None:
+                sealed = False  # not a column of the tree's usage (never, once finalized): not checked, not sealed
+                break
+            floors.append((i, q.nominal))
+        within = policy.within_cluster_queue
+        found = self._queues[cq.name] = _Queue(
+            self._spec[cq.name], 0 if within == _NEVER else 2 if within == _NEWER else 1,
+            within == _NEWER or policy.reclaim_within_cohort == _NEWER,
+            policy.reclaim_within_cohort == _NEVER or parent is None, sealed, tuple(floors), self.admitted[cq.name])
+        return found
+
+    def _shape(self, info: WorkloadInfo) -> int:
+        shapes = self._shapes
+        key = head_key(info)
+        found = shapes.get(key)
+        if found is None:
+            if len(shapes) >= MAX_SHAPES:
+                shapes.clear()
+            found = shapes[key] = next(_SHAPE_IDS)
+        info.shape = found
+        return found
 
     def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Lookup:
         """Where this head's nomination is (or will be) remembered."""
-        tree = self.tree
         name = cq.name
-        generation, usage, over = tree.local_state(name)
+        generation, usage, over = self.tree.local_state(name)
         entry = self._tables.get(generation[0])
         if entry is None or entry[0] != generation:
             # The tree moved on: what was remembered for it can no longer be asked for.
@@ -115,33 +210,46 @@ class NominationMemo:
         table = entry[1]
         if len(table) >= MAX_PER_TREE:
             table.clear()
-        policy = cq.preemption
-        within = policy.within_cluster_queue
-        newer = within == _NEWER or policy.reclaim_within_cohort == _NEWER
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queue(cq)
         p = info.priority
-        own: list[WorkloadInfo] = []
         who: Hashable = name
-        if not over and not self.fair_sharing:
-            who = self._spec[name]
-            if within != "Never":
+        by_value = False
+        queue: AdmittedQueue | None = None
+        n = 0
+        if not self.fair_sharing and (not over or reads_only_own_candidates(q, usage)):
+            who = q.spec
+            by_value = True
+            if q.within:
                 # The queue's own candidates: its admitted workloads the policy lets this head evict on priority
                 # grounds, at most those of lower priority (LowerPriority) or of lower or equal priority
-                # (LowerOrNewerEqualPriority, which also compares queue timestamps, described below); the list is
-                # in standing order, lowest priority first.
-                queue = self.admitted[name]
-                n = bisect_left(queue.standings(), (p + 1,) if within == _NEWER else (p,))
-                if n > MAX_OWN_BY_VALUE:
-                    who = name
-                elif n:
-                    own = queue.ordered()[:n]
-                    who = (who, tuple([(c.priority, c.queue_ts if newer else None, bool(c.evicting),
-                                        tuple(c.usage.items())) for c in own]))
-        last = None if info.last_tried is None else tuple(tuple(d.items()) for d in info.last_tried)
+                # (LowerOrNewerEqualPriority); the list is in standing order, lowest priority first.
+                queue = q.admitted
+                standings = queue.standings()
+                if standings:
+                    n = bisect_left(standings, (p + 1,) if q.within == 2 else (p,))
+                    if n > MAX_OWN_BY_VALUE:
+                        who, by_value, queue, n = name, False, None, 0
+                    elif n:
+                        own: Hashable = tuple(queue.value_ids()[:n])
+                        if q.within == 2:
+                            # Equal priority: LowerOrNewerEqualPriority takes those queued after the head.
+                            ts = info.queue_ts
+                            own = (own, tuple([ts < c.queue_ts
+                                               for c in queue.ordered()[bisect_left(standings, (p,)):n]]))
+                        who = (who, own)
+        last = info.last_tried
         shape = info.shape
-        if shape is None:
-            shape = info.shape = head_key(info)
-        key = (who, usage, shape, p, info.queue_ts if newer else None, last)
+        if type(shape) is not int:
+            shape = self._shape(info)
+        key = (who, usage, shape, p, info.queue_ts if q.newer else None,
+               None if last is None else tuple([tuple(d.items()) for d in last]))
         found = table.get(key)
+        if over and by_value:
+            self.above_quota += 1
+            if found is not None:
+                self.above_quota_hits += 1
         if found is None:
             self.misses += 1
         else:
@@ -150,7 +258,7 @@ class NominationMemo:
                 self.shared += 1
                 if any(i >= 0 for i in found.own):
                     self.mapped += 1
-        return Lookup(table, key, found, who != name, own)
+        return Lookup(table, key, found, by_value, over, queue, n)
 
 
 @dataclass(slots=True)
@@ -161,14 +269,27 @@ class Lookup:
     key: Hashable
     found: Nomination | None
     by_value: bool  # the queue is described by value: its own targets are remembered by position in ``own``
-    own: list[WorkloadInfo]
+    over: bool  # ... while above its quota: no target may be another queue's
+    queue: AdmittedQueue | None
+    n: int  # its first n workloads in standing order are described by value
+
+    @property
+    def own(self) -> list[WorkloadInfo]:
+        """The queue's workloads described by value, in standing order."""
+        if self.queue is None or not self.n:
+            return []
+        return self.queue.ordered()[:self.n]
 
     def remember(self, cq: CQSpec, assignment: Assignment, targets: list[Target], message: str) -> None:
         positions = {id(c): i for i, c in enumerate(self.own)}
         where = []
         for t in targets:
             i = positions.get(id(t.info), -1)
-            if i < 0 and self.by_value and t.info.cluster_queue == cq.name:
-                return  # an own target the key does not describe: not to be handed to another queue
+            if i < 0 and self.by_value:
+                if t.info.cluster_queue == cq.name:
+                    return  # an own target the key does not describe: not to be handed to another queue
+                # A queue above its quota is described by value only when its searches take nothing of another
+                # queue (NominationMemo's docstring); such a target would mean that proof is wrong.
+                assert not self.over, f"{cq.name}: a search above quota took {t.info.key} of another queue"
             where.append(i)
         self.table[self.key] = Nomination(assignment, tuple(targets), tuple(where), message, cq.name)

@@ -124,6 +124,7 @@ class SchedulerState:
         it differently from now on."""
         info.evicting = reason
         if info.cluster_queue is not None and info.cluster_queue in self.admitted:
+            self.admitted[info.cluster_queue].evicting_changed(info.key)  # its value as a candidate (kueue.memo)
             self.tree.note_change(info.cluster_queue)
 
     def release(self, info: WorkloadInfo, now: float) -> None:
