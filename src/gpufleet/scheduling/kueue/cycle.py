@@ -75,11 +75,11 @@ class Entry:
 
 
 def namespace_matches(state: SchedulerState, info: WorkloadInfo, cq: CQSpec) -> bool:
-    key = (cq.name, info.namespace)
-    found = state.namespace_matches.get(key)
+    known = state.namespace_matches[cq.name]
+    found = known.get(info.namespace)
     if found is None:
         selector = cq.namespace_selector
-        found = state.namespace_matches[key] = selector is not None and selector.matches(
+        found = known[info.namespace] = selector is not None and selector.matches(
             state.config.namespace_labels_of(info.namespace))
     return found
 
@@ -221,7 +221,7 @@ class Cycle:
             e = Entry(info, cq)
             if cq.stopped:
                 e.message = f"ClusterQueue {cq.name} is inactive"
-            elif not (matches.get((cq.name, info.namespace)) or namespace_matches(state, info, cq)):
+            elif not (matches[cq.name].get(info.namespace) or namespace_matches(state, info, cq)):
                 e.message = NAMESPACE_MISMATCH_MESSAGE
                 e.reason = NAMESPACE_MISMATCH
             else:

@@ -57,7 +57,8 @@ class SchedulerState:
         self.last_evaluated: frozenset[str] = frozenset()
         # What depends on the static configuration only, worked out when first needed.
         self._assigners: dict[str, FlavorAssigner] = {}
-        self.namespace_matches: dict[tuple[str, str], bool] = {}  # (ClusterQueue, namespace) -> selector matches
+        # ClusterQueue -> namespace -> whether its namespace selector matches (two lookups, no key tuple per head)
+        self.namespace_matches: dict[str, dict[str, bool]] = {name: {} for name in config.cluster_queues}
         # Nominations remembered while their cohort tree is unchanged (kueue.memo); None nominates every head
         # afresh (the reference the memo is tested against).
         self.memo: NominationMemo | None = NominationMemo(self.tree, config.cluster_queues, self.admitted,
