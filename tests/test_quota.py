@@ -742,3 +742,60 @@ def test_property_assess_is_the_three_queries_it_fuses(
             expected = (t.potential_available(name, fr), t.available(name, fr),
                         *t.lowest_subtree_that_fits(name, fr, val))
             assert t.assess(name, fr, val) == expected, (name, fr, val)
+
+
+@settings(max_examples=150, deadline=None)
+@given(specs(), ops_st, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 4), usage_st), max_size=40),
+       st.integers(0, 40))
+def test_property_lasting_usage_outlives_the_checkpoints_around_it(
+    spec: Spec, base: list[tuple[bool, int, dict[FR, int]]], steps: list[tuple[int, int, dict[FR, int]]],
+    nest_at: int,
+) -> None:
+    """A cycle charges what it admits with add_lasting_usage while its snapshot checkpoint (and at times a nested
+    one) is open: once they are rolled back, the tree is exactly the tree with only the lasting changes made, and
+    only the cohort trees they touched have a new generation."""
+    t = spec.build()
+    names = list(spec.cqs)
+    for _, i, usage in base:
+        t.add_usage(names[i % len(names)], usage)
+    before = {name: t.generation(name) for name in names}
+    expected = spec.build()
+    for _, i, usage in base:
+        expected.add_usage(names[i % len(names)], usage)
+    touched: set[int] = set()
+    outer = t.checkpoint()
+    inner = None
+    for k, (kind, i, usage) in enumerate(steps):
+        if k == nest_at:
+            inner = t.checkpoint()
+        cq = names[i % len(names)]
+        if kind == 0:
+            t.add_usage(cq, usage)  # what the snapshot alone sees: reservations, simulated evictions
+        elif kind == 1:
+            t.remove_usage(cq, usage)
+        else:
+            t.add_lasting_usage(cq, usage)
+            expected.add_usage(cq, usage)
+            touched.add(before[cq][0])
+    if inner is not None:
+        t.rollback(inner)
+    t.rollback(outer)
+    assert t.nonzero_usage() == expected.nonzero_usage()
+    for fr in FRS:
+        assert [n.name for n in t.cluster_queues_over_quota([fr])] == [
+            n.name for n in expected.cluster_queues_over_quota([fr])]
+        for name in spec.cohorts:
+            assert [n.name for n in t.children_over_quota(t.cohort(name), [fr])] == [
+                n.name for n in expected.children_over_quota(expected.cohort(name), [fr])]
+    for name in names:
+        assert (t.generation(name) != before[name]) == (before[name][0] in touched), name
+    # remove_lasting_usage is its inverse, through checkpoints too.
+    mark = t.checkpoint()
+    for kind, i, usage in steps:
+        if kind == 2:
+            t.remove_lasting_usage(names[i % len(names)], usage)
+    t.rollback(mark)
+    rebuilt = spec.build()
+    for _, i, usage in base:
+        rebuilt.add_usage(names[i % len(names)], usage)
+    assert t.nonzero_usage() == rebuilt.nonzero_usage()

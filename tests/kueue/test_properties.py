@@ -35,7 +35,7 @@ from gpufleet.api.objects import (
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.scheduling.kueue import KueuePolicy, first_fit_factory
-from gpufleet.scheduling.kueue.info import WorkloadInfo
+from gpufleet.scheduling.kueue.info import State, WorkloadInfo
 from gpufleet.scheduling.kueue.preemption import priority_allows
 from gpufleet.scheduling.types import Decisions
 
@@ -144,6 +144,20 @@ def check_quota(policy: KueuePolicy, queues: list[QueueSpec]) -> None:
     assert in_pool <= sum(queues[i].nominal * CPU - local[i] for i in members)
 
 
+def check_admitted_are_not_pending(policy: KueuePolicy) -> None:
+    """An admitted workload is in no queue and no table of pending workloads: finishing it only releases it
+    (KueuePolicy._forget)."""
+    state = policy.state
+    pending = [state.no_quota, state.unqueued, state.placement_parked, state.backoff]
+    for q in state.queues.queues.values():
+        pending += [q.active, q.parked]
+    sticky = {q.sticky for q in state.queues.queues.values()}
+    for info in state.admitted_infos():
+        assert info.state is State.ADMITTED
+        assert all(info.key not in table for table in pending), info.key
+        assert info.key not in sticky, info.key
+
+
 def check_preemptions(policy: KueuePolicy, queues: list[QueueSpec], d: Decisions, fair: bool) -> None:
     for p in d.preempted:
         event(f"preemption {p.reason}")
@@ -187,7 +201,9 @@ def simulate(queues: list[QueueSpec], specs: list[WorkloadSpec], fair: bool, nod
         for key in [k for k, end in ends.items() if end <= t]:
             del ends[key]
             policy.finish(key, float(t * 10))
+        check_admitted_are_not_pending(policy)
         d = policy.cycle(float(t * 10))
+        check_admitted_are_not_pending(policy)
         check_quota(policy, queues)
         check_preemptions(policy, queues, d, fair)
         if cluster is not None:
@@ -195,6 +211,7 @@ def simulate(queues: list[QueueSpec], specs: list[WorkloadSpec], fair: bool, nod
         for p in d.preempted:
             ends.pop(p.workload, None)
             policy.evicted(p.workload, float(t * 10), requeue=True, reason=p.reason)
+        check_admitted_are_not_pending(policy)
         runtime = {w.key: s.runtime for w, s in zip(wls, specs, strict=True)}
         for a in d.admitted:
             ends[a.workload] = t + runtime[a.workload]

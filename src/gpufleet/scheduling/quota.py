@@ -660,6 +660,28 @@ class QuotaTree:
             self._changed(node)
         self._apply(node, usage.items(), False)
 
+    def add_lasting_usage(self, cq: str, usage: Mapping[FR, int]) -> None:
+        """:meth:`add_usage` as if no checkpoint were open: no rollback takes it out, and it counts as a lasting
+        change of the tree's generation. A scheduling cycle charges what it admits this way while its snapshot
+        checkpoint is open, instead of charging it in the snapshot, rolling it back and charging it again. Usage
+        changes commute (every derived value is a function of ClusterQueue usage alone), so rolling back the
+        snapshot's other changes afterwards leaves the tree exactly as charging after the rollback would."""
+        marks = self._marks
+        self._marks = []  # through add_usage, so that a subclass overriding it sees the change
+        try:
+            self.add_usage(cq, usage)
+        finally:
+            self._marks = marks
+
+    def remove_lasting_usage(self, cq: str, usage: Mapping[FR, int]) -> None:
+        """The inverse of :meth:`add_lasting_usage`, also kept through rollbacks."""
+        marks = self._marks
+        self._marks = []
+        try:
+            self.remove_usage(cq, usage)
+        finally:
+            self._marks = marks
+
     # ----------------------------------------------------------------------------------------
     # generations
 

@@ -13,8 +13,9 @@
    issued only if its preemptor also fits on nodes once its targets are gone, with more victims if needed, and
    the room it makes is held until the preemptor is processed in the next cycle (kueue.room); none is issued
    when nothing makes room. Rooms the last cycle's preemptions made are held before the first entry.
-5. The snapshot is rolled back, the held room released, and real admissions charged; every head not admitted
-   is requeued by its queueing strategy.
+5. The snapshot is rolled back, the held room released, and admissions recorded (their quota was charged for good
+   when they were decided: :meth:`QuotaTree.add_lasting_usage` outlives the rollback); every head not admitted is
+   requeued by its queueing strategy.
 """
 
 from __future__ import annotations
@@ -74,11 +75,11 @@ class Entry:
 
 
 def namespace_matches(state: SchedulerState, info: WorkloadInfo, cq: CQSpec) -> bool:
-    key = (cq.name, info.namespace)
-    found = state.namespace_matches.get(key)
+    known = state.namespace_matches[cq.name]
+    found = known.get(info.namespace)
     if found is None:
         selector = cq.namespace_selector
-        found = state.namespace_matches[key] = selector is not None and selector.matches(
+        found = known[info.namespace] = selector is not None and selector.matches(
             state.config.namespace_labels_of(info.namespace))
     return found
 
@@ -209,6 +210,7 @@ class Cycle:
         cqs = state.config.cluster_queues
         placement_parked = state.placement_parked
         memo = state.memo
+        matches = state.namespace_matches  # read directly first: namespace_matches() only fills it in
         for info in heads:
             assert info.cluster_queue is not None
             # Evaluated afresh: whether it waits for nodes is decided again below.
@@ -219,7 +221,7 @@ class Cycle:
             e = Entry(info, cq)
             if cq.stopped:
                 e.message = f"ClusterQueue {cq.name} is inactive"
-            elif not namespace_matches(state, info, cq):
+            elif not (matches[cq.name].get(info.namespace) or namespace_matches(state, info, cq)):
                 e.message = NAMESPACE_MISMATCH_MESSAGE
                 e.reason = NAMESPACE_MISMATCH
             else:
@@ -309,7 +311,7 @@ class Cycle:
             if not e.cq.can_always_reclaim():
                 tree.add_usage(e.cq.name, self._reserve(e))
             return
-        if any(t.info.key in self.preempted for t in e.targets):
+        if e.targets and any(t.info.key in self.preempted for t in e.targets):
             self._skip(e, OVERLAPPING_MESSAGE)
             return
         if not self._fits(e):
@@ -322,12 +324,14 @@ class Cycle:
             self._skip(e, WAITING_PODS_READY_MESSAGE)
             return
         pods: list[PodAssignment] = []
-        if self.state.placer is not None:
+        if self.rooms is not None:  # the policy places pods (SchedulerState.placer is set)
             placed = self._place(e)
             if placed is None:
                 return
             pods = placed
-        tree.add_usage(e.cq.name, e.assignment.usage)
+        # Charged for good now, not in the snapshot: run() commits it after the rollback without charging it again
+        # (QuotaTree.add_lasting_usage), and takes it out again if the cycle fails.
+        tree.add_lasting_usage(e.cq.name, e.assignment.usage)
         e.admitted = True
         self.admitted.append((e, pods))
 
@@ -403,11 +407,17 @@ class Cycle:
                     rooms.hold(nomination)
             order: Iterable[Orderable] = (fair_sharing(entries, tree) if state.config.fair_sharing
                                           else classical(entries))
+            # Without nodes there is no room to hold (rooms is None): each entry is decided as it is.
+            process = self._decide if rooms is None else self._process
             for item in order:
                 assert isinstance(item, Entry)
-                self._process(item)
+                process(item)
             if rooms is not None:
                 state.nominations = rooms.carried()
+        except BaseException:
+            for e, _ in self.admitted:  # nothing is admitted: what _decide charged for good goes too
+                tree.remove_lasting_usage(e.cq.name, e.assignment.usage)
+            raise
         finally:
             tree.rollback(mark)
             if self.rooms is not None:
@@ -416,13 +426,13 @@ class Cycle:
             podsets = [PodSetAdmission(ps.name, ps.count, ps.flavors()) for ps in e.assignment.podsets]
             # The assignment may be shared with other heads (kueue.memo): the admission gets its own usage.
             admitted: AdmittedWorkload = state.commit_admission(e.info, e.cq.name, podsets, dict(e.assignment.usage),
-                                                                pods, self.now)
+                                                                pods, self.now, charged=True)
             self.decisions.admitted.append(admitted)
         for e in [*entries, *inadmissible]:
             if not e.admitted:
                 self._requeue(e)
         state.last_decided = bool(self.decisions)
-        state.last_evaluated = frozenset(info.key for info in heads)
+        state.last_evaluated = frozenset([info.key for info in heads])
         return self.decisions
 
     def _requeue(self, e: Entry) -> None:

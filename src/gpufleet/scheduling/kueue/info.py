@@ -147,7 +147,11 @@ class WorkloadInfo:
         """Kueue's PendingFlavors: the last flavor search stopped before trying every flavor."""
         if self.last_tried is None:
             return False
-        return any(idx != -1 for ps in self.last_tried for idx in ps.values())
+        for tried in self.last_tried:  # plain loops, no generator: every head requeued after a cycle asks
+            for idx in tried.values():
+                if idx != -1:
+                    return True
+        return False
 
     def next_flavor(self, podset: int, group: int) -> int:
         if self.last_tried is None or podset >= len(self.last_tried):

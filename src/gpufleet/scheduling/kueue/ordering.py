@@ -33,7 +33,8 @@ class Orderable(Protocol):
 
 
 def classical_key(e: Orderable) -> tuple[int, int, float, int, str]:
-    return (e.borrowing, -e.info.priority, e.info.queue_ts, e.info.order, e.info.key)
+    info = e.info
+    return (e.borrowing, -info.priority, info.queue_ts, info.order, info.key)
 
 
 def classical(entries: Sequence[Orderable]) -> list[Orderable]:

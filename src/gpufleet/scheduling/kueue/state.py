@@ -57,7 +57,8 @@ class SchedulerState:
         self.last_evaluated: frozenset[str] = frozenset()
         # What depends on the static configuration only, worked out when first needed.
         self._assigners: dict[str, FlavorAssigner] = {}
-        self.namespace_matches: dict[tuple[str, str], bool] = {}  # (ClusterQueue, namespace) -> selector matches
+        # ClusterQueue -> namespace -> whether its namespace selector matches (two lookups, no key tuple per head)
+        self.namespace_matches: dict[str, dict[str, bool]] = {name: {} for name in config.cluster_queues}
         # Nominations remembered while their cohort tree is unchanged (kueue.memo); None nominates every head
         # afresh (the reference the memo is tested against).
         self.memo: NominationMemo | None = NominationMemo(self.tree, config.cluster_queues, self.admitted,
@@ -87,8 +88,10 @@ class SchedulerState:
     # ---- admission ---------------------------------------------------------------------------------------------
     def commit_admission(self, info: WorkloadInfo, cq: str | None, podsets: list[PodSetAdmission],
                          usage: dict[FR, int], pods: list[PodAssignment], now: float,
-                         admitted_at: float | None = None, ready: bool = False) -> AdmittedWorkload:
-        """Record an admission and charge its quota (the caller has placed its pods already)."""
+                         admitted_at: float | None = None, ready: bool = False,
+                         charged: bool = False) -> AdmittedWorkload:
+        """Record an admission and charge its quota (the caller has placed its pods already; ``charged``: the
+        caller has charged the quota too, with :meth:`QuotaTree.add_lasting_usage`)."""
         record = AdmissionRecord(cq, podsets, usage, now if admitted_at is None else admitted_at, pods)
         info.state = State.ADMITTED
         info.admission = record
@@ -100,7 +103,8 @@ class SchedulerState:
         self.placement_parked.pop(info.key, None)
         info.placement_parked = False
         if cq is not None:
-            self.tree.add_usage(cq, usage)
+            if not charged:
+                self.tree.add_usage(cq, usage)
             self.admitted[cq][info.key] = info
             self.queues.clear_sticky(info)
         else:
@@ -114,10 +118,10 @@ class SchedulerState:
         else:
             info.ready = True
             info.ready_deadline = None
-        charged: dict[str, int] = {}
+        per_resource: dict[str, int] = {}
         for (_, resource), amount in usage.items():
-            charged[resource] = charged.get(resource, 0) + amount
-        return AdmittedWorkload(info.key, cq, record.flavors(), list(pods), charged)
+            per_resource[resource] = per_resource.get(resource, 0) + amount
+        return AdmittedWorkload(info.key, cq, record.flavors(), list(pods), per_resource)
 
     def begin_eviction(self, info: WorkloadInfo, reason: str | None) -> None:
         """An admitted workload is (or stops being) on its way out: preemption searches in its cohort tree read
@@ -135,7 +139,9 @@ class SchedulerState:
         cq = record.cluster_queue
         if cq is not None:
             self.tree.remove_usage(cq, record.usage)
-            self.admitted[cq].pop(info.key, None)
+            admitted = self.admitted[cq]
+            if info.key in admitted:  # not MutableMapping.pop: its generic code costs more than the rest of this
+                del admitted[info.key]
         else:
             self.running_free.pop(info.key, None)
         released = False
