@@ -49,6 +49,7 @@ class PoolClosure:
     nodes: int
     given_closed: int
     closed: tuple[str, ...]  # the node names closed, as the files name them
+    names: tuple[str, ...] = ()  # every node of the pool, as the files name them
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +125,8 @@ def closure(inp: AdviseInput, share: float | None) -> Closure:
         pooled += expanded
         if gpus:
             pools.append(PoolClosure(np_.name, np_.gpu.model if np_.gpu else "", gpus, np_.count, given,
-                                     tuple(sorted(n.name for n in expanded if _closed(n)))))
+                                     tuple(sorted(n.name for n in expanded if _closed(n))),
+                                     tuple(sorted(n.name for n in expanded))))
     labels: dict[str, dict[str, str]] = {}
     loose = [n for n in manifests.nodes if n.pool not in pool_names]
     closed_now: set[str] = set()
@@ -140,7 +142,7 @@ def closure(inp: AdviseInput, share: float | None) -> Closure:
             labels[n] = dict(CLOSED)
         closed_now.update(chosen)
         pools.append(PoolClosure(hp.name, hp.model.key, hp.gpus_per_node, len(names), len(given_closed),
-                                 tuple(sorted(chosen))))
+                                 tuple(sorted(chosen)), tuple(names)))
     nodes = [*pooled, *(_with_label(n) if n.name in labels else n for n in loose)]
     return Closure(share, tuple(pools), labels, tuple(docs), tuple(nodes))
 

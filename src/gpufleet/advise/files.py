@@ -190,15 +190,16 @@ def _judged_doc(j: Judged) -> dict[str, Any]:
     }
 
 
-def files_document(files: Mapping[str, Path], texts: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Every file written, in :data:`FILES` order: its name, path, what it is, the command that uses it and whether
-    applying it changes the cluster; with ``texts``, each file's text (None when longer than
-    :data:`MAX_SHOWN_TEXT`, or not given)."""
+def files_document(files: Mapping[str, Path], texts: Mapping[str, str] | None = None,
+                   uses: Mapping[str, FileUse] = FILE_USES, order: Sequence[str] = FILES) -> list[dict[str, Any]]:
+    """Every file written, in ``order``: its name, path, what it is, the command that uses it and whether
+    applying it changes the cluster (``uses``: an objective's own words for its files); with ``texts``, each
+    file's text (None when longer than :data:`MAX_SHOWN_TEXT`, or not given)."""
     out = []
-    for name in FILES:
+    for name in order:
         if name not in files:
             continue
-        use = FILE_USES[name]
+        use = uses[name]
         entry: dict[str, Any] = {"file": name, "path": str(files[name]), "what": use.what,
                                  "command": use.command.format(path=shlex.quote(str(files[name]))),
                                  "applies": use.applies}
@@ -223,6 +224,20 @@ def advice_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | No
         "timings": {k: round(v, 3) if isinstance(v, float) else v for k, v in advice.timings.items()},
         **({"files": files_document(files, texts)} if files is not None else {}),
     }
+
+
+def files_section(entries: Sequence[Mapping[str, Any]], changed: bool) -> Section:
+    """The report's section on the files written (:func:`files_document`'s entries): those that change the
+    cluster, in the order to apply them, then the others."""
+    applied = [[e["file"], e["what"], e["command"]] for e in entries if e["applies"]]
+    return Section("The files", [
+        ("Applied in this order, they make the cluster what the proposal says"
+         + ("" if changed else " (the given configuration: applying them changes nothing)") + ":")
+        if applied else "None of them changes the cluster when applied:",
+        *([TableBlock.of(["file", "what it is", "apply with"], applied, 3)] if applied else []),
+        "Also written:",
+        TableBlock.of(["file", "what it is", "use"],
+                      [[e["file"], e["what"], e["command"] or "—"] for e in entries if not e["applies"]], 3)])
 
 
 def report(ctx: Context, advice: Advice, files: Mapping[str, Path] | None = None) -> Report:
@@ -255,15 +270,7 @@ def report(ctx: Context, advice: Advice, files: Mapping[str, Path] | None = None
                 Section("The proposal", [pools, requests]),
                 Section("Every proposal the simulator judged", [tried, timing])]
     if files is not None:
-        entries = files_document(files)
-        sections.insert(3, Section("The files", [
-            "Applied in this order, they make the cluster what the proposal says"
-            + ("" if advice.changed else " (the given configuration: applying them changes nothing)") + ":",
-            TableBlock.of(["file", "what it is", "apply with"],
-                          [[e["file"], e["what"], e["command"]] for e in entries if e["applies"]], 3),
-            "Also written:",
-            TableBlock.of(["file", "what it is", "use"],
-                          [[e["file"], e["what"], e["command"] or "—"] for e in entries if not e["applies"]], 3)]))
+        sections.insert(3, files_section(files_document(files), advice.changed))
     if advice.notes:
         sections.append(Section("Notes", [BulletsBlock(tuple(advice.notes))]))
     intro = [f"Input: {ctx.inp.title}; objective {advice.objective}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -182,13 +181,15 @@ def advice_document(inp: AdviseInput, a: FragmentationAdvice,
         "podsPlacedTolerance": a.tolerance_pods,
         "given": _fill_doc(a.given), "proposal": _fill_doc(a.chosen), "tried": [_fill_doc(m) for m in a.tried],
         "reasons": list(a.reasons), "notes": list(a.notes), "seconds": round(a.seconds, 2),
-        **({"files": [{"file": n, "path": str(p), "command": _COMMANDS[n].format(path=shlex.quote(str(p)))}
-                      for n, p in files.items()]} if files is not None else {}),
+        **({"files": _files(files)} if files is not None else {}),
     }
 
 
-_COMMANDS = {"node-labels.sh": "sh {path}", "cluster.yaml": "gpufleet simulate {path} ...",
-             "advice.json": ""}
+def _files(files: Mapping[str, Path]) -> list[dict[str, Any]]:
+    from gpufleet.advise.files import files_document
+    from gpufleet.advise.fragmentation_files import FILE_USES_FRAGMENTATION, ORDER
+
+    return files_document(files, None, FILE_USES_FRAGMENTATION, ORDER)
 
 
 def file_texts(c: Closure) -> dict[str, str]:
@@ -203,14 +204,19 @@ def file_texts(c: Closure) -> dict[str, str]:
 
 
 def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice) -> dict[str, Path]:
-    """The files (:func:`file_texts`) and advice.json, into ``directory``."""
+    """The files (:func:`file_texts`), the report (advice.md, advice.html), whatif.json
+    (:mod:`gpufleet.advise.fragmentation_files`) and advice.json, into ``directory``."""
+    from gpufleet.advise import fragmentation_files
+
     directory.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    for name, text in file_texts(a.chosen.closure).items():
+    texts = file_texts(a.chosen.closure)
+    for name, text in texts.items():
         path = directory / name
         path.write_text(text, encoding="utf-8")
         written[name] = path
     written["advice.json"] = directory / "advice.json"
+    fragmentation_files.write(directory, inp, a, texts, written)
     written["advice.json"].write_text(json.dumps(advice_document(inp, a, written), indent=1) + "\n",
                                       encoding="utf-8")
     return written

@@ -19,9 +19,28 @@ KPI_WORDS = (("demand_cost", "cost of the demand", "CHF"), ("demand_inference_co
              ("gpu_utilization_pct", "GPU utilization", "%"), ("fragmentation_pct", "fragmentation", "%"))
 
 
+# The fragmentation objective's figures (FGD's fill-up, gpufleet.advise.fragmentation), means over its seeds: its
+# advice document's kpis hold these instead of a simulated run's.
+FRAGMENTATION_KPI_WORDS = (
+    ("unallocated_gpu_pct", "unallocated GPUs at 100% arrived", "%"),
+    ("pods_placed", "pods placed until 100% arrived", "pods"),
+    ("nodes_closed", "nodes closed to fractional pods", "nodes"))
+
+
+def kpi_words(objective: str) -> tuple[tuple[str, str, str], ...]:
+    """The figures an advice of ``objective`` compares, given beside proposal: (key, words, unit)."""
+    return FRAGMENTATION_KPI_WORDS if objective == "fragmentation" else KPI_WORDS
+
+
 def kpi_text(key: str, value: Any) -> str:
     if value is None:
         return "n/a"
+    if key == "unallocated_gpu_pct":
+        return f"{float(value):.3f}%"  # differences of a few GPUs in thousands: the points' thousandths
+    if key == "pods_placed":
+        return f"{float(value):,.1f}"
+    if key == "nodes_closed":
+        return f"{float(value):,.0f}"
     if key.endswith("_s"):
         return duration_text(float(value))
     if key.endswith("_pct"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.advise.reasons import KPI_WORDS, kpi_text
+from gpufleet.advise.reasons import kpi_text, kpi_words
 from gpufleet.sim.calibrate import BOUNDS, KNOB_TEXT, KNOBS, TARGETS, TOLERANCE, Calibration, Knobs, Targets
 from gpufleet.web.schema_check import BOOL, INT, NNUM, NSTR, NUM, OBJECT, STR, array, mismatch, obj, ref
 
@@ -76,7 +76,7 @@ def advice_problem(advice: Any, where: str) -> str | None:
     if problem is None:
         for side in ("given", "proposal"):
             kpis = advice[side]["kpis"]
-            for key, _, _ in KPI_WORDS:
+            for key, _, _ in kpi_words(advice["objective"]):
                 value = kpis.get(key)
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                     problem = f"{where}.{side}.kpis.{key}: expected a number, got {type(value).__name__}"
@@ -108,11 +108,12 @@ def calibration_problem(calibration: Any, where: str) -> str | None:
 
 
 def advice_answer(advice: Mapping[str, Any]) -> Doc:
-    """The advice as the API answers it: as written, with the scores given beside proposal, in words."""
+    """The advice as the API answers it: as written, with the scores given beside proposal, in words (the
+    objective's figures: a simulated run's, or the fragmentation objective's fill-up)."""
     given, proposal = advice["given"]["kpis"], advice["proposal"]["kpis"]
     scores = [{"key": key, "label": words, "given": given.get(key), "proposal": proposal.get(key),
                "givenText": kpi_text(key, given.get(key)), "proposalText": kpi_text(key, proposal.get(key))}
-              for key, words, _ in KPI_WORDS]
+              for key, words, _ in kpi_words(advice["objective"])]
     return {**advice, "scores": scores}
 
 

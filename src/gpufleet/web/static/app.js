@@ -481,7 +481,7 @@ function heat(run, k) {
 // The API gives their words (scores, fit rows) as the command line says them; everything is written as text.
 
 const SCORE_BETTER = { demand_cost: -1, demand_inference_cost: -1, wait_p95_s: -1, job_success_pct: 1,
-  gpu_utilization_pct: 1, fragmentation_pct: -1 };
+  gpu_utilization_pct: 1, fragmentation_pct: -1, unallocated_gpu_pct: -1, pods_placed: 1 };
 
 function headerRow(names, numeric) {
   return h("tr", {}, names.map((c, i) => h("th", { class: numeric && numeric.includes(i) ? "num" : null }, c)));
@@ -540,7 +540,8 @@ function drawAdvice(a) {
     h("h2", {}, "The advice"),
     h("p", { id: "advice-summary" }, `Objective ${a.objective}` +
       (a.budgetPerHour !== null && a.budgetPerHour !== undefined ? `, budget ${fmt(a.budgetPerHour, 2)} CHF/h` : "") +
-      (a.changed ? ": the proposal below, judged by the simulator on the same demand as the given configuration."
+      (a.changed ? (a.measure ? `: the proposal below, judged on ${a.measure}, on the same arrivals as the given configuration.`
+        : ": the proposal below, judged by the simulator on the same demand as the given configuration.")
         : ": keep the given configuration; no proposal did better within its guards.") + ` Input: ${a.input}.`),
     h("h3", {}, "Scores, given beside proposal"), scores,
     h("h3", {}, "Why"), h("ul", { class: "reasons", id: "advice-reasons" }, a.reasons.map((r) => h("li", {}, r))),
