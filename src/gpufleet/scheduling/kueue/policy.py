@@ -87,7 +87,8 @@ class KueuePolicy:
         info = WorkloadInfo(workload, pod_set_requests(workload), queue_ts=workload.created)
         state.infos[info.key] = info
         self._route(info)
-        live = [p for p in workload.pods if p.phase not in _TERMINAL]
+        # Most submitted workloads have no pods yet: skip building the lists for them.
+        live = [p for p in workload.pods if p.phase not in _TERMINAL] if workload.pods else []
         if workload.pods and not live and workload.admission is None:
             info.state = State.FINISHED
             return
@@ -98,8 +99,7 @@ class KueuePolicy:
             info.state = State.DEACTIVATED
             info.message = "The workload is inactive (spec.active: false); set it to true to queue it"
             return
-        bound = [p for p in live if p.node_name]
-        if bound:
+        if live and any(p.node_name for p in live):
             self._admit_bound(info, now)
             return
         if info.problem is not None:
