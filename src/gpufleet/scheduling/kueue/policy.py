@@ -87,8 +87,7 @@ class KueuePolicy:
         info = WorkloadInfo(workload, pod_set_requests(workload), queue_ts=workload.created)
         state.infos[info.key] = info
         self._route(info)
-        # Most submitted workloads have no pods yet: skip building the lists for them.
-        live = [p for p in workload.pods if p.phase not in _TERMINAL] if workload.pods else []
+        live = [p for p in workload.pods if p.phase not in _TERMINAL]
         if workload.pods and not live and workload.admission is None:
             info.state = State.FINISHED
             return
@@ -99,7 +98,8 @@ class KueuePolicy:
             info.state = State.DEACTIVATED
             info.message = "The workload is inactive (spec.active: false); set it to true to queue it"
             return
-        if live and any(p.node_name for p in live):
+        bound = [p for p in live if p.node_name]
+        if bound:
             self._admit_bound(info, now)
             return
         if info.problem is not None:
