@@ -711,8 +711,13 @@ class QuotaTree:
         """:meth:`generation`, the ClusterQueue's usage of every flavor-resource of the forest (in the tree's column
         order), and whether it is above its quota in any of them: all a nomination memo reads of the tree, in one
         call."""
-        generation = self.generation(cq)  # finalizes the tree first when needed
-        i = self._cqs[cq].id
+        # generation() inlined: every head of every cycle comes through here.
+        node = self._cqs[cq]
+        if self._dirty:
+            self.finalize()
+        root = node._root
+        generation = (root, self._forest_generation, self._tree_generation.get(root, 0))
+        i = node.id
         usage = []
         over = False
         for col in self._cols.values():

@@ -231,7 +231,8 @@ class Cycle:
                     found = at.found
                     if found is not None:
                         e.assignment = found.assignment
-                        e.targets = found.targets_for(at.own)
+                        if found.targets:  # most remembered nominations have none: skip slicing the queue
+                            e.targets = found.targets_for(at.own)
                         e.message = found.message
                         entries.append(e)
                         continue

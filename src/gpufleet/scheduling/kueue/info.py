@@ -68,6 +68,8 @@ class AdmissionRecord:
     pods: list[PodAssignment] = field(default_factory=list)
 
     def flavors(self) -> dict[str, str]:
+        if len(self.podsets) == 1:  # the common case, on every admission: nothing to merge
+            return dict(self.podsets[0].flavors)
         out: dict[str, str] = {}
         for ps in self.podsets:
             for r, f in ps.flavors.items():
@@ -76,10 +78,13 @@ class AdmissionRecord:
 
 
 def topology_ask(template: PodTemplate) -> TopologyAsk | None:
-    required = template.annotations.get(REQUIRED_TOPOLOGY_ANNOTATION)
+    annotations = template.annotations
+    if not annotations:  # most templates have none: every submitted pod set comes through here
+        return None
+    required = annotations.get(REQUIRED_TOPOLOGY_ANNOTATION)
     if required:
         return TopologyAsk(required, True)
-    preferred = template.annotations.get(PREFERRED_TOPOLOGY_ANNOTATION)
+    preferred = annotations.get(PREFERRED_TOPOLOGY_ANNOTATION)
     if preferred:
         return TopologyAsk(preferred, False)
     return None
