@@ -14,7 +14,6 @@ flavor it made room in).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -455,13 +454,8 @@ def test_the_room_a_preemption_makes_is_held_for_the_rest_of_the_cycle() -> None
 # ---- property: a preemption is followed by its preemptor's progress -----------------------------------------
 
 
-@dataclass(frozen=True)
-class Setup:
-    text: str
-
-
 @st.composite
-def setups(draw: st.DrawFn) -> Setup:
+def setups(draw: st.DrawFn) -> str:
     """Two ClusterQueues in a cohort over one or two flavors of GPU nodes, random quotas, strategies and preemption
     policies, and a dozen jobs (gangs included) of two priorities arriving within an hour. Classical preemption
     only: under fair sharing Kueue's own rules can loop in quota, nodes aside
@@ -486,7 +480,7 @@ def setups(draw: st.DrawFn) -> Setup:
         text += sim_job(f"j{i}", namespace, "q", priority,
                         gpus=draw(st.sampled_from([1, 1, 2, 4])), pods=draw(st.sampled_from([1, 1, 2, 3])),
                         arrival=f"{draw(st.integers(0, 6)) * 10}m", duration=f"{draw(st.integers(1, 12)) * 10}m")
-    return Setup(text)
+    return text
 
 
 # Kueue's own code, read for the two tests below (kubernetes-sigs/kueue): the fair-sharing preemption
@@ -574,7 +568,7 @@ def short_of_nodes(reason: str) -> bool:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups())
-def test_no_workload_is_preempted_twice_by_the_same_preemptor_without_progress(setup: Setup) -> None:
+def test_no_workload_is_preempted_twice_by_the_same_preemptor_without_progress(setup: str) -> None:
     """Whatever the cohort, in the simulator (evictions complete at once): no (preemptor, victim) pair comes back
     within one instant; once its victims are gone, a preemptor does not wait for nodes in that instant unless a
     workload other than its victims was admitted first (the room it made was on nodes it can use, and held for it);
@@ -582,7 +576,7 @@ def test_no_workload_is_preempted_twice_by_the_same_preemptor_without_progress(s
 
     Waiting for quota after a preemption is not asked against: Kueue's quota rules allow it (a head of another
     ClusterQueue ordered first may take or reserve the quota the evictions freed)."""
-    m = load(setup.text)
+    m = load(setup)
     policy = make_policy("gpufleet", m)
     history: list[tuple[float, Decisions]] = []
     cycle = policy.cycle
@@ -593,7 +587,7 @@ def test_no_workload_is_preempted_twice_by_the_same_preemptor_without_progress(s
         return d
 
     policy.cycle = recorded  # type: ignore[method-assign]
-    simulate_jobs(policy, jobs_of(setup.text), SimConfig(max_cycles_per_instant=200, samples=0))
+    simulate_jobs(policy, jobs_of(setup), SimConfig(max_cycles_per_instant=200, samples=0))
     pairs: Counter[tuple[float, str, str]] = Counter()
     for i, (now, d) in enumerate(history):
         victims: dict[str, set[str]] = {}
