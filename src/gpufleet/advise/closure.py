@@ -95,14 +95,15 @@ def _split(pool: NodePool, doc: dict[str, Any], closed: int) -> list[dict[str, A
     return [open_part, whole] if closed < pool.count else [whole]
 
 
-def _expanded(node_pools: Sequence[dict[str, Any]]) -> list[Node]:
+def load_node_pools(node_pools: Sequence[dict[str, Any]]) -> Manifests:
+    """NodePool documents the advice wrote, read back by the loader of any input (their nodes expanded)."""
     problems = Problems()
     manifests = build([Document(data=d, file="<gpufleet advise>", line=0, index=i)
                        for i, d in enumerate(node_pools)], problems)
     if problems.errors:
         raise ValueError("gpufleet advise wrote NodePools its own loader refuses (a bug): "
                          + "; ".join(str(e) for e in problems.errors[:5]))
-    return list(manifests.nodes)
+    return manifests
 
 
 def closure(inp: AdviseInput, share: float | None) -> Closure:
@@ -121,7 +122,7 @@ def closure(inp: AdviseInput, share: float | None) -> Closure:
             k = closed_count(share, np_.count)
         split = _split(np_, doc, k if not given else 0)
         docs += split
-        expanded = _expanded(split)
+        expanded = load_node_pools(split).nodes
         pooled += expanded
         if gpus:
             pools.append(PoolClosure(np_.name, np_.gpu.model if np_.gpu else "", gpus, np_.count, given,

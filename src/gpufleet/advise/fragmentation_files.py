@@ -23,16 +23,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpufleet.advise.closure import CLOSED, Closure
+from gpufleet.advise.closure import CLOSED, Closure, load_node_pools
 from gpufleet.advise.files import FILE_USES, FileUse, files_document, files_section
 from gpufleet.advise.fragmentation import FRAGMENTATION, FragmentationAdvice, Measured
 from gpufleet.advise.fragmentation import advice_document as fill_document
 from gpufleet.advise.inputs import AdviseInput
 from gpufleet.advise.reasons import FRAGMENTATION_KPI_WORDS, kpi_text
-from gpufleet.api.errors import Problems
-from gpufleet.api.manifests import build
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL
-from gpufleet.api.source import Document
 from gpufleet.sim.report import BulletsBlock, Report, Section, TableBlock, to_markdown
 from gpufleet.sim.scenario import Scenario
 
@@ -133,12 +130,7 @@ def replay_scenarios(inp: AdviseInput, a: FragmentationAdvice) -> list[Scenario]
     for name, m in (("given", a.given), ("proposal", a.chosen)):
         manifests = inp.manifests
         if m.closure.changed:
-            problems = Problems()
-            pools = build([Document(data=d, file="<gpufleet advise>", line=0, index=i)
-                           for i, d in enumerate(m.closure.node_pools)], problems).node_pools
-            if problems.errors:
-                raise ValueError("gpufleet advise wrote NodePools its own loader refuses (a bug): "
-                                 + "; ".join(str(e) for e in problems.errors[:5]))
+            pools = load_node_pools(m.closure.node_pools).node_pools
             manifests = dataclasses.replace(manifests, nodes=list(m.closure.nodes), node_pools=list(pools))
         out.append(Scenario(name, manifests, inp.jobs, inp.config, (inp.policy,)))
     return out
