@@ -701,17 +701,12 @@ class QuotaTree:
         """The ClusterQueue's cohort tree (its root's id) and the changes it has seen: equal values mean that no
         usage in the tree has changed for good in between (checkpoints rolled back leave it as it was), nor
         anything :meth:`note_change` was told of."""
-        node = self._cqs[cq]
-        if self._dirty:
-            self.finalize()
-        root = node._root
-        return root, self._forest_generation, self._tree_generation.get(root, 0)
+        return self.local_state(cq)[0]  # worked out there once: the memo reads it with the rest, per head
 
     def local_state(self, cq: str) -> tuple[tuple[int, int, int], tuple[int, ...], bool]:
         """:meth:`generation`, the ClusterQueue's usage of every flavor-resource of the forest (in the tree's column
         order), and whether it is above its quota in any of them: all a nomination memo reads of the tree, in one
         call."""
-        # generation() inlined: every head of every cycle comes through here.
         node = self._cqs[cq]
         if self._dirty:
             self.finalize()
