@@ -151,21 +151,20 @@ def test_a_proposal_that_closes_nodes_is_replayed_with_them_closed(closing: tupl
 
 
 def test_the_what_if_page_shows_the_fill_up_figures_and_the_pools(dashboard: Dashboard) -> None:
-    from tests.web.helpers import browser_page
-    from tests.web.test_browser import _cells, _pool_lines, open_page
+    from tests.web.helpers import browser_page, cells, open_page, pool_lines
 
     advice = get(dashboard, "/api/simulation").json()["advice"]
     with browser_page() as page:
         open_page(page, dashboard, "/whatif", "#advice")
         assert page.locator("#advice-reasons li").all_inner_texts() == advice["reasons"]
         for score in advice["scores"]:
-            assert _cells(page, f'#advice-scores tr[data-score="{score["key"]}"]') == [
+            assert cells(page, f'#advice-scores tr[data-score="{score["key"]}"]') == [
                 score["label"], score["givenText"], score["proposalText"]]
-        objective = _cells(page, '#advice-scores tr[data-score="objective"]')
+        objective = cells(page, '#advice-scores tr[data-score="objective"]')
         assert objective[0] == "score on the objective fragmentation (lower is better)"
         assert float(objective[1]) == pytest.approx(advice["given"]["score"], abs=1e-3)
         for pool in sorted({p["pool"] for p in advice["given"]["pools"]}):
-            assert _cells(page, f'#advice-pools tr[data-pool="{pool}"]')[3:] == [
-                _pool_lines(advice["given"], pool), _pool_lines(advice["proposal"], pool)]
+            assert cells(page, f'#advice-pools tr[data-pool="{pool}"]')[3:] == [
+                pool_lines(advice["given"], pool), pool_lines(advice["proposal"], pool)]
         assert [t.split("\n")[0] for t in page.locator("#advice-tried tr td:first-child").all_inner_texts()] == [
             advice["given"]["name"], *(t["name"] for t in advice["tried"])]

@@ -57,3 +57,19 @@ def screenshot(page: Any, name: str, part: str | None = None) -> None:
             page.screenshot(path=path, full_page=True)
         else:
             page.locator(part).screenshot(path=path)
+
+
+def open_page(page: Any, dashboard: Dashboard, path: str, ready: str) -> None:
+    page.goto(dashboard.url + path)
+    page.wait_for_selector(ready)
+
+
+def cells(page: Any, selector: str) -> list[str]:
+    """The texts of the table cells under ``selector``, stripped."""
+    return [text.strip() for text in page.locator(selector + " td").all_inner_texts()]
+
+
+def pool_lines(judged: dict[str, Any], pool: str) -> str:
+    """How the what-if page words one pool of a judged configuration: a line per node group."""
+    return "\n".join(f"{len(p['nodes'])} node{'' if len(p['nodes']) == 1 else 's'}: {p['config']['text']}"
+                     for p in judged["pools"] if p["pool"] == pool)

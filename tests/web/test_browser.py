@@ -14,14 +14,9 @@ import pytest
 
 from gpufleet.web.server import Dashboard
 from gpufleet.web.source_simulation import SimulationSource, load_result
-from tests.web.helpers import browser_page, get, screenshot, serving
+from tests.web.helpers import browser_page, cells, get, open_page, pool_lines, screenshot, serving
 
 INNER = 96  # a GPU is drawn 100 px wide, slices inside 2 px margins (app.js GPU_W)
-
-
-def open_page(page: Any, dashboard: Dashboard, path: str, ready: str) -> None:
-    page.goto(dashboard.url + path)
-    page.wait_for_selector(ready)
 
 
 def only_local(page: Any, dashboard: Dashboard) -> None:
@@ -153,15 +148,6 @@ def test_what_if_replays_with_a_time_slider(sim_dashboard: Dashboard) -> None:
         only_local(page, sim_dashboard)
 
 
-def _cells(page: Any, selector: str) -> list[str]:
-    return [text.strip() for text in page.locator(selector + " td").all_inner_texts()]
-
-
-def _pool_lines(judged: dict[str, Any], pool: str) -> str:
-    return "\n".join(f"{len(p['nodes'])} node{'' if len(p['nodes']) == 1 else 's'}: {p['config']['text']}"
-                     for p in judged["pools"] if p["pool"] == pool)
-
-
 def test_what_if_shows_an_advice_its_reasons_proposal_and_files(advice_dashboard: Dashboard) -> None:
     advice = get(advice_dashboard, "/api/simulation").json()["advice"]
     with browser_page() as page:
@@ -170,9 +156,9 @@ def test_what_if_shows_an_advice_its_reasons_proposal_and_files(advice_dashboard
         assert page.locator("#advice-reasons li").all_inner_texts() == advice["reasons"]
         # The scores, given beside proposal, in advise's words; the objective's own score below them.
         for score in advice["scores"]:
-            assert _cells(page, f'#advice-scores tr[data-score="{score["key"]}"]') == [
+            assert cells(page, f'#advice-scores tr[data-score="{score["key"]}"]') == [
                 score["label"], score["givenText"], score["proposalText"]]
-        objective = _cells(page, '#advice-scores tr[data-score="objective"]')
+        objective = cells(page, '#advice-scores tr[data-score="objective"]')
         assert objective[0] == "score on the objective balanced (lower is better)"
         assert float(objective[2]) == pytest.approx(advice["proposal"]["score"], abs=1e-3)
         # Per pool: the MIG layout, the replicas or whole GPUs, given beside proposal; changed pools stand out.
@@ -181,19 +167,19 @@ def test_what_if_shows_an_advice_its_reasons_proposal_and_files(advice_dashboard
             "rows => rows.map(r => r.dataset.pool)")) == pools
         for pool in pools:
             row = f'#advice-pools tr[data-pool="{pool}"]'
-            before, after = _pool_lines(advice["given"], pool), _pool_lines(advice["proposal"], pool)
-            assert _cells(page, row)[3:] == [before, after]
+            before, after = pool_lines(advice["given"], pool), pool_lines(advice["proposal"], pool)
+            assert cells(page, row)[3:] == [before, after]
             assert ("changed" in (page.locator(row).get_attribute("class") or "")) == (before != after)
-        assert any(_pool_lines(advice["given"], p) != _pool_lines(advice["proposal"], p) for p in pools)
+        assert any(pool_lines(advice["given"], p) != pool_lines(advice["proposal"], p) for p in pools)
         for request in advice["proposal"]["requests"]:
-            assert _cells(page, f'#advice-requests tr[data-class="{request["class"]}"]')[3:5] == [
+            assert cells(page, f'#advice-requests tr[data-class="{request["class"]}"]')[3:5] == [
                 request["given"], request["resource"]]
         # The files to apply, in order, with the command; a file's text opens in place.
         applied = [f for f in advice["files"] if f["applies"]]
         assert page.locator("#advice-files tr[data-file]").evaluate_all(
             "rows => rows.map(r => r.dataset.file)") == [f["file"] for f in applied]
         for f in applied:
-            assert _cells(page, f'#advice-files tr[data-file="{f["file"]}"]') == [f["file"], f["what"], f["command"]]
+            assert cells(page, f'#advice-files tr[data-file="{f["file"]}"]') == [f["file"], f["what"], f["command"]]
         screenshot(page, "whatif-advice", "#advice")
         kueue = next(f for f in applied if f["file"] == "kueue.yaml")
         text = page.locator('#advice-files tr.filetext pre').nth(applied.index(kueue))
@@ -212,11 +198,11 @@ def test_what_if_shows_a_calibrations_targets_residuals_and_unknowns(calibrated_
         open_page(page, calibrated_dashboard, "/whatif", "#calibration")
         assert [t["name"] for t in cal["targets"]] == ["utilization", "success", "wait_p95"]
         for t in cal["targets"]:
-            assert _cells(page, f'#calibration-targets tr[data-target="{t["name"]}"]') == [
+            assert cells(page, f'#calibration-targets tr[data-target="{t["name"]}"]') == [
                 t["label"], t["text"]["target"], t["text"]["simulated"], t["text"]["residual"], t["text"]["tolerance"],
                 "yes"]
         for u in cal["unknowns"]:
-            assert _cells(page, f'#calibration-unknowns tr[data-unknown="{u["name"]}"]') == [
+            assert cells(page, f'#calibration-unknowns tr[data-unknown="{u["name"]}"]') == [
                 u["label"], u["text"]["value"], u["text"]["bounds"], "fitted"]
         summary = page.locator("#calibration-summary").inner_text()
         assert "the observed run (input)" in summary and "every target within its tolerance" in summary
