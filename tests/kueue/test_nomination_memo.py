@@ -326,11 +326,37 @@ def test_queues_above_quota_decide_as_fresh_ones(specs: list[QueueSpec], kinds: 
         memo_module.MAX_OWN_BY_VALUE = default_cap
 
 
+def _cpu_shape(cpu: int, priority: int) -> Shape:
+    """One pod asking for ``cpu`` cpu and nothing else."""
+    return Shape(cpu=cpu, memory=0, gpu=0, count=1, min_count=None, priority=priority, tolerate_spot=False,
+                 select=None)
+
+
+def _memo_and_reference(m: Manifests) -> list[KueuePolicy]:
+    """Two policies on the same manifests: the first with the memo, the second the reference (every head
+    nominated afresh)."""
+    policies = [KueuePolicy(m), KueuePolicy(m)]
+    policies[1].state.memo = None
+    return policies
+
+
+def _pair_beside_lender(pair_cpu: int, lender_cpu: int, bwc: bool) -> tuple[Manifests, list[str]]:
+    """Two queues alike (nominal ``pair_cpu`` cpu and 0 memory, borrowing without limit, withinClusterQueue
+    LowerPriority, reclaimWithinCohort Any, borrowWithinCohort as ``bwc``) under the root cohort beside a lender
+    of ``lender_cpu`` cpu that preempts nothing."""
+    pair = QueueSpec(flavors=("on-demand",), nominal=(pair_cpu, 0), borrowing_limit=None, lending_limit=None,
+                     parent="pool", within="LowerPriority", reclaim="Any", bwc=bwc, threshold=None,
+                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=2)
+    lender = QueueSpec(flavors=("on-demand",), nominal=(lender_cpu, 0), borrowing_limit=None, lending_limit=None,
+                       parent="pool", within="Never", reclaim="Never", bwc=False, threshold=None,
+                       strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=1)
+    return manifests([pair, lender], False)
+
+
 def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[WorkloadSpec], script: list[Step],
                   fair: bool, rising: bool, warmup: int = 3) -> None:
     m, names = manifests(specs, fair)
-    policies = [KueuePolicy(m), KueuePolicy(m)]
-    policies[1].state.memo = None  # the reference: every head nominated afresh
+    policies = _memo_and_reference(m)
     memo = policies[0].state.memo
     assert memo is not None
     watched = WatchedMemo(memo)
@@ -397,11 +423,10 @@ def test_queues_alike_share_a_nomination_and_each_preempts_its_own_workloads() -
     spec = QueueSpec(flavors=("on-demand",), nominal=(2, 4), borrowing_limit=0, lending_limit=None,
                      parent="pool", within="LowerPriority", reclaim="Never", bwc=False, threshold=None,
                      strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=3)
-    low = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
-    high = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    low = _cpu_shape(1, 0)
+    high = _cpu_shape(2, 3)
     m, names = manifests([spec], False)
-    policies = [KueuePolicy(m), KueuePolicy(m)]
-    policies[1].state.memo = None
+    policies = _memo_and_reference(m)
     decisions = []
     for now, shape, n in ((1.0, 0, 6), (2.0, 0, 0), (3.0, 1, 3)):
         for i in range(n):
@@ -427,10 +452,9 @@ def test_queues_alike_in_spec_but_not_in_usage_do_not_share_a_nomination() -> No
     spec = QueueSpec(flavors=("on-demand",), nominal=(1, 1), borrowing_limit=0, lending_limit=None,
                      parent="pool", within="Never", reclaim="LowerPriority", bwc=False, threshold=None,
                      strategy="StrictFIFO", fungibility=("Borrow", "Preempt"), gpus=None, copies=2)
-    one = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
+    one = _cpu_shape(1, 0)
     m, names = manifests([spec], False)
-    policies = [KueuePolicy(m), KueuePolicy(m)]
-    policies[1].state.memo = None
+    policies = _memo_and_reference(m)
     decisions = []
     for now, queues in ((1.0, (0, 0)), (2.0, ()), (3.0, (1,))):
         for i, q in enumerate(queues):
@@ -450,18 +474,11 @@ def _borrowing_pair(bwc: bool) -> tuple[list[list[tuple[object, ...]]], Nominati
     cohort's 6 cpu, both queues at 3 cpu, above their quota and at or above every nominal quota. Then a
     high-priority head of 1 cpu arrives in each. Returns each cycle's decisions with the memo and without it, and
     the memo."""
-    pair = QueueSpec(flavors=("on-demand",), nominal=(1, 0), borrowing_limit=None, lending_limit=None,
-                     parent="pool", within="LowerPriority", reclaim="Any", bwc=bwc, threshold=None,
-                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=2)
-    lender = QueueSpec(flavors=("on-demand",), nominal=(3, 0), borrowing_limit=None, lending_limit=None,
-                       parent="pool", within="Never", reclaim="Never", bwc=False, threshold=None,
-                       strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=1)
-    low = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
-    high = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
-    m, names = manifests([pair, lender], False)
+    low = _cpu_shape(1, 0)
+    high = _cpu_shape(1, 3)
+    m, names = _pair_beside_lender(1, 3, bwc)
     assert names[:2] == ["cq0-0", "cq0-1"]
-    policies = [KueuePolicy(m), KueuePolicy(m)]
-    policies[1].state.memo = None
+    policies = _memo_and_reference(m)
     decisions = []
     for now, shape, n in ((1.0, 0, 6), (2.0, 0, 0), (3.0, 0, 0), (4.0, 1, 2)):
         for i in range(n):
@@ -549,20 +566,13 @@ def test_a_queue_with_an_eviction_under_way_is_not_alike_one_without() -> None:
     the second's its 1-cpu workload. The queues differ only in that flag: the memo must see it
     (SchedulerState.begin_eviction tells the queue), or one of them would be handed the other's target
     positions."""
-    pair = QueueSpec(flavors=("on-demand",), nominal=(2, 0), borrowing_limit=None, lending_limit=None,
-                     parent="pool", within="LowerPriority", reclaim="Any", bwc=False, threshold=None,
-                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=2)
-    lender = QueueSpec(flavors=("on-demand",), nominal=(1, 0), borrowing_limit=None, lending_limit=None,
-                       parent="pool", within="Never", reclaim="Never", bwc=False, threshold=None,
-                       strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=1)
-    big = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
-    small = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=0, tolerate_spot=False, select=None)
-    high_big = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
-    high = Shape(cpu=1, memory=0, gpu=0, count=1, min_count=None, priority=3, tolerate_spot=False, select=None)
+    big = _cpu_shape(2, 0)
+    small = _cpu_shape(1, 0)
+    high_big = _cpu_shape(2, 3)
+    high = _cpu_shape(1, 3)
     kinds = [big, small, high_big, high]
-    m, names = manifests([pair, lender], False)
-    policies = [KueuePolicy(m), KueuePolicy(m)]
-    policies[1].state.memo = None
+    m, names = _pair_beside_lender(2, 1, False)
+    policies = _memo_and_reference(m)
     decisions = []
     for now, shape, queues in ((1.0, 0, (0, 1)), (2.0, 1, (0, 1)), (3.0, 2, (0,)), (4.0, 3, (0, 1))):
         if now == 4.0:
