@@ -71,6 +71,14 @@ class FragmentationAdvice:
     def changed(self) -> bool:
         return self.chosen is not self.given
 
+    def delta_text(self, m: Measured) -> str:
+        """``m``'s paired difference against the given configuration, in points (a dash for the given itself)."""
+        return "—" if m is self.given else f"{m.delta[0]:+.3f} ± {m.delta[1]:.3f}"
+
+    def verdict(self, m: Measured) -> str:
+        """Why ``m`` was chosen or not, as the tables of every configuration measured say it."""
+        return "chosen" if m is self.chosen else (m.why_not or ("the reference" if m is self.given else ""))
+
 
 def seeds_from(first: int, count: int = SEEDS) -> tuple[int, ...]:
     return tuple(range(first, first + count))

@@ -103,9 +103,8 @@ def report(inp: AdviseInput, a: FragmentationAdvice, files: Mapping[str, Path]) 
     tried = TableBlock(
         ("configuration", "unallocated GPUs % (mean)", "paired Δ ± sd (points)", "pods placed (mean)",
          "within the guard", "chosen / why not"),
-        tuple((m.name, f"{m.fill.mean_unallocated:.3f}", "—" if m is g else f"{m.delta[0]:+.3f} ± {m.delta[1]:.3f}",
-          f"{m.fill.mean_placed:,.1f}", "yes" if m.within_guard else "no",
-          "chosen" if m is c else (m.why_not or ("the reference" if m is g else "")))
+        tuple((m.name, f"{m.fill.mean_unallocated:.3f}", a.delta_text(m), f"{m.fill.mean_placed:,.1f}",
+               "yes" if m.within_guard else "no", a.verdict(m))
          for m in [g, *a.tried]), (False, True, True, True, False, False))
     measured = (f"{1 + len(a.tried)} configurations × {n} paired seeds ({', '.join(map(str, a.seeds))}: the same "
                 f"arrivals for each) measured in {a.seconds:.0f} s. Within the guard: at most {a.tolerance_pods} "

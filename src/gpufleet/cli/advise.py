@@ -164,9 +164,8 @@ def _render_fragmentation(a: fragmentation.FragmentationAdvice, *, wide: bool) -
                                console.Column("paired difference", justify="right"),
                                console.Column("pods placed", justify="right"), "chosen / why not")
     for m in [g, *a.tried]:
-        tried.add_row(m.name, f"{m.fill.mean_unallocated:.3f}%",
-                      "—" if m is g else f"{m.delta[0]:+.3f} ± {m.delta[1]:.3f}", f"{m.fill.mean_placed:,.1f}",
-                      "chosen" if m is c else (m.why_not or ("the reference" if m is g else "")))
+        tried.add_row(m.name, f"{m.fill.mean_unallocated:.3f}%", a.delta_text(m), f"{m.fill.mean_placed:,.1f}",
+                      a.verdict(m))
     console.show(tried)
     console.say("")
     for line in a.reasons:
