@@ -28,6 +28,7 @@ from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests, build
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL, Node, NodePool
 from gpufleet.api.source import Document
+from gpufleet.cluster.free_devices import fractions_closed
 
 MIN_GPUS = 2  # a one-GPU node closed to fractions gains nothing a whole-GPU pod of one GPU would not
 WHOLE_SUFFIX = "whole"
@@ -71,10 +72,6 @@ class Closure:
         return any(len(p.closed) != p.given_closed for p in self.pools)
 
 
-def _closed(node: Node) -> bool:
-    return node.labels.get(GPU_FRACTIONS_LABEL) == "false"
-
-
 def _node_pool_doc(docs: Sequence[Document], name: str) -> dict[str, Any]:
     found = find_document(docs, "NodePool", name)
     if found is not None:
@@ -116,7 +113,7 @@ def closure(inp: AdviseInput, share: float | None) -> Closure:
     for np_ in manifests.node_pools:
         doc = _node_pool_doc(inp.docs, np_.name)
         gpus = np_.gpu.count if np_.gpu is not None else 0
-        given = np_.count if np_.node_labels.get(GPU_FRACTIONS_LABEL) == "false" else 0
+        given = np_.count if fractions_closed(np_.node_labels) else 0
         k = given
         if share is not None and gpus >= MIN_GPUS and not given:
             k = closed_count(share, np_.count)
@@ -126,7 +123,7 @@ def closure(inp: AdviseInput, share: float | None) -> Closure:
         pooled += expanded
         if gpus:
             pools.append(PoolClosure(np_.name, np_.gpu.model if np_.gpu else "", gpus, np_.count, given,
-                                     tuple(sorted(n.name for n in expanded if _closed(n))),
+                                     tuple(sorted(n.name for n in expanded if fractions_closed(n.labels))),
                                      tuple(sorted(n.name for n in expanded))))
     labels: dict[str, dict[str, str]] = {}
     loose = [n for n in manifests.nodes if n.pool not in pool_names]
@@ -134,7 +131,7 @@ def closure(inp: AdviseInput, share: float | None) -> Closure:
     for hp in hardware_pools(Manifests(nodes=loose)):
         names = sorted(hp.names)
         by_name = {n.name: n for n in hp.nodes}
-        given_closed = [n for n in names if _closed(by_name[n])]
+        given_closed = [n for n in names if fractions_closed(by_name[n].labels)]
         chosen = list(given_closed)
         if share is not None and hp.gpus_per_node >= MIN_GPUS:
             want = closed_count(share, len(names))

@@ -53,7 +53,7 @@ def bench_fleet(nodes: Sequence[Node]) -> list[BenchNode]:
                 f"fill-up does; this node offers {', '.join(odd) or 'GPUs of no known model'}. Give the "
                 "fleet with whole GPUs, or use --objective cost|wait|balanced")
         out.append(BenchNode(node.name, state.allocatable.get(CPU, 0), state.allocatable.get(MEMORY, 0) // MIB,
-                             len(state.gpus), model_key(state.gpu_model), fractions_closed(state)))
+                             len(state.gpus), model_key(state.gpu_model), fractions_closed(state.labels)))
     if not out:
         raise SimulationError("no GPU nodes in the input: nothing to measure")
     return out

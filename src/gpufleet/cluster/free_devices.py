@@ -18,6 +18,7 @@ placer then grants.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL, GpuDemand
@@ -30,10 +31,10 @@ if TYPE_CHECKING:
 DeviceKind = Literal["whole", "replicas", "mig"]
 
 
-def fractions_closed(node: NodeState) -> bool:
-    """The node refuses new fractional pods: its label ``gpufleet.io/gpu-fractions`` is exactly ``"false"``.
-    Absent, ``"true"`` or any other value (which ``gpufleet validate`` warns about) leaves it open."""
-    return node.labels.get(GPU_FRACTIONS_LABEL) == "false"
+def fractions_closed(labels: Mapping[str, str]) -> bool:
+    """A node with these labels refuses new fractional pods: its label ``gpufleet.io/gpu-fractions`` is exactly
+    ``"false"``. Absent, ``"true"`` or any other value (which ``gpufleet validate`` warns about) leaves it open."""
+    return labels.get(GPU_FRACTIONS_LABEL) == "false"
 
 
 def demand_resource(demand: GpuDemand) -> str | None:

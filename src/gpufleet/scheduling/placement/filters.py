@@ -132,7 +132,7 @@ class FractionsAllowed:
     static = True
 
     def check(self, need: PodNeed, node: NodeState) -> str | None:
-        if need.gpu.kind != "fraction" or not fractions_closed(node):
+        if need.gpu.kind != "fraction" or not fractions_closed(node.labels):
             return None
         return f"node(s) closed to fractional GPUs ({GPU_FRACTIONS_LABEL}=false)"
 
