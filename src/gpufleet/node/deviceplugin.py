@@ -28,6 +28,8 @@ API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
+# how long past the grace a stopping server may take to end its calls and close its socket
+STOP_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,12 @@ class DevicePluginServer:
             self._stopped = True
             self._cond.notify_all()
         if self._server is not None:
-            self._server.stop(grace).wait(grace + 1.0)
+            # gRPC's teardown unlinks whatever unix socket then sits at the path, so a fresh server bound there
+            # before the old one finished would lose its socket: wait for the end, not only for the grace
+            if not self._server.stop(grace).wait(grace + STOP_TIMEOUT_S):
+                log.warning("%s: the old device plugin server did not stop within %.0fs; its teardown may remove "
+                            "the next server's socket (the agent serves a fresh one when it sees that)",
+                            self.resource, grace + STOP_TIMEOUT_S)
             self._server = None
         if self.socket_intact():
             with contextlib.suppress(OSError):

@@ -42,7 +42,9 @@ class PluginManager:
         self.clock = clock
         self.servers: dict[str, DevicePluginServer] = {}
         self._unregistered: dict[str, tuple[float, float]] = {}  # resource -> (next try, current delay)
-        self._kubelet = _identity(str(Path(plugin_dir) / KUBELET_SOCKET))
+        # resource -> identity of the kubelet socket it last registered with: a plugin re-registers when the
+        # socket's identity moves on, and only then, however the restart and the checks interleave
+        self._registered_with: dict[str, tuple[int, int]] = {}
 
     @property
     def kubelet_socket(self) -> str:
@@ -54,6 +56,7 @@ class PluginManager:
             log.info("%s is no longer offered: stopping its device plugin", resource)
             self.servers.pop(resource).stop()
             self._unregistered.pop(resource, None)
+            self._registered_with.pop(resource, None)
         for resource, states in sorted(devices.items()):
             server = self.servers.get(resource)
             if server is None:
@@ -68,9 +71,9 @@ class PluginManager:
     def check(self) -> None:
         """Re-register after a kubelet restart, restart plugins whose socket vanished, retry registrations."""
         kubelet = _identity(self.kubelet_socket)
-        restarted = kubelet is not None and kubelet != self._kubelet
-        self._kubelet = kubelet
         for resource, server in sorted(self.servers.items()):
+            registered_with = self._registered_with.get(resource)
+            restarted = kubelet is not None and registered_with is not None and registered_with != kubelet
             if restarted or not server.socket_intact():
                 log.info("%s: %s; serving a fresh socket and registering again", resource,
                          "the kubelet restarted" if restarted else "the plugin socket was removed")
@@ -88,7 +91,8 @@ class PluginManager:
 
     def _register(self, resource: str) -> None:
         try:
-            if not os.path.exists(self.kubelet_socket):
+            kubelet = _identity(self.kubelet_socket)
+            if kubelet is None:
                 raise FileNotFoundError(f"{self.kubelet_socket} does not exist (is the kubelet running?)")
             self.servers[resource].register()
         except (grpc.RpcError, FileNotFoundError) as e:
@@ -101,6 +105,7 @@ class PluginManager:
                         self.kubelet_socket, code, delay)
             return
         self._unregistered.pop(resource, None)
+        self._registered_with[resource] = kubelet
         self.metrics.registrations.labels(resource, "ok").inc()
         log.info("%s: registered with the kubelet (%d devices)", resource, len(self.servers[resource].devices))
 
@@ -113,3 +118,4 @@ class PluginManager:
             server.stop()
         self.servers.clear()
         self._unregistered.clear()
+        self._registered_with.clear()
