@@ -95,8 +95,9 @@ def pod_set_requests(workload: Workload) -> list[PodSetRequest]:
     for i, ps in enumerate(workload.pod_sets):
         # Zero requests carry no quota and need no flavor (Kueue skips them too).
         per_pod = quota_amounts(ps.requests)
-        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, per_pod, ps.template,
-                                 topology_ask(ps.template)))
+        t = ps.template
+        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, per_pod, t,
+                                 topology_ask(t) if t.annotations else None))
     return out
 
 
@@ -128,6 +129,7 @@ class WorkloadInfo:
     namespace: str = field(init=False)
     priority: int = field(init=False)
     order: int = field(init=False)
+    uid: str = field(init=False)  # the Workload object's UID when known (Kueue's tie-breaker), else its key
 
     def __post_init__(self) -> None:
         wl = self.workload
@@ -135,11 +137,7 @@ class WorkloadInfo:
         self.namespace = wl.namespace
         self.priority = wl.priority
         self.order = wl.order
-
-    @property
-    def uid(self) -> str:
-        """The Workload object's UID when known (Kueue's tie-breaker), else the namespace/name key."""
-        return self.workload.uid or self.workload.key
+        self.uid = wl.uid or wl.key
 
     @property
     def usage(self) -> dict[FR, int]:

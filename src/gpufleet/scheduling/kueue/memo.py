@@ -92,6 +92,7 @@ class Nomination:
     own: tuple[int, ...]
     message: str
     made_for: str  # the ClusterQueue whose head it was made for
+    maps_own: bool = False  # a target is one of the asking queue's own workloads (any ``own`` position >= 0)
 
     def targets_for(self, own: list[WorkloadInfo]) -> list[Target]:
         if not self.targets:
@@ -256,7 +257,7 @@ class NominationMemo:
             self.hits += 1
             if found.made_for != name:
                 self.shared += 1
-                if any(i >= 0 for i in found.own):
+                if found.maps_own:
                     self.mapped += 1
         return Lookup(table, key, found, by_value, over, queue, n)
 
@@ -292,4 +293,5 @@ class Lookup:
                 # queue (NominationMemo's docstring); such a target would mean that proof is wrong.
                 assert not self.over, f"{cq.name}: a search above quota took {t.info.key} of another queue"
             where.append(i)
-        self.table[self.key] = Nomination(assignment, tuple(targets), tuple(where), message, cq.name)
+        self.table[self.key] = Nomination(assignment, tuple(targets), tuple(where), message, cq.name,
+                                          any(i >= 0 for i in where))

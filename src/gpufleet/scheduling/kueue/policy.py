@@ -87,7 +87,13 @@ class KueuePolicy:
         info = WorkloadInfo(workload, pod_set_requests(workload), queue_ts=workload.created)
         state.infos[info.key] = info
         self._route(info)
-        live = [p for p in workload.pods if p.phase not in _TERMINAL]
+        live = bound = False  # one pass over the pods: every workload submitted comes through here
+        for p in workload.pods:
+            if p.phase not in _TERMINAL:
+                live = True
+                if p.node_name:
+                    bound = True
+                    break
         if workload.pods and not live and workload.admission is None:
             info.state = State.FINISHED
             return
@@ -98,7 +104,6 @@ class KueuePolicy:
             info.state = State.DEACTIVATED
             info.message = "The workload is inactive (spec.active: false); set it to true to queue it"
             return
-        bound = [p for p in live if p.node_name]
         if bound:
             self._admit_bound(info, now)
             return
@@ -108,8 +113,7 @@ class KueuePolicy:
         elif info.no_quota:
             state.no_quota[info.key] = info
         else:
-            state.queues.add(info, now)
-            self._note_backoff(info, now)
+            state.queues.add(info, now)  # a new WorkloadInfo has no requeue backoff to note
 
     def finish(self, workload: str, now: float) -> None:
         info = self.state.infos.get(workload)
@@ -213,12 +217,13 @@ class KueuePolicy:
         wl, lqs = info.workload, self.config.local_queues
         if wl.hold is not None:
             info.problem = wl.hold  # Kueue would not admit it as it stands (admission checks, suspension...)
-        elif not wl.complete and wl.kind == "PodGroup":
-            info.problem = (f"pod group has {len(wl.pods)} of {wl.expected_pods} pods; Kueue waits for all of "
-                            "them before creating the Workload")
-        elif not wl.complete:  # a gang kind's pods, as its controller creates them (the live scheduler)
-            info.problem = (f"{wl.kind} {wl.key} has {len(wl.pods)} of its {wl.expected_pods} pods; its pods are "
-                            "placed together once its controller has created all of them")
+        elif wl.expected_pods is not None and not wl.complete:  # most workloads declare no pod count
+            if wl.kind == "PodGroup":
+                info.problem = (f"pod group has {len(wl.pods)} of {wl.expected_pods} pods; Kueue waits for all of "
+                                "them before creating the Workload")
+            else:  # a gang kind's pods, as its controller creates them (the live scheduler)
+                info.problem = (f"{wl.kind} {wl.key} has {len(wl.pods)} of its {wl.expected_pods} pods; its pods "
+                                "are placed together once its controller has created all of them")
         name = wl.queue
         if name is None and (wl.namespace, DEFAULT_LOCAL_QUEUE) in lqs:
             name = DEFAULT_LOCAL_QUEUE
