@@ -61,8 +61,13 @@ class FakeKubelet:
         self._server: grpc.Server | None = None
         self._pr_server: grpc.Server | None = None
         self.preferred_calls: list[tuple[str, list[str], list[str], int]] = []
+        self.refusing = False  # answer every registration with FAILED_PRECONDITION (a kubelet not ready yet)
 
     # --- lifecycle -------------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
 
     @property
     def socket(self) -> Path:
@@ -115,6 +120,8 @@ class FakeKubelet:
     def _register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
         if request.version != "v1beta1":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}")
+        if self.refusing:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the kubelet is not ready for device plugins")
         socket = str(self.plugin_dir / request.endpoint)
         channel = grpc.insecure_channel(f"unix://{socket}")
         options = channel.unary_unary("/v1beta1.DevicePlugin/GetDevicePluginOptions",

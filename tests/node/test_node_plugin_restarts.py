@@ -1,13 +1,16 @@
 """The plugin manager through a kubelet restart, one step at a time (real gRPC on unix sockets, fake kubelet).
 
 The agent's loop calls ``check()`` every few tens of milliseconds while the kubelet goes down, clears the folder
-and comes back; these tests pin the interleavings that once made the agent register twice, the second time
-replacing a socket the kubelet had just dialled.
+and comes back. These tests pin what a restart must end in, however the steps interleave: one new registration
+per plugin, with its socket answering (the kubelet coming back during a check once made the agent register
+twice, the second time replacing a socket the kubelet had just dialled); a kubelet that refuses registrations is
+retried with backoff, not answered with a fresh server at every check; nothing is served after ``stop()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,14 +32,15 @@ class NoPods:
 
 
 @contextmanager
-def manager_and_kubelet(sockdir: Path) -> Iterator[tuple[PluginManager, FakeKubelet]]:
+def manager_and_kubelet(sockdir: Path, clock: Callable[[], float] = time.monotonic,
+                        retry_initial: float = 0.0) -> Iterator[tuple[PluginManager, FakeKubelet]]:
     plugin_dir = sockdir / "dp"
     plugin_dir.mkdir()
     kubelet = FakeKubelet(plugin_dir, sockdir / "pr.sock")
     kubelet.start()
     metrics = AgentMetrics()
     manager = PluginManager(str(plugin_dir), Allocator(NoPods(), lambda: None, metrics),  # type: ignore[arg-type]
-                            metrics, retry_initial=0.0)
+                            metrics, retry_initial=retry_initial, clock=clock)
     try:
         manager.sync({r: [DeviceState(f"{r[-7:]}-{i}", True)] for r, i in zip(RESOURCES, range(2), strict=True)})
         kubelet.wait_registered(list(RESOURCES))
@@ -76,7 +80,7 @@ def test_a_kubelet_back_in_the_middle_of_a_check_is_registered_with_once(
         start = DevicePluginServer.start
 
         def kubelet_returns_meanwhile(self: DevicePluginServer) -> None:
-            if kubelet._server is None:
+            if not kubelet.running:
                 kubelet.socket.unlink(missing_ok=True)
                 kubelet.start()
             start(self)
@@ -106,3 +110,40 @@ def test_every_step_of_a_restart_ends_in_one_registration_per_plugin(sockdir: Pa
         assert manager.registered
         options_answered(kubelet)
 
+
+
+def test_a_kubelet_refusing_registrations_is_retried_with_backoff(
+        sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    with manager_and_kubelet(sockdir, clock=lambda: now[0], retry_initial=1.0) as (manager, kubelet):
+        kubelet.refusing = True
+        kubelet.restart()
+        starts: list[str] = []
+        start = DevicePluginServer.start
+
+        def counted(self: DevicePluginServer) -> None:
+            starts.append(self.resource)
+            start(self)
+
+        monkeypatch.setattr(DevicePluginServer, "start", counted)
+        for _ in range(4):  # the clock stands still: no retry is due yet
+            manager.check()
+        assert sorted(starts) == sorted(RESOURCES), "one fresh server per plugin, not one per check"
+        assert registrations(kubelet) == {r: 1 for r in RESOURCES}  # the first, before the restart
+        assert not manager.registered
+        kubelet.refusing = False
+        now[0] += 1.0  # the first retry is due
+        manager.check()
+        assert registrations(kubelet) == {r: 2 for r in RESOURCES}
+        assert manager.registered and sorted(starts) == sorted(RESOURCES)
+        options_answered(kubelet)
+
+
+def test_nothing_is_served_after_stop(sockdir: Path) -> None:
+    with manager_and_kubelet(sockdir) as (manager, kubelet):
+        manager.stop()
+        clear_plugin_sockets(kubelet)
+        manager.check()
+        manager.sync({RESOURCES[0]: [DeviceState("x", True)]})
+        assert not manager.servers
+        assert not [p for p in kubelet.plugin_dir.iterdir() if p.name != "kubelet.sock"]

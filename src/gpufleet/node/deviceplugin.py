@@ -29,7 +29,7 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
 # how long past the grace a stopping server may take to end its calls and close its socket
-STOP_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,17 @@ One server per advertised resource. When the kubelet restarts it deletes every s
 folder and creates a new ``kubelet.sock``; the manager notices (the socket's identity changed, or a plugin's
 own socket vanished), starts fresh servers and registers them again, as NVIDIA's plugin does on its fsnotify
 event. A registration the kubelet refuses or does not answer is retried with backoff.
+
+The agent's loop thread calls :meth:`PluginManager.sync` and :meth:`PluginManager.check`; its shutdown calls
+:meth:`PluginManager.stop` from another thread, possibly while a check is still replacing a server: one lock
+orders them, and nothing is served once the manager is stopped.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +50,8 @@ class PluginManager:
         # resource -> identity of the kubelet socket it last registered with: a plugin re-registers when the
         # socket's identity moves on, and only then, however the restart and the checks interleave
         self._registered_with: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._stopped = False
 
     @property
     def kubelet_socket(self) -> str:
@@ -52,6 +59,11 @@ class PluginManager:
 
     def sync(self, devices: Mapping[str, Sequence[DeviceState]]) -> None:
         """Serve exactly these resources with these device lists."""
+        with self._lock:
+            if not self._stopped:
+                self._sync(devices)
+
+    def _sync(self, devices: Mapping[str, Sequence[DeviceState]]) -> None:
         for resource in sorted(set(self.servers) - set(devices)):
             log.info("%s is no longer offered: stopping its device plugin", resource)
             self.servers.pop(resource).stop()
@@ -70,6 +82,11 @@ class PluginManager:
 
     def check(self) -> None:
         """Re-register after a kubelet restart, restart plugins whose socket vanished, retry registrations."""
+        with self._lock:
+            if not self._stopped:
+                self._check()
+
+    def _check(self) -> None:
         kubelet = _identity(self.kubelet_socket)
         for resource, server in sorted(self.servers.items()):
             registered_with = self._registered_with.get(resource)
@@ -91,6 +108,8 @@ class PluginManager:
 
     def _register(self, resource: str) -> None:
         try:
+            # Read before registering: a kubelet restarting in between makes one registration too many at the next
+            # check, never one too few.
             kubelet = _identity(self.kubelet_socket)
             if kubelet is None:
                 raise FileNotFoundError(f"{self.kubelet_socket} does not exist (is the kubelet running?)")
@@ -99,6 +118,8 @@ class PluginManager:
             _, delay = self._unregistered.get(resource, (0.0, self.retry_initial / 2))
             delay = min(self.retry_max, delay * 2)
             self._unregistered[resource] = (self.clock() + delay, delay)
+            # The retries own it now: a kubelet it no longer reaches is no restart to answer at every check.
+            self._registered_with.pop(resource, None)
             self.metrics.registrations.labels(resource, "failed").inc()
             code = e.code() if isinstance(e, grpc.RpcError) and hasattr(e, "code") else e
             log.warning("%s: registration with the kubelet at %s failed (%s); retrying in %.1fs", resource,
@@ -114,8 +135,10 @@ class PluginManager:
         return bool(self.servers) and not self._unregistered
 
     def stop(self) -> None:
-        for server in self.servers.values():
-            server.stop()
-        self.servers.clear()
-        self._unregistered.clear()
-        self._registered_with.clear()
+        with self._lock:
+            self._stopped = True
+            for server in self.servers.values():
+                server.stop()
+            self.servers.clear()
+            self._unregistered.clear()
+            self._registered_with.clear()
