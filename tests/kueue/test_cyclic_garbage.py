@@ -1,8 +1,9 @@
-"""The Kueue core throws away no reference cycles: reference counting alone frees its garbage while it runs.
+"""The Kueue core deciding by quota throws away no reference cycles: reference counting frees its garbage as it goes.
 
 bench/kueue_cycles.py keeps Python's cyclic collector off while cycles run (its ``quiet_gc``), which is only
 sound while this holds: a cycle of objects made by the core would then stay in memory until the driver
-collects. The setups are the nomination memo's (every preemption policy, cohorts, borrowing, partial admission,
+collects. Like the bench, the policy decides by quota alone (no ClusterState: the placement path is not
+exercised here). The setups are the nomination memo's (every preemption policy, cohorts, borrowing, partial admission,
 fair sharing on or off); the script submits, finishes, evicts, confirms evictions and runs cycles.
 """
 
@@ -68,7 +69,8 @@ def test_a_run_of_the_core_leaves_no_cyclic_garbage(specs: list[QueueSpec], kind
                                                     jobs: list[WorkloadSpec], script: list[Step],
                                                     fair: bool) -> None:
     gc.collect()
-    enabled = gc.isenabled()
+    gc.garbage.clear()  # what earlier tests left there is not this run's
+    enabled, debug = gc.isenabled(), gc.get_debug()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage, to be named below
     try:
@@ -78,7 +80,7 @@ def test_a_run_of_the_core_leaves_no_cyclic_garbage(specs: list[QueueSpec], kind
         del policy
         found = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
     finally:
-        gc.set_debug(0)
+        gc.set_debug(debug)
         gc.garbage.clear()
         if enabled:
             gc.enable()

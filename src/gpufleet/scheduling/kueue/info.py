@@ -95,9 +95,8 @@ def pod_set_requests(workload: Workload) -> list[PodSetRequest]:
     for i, ps in enumerate(workload.pod_sets):
         # Zero requests carry no quota and need no flavor (Kueue skips them too).
         per_pod = quota_amounts(ps.requests)
-        t = ps.template
-        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, per_pod, t,
-                                 topology_ask(t) if t.annotations else None))
+        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, per_pod, ps.template,
+                                 topology_ask(ps.template)))
     return out
 
 

@@ -92,7 +92,7 @@ class Nomination:
     own: tuple[int, ...]
     message: str
     made_for: str  # the ClusterQueue whose head it was made for
-    maps_own: bool = False  # a target is one of the asking queue's own workloads (any ``own`` position >= 0)
+    maps_own: bool  # a target is one of the asking queue's own workloads (any ``own`` position >= 0)
 
     def targets_for(self, own: list[WorkloadInfo]) -> list[Target]:
         if not self.targets:
