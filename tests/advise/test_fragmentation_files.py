@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.advise.fragmentation import FragmentationAdvice, search
-from gpufleet.advise.fragmentation import write as write_all
 from gpufleet.advise.fragmentation_files import CLOSED_TEXT, replay_scenarios
+from gpufleet.advise.fragmentation_files import write as write_all
 from gpufleet.advise.inputs import read_input
 from gpufleet.advise.reasons import FRAGMENTATION_KPI_WORDS, kpi_text
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL

@@ -20,7 +20,6 @@ candidate is one fill-up per seed).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.advise.closure import MIN_GPUS, Closure, closure
-from gpufleet.advise.files import dump_documents
+from gpufleet.advise.files import FILE_USES, FileUse, dump_documents, files_document
 from gpufleet.advise.fillup import Demand, FillUp, bench_fleet, fill_up
 from gpufleet.advise.inputs import AdviseInput
 from gpufleet.advise.nvidia import label_script
@@ -39,6 +38,17 @@ FRAGMENTATION = "fragmentation"
 SHARES: tuple[float, ...] = (0.10, 0.20, 0.25, 0.30)
 SEEDS = 4
 PLACED_TOLERANCE = 0.001  # of the given configuration's pods placed until 100% arrived (8 of openb's 8,054)
+
+# The files ``-o DIR`` writes, in the order they are listed, and what each is for.
+ORDER = ("node-labels.sh", "cluster.yaml", "advice.json", "advice.md", "advice.html", "whatif.json")
+FILE_USES_FRAGMENTATION: Mapping[str, FileUse] = {
+    **FILE_USES,
+    "node-labels.sh": FileUse(f"{GPU_FRACTIONS_LABEL}=false on every node of the input the proposal closes to "
+                              "fractional GPU pods (nothing is drained: running pods stay)", "sh {path}", True),
+    "cluster.yaml": FileUse("the NodePools, each split into its open nodes and <name>-whole, the nodes closed to "
+                            "fractional pods, for the simulator", "gpufleet simulate {path} ...", False),
+    "advice.json": FileUse("the advice as -o json prints it (the fill-up's figures per seed)", "", False),
+}
 
 Progress = Callable[[str], None]
 
@@ -194,9 +204,6 @@ def advice_document(inp: AdviseInput, a: FragmentationAdvice,
 
 
 def _files(files: Mapping[str, Path]) -> list[dict[str, Any]]:
-    from gpufleet.advise.files import files_document
-    from gpufleet.advise.fragmentation_files import FILE_USES_FRAGMENTATION, ORDER
-
     return files_document(files, None, FILE_USES_FRAGMENTATION, ORDER)
 
 
@@ -209,22 +216,3 @@ def file_texts(c: Closure) -> dict[str, str]:
     if c.node_pools:
         out["cluster.yaml"] = dump_documents(c.node_pools)
     return out
-
-
-def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice) -> dict[str, Path]:
-    """The files (:func:`file_texts`), the report (advice.md, advice.html), whatif.json
-    (:mod:`gpufleet.advise.fragmentation_files`) and advice.json, into ``directory``."""
-    from gpufleet.advise import fragmentation_files
-
-    directory.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    texts = file_texts(a.chosen.closure)
-    for name, text in texts.items():
-        path = directory / name
-        path.write_text(text, encoding="utf-8")
-        written[name] = path
-    written["advice.json"] = directory / "advice.json"
-    fragmentation_files.write(directory, inp, a, texts, written)
-    written["advice.json"].write_text(json.dumps(advice_document(inp, a, written), indent=1) + "\n",
-                                      encoding="utf-8")
-    return written

@@ -24,8 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.advise.closure import CLOSED, Closure, load_node_pools
-from gpufleet.advise.files import FILE_USES, FileUse, files_document, files_section
-from gpufleet.advise.fragmentation import FRAGMENTATION, FragmentationAdvice, Measured
+from gpufleet.advise.files import files_document, files_section
+from gpufleet.advise.fragmentation import (
+    FILE_USES_FRAGMENTATION,
+    FRAGMENTATION,
+    ORDER,
+    FragmentationAdvice,
+    Measured,
+    file_texts,
+)
 from gpufleet.advise.fragmentation import advice_document as fill_document
 from gpufleet.advise.inputs import AdviseInput
 from gpufleet.advise.reasons import FRAGMENTATION_KPI_WORDS, kpi_text
@@ -33,15 +40,6 @@ from gpufleet.api.objects import GPU_FRACTIONS_LABEL
 from gpufleet.sim.report import BulletsBlock, Report, Section, TableBlock, to_markdown
 from gpufleet.sim.scenario import Scenario
 
-ORDER = ("node-labels.sh", "cluster.yaml", "advice.json", "advice.md", "advice.html", "whatif.json")
-FILE_USES_FRAGMENTATION: Mapping[str, FileUse] = {
-    **FILE_USES,
-    "node-labels.sh": FileUse(f"{GPU_FRACTIONS_LABEL}=false on every node of the input the proposal closes to "
-                              "fractional GPU pods (nothing is drained: running pods stay)", "sh {path}", True),
-    "cluster.yaml": FileUse("the NodePools, each split into its open nodes and <name>-whole, the nodes closed to "
-                            "fractional pods, for the simulator", "gpufleet simulate {path} ...", False),
-    "advice.json": FileUse("the advice as -o json prints it (the fill-up's figures per seed)", "", False),
-}
 OPEN_TEXT = "open to fractional pods"
 CLOSED_TEXT = f"closed to fractional pods ({GPU_FRACTIONS_LABEL}=false)"
 
@@ -143,8 +141,26 @@ def replayed_runs(inp: AdviseInput, a: FragmentationAdvice) -> list[dict[str, An
     return [run_summary(run_scenario(s, inp.policy, seed=inp.seed)) for s in replay_scenarios(inp, a)]
 
 
-def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice, texts: Mapping[str, str],
-          written: dict[str, Path]) -> None:
+def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice) -> dict[str, Path]:
+    """Everything ``-o DIR`` writes, into ``directory``: the configuration files
+    (:func:`~gpufleet.advise.fragmentation.file_texts`), the report (advice.md, advice.html), whatif.json and
+    advice.json; their paths by name."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    texts = file_texts(a.chosen.closure)
+    for name, text in texts.items():
+        path = directory / name
+        path.write_text(text, encoding="utf-8")
+        written[name] = path
+    written["advice.json"] = directory / "advice.json"
+    _write_report(directory, inp, a, texts, written)
+    written["advice.json"].write_text(json.dumps(fill_document(inp, a, written), indent=1) + "\n",
+                                      encoding="utf-8")
+    return written
+
+
+def _write_report(directory: Path, inp: AdviseInput, a: FragmentationAdvice, texts: Mapping[str, str],
+                  written: dict[str, Path]) -> None:
     """advice.md, advice.html and whatif.json into ``directory``, beside the files already ``written``."""
     from gpufleet.sim.report_html import to_html
 

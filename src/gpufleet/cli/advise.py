@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpufleet.advise import fragmentation
+from gpufleet.advise import fragmentation, fragmentation_files
 from gpufleet.advise.contract import OBJECTIVES, Advice
 from gpufleet.advise.files import advice_document, write
 from gpufleet.advise.fragmentation import FRAGMENTATION
@@ -126,7 +126,7 @@ def _advise_fragmentation(files: list[str], *, seed: int | None, duration: str |
     except SimulationError as exc:
         console.error(str(exc))
         raise typer.Exit(EXIT_FINDINGS) from None
-    written = fragmentation.write(folder, inp, advice) if folder is not None else None
+    written = fragmentation_files.write(folder, inp, advice) if folder is not None else None
     for note in [*inp.notes, *advice.notes]:
         console.warning(note)
     if fmt.is_document:
