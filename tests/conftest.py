@@ -35,8 +35,9 @@ def openb() -> Path:
 @pytest.fixture(autouse=True)
 def _no_json_log_handler_outlives_its_test() -> Iterator[None]:
     """A command run in-process (`gpufleet scheduler` or `node agent` through CliRunner) routes the root logger to
-    the runner's stream with ``setup_logging``; that stream is closed when the command returns, while threads the
-    command started may still log ("--- Logging error ---" in CI's output). The handler goes with its test."""
+    stderr as JSON lines with ``setup_logging``, replacing the handlers there; the handler follows stderr as it is at
+    each record (so threads of the command logging after it returned do not write to the runner's closed stream),
+    and it goes with its test, so that later tests log as pytest set them up."""
     from gpufleet.kube.logs import JsonFormatter
 
     yield

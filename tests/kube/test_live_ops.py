@@ -5,9 +5,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 from collections.abc import Callable
 
 import httpx
+import pytest
 from kube_apisim import ApiSim
 from live_env import NS, bound_node, fast_settings, node, pod, wait_until
 
@@ -60,6 +62,27 @@ def test_logs_are_json_lines_with_extra_fields() -> None:
         assert first["msg"] == "bound 3 pods" and first["cycle"] == 7 and first["level"] == "info"
         assert first["logger"] == "gpufleet.test" and first["ts"].endswith("Z")
         assert second["level"] == "error" and "ValueError: boom" in second["error"]
+    finally:
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if isinstance(h.formatter, JsonFormatter)]:
+            root.removeHandler(handler)
+        root.setLevel(logging.WARNING)
+
+
+def test_logs_go_to_stderr_as_it_is_when_each_record_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command run in-process swaps stderr for a stream it closes on return; its threads may log after that."""
+    during, after = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", during)
+    setup_logging("info")
+    try:
+        logging.getLogger("gpufleet.test").info("while the command runs")
+        written = during.getvalue()
+        monkeypatch.setattr(sys, "stderr", after)
+        during.close()
+        logging.getLogger("gpufleet.test").info("from a thread, after it returned")
+        assert [json.loads(line)["msg"] for line in written.splitlines()] == ["while the command runs"]
+        assert [json.loads(line)["msg"] for line in after.getvalue().splitlines()] == [
+            "from a thread, after it returned"]  # and no "--- Logging error ---"
     finally:
         root = logging.getLogger()
         for handler in [h for h in root.handlers if isinstance(h.formatter, JsonFormatter)]:

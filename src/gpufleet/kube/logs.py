@@ -29,9 +29,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when each record comes, not as it was when the handler was made: a command
+    run in-process (a test's CliRunner) swaps stderr for a stream it closes when it returns, while threads the
+    command started may still log."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass  # always the current sys.stderr
+
+
 def setup_logging(level: str = "info", stream: TextIO | None = None) -> None:
-    """Route the root logger to ``stream`` (stderr) as JSON lines; replaces earlier handlers."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """Route the root logger to ``stream`` (by default stderr, as it is when each record comes) as JSON lines;
+    replaces earlier handlers."""
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
