@@ -5,6 +5,7 @@ naive recursive model of those formulas."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pytest
@@ -684,6 +685,16 @@ def test_property_admissions_respect_limits(spec: Spec, ops: list[tuple[bool, in
         check_invariants(t, m)
 
 
+def assert_same_over_quota_index(t: QuotaTree, other: QuotaTree, cohorts: Iterable[str]) -> None:
+    """The over-quota index of ``t`` (kept incrementally) lists what ``other``'s lists, in the same order."""
+    for fr in FRS:
+        assert [n.name for n in t.cluster_queues_over_quota([fr])] == [
+            n.name for n in other.cluster_queues_over_quota([fr])]
+        for name in cohorts:
+            assert [n.name for n in t.children_over_quota(t.cohort(name), [fr])] == [
+                n.name for n in other.children_over_quota(other.cohort(name), [fr])]
+
+
 @settings(max_examples=150, deadline=None)
 @given(specs(), ops_st, st.integers(0, 4), usage_st)
 def test_property_add_remove_and_rollback_are_exact(
@@ -714,12 +725,7 @@ def test_property_add_remove_and_rollback_are_exact(
         rebuilt.add_usage(names[i % len(names)], usage)
     assert rebuilt.nonzero_usage() == before
     # So does the over-quota index, kept incrementally through the adds, removes and rollback.
-    for fr in FRS:
-        assert [n.name for n in t.cluster_queues_over_quota([fr])] == [
-            n.name for n in rebuilt.cluster_queues_over_quota([fr])]
-        for name in spec.cohorts:
-            assert [n.name for n in t.children_over_quota(t.cohort(name), [fr])] == [
-                n.name for n in rebuilt.children_over_quota(rebuilt.cohort(name), [fr])]
+    assert_same_over_quota_index(t, rebuilt, spec.cohorts)
 
 
 @settings(max_examples=200, deadline=None)
@@ -781,12 +787,7 @@ def test_property_lasting_usage_outlives_the_checkpoints_around_it(
         t.rollback(inner)
     t.rollback(outer)
     assert t.nonzero_usage() == expected.nonzero_usage()
-    for fr in FRS:
-        assert [n.name for n in t.cluster_queues_over_quota([fr])] == [
-            n.name for n in expected.cluster_queues_over_quota([fr])]
-        for name in spec.cohorts:
-            assert [n.name for n in t.children_over_quota(t.cohort(name), [fr])] == [
-                n.name for n in expected.children_over_quota(expected.cohort(name), [fr])]
+    assert_same_over_quota_index(t, expected, spec.cohorts)
     for name in names:
         assert (t.generation(name) != before[name]) == (before[name][0] in touched), name
     # remove_lasting_usage is its inverse, through checkpoints too.
