@@ -69,6 +69,16 @@ def cells(page: Any, selector: str) -> list[str]:
     return [text.strip() for text in page.locator(selector + " td").all_inner_texts()]
 
 
+def advice_scores(page: Any, advice: dict[str, Any]) -> list[str]:
+    """Checks that the what-if page shows the advice's reasons and its scores, given beside proposal, in advise's
+    words; returns the cells of the objective's own score row below them."""
+    assert page.locator("#advice-reasons li").all_inner_texts() == advice["reasons"]
+    for score in advice["scores"]:
+        assert cells(page, f'#advice-scores tr[data-score="{score["key"]}"]') == [
+            score["label"], score["givenText"], score["proposalText"]]
+    return cells(page, '#advice-scores tr[data-score="objective"]')
+
+
 def pool_lines(judged: dict[str, Any], pool: str) -> str:
     """How the what-if page words one pool of a judged configuration: a line per node group."""
     return "\n".join(f"{len(p['nodes'])} node{'' if len(p['nodes']) == 1 else 's'}: {p['config']['text']}"

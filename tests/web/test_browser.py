@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet.web.server import Dashboard
 from gpufleet.web.source_simulation import SimulationSource, load_result
-from tests.web.helpers import browser_page, cells, get, open_page, pool_lines, screenshot, serving
+from tests.web.helpers import advice_scores, browser_page, cells, get, open_page, pool_lines, screenshot, serving
 
 INNER = 96  # a GPU is drawn 100 px wide, slices inside 2 px margins (app.js GPU_W)
 
@@ -152,13 +152,9 @@ def test_what_if_shows_an_advice_its_reasons_proposal_and_files(advice_dashboard
     advice = get(advice_dashboard, "/api/simulation").json()["advice"]
     with browser_page() as page:
         open_page(page, advice_dashboard, "/whatif", "#advice")
-        # The reasons in words, each as advise wrote it.
-        assert page.locator("#advice-reasons li").all_inner_texts() == advice["reasons"]
-        # The scores, given beside proposal, in advise's words; the objective's own score below them.
-        for score in advice["scores"]:
-            assert cells(page, f'#advice-scores tr[data-score="{score["key"]}"]') == [
-                score["label"], score["givenText"], score["proposalText"]]
-        objective = cells(page, '#advice-scores tr[data-score="objective"]')
+        # The reasons in words, each as advise wrote it; the scores, given beside proposal, in advise's words; the
+        # objective's own score below them.
+        objective = advice_scores(page, advice)
         assert objective[0] == "score on the objective balanced (lower is better)"
         assert float(objective[2]) == pytest.approx(advice["proposal"]["score"], abs=1e-3)
         # Per pool: the MIG layout, the replicas or whole GPUs, given beside proposal; changed pools stand out.
