@@ -14,11 +14,11 @@ their evictions begin (:meth:`AdmittedQueue.evicting_changed`), so that such a d
 
 from __future__ import annotations
 
-import itertools
 from bisect import bisect_left
 from collections.abc import Iterator, MutableMapping, ValuesView
 
 from gpufleet.scheduling.kueue.info import WorkloadInfo
+from gpufleet.scheduling.kueue.interner import Interner
 from gpufleet.scheduling.kueue.preemption_order import Standing, standing
 from gpufleet.scheduling.quota import FR
 
@@ -30,30 +30,8 @@ def candidate_value(info: WorkloadInfo) -> CandidateValue:
     return (info.priority, bool(info.evicting), tuple(info.usage.items()))
 
 
-class CandidateValues:
-    """Interned candidate values: a value gets one id while it stays in the table, and an id is never given to
-    another value (ids are not reused), so equal ids always mean equal values. Past ``limit`` values the table
-    starts afresh: a value seen again then gets a new id (queues holding the old one describe equal candidates
-    with different ids, which only costs sharing)."""
-
-    __slots__ = ("_ids", "_next", "limit")
-
-    def __init__(self, limit: int = 1 << 16) -> None:
-        self._ids: dict[CandidateValue, int] = {}
-        self._next = itertools.count(1)
-        self.limit = limit
-
-    def id_of(self, value: CandidateValue) -> int:
-        ids = self._ids
-        found = ids.get(value)
-        if found is None:
-            if len(ids) >= self.limit:
-                ids.clear()
-            found = ids[value] = next(self._next)
-        return found
-
-    def __len__(self) -> int:
-        return len(self._ids)
+# Interned candidate values (:class:`~gpufleet.scheduling.kueue.interner.Interner`): equal ids, equal values.
+CandidateValues = Interner[CandidateValue]
 
 
 # One table for the process: ids must compare across the queues of a policy (and never collide between policies).

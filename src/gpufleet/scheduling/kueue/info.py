@@ -9,7 +9,6 @@ the flavor search (§1.10).
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from gpufleet.api.objects import PREFERRED_TOPOLOGY_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION, PodTemplate
@@ -121,8 +120,8 @@ class WorkloadInfo:
     last_tried: list[dict[int, int]] | None = None
     message: str = ""
     placement_parked: bool = False  # parked because nodes, not quota, were short
-    # What nomination reads of its pod sets, as a key (kueue.memo.head_key), made when first needed.
-    shape: Hashable | None = None
+    # What nomination reads of its pod sets (kueue.memo.head_key) as an id interned by the memo, when first needed.
+    shape: int | None = None
     # The workload's identity and ordering fields, copied once: every cycle reads them for each head and candidate.
     key: str = field(init=False)
     namespace: str = field(init=False)

@@ -55,7 +55,6 @@ and without it on random setups (``tests/kueue/test_nomination_memo.py``).
 
 from __future__ import annotations
 
-import itertools
 from bisect import bisect_left
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -64,6 +63,7 @@ from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.flavors import Assignment
 from gpufleet.scheduling.kueue.info import WorkloadInfo
+from gpufleet.scheduling.kueue.interner import Interner
 from gpufleet.scheduling.kueue.preemption_order import Target
 from gpufleet.scheduling.quota import QuotaTree
 
@@ -77,8 +77,6 @@ MAX_SHAPES = 65536
 
 _NEVER = "Never"
 _NEWER = "LowerOrNewerEqualPriority"
-# Shape ids for the whole process: a WorkloadInfo keeps its id, and ids never mean two shapes.
-_SHAPE_IDS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +155,7 @@ class NominationMemo:
         self._spec: dict[str, int] = {name: interned.setdefault(_spec_key(cq), len(interned))
                                       for name, cq in cqs.items()}
         self._queues: dict[str, _Queue] = {}
-        self._shapes: dict[Hashable, int] = {}
+        self._shapes: Interner[Hashable] = Interner(MAX_SHAPES)
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
         # What the memo saved: nominations recalled, of which made for another queue, of which with targets among
         # the asking queue's own workloads; and nominations made.
@@ -190,14 +188,7 @@ class NominationMemo:
         return found
 
     def _shape(self, info: WorkloadInfo) -> int:
-        shapes = self._shapes
-        key = head_key(info)
-        found = shapes.get(key)
-        if found is None:
-            if len(shapes) >= MAX_SHAPES:
-                shapes.clear()
-            found = shapes[key] = next(_SHAPE_IDS)
-        info.shape = found
+        found = info.shape = self._shapes.id_of(head_key(info))
         return found
 
     def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Lookup:
@@ -242,7 +233,7 @@ class NominationMemo:
                         who = (who, own)
         last = info.last_tried
         shape = info.shape
-        if type(shape) is not int:
+        if shape is None:
             shape = self._shape(info)
         key = (who, usage, shape, p, info.queue_ts if q.newer else None,
                None if last is None else tuple([tuple(d.items()) for d in last]))
