@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -666,19 +666,17 @@ class QuotaTree:
         checkpoint is open, instead of charging it in the snapshot, rolling it back and charging it again. Usage
         changes commute (every derived value is a function of ClusterQueue usage alone), so rolling back the
         snapshot's other changes afterwards leaves the tree exactly as charging after the rollback would."""
-        marks = self._marks
-        self._marks = []  # through add_usage, so that a subclass overriding it sees the change
-        try:
-            self.add_usage(cq, usage)
-        finally:
-            self._marks = marks
+        self._lasting(self.add_usage, cq, usage)
 
     def remove_lasting_usage(self, cq: str, usage: Mapping[FR, int]) -> None:
         """The inverse of :meth:`add_lasting_usage`, also kept through rollbacks."""
+        self._lasting(self.remove_usage, cq, usage)
+
+    def _lasting(self, change: Callable[[str, Mapping[FR, int]], None], cq: str, usage: Mapping[FR, int]) -> None:
         marks = self._marks
-        self._marks = []
+        self._marks = []  # through add_usage/remove_usage, so that a subclass overriding them sees the change
         try:
-            self.remove_usage(cq, usage)
+            change(cq, usage)
         finally:
             self._marks = marks
 

@@ -75,12 +75,11 @@ class Entry:
 
 
 def namespace_matches(state: SchedulerState, info: WorkloadInfo, cq: CQSpec) -> bool:
-    known = state.namespace_matches[cq.name]
-    found = known.get(info.namespace)
-    if found is None:
-        selector = cq.namespace_selector
-        found = known[info.namespace] = selector is not None and selector.matches(
-            state.config.namespace_labels_of(info.namespace))
+    """Whether the ClusterQueue's namespace selector matches the head's namespace, worked out and remembered in
+    ``state.namespace_matches`` (the cycle reads that first)."""
+    selector = cq.namespace_selector
+    found = state.namespace_matches[cq.name][info.namespace] = selector is not None and selector.matches(
+        state.config.namespace_labels_of(info.namespace))
     return found
 
 
@@ -210,7 +209,7 @@ class Cycle:
         cqs = state.config.cluster_queues
         placement_parked = state.placement_parked
         memo = state.memo
-        matches = state.namespace_matches  # read directly first: namespace_matches() only fills it in
+        matches = state.namespace_matches  # remembered per ClusterQueue and namespace: namespace_matches() fills it
         for info in heads:
             assert info.cluster_queue is not None
             # Evaluated afresh: whether it waits for nodes is decided again below.
@@ -221,7 +220,8 @@ class Cycle:
             e = Entry(info, cq)
             if cq.stopped:
                 e.message = f"ClusterQueue {cq.name} is inactive"
-            elif not (matches[cq.name].get(info.namespace) or namespace_matches(state, info, cq)):
+            elif not (match if (match := matches[cq.name].get(info.namespace)) is not None
+                      else namespace_matches(state, info, cq)):
                 e.message = NAMESPACE_MISMATCH_MESSAGE
                 e.reason = NAMESPACE_MISMATCH
             else:
@@ -292,8 +292,10 @@ class Cycle:
         e.info.last_tried = None
 
     def _process(self, e: Entry) -> None:
+        """:meth:`_decide` with the rooms of other nominations held (the cycle decides directly without rooms)."""
         rooms = self.rooms
-        if rooms is None or not rooms.nominations:
+        assert rooms is not None
+        if not rooms.nominations:
             self._decide(e)
             return
         rooms.drop(e.info.key)  # its own room: it is decided again now

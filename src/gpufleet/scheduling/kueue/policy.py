@@ -252,12 +252,8 @@ class KueuePolicy:
             s.release(info, now)
             return
         s.queues.remove(info)
-        key = info.key
-        s.no_quota.pop(key, None)
-        s.unqueued.pop(key, None)
-        s.placement_parked.pop(key, None)
-        s.backoff.pop(key, None)
-        s.waiting_ready.pop(key, None)
+        for table in (s.no_quota, s.unqueued, s.placement_parked, s.backoff, s.waiting_ready):
+            table.pop(info.key, None)
 
     def _admit_preadmitted(self, info: WorkloadInfo, now: float) -> None:
         adm = info.workload.admission

@@ -118,13 +118,9 @@ class SchedulerState:
         else:
             info.ready = True
             info.ready_deadline = None
-        if len(usage) == 1:  # one flavor-resource, as most workloads charge: nothing to add up
-            ((_, resource), amount), = usage.items()
-            per_resource = {resource: amount}
-        else:
-            per_resource = {}
-            for (_, resource), amount in usage.items():
-                per_resource[resource] = per_resource.get(resource, 0) + amount
+        per_resource: dict[str, int] = {}
+        for (_, resource), amount in usage.items():
+            per_resource[resource] = per_resource.get(resource, 0) + amount
         return AdmittedWorkload(info.key, cq, record.flavors(), list(pods), per_resource)
 
     def begin_eviction(self, info: WorkloadInfo, reason: str | None) -> None:
