@@ -114,10 +114,8 @@ def closure(inp: AdviseInput, share: float | None) -> Closure:
         doc = _node_pool_doc(inp.docs, np_.name)
         gpus = np_.gpu.count if np_.gpu is not None else 0
         given = np_.count if fractions_closed(np_.node_labels) else 0
-        k = given
-        if share is not None and gpus >= MIN_GPUS and not given:
-            k = closed_count(share, np_.count)
-        split = _split(np_, doc, k if not given else 0)
+        k = closed_count(share, np_.count) if share is not None and gpus >= MIN_GPUS and not given else 0
+        split = _split(np_, doc, k)
         docs += split
         expanded = load_node_pools(split).nodes
         pooled += expanded

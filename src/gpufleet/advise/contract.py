@@ -21,6 +21,8 @@ from gpufleet.gpu.mig import RESOURCE_PREFIX
 Mode = Literal["exclusive", "time-sliced", "mig"]
 Objective = Literal["cost", "wait", "balanced"]
 OBJECTIVES: tuple[Objective, ...] = ("cost", "wait", "balanced")
+# The objective of gpufleet.advise.fragmentation, a search of its own (which nodes stay whole), not one of the above.
+FRAGMENTATION = "fragmentation"
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -30,10 +30,17 @@ from gpufleet.cluster.state import node_state_from
 from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling.fragmentation import TypicalPod
 from gpufleet.sim.fragbench import simulate
-from gpufleet.sim.fragbench_trace import Arrivals, BenchNode, BenchPod, build_arrivals, model_key, trace_typical_pods
+from gpufleet.sim.fragbench_trace import (
+    MIB,
+    Arrivals,
+    BenchNode,
+    BenchPod,
+    build_arrivals,
+    model_key,
+    trace_typical_pods,
+)
 from gpufleet.sim.model import SimJob, SimulationError
 
-MIB = 2**20
 ARRIVED_PCT = 100  # the arrive ratio the figures are read at
 POLICY = "gpufleet"  # the scheduler's default placement profile, as the advisor's simulations run
 

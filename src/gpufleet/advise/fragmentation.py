@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.advise.closure import MIN_GPUS, Closure, closure
+from gpufleet.advise.contract import FRAGMENTATION
 from gpufleet.advise.files import FILE_USES, FileUse, dump_documents, files_document
 from gpufleet.advise.fillup import Demand, FillUp, bench_fleet, fill_up
 from gpufleet.advise.inputs import AdviseInput
 from gpufleet.advise.nvidia import label_script
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL
 
-FRAGMENTATION = "fragmentation"
 SHARES: tuple[float, ...] = (0.10, 0.20, 0.25, 0.30)
 SEEDS = 4
 PLACED_TOLERANCE = 0.001  # of the given configuration's pods placed until 100% arrived (8 of openb's 8,054)

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.advise.closure import CLOSED, Closure, load_node_pools
+from gpufleet.advise.contract import FRAGMENTATION
 from gpufleet.advise.files import files_document, files_section
 from gpufleet.advise.fragmentation import (
     FILE_USES_FRAGMENTATION,
-    FRAGMENTATION,
     ORDER,
     FragmentationAdvice,
     Measured,

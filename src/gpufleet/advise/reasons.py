@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpufleet.advise.contract import Advice, Judged, NodeConfig, Proposal
+from gpufleet.advise.contract import FRAGMENTATION, Advice, Judged, NodeConfig, Proposal
 from gpufleet.sim.report import duration_text
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ FRAGMENTATION_KPI_WORDS = (
 
 def kpi_words(objective: str) -> tuple[tuple[str, str, str], ...]:
     """The figures an advice of ``objective`` compares, given beside proposal: (key, words, unit)."""
-    return FRAGMENTATION_KPI_WORDS if objective == "fragmentation" else KPI_WORDS
+    return FRAGMENTATION_KPI_WORDS if objective == FRAGMENTATION else KPI_WORDS
 
 
 def kpi_text(key: str, value: Any) -> str:

@@ -10,9 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.advise import fragmentation, fragmentation_files
-from gpufleet.advise.contract import OBJECTIVES, Advice
+from gpufleet.advise.contract import FRAGMENTATION, OBJECTIVES, Advice
 from gpufleet.advise.files import advice_document, write
-from gpufleet.advise.fragmentation import FRAGMENTATION
 from gpufleet.advise.inputs import read_input
 from gpufleet.advise.nvidia import node_labels
 from gpufleet.advise.reasons import KPI_WORDS, kpi_text
