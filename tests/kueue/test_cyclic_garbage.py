@@ -21,11 +21,11 @@ from tests.kueue.test_nomination_memo import (
     Shape,
     Step,
     WorkloadSpec,
+    drive,
     manifests,
     queue_specs,
     shapes,
     steps,
-    submitted,
     workload_specs,
 )
 
@@ -35,29 +35,8 @@ def run_script(specs: list[QueueSpec], kinds: list[Shape], jobs: list[WorkloadSp
     m, names = manifests(specs, fair)
     policy = KueuePolicy(m)
     pending = list(enumerate(jobs))
-    terminating: list[str] = []
-    now = 0.0
-    for action, n in [("submit", len(pending) // 2), ("cycle", 0), ("cycle", 0), *script]:
-        if action == "submit":
-            batch, pending = pending[:n], pending[n:]
-            for i, spec in batch:
-                for w in submitted(i, spec, names, kinds):
-                    policy.submit(w, now)
-        elif action == "confirm":
-            if terminating:
-                policy.evicted(terminating.pop(0), now, requeue=True)
-        elif action in ("finish", "evict"):
-            running = sorted(k for by_key in policy.state.admitted.values() for k in by_key)
-            if running:
-                key = running[n % len(running)]
-                if action == "finish":
-                    policy.finish(key, now)
-                else:
-                    policy.evicted(key, now)
-        else:
-            now += 1.0
-            d = policy.cycle(now)
-            terminating.extend(p.workload for p in d.preempted)
+    drive([policy], names, kinds, pending, [("submit", len(pending) // 2), ("cycle", 0), ("cycle", 0), *script],
+          lambda _results, _terminating: None)
     policy.pending_report()
     return policy
 

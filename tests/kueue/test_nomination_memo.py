@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -353,21 +354,13 @@ def _pair_beside_lender(pair_cpu: int, lender_cpu: int, bwc: bool) -> tuple[Mani
     return manifests([pair, lender], False)
 
 
-def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[WorkloadSpec], script: list[Step],
-                  fair: bool, rising: bool, warmup: int = 3) -> None:
-    m, names = manifests(specs, fair)
-    policies = _memo_and_reference(m)
-    memo = policies[0].state.memo
-    assert memo is not None
-    watched = WatchedMemo(memo)
-    pending = list(enumerate(jobs))
-    if rising:  # lower priorities first, admitted; higher ones arrive later and find them to preempt
-        pending.sort(key=lambda job: kinds[job[1].shape % len(kinds)].priority)
-        script = [("submit", len(pending) // 2), *[("cycle", 0)] * warmup, *script]
-    if len({k.priority for k in kinds}) > 1:
-        event("shapes of different priorities")
+def drive(policies: list[KueuePolicy], names: list[str], kinds: list[Shape], pending: list[tuple[int, WorkloadSpec]],
+          script: list[Step], on_cycle: Callable[[list[Decisions], list[str]], None]) -> None:
+    """Carry out ``script`` on every policy alike: submit the next jobs of ``pending``, confirm the oldest eviction,
+    finish or evict a running workload, or run a cycle, whose decisions (one per policy) go to ``on_cycle`` with
+    the workloads being evicted (preempted, their pods not gone yet: still admitted)."""
     now = 0.0
-    terminating: list[str] = []  # preempted, their pods not gone yet: still admitted, being evicted
+    terminating: list[str] = []
     for action, n in script:
         if action == "submit":
             batch, pending = pending[:n], pending[n:]
@@ -393,11 +386,28 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
                         p.evicted(key, now)
             continue
         now += 1.0
-        got = []
-        for p in policies:
-            got.append(decided(p.cycle(now)))
+        results = [p.cycle(now) for p in policies]
+        terminating.extend(victim.workload for victim in results[0].preempted)
+        on_cycle(results, terminating)
+
+
+def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[WorkloadSpec], script: list[Step],
+                  fair: bool, rising: bool, warmup: int = 3) -> None:
+    m, names = manifests(specs, fair)
+    policies = _memo_and_reference(m)
+    memo = policies[0].state.memo
+    assert memo is not None
+    watched = WatchedMemo(memo)
+    pending = list(enumerate(jobs))
+    if rising:  # lower priorities first, admitted; higher ones arrive later and find them to preempt
+        pending.sort(key=lambda job: kinds[job[1].shape % len(kinds)].priority)
+        script = [("submit", len(pending) // 2), *[("cycle", 0)] * warmup, *script]
+    if len({k.priority for k in kinds}) > 1:
+        event("shapes of different priorities")
+
+    def compared(results: list[Decisions], terminating: list[str]) -> None:
+        got = [decided(d) for d in results]
         assert got[0] == got[1]
-        terminating.extend(victim for victim, _, _ in got[0][1])
         if memo.hits:
             event("a nomination was recalled")
         if memo.shared:
@@ -410,6 +420,8 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
             event("a cycle preempted with recalled nominations")
         if terminating and memo.hits:
             event("a nomination recalled while workloads were being evicted")
+
+    drive(policies, names, kinds, pending, script, compared)
     for why in watched.seen:
         event("a queue above its quota described by value: " + why)
     assert ([(p.workload, p.reason) for p in policies[0].pending_report()]
