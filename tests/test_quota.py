@@ -685,6 +685,15 @@ def test_property_admissions_respect_limits(spec: Spec, ops: list[tuple[bool, in
         check_invariants(t, m)
 
 
+def built(spec: Spec, ops: list[tuple[bool, int, dict[FR, int]]]) -> QuotaTree:
+    """The spec's tree with the usage of every op added (op: (unused, queue index, usage))."""
+    t = spec.build()
+    names = list(spec.cqs)
+    for _, i, usage in ops:
+        t.add_usage(names[i % len(names)], usage)
+    return t
+
+
 def assert_same_over_quota_index(t: QuotaTree, other: QuotaTree, cohorts: Iterable[str]) -> None:
     """The over-quota index of ``t`` (kept incrementally) lists what ``other``'s lists, in the same order."""
     for fr in FRS:
@@ -700,11 +709,9 @@ def assert_same_over_quota_index(t: QuotaTree, other: QuotaTree, cohorts: Iterab
 def test_property_add_remove_and_rollback_are_exact(
     spec: Spec, ops: list[tuple[bool, int, dict[FR, int]]], k: int, extra: dict[FR, int]
 ) -> None:
-    t = spec.build()
-    names = list(spec.cqs)
     # Arbitrary usage, fitting or not (preemption simulations overcommit transiently).
-    for _, i, usage in ops:
-        t.add_usage(names[i % len(names)], usage)
+    t = built(spec, ops)
+    names = list(spec.cqs)
     before = t.nonzero_usage()
     cq = names[k % len(names)]
     t.add_usage(cq, extra)
@@ -720,9 +727,7 @@ def test_property_add_remove_and_rollback_are_exact(
     t.rollback(mark)
     assert t.nonzero_usage() == before
     # The incremental cohort usage equals a from-scratch derivation.
-    rebuilt = spec.build()
-    for _, i, usage in ops:
-        rebuilt.add_usage(names[i % len(names)], usage)
+    rebuilt = built(spec, ops)
     assert rebuilt.nonzero_usage() == before
     # So does the over-quota index, kept incrementally through the adds, removes and rollback.
     assert_same_over_quota_index(t, rebuilt, spec.cohorts)
@@ -760,14 +765,10 @@ def test_property_lasting_usage_outlives_the_checkpoints_around_it(
     """A cycle charges what it admits with add_lasting_usage while its snapshot checkpoint (and at times a nested
     one) is open: once they are rolled back, the tree is exactly the tree with only the lasting changes made, and
     only the cohort trees they touched have a new generation."""
-    t = spec.build()
+    t = built(spec, base)
     names = list(spec.cqs)
-    for _, i, usage in base:
-        t.add_usage(names[i % len(names)], usage)
     before = {name: t.generation(name) for name in names}
-    expected = spec.build()
-    for _, i, usage in base:
-        expected.add_usage(names[i % len(names)], usage)
+    expected = built(spec, base)
     touched: set[int] = set()
     outer = t.checkpoint()
     inner = None
@@ -796,7 +797,5 @@ def test_property_lasting_usage_outlives_the_checkpoints_around_it(
         if kind == 2:
             t.remove_lasting_usage(names[i % len(names)], usage)
     t.rollback(mark)
-    rebuilt = spec.build()
-    for _, i, usage in base:
-        rebuilt.add_usage(names[i % len(names)], usage)
+    rebuilt = built(spec, base)
     assert t.nonzero_usage() == rebuilt.nonzero_usage()
