@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -273,12 +274,8 @@ class WatchedMemo:
 def test_remembered_nominations_decide_as_fresh_ones(specs: list[QueueSpec], kinds: list[Shape],
                                                     jobs: list[WorkloadSpec], script: list[Step], fair: bool,
                                                     rising: bool, lender: bool, cap: int) -> None:
-    default_cap = memo_module.MAX_OWN_BY_VALUE
-    memo_module.MAX_OWN_BY_VALUE = cap  # a queue with more own candidates is keyed by its name
-    try:
+    with own_cap(cap):
         _decide_alike([*specs, LENDER] if lender else specs, kinds, jobs, script, fair, rising)
-    finally:
-        memo_module.MAX_OWN_BY_VALUE = default_cap
 
 
 @st.composite
@@ -319,12 +316,16 @@ def test_queues_above_quota_decide_as_fresh_ones(specs: list[QueueSpec], kinds: 
                                                  jobs: list[WorkloadSpec], script: list[Step], cap: int) -> None:
     """The property above, on setups made for the memo's condition on queues above their quota: low-priority
     workloads first (mirrored in every copy, so that the copies stay alike), then the rest."""
-    default_cap = memo_module.MAX_OWN_BY_VALUE
-    memo_module.MAX_OWN_BY_VALUE = cap
-    try:
+    with own_cap(cap):
         _decide_alike(specs, kinds, jobs, script, False, True, warmup=5)
-    finally:
-        memo_module.MAX_OWN_BY_VALUE = default_cap
+
+
+def _round(policies: list[KueuePolicy], now: float, workloads: list[Workload]) -> list[tuple[object, ...]]:
+    """Submit ``workloads`` to every policy, run a cycle in each: their decisions, memo first."""
+    for w in workloads:
+        for p in policies:
+            p.submit(w, now)
+    return [decided(p.cycle(now)) for p in policies]
 
 
 def _cpu_shape(cpu: int, priority: int) -> Shape:
@@ -391,6 +392,17 @@ def drive(policies: list[KueuePolicy], names: list[str], kinds: list[Shape], pen
         on_cycle(results, terminating)
 
 
+@contextmanager
+def own_cap(cap: int) -> Iterator[None]:
+    """The most own candidates a queue is described by value with (a queue with more is keyed by its name)."""
+    default_cap = memo_module.MAX_OWN_BY_VALUE
+    memo_module.MAX_OWN_BY_VALUE = cap
+    try:
+        yield
+    finally:
+        memo_module.MAX_OWN_BY_VALUE = default_cap
+
+
 def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[WorkloadSpec], script: list[Step],
                   fair: bool, rising: bool, warmup: int = 3) -> None:
     m, names = manifests(specs, fair)
@@ -441,11 +453,8 @@ def test_queues_alike_share_a_nomination_and_each_preempts_its_own_workloads() -
     policies = _memo_and_reference(m)
     decisions = []
     for now, shape, n in ((1.0, 0, 6), (2.0, 0, 0), (3.0, 1, 3)):
-        for i in range(n):
-            w = workload(int(now) * 10 + i, WorkloadSpec(i % 3, shape, int(now)), names, [low, high])
-            for p in policies:
-                p.submit(w, now)
-        decisions.append([decided(p.cycle(now)) for p in policies])
+        decisions.append(_round(policies, now, [
+            workload(int(now) * 10 + i, WorkloadSpec(i % 3, shape, int(now)), names, [low, high]) for i in range(n)]))
     admitted = decisions[0][0][0] + decisions[1][0][0]
     preempted = decisions[2][0][1]
     assert len(admitted) == 6  # two low-priority workloads fill each queue, one per cycle
@@ -469,11 +478,8 @@ def test_queues_alike_in_spec_but_not_in_usage_do_not_share_a_nomination() -> No
     policies = _memo_and_reference(m)
     decisions = []
     for now, queues in ((1.0, (0, 0)), (2.0, ()), (3.0, (1,))):
-        for i, q in enumerate(queues):
-            w = workload(int(now) * 10 + i, WorkloadSpec(q, 0, int(now)), names, [one, one])
-            for p in policies:
-                p.submit(w, now)
-        decisions.append([decided(p.cycle(now)) for p in policies])
+        decisions.append(_round(policies, now, [workload(int(now) * 10 + i, WorkloadSpec(q, 0, int(now)), names,
+                                                         [one, one]) for i, q in enumerate(queues)]))
     assert all(fast == reference for fast, reference in decisions)
     assert [a[0] for a in decisions[0][0][0]] == ["cq0-0/w10"]
     assert decisions[1][0][0] == []  # the first queue is full: its second workload waits
@@ -493,11 +499,8 @@ def _borrowing_pair(bwc: bool) -> tuple[list[list[tuple[object, ...]]], Nominati
     policies = _memo_and_reference(m)
     decisions = []
     for now, shape, n in ((1.0, 0, 6), (2.0, 0, 0), (3.0, 0, 0), (4.0, 1, 2)):
-        for i in range(n):
-            w = workload(int(now) * 10 + i, WorkloadSpec(i % 2, shape, int(now)), names, [low, high])
-            for p in policies:
-                p.submit(w, now)
-        decisions.append([decided(p.cycle(now)) for p in policies])
+        decisions.append(_round(policies, now, [
+            workload(int(now) * 10 + i, WorkloadSpec(i % 2, shape, int(now)), names, [low, high]) for i in range(n)]))
     assert sum(len(d[0][0]) for d in decisions[:3]) == 6  # one low-priority workload per queue and cycle
     memo = policies[0].state.memo
     assert memo is not None
@@ -590,11 +593,8 @@ def test_a_queue_with_an_eviction_under_way_is_not_alike_one_without() -> None:
         if now == 4.0:
             for p in policies:
                 p.finish("cq0-0/w30", now)  # the 2-cpu head: its victim is still being evicted
-        for q in queues:
-            w = workload(int(now) * 10 + q, WorkloadSpec(q, shape, int(now)), names, kinds)
-            for p in policies:
-                p.submit(w, now)
-        decisions.append([decided(p.cycle(now)) for p in policies])
+        decisions.append(_round(policies, now, [
+            workload(int(now) * 10 + q, WorkloadSpec(q, shape, int(now)), names, kinds) for q in queues]))
     assert all(fast == reference for fast, reference in decisions)
     assert decisions[2][0][1] == [("cq0-0/w10", "cq0-0/w30", "InClusterQueue")]
     # The first queue's head takes the workload already being evicted (nothing new), the second's its 1-cpu one.
