@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from gpufleet.advise.closure import closed_count, closure
 from gpufleet.advise.fillup import Demand, bench_fleet, fill_up
-from gpufleet.advise.fragmentation import FragmentationAdvice, advice_document, file_texts, search
+from gpufleet.advise.fragmentation import FragmentationAdvice, search
+from gpufleet.advise.fragmentation_files import advice_document, file_texts
 from gpufleet.advise.inputs import read_input
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL
 from gpufleet.cli.main import app

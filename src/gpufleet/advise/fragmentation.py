@@ -22,33 +22,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from gpufleet.advise.closure import MIN_GPUS, Closure, closure
-from gpufleet.advise.contract import FRAGMENTATION
-from gpufleet.advise.files import FILE_USES, FileUse, dump_documents, files_document
 from gpufleet.advise.fillup import Demand, FillUp, bench_fleet, fill_up
 from gpufleet.advise.inputs import AdviseInput
-from gpufleet.advise.nvidia import label_script
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL
 
 SHARES: tuple[float, ...] = (0.10, 0.20, 0.25, 0.30)
 SEEDS = 4
 PLACED_TOLERANCE = 0.001  # of the given configuration's pods placed until 100% arrived (8 of openb's 8,054)
 
-# The files ``-o DIR`` writes, in the order they are listed, and what each is for.
-ORDER = ("node-labels.sh", "cluster.yaml", "advice.json", "advice.md", "advice.html", "whatif.json")
-FILE_USES_FRAGMENTATION: Mapping[str, FileUse] = {
-    **FILE_USES,
-    "node-labels.sh": FileUse(f"{GPU_FRACTIONS_LABEL}=false on every node of the input the proposal closes to "
-                              "fractional GPU pods (nothing is drained: running pods stay)", "sh {path}", True),
-    "cluster.yaml": FileUse("the NodePools, each split into its open nodes and <name>-whole, the nodes closed to "
-                            "fractional pods, for the simulator", "gpufleet simulate {path} ...", False),
-    "advice.json": FileUse("the advice as -o json prints it (the fill-up's figures per seed)", "", False),
-}
 
 Progress = Callable[[str], None]
 
@@ -168,51 +153,3 @@ def reasons(a: FragmentationAdvice) -> list[str]:
         f"pods placed until 100% arrived: {g.mean_placed:,.1f} -> {c.mean_placed:,.1f} (guard: at most "
         f"{a.tolerance_pods} fewer)",
     ]
-
-
-# ---- what is shown and written ----------------------------------------------------------------------------------
-
-def _fill_doc(m: Measured) -> dict[str, Any]:
-    f = m.fill
-    return {
-        "name": m.name, "share": m.closure.share,
-        "unallocatedGpuPct": {"mean": round(f.mean_unallocated, 4),
-                              "perSeed": [round(x, 4) for x in f.unallocated_pct]},
-        "benchmarkBin100Pct": [None if math.isnan(x) else round(x, 4) for x in f.binned_pct],
-        "podsPlaced": {"mean": f.mean_placed, "perSeed": list(f.placed)},
-        "podsArrived": list(f.arrived),
-        "pairedDelta": {"mean": round(m.delta[0], 4), "sd": round(m.delta[1], 4)},
-        "withinGuard": m.within_guard, "improves": m.improves, **({"whyNot": m.why_not} if m.why_not else {}),
-        "nodesClosed": len(m.closure.closed),
-        "pools": [{"pool": p.pool, "model": p.model, "gpusPerNode": p.gpus_per_node, "nodes": p.nodes,
-                   "givenClosed": p.given_closed, "closed": list(p.closed)} for p in m.closure.pools],
-        "seconds": round(f.seconds, 2),
-    }
-
-
-def advice_document(inp: AdviseInput, a: FragmentationAdvice,
-                    files: Mapping[str, Path] | None = None) -> dict[str, Any]:
-    """The advice as ``-o json`` prints it."""
-    return {
-        "input": inp.title, "objective": FRAGMENTATION, "seeds": list(a.seeds), "changed": a.changed,
-        "measure": "unallocated GPUs, % of capacity, at 100% of the capacity arrived (FGD's fill-up)",
-        "podsPlacedTolerance": a.tolerance_pods,
-        "given": _fill_doc(a.given), "proposal": _fill_doc(a.chosen), "tried": [_fill_doc(m) for m in a.tried],
-        "reasons": list(a.reasons), "notes": list(a.notes), "seconds": round(a.seconds, 2),
-        **({"files": _files(files)} if files is not None else {}),
-    }
-
-
-def _files(files: Mapping[str, Path]) -> list[dict[str, Any]]:
-    return files_document(files, None, FILE_USES_FRAGMENTATION, ORDER)
-
-
-def file_texts(c: Closure) -> dict[str, str]:
-    """node-labels.sh for the input's nodes the configuration closes; cluster.yaml with the NodePools split."""
-    out: dict[str, str] = {}
-    if c.labels:
-        out["node-labels.sh"] = label_script(
-            c.labels, what=f"the nodes closed to fractional GPU pods ({GPU_FRACTIONS_LABEL}=false)")
-    if c.node_pools:
-        out["cluster.yaml"] = dump_documents(c.node_pools)
-    return out

@@ -1,6 +1,7 @@
-"""What ``gpufleet advise --objective fragmentation -o DIR`` writes besides its configuration files: the report
-(``advice.md``, ``advice.html``, through the other objectives' report blocks) and ``whatif.json`` for the
-dashboard's what-if page.
+"""What ``gpufleet advise --objective fragmentation`` shows and writes: the ``-o json`` document
+(:func:`advice_document`, also ``advice.json``), and with ``-o DIR`` the configuration files (:func:`file_texts`:
+``node-labels.sh``, ``cluster.yaml``), the report (``advice.md``, ``advice.html``, through the other objectives'
+report blocks) and ``whatif.json`` for the dashboard's what-if page.
 
 ``whatif.json`` holds the advice in the what-if page's ``AdviceDocument`` form (:mod:`gpufleet.web.whatif`):
 ``given`` and ``proposal`` judged with ``score`` = unallocated GPUs, % of capacity, at 100% arrived (the mean over
@@ -19,26 +20,79 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gpufleet.advise.closure import CLOSED, Closure, load_node_pools
 from gpufleet.advise.contract import FRAGMENTATION
-from gpufleet.advise.files import files_document, files_section
-from gpufleet.advise.fragmentation import (
-    FILE_USES_FRAGMENTATION,
-    ORDER,
-    FragmentationAdvice,
-    Measured,
-    file_texts,
-)
-from gpufleet.advise.fragmentation import advice_document as fill_document
+from gpufleet.advise.files import FILE_USES, FileUse, dump_documents, files_document, files_section
+from gpufleet.advise.fragmentation import FragmentationAdvice, Measured
 from gpufleet.advise.inputs import AdviseInput
+from gpufleet.advise.nvidia import label_script
 from gpufleet.advise.reasons import FRAGMENTATION_KPI_WORDS, kpi_text
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL
 from gpufleet.sim.report import BulletsBlock, Report, Section, TableBlock, to_markdown
 from gpufleet.sim.scenario import Scenario
+
+# The files ``-o DIR`` writes, in the order they are listed, and what each is for.
+ORDER = ("node-labels.sh", "cluster.yaml", "advice.json", "advice.md", "advice.html", "whatif.json")
+FILE_USES_FRAGMENTATION: Mapping[str, FileUse] = {
+    **FILE_USES,
+    "node-labels.sh": FileUse(f"{GPU_FRACTIONS_LABEL}=false on every node of the input the proposal closes to "
+                              "fractional GPU pods (nothing is drained: running pods stay)", "sh {path}", True),
+    "cluster.yaml": FileUse("the NodePools, each split into its open nodes and <name>-whole, the nodes closed to "
+                            "fractional pods, for the simulator", "gpufleet simulate {path} ...", False),
+    "advice.json": FileUse("the advice as -o json prints it (the fill-up's figures per seed)", "", False),
+}
+
+
+def _fill_doc(m: Measured) -> dict[str, Any]:
+    f = m.fill
+    return {
+        "name": m.name, "share": m.closure.share,
+        "unallocatedGpuPct": {"mean": round(f.mean_unallocated, 4),
+                              "perSeed": [round(x, 4) for x in f.unallocated_pct]},
+        "benchmarkBin100Pct": [None if math.isnan(x) else round(x, 4) for x in f.binned_pct],
+        "podsPlaced": {"mean": f.mean_placed, "perSeed": list(f.placed)},
+        "podsArrived": list(f.arrived),
+        "pairedDelta": {"mean": round(m.delta[0], 4), "sd": round(m.delta[1], 4)},
+        "withinGuard": m.within_guard, "improves": m.improves, **({"whyNot": m.why_not} if m.why_not else {}),
+        "nodesClosed": len(m.closure.closed),
+        "pools": [{"pool": p.pool, "model": p.model, "gpusPerNode": p.gpus_per_node, "nodes": p.nodes,
+                   "givenClosed": p.given_closed, "closed": list(p.closed)} for p in m.closure.pools],
+        "seconds": round(f.seconds, 2),
+    }
+
+
+def advice_document(inp: AdviseInput, a: FragmentationAdvice,
+                    files: Mapping[str, Path] | None = None) -> dict[str, Any]:
+    """The advice as ``-o json`` prints it."""
+    return {
+        "input": inp.title, "objective": FRAGMENTATION, "seeds": list(a.seeds), "changed": a.changed,
+        "measure": "unallocated GPUs, % of capacity, at 100% of the capacity arrived (FGD's fill-up)",
+        "podsPlacedTolerance": a.tolerance_pods,
+        "given": _fill_doc(a.given), "proposal": _fill_doc(a.chosen), "tried": [_fill_doc(m) for m in a.tried],
+        "reasons": list(a.reasons), "notes": list(a.notes), "seconds": round(a.seconds, 2),
+        **({"files": _files(files)} if files is not None else {}),
+    }
+
+
+def _files(files: Mapping[str, Path]) -> list[dict[str, Any]]:
+    return files_document(files, None, FILE_USES_FRAGMENTATION, ORDER)
+
+
+def file_texts(c: Closure) -> dict[str, str]:
+    """node-labels.sh for the input's nodes the configuration closes; cluster.yaml with the NodePools split."""
+    out: dict[str, str] = {}
+    if c.labels:
+        out["node-labels.sh"] = label_script(
+            c.labels, what=f"the nodes closed to fractional GPU pods ({GPU_FRACTIONS_LABEL}=false)")
+    if c.node_pools:
+        out["cluster.yaml"] = dump_documents(c.node_pools)
+    return out
+
 
 OPEN_TEXT = "open to fractional pods"
 CLOSED_TEXT = f"closed to fractional pods ({GPU_FRACTIONS_LABEL}=false)"
@@ -70,10 +124,10 @@ def _judged(m: Measured, given: bool) -> dict[str, Any]:
             "pools": _pools(m.closure), "requests": [], "quotas": [], "kpis": kpis(m), "perQueue": {}}
 
 
-def advice_document(inp: AdviseInput, a: FragmentationAdvice, files: Mapping[str, Path] | None = None,
+def whatif_advice(inp: AdviseInput, a: FragmentationAdvice, files: Mapping[str, Path] | None = None,
                     texts: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The advice in the what-if page's ``AdviceDocument`` form (module doc), the files with their texts."""
-    fill = fill_document(inp, a)
+    fill = advice_document(inp, a)
     return {
         "input": inp.title, "objective": FRAGMENTATION, "budgetPerHour": None, "changed": a.changed,
         "given": _judged(a.given, True), "proposal": _judged(a.chosen, a.chosen is a.given),
@@ -143,7 +197,7 @@ def replayed_runs(inp: AdviseInput, a: FragmentationAdvice) -> list[dict[str, An
 
 def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice) -> dict[str, Path]:
     """Everything ``-o DIR`` writes, into ``directory``: the configuration files
-    (:func:`~gpufleet.advise.fragmentation.file_texts`), the report (advice.md, advice.html), whatif.json and
+    (:func:`file_texts`), the report (advice.md, advice.html), whatif.json and
     advice.json; their paths by name."""
     directory.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -154,7 +208,7 @@ def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice) -> dict[str
         written[name] = path
     written["advice.json"] = directory / "advice.json"
     _write_report(directory, inp, a, texts, written)
-    written["advice.json"].write_text(json.dumps(fill_document(inp, a, written), indent=1) + "\n",
+    written["advice.json"].write_text(json.dumps(advice_document(inp, a, written), indent=1) + "\n",
                                       encoding="utf-8")
     return written
 
@@ -169,5 +223,5 @@ def _write_report(directory: Path, inp: AdviseInput, a: FragmentationAdvice, tex
     r = report(inp, a, written)
     written["advice.md"].write_text(to_markdown(r), encoding="utf-8")
     written["advice.html"].write_text(to_html(r, {}), encoding="utf-8")
-    whatif = {"runs": replayed_runs(inp, a), "advice": advice_document(inp, a, written, texts)}
+    whatif = {"runs": replayed_runs(inp, a), "advice": whatif_advice(inp, a, written, texts)}
     written["whatif.json"].write_text(json.dumps(whatif, default=str) + "\n", encoding="utf-8")

@@ -129,7 +129,7 @@ def _advise_fragmentation(files: list[str], *, seed: int | None, duration: str |
     for note in [*inp.notes, *advice.notes]:
         console.warning(note)
     if fmt.is_document:
-        console.emit(fragmentation.advice_document(inp, advice, written), fmt.value)
+        console.emit(fragmentation_files.advice_document(inp, advice, written), fmt.value)
     else:
         _render_fragmentation(advice, wide=fmt is OutputFormat.wide)
     if written is not None:
