@@ -140,15 +140,22 @@ def whatif_advice(inp: AdviseInput, a: FragmentationAdvice, files: Mapping[str, 
     }
 
 
+def figures(a: FragmentationAdvice) -> list[tuple[str, str, str, str]]:
+    """The advice's figures, given beside proposal, as the report and the CLI show them: (key, words, given,
+    proposal)."""
+    given, proposal = kpis(a.given), kpis(a.chosen)
+    return [(key, words, kpi_text(key, given[key]), kpi_text(key, proposal[key]))
+            for key, words, _ in FRAGMENTATION_KPI_WORDS]
+
+
 def report(inp: AdviseInput, a: FragmentationAdvice, files: Mapping[str, Path]) -> Report:
     """The advice as a report: before and after, why, the nodes closed per pool, the files, every configuration
     measured, the seeds and the time taken."""
     g, c = a.given, a.chosen
     n = len(a.seeds)
-    figures = TableBlock.of(["figure", "given", "proposal"],
-                            [[f"{words} (mean of {n} seeds)" if key != "nodes_closed" else words,
-                              kpi_text(key, kpis(g)[key]), kpi_text(key, kpis(c)[key])]
-                             for key, words, _ in FRAGMENTATION_KPI_WORDS])
+    shown = TableBlock.of(["figure", "given", "proposal"],
+                          [[f"{words} (mean of {n} seeds)" if key != "nodes_closed" else words, given, proposal]
+                           for key, words, given, proposal in figures(a)])
     pools = TableBlock.of(["pool", "model", "GPUs per node", "nodes", "closed (given)", "closed (proposal)"],
                           [[p.pool, p.model, str(p.gpus_per_node), str(p.nodes), str(p.given_closed),
                             str(len(p.closed))] for p in c.closure.pools], 2)
@@ -161,7 +168,7 @@ def report(inp: AdviseInput, a: FragmentationAdvice, files: Mapping[str, Path]) 
     measured = (f"{1 + len(a.tried)} configurations × {n} paired seeds ({', '.join(map(str, a.seeds))}: the same "
                 f"arrivals for each) measured in {a.seconds:.0f} s. Within the guard: at most {a.tolerance_pods} "
                 "fewer pods placed until 100% arrived than the given configuration.")
-    sections = [Section("Before and after, at saturation (FGD's fill-up)", [figures]),
+    sections = [Section("Before and after, at saturation (FGD's fill-up)", [shown]),
                 Section("Why", [BulletsBlock(tuple(a.reasons))]),
                 Section("Nodes closed to fractional pods, per pool", [pools]),
                 files_section(files_document(files, None, FILE_USES_FRAGMENTATION, ORDER), a.changed),

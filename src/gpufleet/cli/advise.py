@@ -143,10 +143,8 @@ def _render_fragmentation(a: fragmentation.FragmentationAdvice, *, wide: bool) -
                                                               "the given configuration wins"),
                                "figure", console.Column("given", justify="right"),
                                console.Column("proposal", justify="right"))
-    table.add_row(f"unallocated GPUs at 100% arrived (mean of {n} seeds)", f"{g.fill.mean_unallocated:.3f}%",
-                  f"{c.fill.mean_unallocated:.3f}%")
-    table.add_row("pods placed until 100% arrived", f"{g.fill.mean_placed:,.1f}", f"{c.fill.mean_placed:,.1f}")
-    table.add_row("nodes closed to fractional pods", f"{len(g.closure.closed):,}", f"{len(c.closure.closed):,}")
+    for key, words, given, proposal in fragmentation_files.figures(a):
+        table.add_row(f"{words} (mean of {n} seeds)" if key == "unallocated_gpu_pct" else words, given, proposal)
     console.show(table)
     console.say("")
     pools = console.make_table("Pools: nodes closed to fractional pods (gpufleet.io/gpu-fractions=false)", "pool",
