@@ -150,8 +150,10 @@ def test_the_command_prints_before_and_after_and_writes_the_files(tmp_path: Path
     text = runner.invoke(app, ["advise", *files, "--objective", "fragmentation"])
     assert text.exit_code == 0, text.output
     assert "unallocated GPUs at 100% arrived" in text.stdout and "pods placed until 100% arrived" in text.stdout
-    refused = runner.invoke(app, ["advise", *files, "--objective", "fragmentation", "--budget", "10"])
-    assert refused.exit_code != 0 and "--budget" in refused.output
+    for flag, value, named in (("--budget", "10", "'--budget'"), ("--evaluations", "5", "'--evaluations'"),
+                               ("-n", "team-a", "'--namespace'")):
+        refused = runner.invoke(app, ["advise", *files, "--objective", "fragmentation", flag, value])
+        assert refused.exit_code == 2 and named in refused.output, (flag, refused.output)
 
 
 def test_advice_document_names_the_measure_and_the_guard(advice: FragmentationAdvice, fleet: list[str]) -> None:

@@ -73,9 +73,9 @@ def advise(
              "cluster, Kueue's objects, the report) and/or the output format; give -o twice for both.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the generator and the simulator.")] = None,
     duration: Annotated[str | None, typer.Option(help="Window of arrivals (14d, 36h).")] = None,
-    evaluations: Annotated[int, typer.Option(
-        help="Most proposals the simulator judges, besides the given configuration.", min=1, max=500)] =
-        DEFAULT_EVALUATIONS,
+    evaluations: Annotated[int | None, typer.Option(
+        help=f"Most proposals the simulator judges, besides the given configuration (default {DEFAULT_EVALUATIONS}).",
+        min=1, max=500, show_default=False)] = None,
     namespace: Namespace = None,
     strict: Strict = False,
 ) -> None:
@@ -86,6 +86,12 @@ def advise(
         if budget is not None:
             raise usage_error("--budget applies to cost, wait and balanced; fragmentation changes no GPU's cost",
                               "--budget")
+        if evaluations is not None:
+            raise usage_error("--evaluations applies to cost, wait and balanced; fragmentation measures its "
+                              "configurations on the fill-up, not with the simulator", "--evaluations")
+        if namespace is not None:
+            raise usage_error("-n applies to cost, wait and balanced (it picks the requests shown); fragmentation "
+                              "shows no namespace's requests", "--namespace")
         fmt, folder = _outputs(output or [])
         _advise_fragmentation(files or [], seed=seed, duration=duration, strict=strict, fmt=fmt, folder=folder)
         return
@@ -97,7 +103,8 @@ def advise(
     try:
         inp = read_input(files or [], seed=seed, duration=duration, strict=strict)
         ctx = prepare(inp)
-        advice = search(inp, objective, budget=budget, evaluations=evaluations,
+        advice = search(inp, objective, budget=budget,
+                        evaluations=DEFAULT_EVALUATIONS if evaluations is None else evaluations,
                         progress=lambda text: console.note(f"advise: {text}"))
     except NoProposal as exc:
         console.error(str(exc))
