@@ -35,7 +35,7 @@ from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.cohort_search import CohortSearch
-from gpufleet.scheduling.kueue.info import AdmissionRecord, WorkloadInfo
+from gpufleet.scheduling.kueue.info import AdmissionRecord, AdmissionShape, WorkloadInfo
 from gpufleet.scheduling.kueue.preemption_order import standing
 from gpufleet.scheduling.quota import FR, QuotaTree
 
@@ -133,7 +133,8 @@ def build(queues: list[QueueSpec], pool_quota: int, admitted: list[Admitted], fa
         usage = {fr: v for fr, v in ((CPU, a.cpu), (MEM, a.memory)) if v}
         info = info_for(f"{queue}/w{i}", queue, a.priority, float(i))
         state.infos[info.key] = info
-        state.commit_admission(info, queue, [], usage, [], 0.0, admitted_at=float(a.reserved), ready=True)
+        state.commit_admission(info, queue, AdmissionShape.of([], usage), [], 0.0, admitted_at=float(a.reserved),
+                               ready=True)
         if a.evicting:
             info.evicting = "Preempted"
     return policy
@@ -239,7 +240,8 @@ def test_a_head_that_must_shrink_its_own_queue_does_not_walk_the_cohort() -> Non
     state = policy.state
     for i, a in enumerate(admitted):
         info = info_for(f"cq{a.queue}/w{i}", f"cq{a.queue}", a.priority, float(i))
-        state.commit_admission(info, f"cq{a.queue}", [], {CPU: a.cpu}, [], 0.0, admitted_at=float(a.reserved))
+        state.commit_admission(info, f"cq{a.queue}", AdmissionShape.of([], {CPU: a.cpu}), [], 0.0,
+                               admitted_at=float(a.reserved))
     head = info_for("cq0/big", "cq0", 200, 0.0)
     preemptor = state.preemptor
     preemptor.shared = False

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
 from gpufleet.scheduling.kueue.gangs import GangPlacer, Group
-from gpufleet.scheduling.kueue.info import PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, State, WorkloadInfo
 from gpufleet.scheduling.kueue.modes import Granular, Mode, Outcome
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
 from gpufleet.scheduling.kueue.preemption import Target
@@ -33,7 +33,7 @@ from gpufleet.scheduling.kueue.queues import FAILED_AFTER_NOMINATION, GENERIC, N
 from gpufleet.scheduling.kueue.room import HeldRooms, Nomination, Room, make_room
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.quota import FR
-from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PendingWorkload, PodAssignment, PreemptedWorkload
+from gpufleet.scheduling.types import Decisions, PendingWorkload, PodAssignment, PreemptedWorkload
 
 NAMESPACE_MISMATCH_MESSAGE = "Workload namespace doesn't match ClusterQueue selector"
 OVERLAPPING_MESSAGE = "Workload has overlapping preemption targets with another workload"
@@ -130,8 +130,8 @@ class Cycle:
                     continue
                 pods = [PodAssignment(p.pod, p.node, p.device_ids) for p in placed]
             del state.no_quota[info.key]
-            podsets = [PodSetAdmission(ps.name, ps.count, {}) for ps in info.podsets]
-            self.decisions.admitted.append(state.commit_admission(info, None, podsets, {}, pods, self.now))
+            shape = AdmissionShape.of([PodSetAdmission(ps.name, ps.count, {}) for ps in info.podsets], {})
+            self.decisions.admitted.append(state.commit_admission(info, None, shape, pods, self.now))
 
     # ---- 3: nominate ---------------------------------------------------------------------------------------------
     def _oracle(self, info: WorkloadInfo, cq: CQSpec) -> Oracle:
@@ -425,12 +425,9 @@ class Cycle:
             tree.rollback(mark)
             if self.rooms is not None:
                 self.rooms.release_all()
+        commit, admitted, now = state.commit_admission, self.decisions.admitted, self.now
         for e, pods in self.admitted:
-            podsets = [PodSetAdmission(ps.name, ps.count, ps.flavors()) for ps in e.assignment.podsets]
-            # The assignment may be shared with other heads (kueue.memo): the admission gets its own usage.
-            admitted: AdmittedWorkload = state.commit_admission(e.info, e.cq.name, podsets, dict(e.assignment.usage),
-                                                                pods, self.now, charged=True)
-            self.decisions.admitted.append(admitted)
+            admitted.append(commit(e.info, e.cq.name, e.assignment.admission_shape(), pods, now, charged=True))
         for e in [*entries, *inadmissible]:
             if not e.admitted:
                 self._requeue(e)

@@ -28,7 +28,7 @@ from gpufleet.api.kinds import FRACTION_RESOURCE
 from gpufleet.api.objects import GPU, ResourceFlavor, Topology
 from gpufleet.scheduling.charges import charge, format_quota
 from gpufleet.scheduling.kueue.config import CQSpec, GroupSpec
-from gpufleet.scheduling.kueue.info import PodSetRequest, WorkloadInfo
+from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, PodSetRequest, WorkloadInfo
 from gpufleet.scheduling.kueue.modes import (
     BEST,
     MODE_OUTCOME,
@@ -76,6 +76,17 @@ class Assignment:
     last_tried: list[dict[int, int]] = field(default_factory=list)
     # The worst outcome of its pod sets (NO_FIT without any), set once the assigner is done with it.
     outcome: Outcome = Outcome.NO_FIT
+    # What admissions made from it record (admission_shape), once one is.
+    _shape: AdmissionShape | None = field(default=None, compare=False, repr=False)
+
+    def admission_shape(self) -> AdmissionShape:
+        """What an admission made from this assignment records, worked out on the first admission and shared by
+        the others (the assignment is final by then; the nomination memo may hand it to many heads)."""
+        shape = self._shape
+        if shape is None:
+            shape = self._shape = AdmissionShape.of(
+                [PodSetAdmission(ps.name, ps.count, ps.flavors()) for ps in self.podsets], self.usage)
+        return shape
 
     def frs_needing_preemption(self) -> set[FR]:
         return {(c.flavor, r) for ps in self.podsets for r, c in ps.choices.items()

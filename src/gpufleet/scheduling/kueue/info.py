@@ -55,6 +55,28 @@ class PodSetAdmission:
     flavors: dict[str, str]  # resource -> flavor
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionShape:
+    """What an admission records of its flavor assignment: each pod set's count and flavors, the quota charged per
+    flavor-resource, and what the decision reports (the flavor of each resource, the charge per resource).
+
+    Admissions made from one assignment share one shape (the nomination memo hands an assignment to many heads of
+    alike queues, and an admission is recorded for each): it is read only, and worked out once per assignment
+    instead of once per admission."""
+
+    podsets: list[PodSetAdmission]
+    usage: dict[FR, int]
+    flavors: dict[str, str]  # resource -> flavor, the first pod set naming a resource wins
+    per_resource: dict[str, int]  # quota charged per resource, over every flavor
+
+    @classmethod
+    def of(cls, podsets: list[PodSetAdmission], usage: dict[FR, int]) -> AdmissionShape:
+        per_resource: dict[str, int] = {}
+        for (_, resource), amount in usage.items():
+            per_resource[resource] = per_resource.get(resource, 0) + amount
+        return cls(podsets, usage, merged_flavors(podsets), per_resource)
+
+
 @dataclass(slots=True)
 class AdmissionRecord:
     cluster_queue: str | None  # None: admitted without quota (no queue)
@@ -67,13 +89,16 @@ class AdmissionRecord:
     pods: list[PodAssignment] = field(default_factory=list)
 
     def flavors(self) -> dict[str, str]:
-        if len(self.podsets) == 1:  # the common case, on every admission: nothing to merge
-            return dict(self.podsets[0].flavors)
-        out: dict[str, str] = {}
-        for ps in self.podsets:
-            for r, f in ps.flavors.items():
-                out.setdefault(r, f)
-        return out
+        return merged_flavors(self.podsets)
+
+
+def merged_flavors(podsets: list[PodSetAdmission]) -> dict[str, str]:
+    """The flavor of each resource over the pod sets (the first pod set naming a resource wins)."""
+    out: dict[str, str] = {}
+    for ps in podsets:
+        for r, f in ps.flavors.items():
+            out.setdefault(r, f)
+    return out
 
 
 def topology_ask(template: PodTemplate) -> TopologyAsk | None:

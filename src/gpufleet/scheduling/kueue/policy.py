@@ -30,7 +30,7 @@ from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, QueueConfig, q
 from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.kueue.gangs import GangPlacer
-from gpufleet.scheduling.kueue.info import PodSetAdmission, State, WorkloadInfo, pod_set_requests
+from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, State, WorkloadInfo, pod_set_requests
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.placement import make_placer
@@ -278,7 +278,8 @@ class KueuePolicy:
         # as reserved now, after every recorded reservation.
         reserved_at = adm.quota_reserved_at if adm.quota_reserved_at is not None else math.inf
         pods, _ = self._bound_pods(info)  # its pods already running (a snapshot) hold their nodes and devices
-        self.state.commit_admission(info, cq, podsets, usage, pods, now, admitted_at=reserved_at, ready=True)
+        self.state.commit_admission(info, cq, AdmissionShape.of(podsets, usage), pods, now,
+                                    admitted_at=reserved_at, ready=True)
         self.state.begin_eviction(info, adm.evicted)  # an eviction under way keeps the quota until the pods are gone
 
     def _bound_pods(self, info: WorkloadInfo) -> tuple[list[PodAssignment], dict[str, dict[str, str]]]:
@@ -321,8 +322,8 @@ class KueuePolicy:
                     usage[(flavor, r)] = usage.get((flavor, r), 0) + v
             podsets.append(PodSetAdmission(ps.name, ps.count, flavors))
         info.no_quota = cq is None
-        state.commit_admission(info, cq_name if cq is not None else None, podsets, usage, pods, now,
-                               admitted_at=info.workload.created, ready=True)
+        state.commit_admission(info, cq_name if cq is not None else None, AdmissionShape.of(podsets, usage), pods,
+                               now, admitted_at=info.workload.created, ready=True)
 
     def _flavor_on_node(self, flavors: tuple[str, ...], keys: frozenset[str], ps: Any,
                         labels: dict[str, str]) -> str:

@@ -15,11 +15,11 @@ from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.config import QueueConfig
 from gpufleet.scheduling.kueue.flavors import FlavorAssigner
 from gpufleet.scheduling.kueue.gangs import GangPlacer
-from gpufleet.scheduling.kueue.info import AdmissionRecord, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.info import AdmissionRecord, AdmissionShape, State, WorkloadInfo
 from gpufleet.scheduling.kueue.memo import NominationMemo
 from gpufleet.scheduling.kueue.preemption import Preemptor
 from gpufleet.scheduling.kueue.queues import QueueManager
-from gpufleet.scheduling.quota import FR, QuotaTree
+from gpufleet.scheduling.quota import QuotaTree
 from gpufleet.scheduling.types import AdmittedWorkload, PodAssignment
 
 if TYPE_CHECKING:
@@ -86,13 +86,13 @@ class SchedulerState:
         return self.gangs
 
     # ---- admission ---------------------------------------------------------------------------------------------
-    def commit_admission(self, info: WorkloadInfo, cq: str | None, podsets: list[PodSetAdmission],
-                         usage: dict[FR, int], pods: list[PodAssignment], now: float,
-                         admitted_at: float | None = None, ready: bool = False,
+    def commit_admission(self, info: WorkloadInfo, cq: str | None, shape: AdmissionShape,
+                         pods: list[PodAssignment], now: float, admitted_at: float | None = None, ready: bool = False,
                          charged: bool = False) -> AdmittedWorkload:
         """Record an admission and charge its quota (the caller has placed its pods already; ``charged``: the
         caller has charged the quota too, with :meth:`QuotaTree.add_lasting_usage`)."""
-        record = AdmissionRecord(cq, podsets, usage, now if admitted_at is None else admitted_at, pods)
+        usage = shape.usage
+        record = AdmissionRecord(cq, shape.podsets, usage, now if admitted_at is None else admitted_at, pods)
         info.state = State.ADMITTED
         info.admission = record
         info.evicting = None
@@ -118,10 +118,8 @@ class SchedulerState:
         else:
             info.ready = True
             info.ready_deadline = None
-        per_resource: dict[str, int] = {}
-        for (_, resource), amount in usage.items():
-            per_resource[resource] = per_resource.get(resource, 0) + amount
-        return AdmittedWorkload(info.key, cq, record.flavors(), list(pods), per_resource)
+        # The decision gets its own copies: the shape is shared (AdmissionShape).
+        return AdmittedWorkload(info.key, cq, dict(shape.flavors), list(pods), dict(shape.per_resource))
 
     def begin_eviction(self, info: WorkloadInfo, reason: str | None) -> None:
         """An admitted workload is (or stops being) on its way out: preemption searches in its cohort tree read
