@@ -244,18 +244,22 @@ def decided(d: Decisions) -> tuple[object, ...]:
 
 
 class WatchedMemo:
-    """Counts, for the events of the property test, the lookups of queues above their quota that the memo
-    described by value, by the reason it could (the queue's heads never read other queues' candidates, or only
-    while the queue is at or above every nominal quota)."""
+    """Counts, for the events of the property test, the lookups answered with a nomination made for another queue,
+    and the lookups of queues above their quota that the memo described by value, by the reason it could (the
+    queue's heads never read other queues' candidates, or only while the queue is at or above every nominal
+    quota)."""
 
     def __init__(self, memo: NominationMemo) -> None:
         self.seen: Counter[str] = Counter()
+        self.shared = 0  # lookups answered with a nomination made for another queue
         self._lookup = memo.lookup
         self._memo = memo
         memo.lookup = self.lookup  # type: ignore[method-assign]
 
     def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Lookup:
         at = self._lookup(info, cq)
+        if at.found is not None and at.found.made_for != cq.name:
+            self.shared += 1
         if at.by_value and at.over:
             why = "reclaimWithinCohort Never or no cohort" if self._memo._queues[cq.name].isolated else (
                 "borrowWithinCohort Never, at its nominal quotas")
@@ -422,7 +426,7 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
         assert got[0] == got[1]
         if memo.hits:
             event("a nomination was recalled")
-        if memo.shared:
+        if watched.shared:
             event("a nomination made for another queue was used")
         if memo.mapped:
             event("... with targets among the asking queue's own workloads")

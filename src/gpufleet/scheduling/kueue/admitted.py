@@ -73,13 +73,20 @@ class AdmittedQueue(MutableMapping[str, WorkloadInfo]):
             self._ids.insert(i, self._values.id_of(candidate_value(info)))
 
     def __delitem__(self, key: str) -> None:
-        del self._by_key[key]
+        if not self.discard(key):
+            raise KeyError(key)
+
+    def discard(self, key: str) -> bool:
+        """Take the workload out if it is here (one call, not MutableMapping.pop's generic code); whether it was."""
+        if self._by_key.pop(key, None) is None:
+            return False
         s = self._when_added.pop(key)
         i = bisect_left(self._standings, s)
         del self._standings[i]
         del self._infos[i]
         if self._ids is not None:
             del self._ids[i]
+        return True
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_key)

@@ -264,7 +264,7 @@ class Cycle:
     def _fits(self, e: Entry) -> bool:
         tree = self.state.tree
         if not self.preempted and not e.targets:
-            return tree.fits(e.cq.name, e.assignment.usage)  # nothing to take out first (the common case)
+            return tree.fits(e.cq.name, e.assignment.usage)  # nothing to take out first
         mark = tree.checkpoint()
         try:
             gone = dict(self.preempted)
@@ -317,13 +317,14 @@ class Cycle:
         if e.targets and any(t.info.key in self.preempted for t in e.targets):
             self._skip(e, OVERLAPPING_MESSAGE)
             return
-        if not self._fits(e):
+        # _fits, with its common case (nothing to take out first) asked here: every admission comes through.
+        if not (self._fits(e) if self.preempted or e.targets else tree.fits(e.cq.name, e.assignment.usage)):
             self._skip(e, NO_LONGER_FITS_MESSAGE)
             return
         if outcome is Outcome.PREEMPT:
             self._preempt(e)
             return
-        if not self.state.all_pods_ready() and self.state.config.pods_ready_for(e.cq.name).block_admission:
+        if self.state.waiting_ready and self.state.config.pods_ready_for(e.cq.name).block_admission:
             self._skip(e, WAITING_PODS_READY_MESSAGE)
             return
         pods: list[PodAssignment] = []

@@ -117,10 +117,10 @@ def topology_ask(template: PodTemplate) -> TopologyAsk | None:
 def pod_set_requests(workload: Workload) -> list[PodSetRequest]:
     out = []
     for i, ps in enumerate(workload.pod_sets):
+        t = ps.template
         # Zero requests carry no quota and need no flavor (Kueue skips them too).
-        per_pod = quota_amounts(ps.requests)
-        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, per_pod, ps.template,
-                                 topology_ask(ps.template)))
+        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, quota_amounts(t.requests), t,
+                                 topology_ask(t) if t.annotations else None))
     return out
 
 

@@ -157,15 +157,19 @@ class NominationMemo:
         self._queues: dict[str, _Queue] = {}
         self._shapes: Interner[Hashable] = Interner(MAX_SHAPES)
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
-        # What the memo saved: nominations recalled, of which made for another queue, of which with targets among
-        # the asking queue's own workloads; and nominations made.
-        self.hits = 0
-        self.shared = 0
-        self.mapped = 0
+        # Lookups, and those that found no nomination to recall (a nomination was made for them); hits with targets
+        # among the asking queue's own workloads made for another queue; lookups of queues above their quota
+        # described by value, and how many of them were answered.
+        self.lookups = 0
         self.misses = 0
-        # Lookups of queues above their quota described by value, and how many of them were answered.
+        self.mapped = 0
         self.above_quota = 0
         self.above_quota_hits = 0
+
+    @property
+    def hits(self) -> int:
+        """Lookups answered with a remembered nomination."""
+        return self.lookups - self.misses
 
     def _queue(self, cq: CQSpec) -> _Queue:
         tree = self.tree
@@ -202,15 +206,15 @@ class NominationMemo:
         table = entry[1]
         if len(table) >= MAX_PER_TREE:
             table.clear()
-        q = self._queues.get(name)
-        if q is None:
-            q = self._queue(cq)
+        q = self._queues.get(name) or self._queue(cq)
         p = info.priority
-        who: Hashable = name
-        by_value = False
         queue: AdmittedQueue | None = None
         n = 0
-        if not self.fair_sharing and (not over or reads_only_own_candidates(q, usage)):
+        who: Hashable
+        if self.fair_sharing or (over and not reads_only_own_candidates(q, usage)):
+            who = name
+            by_value = False
+        else:
             who = q.spec
             by_value = True
             if q.within:
@@ -235,21 +239,20 @@ class NominationMemo:
         shape = info.shape
         if shape is None:
             shape = self._shape(info)
-        key = (who, usage, shape, p, info.queue_ts if q.newer else None,
-               None if last is None else tuple([tuple(d.items()) for d in last]))
+        stopped: Hashable = None  # where its last flavor search stopped, hashable (one pod set: no comprehension)
+        if last is not None:
+            stopped = (tuple(last[0].items()),) if len(last) == 1 else tuple([tuple(d.items()) for d in last])
+        key = (who, usage, shape, p, info.queue_ts if q.newer else None, stopped)
         found = table.get(key)
+        self.lookups += 1
+        if found is None:
+            self.misses += 1
+        elif found.maps_own and found.made_for != name:
+            self.mapped += 1
         if over and by_value:
             self.above_quota += 1
             if found is not None:
                 self.above_quota_hits += 1
-        if found is None:
-            self.misses += 1
-        else:
-            self.hits += 1
-            if found.made_for != name:
-                self.shared += 1
-                if found.maps_own:
-                    self.mapped += 1
         return Lookup(table, key, found, by_value, over, queue, n)
 
 

@@ -119,7 +119,10 @@ class KueuePolicy:
         info = self.state.infos.get(workload)
         if info is None:
             return
-        self._forget(info, now)
+        if info.state is State.ADMITTED:
+            self.state.release(info, now)  # all _forget does for it, without the call: every finish comes here
+        else:
+            self._forget(info, now)
         info.state = State.FINISHED
 
     def evicted(self, workload: str, now: float, *, requeue: bool = True, reason: str = "Preempted") -> None:

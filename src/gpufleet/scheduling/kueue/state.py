@@ -99,8 +99,10 @@ class SchedulerState:
         info.last_tried = None
         info.message = ""
         info.requeue_at = None
-        self.backoff.pop(info.key, None)
-        self.placement_parked.pop(info.key, None)
+        if self.backoff:  # (mostly empty: a lookup in an empty table still costs a call)
+            self.backoff.pop(info.key, None)
+        if self.placement_parked:
+            self.placement_parked.pop(info.key, None)
         info.placement_parked = False
         if cq is not None:
             if not charged:
@@ -137,9 +139,7 @@ class SchedulerState:
         cq = record.cluster_queue
         if cq is not None:
             self.tree.remove_usage(cq, record.usage)
-            admitted = self.admitted[cq]
-            if info.key in admitted:  # not MutableMapping.pop: its generic code costs more than the rest of this
-                del admitted[info.key]
+            self.admitted[cq].discard(info.key)
         else:
             self.running_free.pop(info.key, None)
         released = False
@@ -152,7 +152,8 @@ class SchedulerState:
         info.evicting = None
         info.ready = False
         info.ready_deadline = None
-        self.waiting_ready.pop(info.key, None)
+        if self.waiting_ready:
+            self.waiting_ready.pop(info.key, None)
         if cq is not None:
             self.queues.release_in_tree(cq)
         if released:
@@ -165,9 +166,6 @@ class SchedulerState:
         for info in waiting:
             info.placement_parked = False
         self.queues.unpark_where(waiting, now)
-
-    def all_pods_ready(self) -> bool:
-        return not self.waiting_ready
 
     def settled(self) -> bool:
         """Whether another cycle would change nothing: the last one admitted and preempted nothing, no quota was
