@@ -61,8 +61,9 @@ class AdmissionShape:
     flavor-resource, and what the decision reports (the flavor of each resource, the charge per resource).
 
     Admissions made from one assignment share one shape (the nomination memo hands an assignment to many heads of
-    alike queues, and an admission is recorded for each): it is read only, and worked out once per assignment
-    instead of once per admission."""
+    alike queues, and an admission is recorded for each), worked out once per assignment instead of once per
+    admission. Read only, its lists and dicts included: ``usage`` is the assignment's own dict, which the memo
+    keeps, and every admission record made from it holds it too."""
 
     podsets: list[PodSetAdmission]
     usage: dict[FR, int]

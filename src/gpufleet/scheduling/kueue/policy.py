@@ -83,7 +83,7 @@ class KueuePolicy:
         if old is not None:
             if old.state is State.ADMITTED:
                 return  # already running; an update to a running workload changes nothing here
-            self._forget(old, now)
+            self._forget(old)
         info = WorkloadInfo(workload, pod_set_requests(workload), queue_ts=workload.created)
         state.infos[info.key] = info
         self._route(info)
@@ -122,9 +122,12 @@ class KueuePolicy:
         if info is None:
             return
         if info.state is State.ADMITTED:
-            self.state.release(info, now)  # all _forget does for it, without the call: every finish comes here
+            # An admitted workload is in no queue and no pending table (it was popped as a head, or admitted on
+            # submit, and admission took it out of backoff and placement_parked), so releasing it is all there is
+            # to do (tests/kueue/test_properties.py checks this after every step).
+            self.state.release(info, now)
         else:
-            self._forget(info, now)
+            self._forget(info)
         info.state = State.FINISHED
 
     def evicted(self, workload: str, now: float, *, requeue: bool = True, reason: str = "Preempted") -> None:
@@ -248,14 +251,11 @@ class KueuePolicy:
         if info.requeue_at is not None and info.requeue_at > now:
             self.state.backoff[info.key] = info
 
-    def _forget(self, info: WorkloadInfo, now: float) -> None:
+    def _forget(self, info: WorkloadInfo) -> None:
+        """Take a workload that is not admitted out of every queue and pending table (admitted ones are released:
+        ``finish``; ``submit`` keeps them)."""
         s = self.state
-        if info.state is State.ADMITTED:
-            # Every finish comes here: an admitted workload is in no queue and no pending table (it was popped as a
-            # head, or admitted on submit, and admission took it out of backoff and placement_parked), so releasing
-            # it is all there is to do (tests/kueue/test_properties.py checks this after every step).
-            s.release(info, now)
-            return
+        assert info.state is not State.ADMITTED, f"{info.key}: an admitted workload is released, not forgotten"
         s.queues.remove(info)
         for table in (s.no_quota, s.unqueued, s.placement_parked, s.backoff, s.waiting_ready):
             table.pop(info.key, None)
