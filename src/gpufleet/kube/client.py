@@ -225,11 +225,11 @@ class KubeClient:
             ),
             trust_env=False,  # a scheduler must not pick up HTTP(S)_PROXY meant for workloads
         )
-        # Every call but watches, straight on httpcore's pool (gpufleet.kube.direct); through a proxy, httpx.
+        # Every call but watches straight on httpcore, one connection per calling thread (gpufleet.kube.direct);
+        # through a proxy, httpx.
         self._direct: DirectCalls | None = None if config.proxy_url else DirectCalls(
             config.host, ssl_context=tls if isinstance(tls, ssl.SSLContext) else None, auth=config.auth,
-            tls_server_name=config.tls_server_name, timeout=timeout, user_agent=agent,
-            max_connections=max_connections)
+            tls_server_name=config.tls_server_name, timeout=timeout, user_agent=agent)
         self._limiter: TokenBucket | None = None
         self._view = False
 
