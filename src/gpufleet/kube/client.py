@@ -186,7 +186,10 @@ def _ssl_context(config: ClusterConfig) -> ssl.SSLContext | bool:
 
 
 class KubeClient:
-    """Blocking API calls. Errors are the typed exceptions of :mod:`gpufleet.kube.errors`."""
+    """Blocking API calls. Errors are the typed exceptions of :mod:`gpufleet.kube.errors`.
+
+    ``max_connections`` bounds the connections of watches (and of every call through a proxy); other calls hold
+    one keep-alive connection per calling thread (:mod:`gpufleet.kube.direct`)."""
 
     def __init__(
         self,

@@ -85,10 +85,10 @@ class DirectCalls:
 
     def _connection(self) -> httpcore.HTTPConnection:
         """This thread's connection: kept while the server keeps it open and it has not been idle for
-        :data:`KEEPALIVE_EXPIRY_S` (``has_expired``, which the pool asked too); else a new one, and the connections
-        of threads that ended are closed."""
+        :data:`KEEPALIVE_EXPIRY_S` (``has_expired``, which the pool asked too); else a new one, and the idle
+        connections of threads that ended are closed. Refused once the client is closed."""
         held: httpcore.HTTPConnection | None = getattr(self._local, "connection", None)
-        if held is not None and not held.is_closed() and not held.has_expired():
+        if held is not None and not self._closed and not held.is_closed() and not held.has_expired():
             return held
         fresh = httpcore.HTTPConnection(self._origin, ssl_context=self._ssl_context,
                                         keepalive_expiry=KEEPALIVE_EXPIRY_S, retries=1, socket_options=NODELAY)
@@ -96,9 +96,13 @@ class DirectCalls:
         gone = [] if held is None else [held]
         with self._lock:
             if self._closed:
+                for connection in gone:  # one opened while close() ran, say
+                    connection.close()
                 raise ApiConnectionError("the client is closed")
             alive = {t.ident for t in threading.enumerate()}
-            for other in [i for i in self._held if i not in alive]:
+            # Idle ones only: a thread the threading module does not list (started by _thread or by C code) may
+            # still be using its connection, and an idle one closed under it is only reopened.
+            for other in [i for i, c in self._held.items() if i not in alive and c.is_idle()]:
                 gone.append(self._held.pop(other))
             previous = self._held.get(ident)  # a thread that ended, whose ident this one reuses
             if previous is not None and previous is not held:
