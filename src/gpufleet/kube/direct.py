@@ -125,8 +125,7 @@ class DirectCalls:
         if content is not None:
             headers.append((b"Content-Type", content_type.encode()))
         seconds = timeout or self._timeout
-        extensions: dict[str, Any] = {"timeout": {"connect": seconds, "read": seconds, "write": seconds,
-                                                  "pool": seconds}}
+        extensions: dict[str, Any] = {"timeout": {"connect": seconds, "read": seconds, "write": seconds}}
         if self._sni:
             extensions["sni_hostname"] = self._sni
         token = self._auth.token() if self._auth is not None else None

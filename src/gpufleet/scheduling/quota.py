@@ -651,27 +651,13 @@ class QuotaTree:
         self._change(cq, usage, False)
 
     def _change(self, cq: str, usage: Mapping[FR, int], add: bool) -> None:
-        """A usage change, logged while a checkpoint is open, else counted in the tree's generation; on a
-        finalized tree _changed and _apply are written out here: every admission, release and snapshot change
-        comes through, and their calls cost more than the walk."""
+        """A usage change, logged while a checkpoint is open, else counted in the tree's generation."""
         node = self._cqs[cq]
         if self._marks:
             self._log.append((node, tuple(usage.items()), add))
-        elif self._dirty:
-            self._changed(node)
         else:
-            generations = self._tree_generation
-            generations[node._root] = generations.get(node._root, 0) + 1
-        if self._dirty:
-            self._apply(node, usage.items(), add)
-            return
-        cols = self._cols
-        up = self._up
-        i = node.id
-        walk = _add if add else _remove
-        for fr, v in usage.items():
-            col = cols.get(fr)
-            walk(col if col is not None else self._column(fr), up, i, v)
+            self._changed(node)
+        self._apply(node, usage.items(), add)
 
     def add_lasting_usage(self, cq: str, usage: Mapping[FR, int]) -> None:
         """:meth:`add_usage` as if no checkpoint were open: no rollback takes it out, and it counts as a lasting

@@ -262,9 +262,10 @@ class Cycle:
         return out
 
     def _fits(self, e: Entry) -> bool:
-        """Whether the entry fits once this cycle's victims and its own targets are taken out (_decide asks the tree
-        itself when there are none)."""
+        """Whether the entry fits once this cycle's victims and its own targets are taken out."""
         tree = self.state.tree
+        if not self.preempted and not e.targets:
+            return tree.fits(e.cq.name, e.assignment.usage)  # nothing to take out first (the common case)
         mark = tree.checkpoint()
         try:
             gone = dict(self.preempted)
@@ -317,8 +318,7 @@ class Cycle:
         if e.targets and any(t.info.key in self.preempted for t in e.targets):
             self._skip(e, OVERLAPPING_MESSAGE)
             return
-        # Nothing to take out first (every admission of a quota-only cycle): the tree alone answers.
-        if not (self._fits(e) if self.preempted or e.targets else tree.fits(e.cq.name, e.assignment.usage)):
+        if not self._fits(e):
             self._skip(e, NO_LONGER_FITS_MESSAGE)
             return
         if outcome is Outcome.PREEMPT:

@@ -113,9 +113,7 @@ class KueuePolicy:
         elif info.no_quota:
             state.no_quota[info.key] = info
         else:
-            # Straight into its queue's heap: a new WorkloadInfo has no requeue backoff (QueueManager.add's case).
-            assert info.cluster_queue is not None  # routed: neither a problem nor without quota
-            state.queues.queues[info.cluster_queue].push(info)
+            state.queues.add(info, now)  # a new WorkloadInfo has no requeue backoff to note
 
     def finish(self, workload: str, now: float) -> None:
         info = self.state.infos.get(workload)
