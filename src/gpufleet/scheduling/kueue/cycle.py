@@ -74,15 +74,6 @@ class Entry:
         return self.assignment.usage
 
 
-def namespace_matches(state: SchedulerState, info: WorkloadInfo, cq: CQSpec) -> bool:
-    """Whether the ClusterQueue's namespace selector matches the head's namespace, worked out and remembered in
-    ``state.namespace_matches`` (the cycle reads that first)."""
-    selector = cq.namespace_selector
-    found = state.namespace_matches[cq.name][info.namespace] = selector is not None and selector.matches(
-        state.config.namespace_labels_of(info.namespace))
-    return found
-
-
 class Cycle:
     def __init__(self, state: SchedulerState, now: float) -> None:
         self.state = state
@@ -209,7 +200,7 @@ class Cycle:
         cqs = state.config.cluster_queues
         placement_parked = state.placement_parked
         memo = state.memo
-        matches = state.namespace_matches  # remembered per ClusterQueue and namespace: namespace_matches() fills it
+        matches = state.namespace_matches  # remembered per ClusterQueue and namespace: namespace_match() fills it
         for info in heads:
             assert info.cluster_queue is not None
             # Evaluated afresh: whether it waits for nodes is decided again below.
@@ -221,7 +212,7 @@ class Cycle:
             if cq.stopped:
                 e.message = f"ClusterQueue {cq.name} is inactive"
             elif not (match if (match := matches[cq.name].get(info.namespace)) is not None
-                      else namespace_matches(state, info, cq)):
+                      else state.namespace_match(cq, info.namespace)):
                 e.message = NAMESPACE_MISMATCH_MESSAGE
                 e.reason = NAMESPACE_MISMATCH
             else:

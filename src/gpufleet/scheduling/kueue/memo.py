@@ -154,7 +154,9 @@ class NominationMemo:
         interned: dict[Hashable, int] = {}
         self._spec: dict[str, int] = {name: interned.setdefault(_spec_key(cq), len(interned))
                                       for name, cq in cqs.items()}
-        self._queues: dict[str, _Queue] = {}
+        # What a lookup reads of each queue's spec and place in the tree, worked out now rather than in the first
+        # cycle, which already takes every queue's first head.
+        self._queues: dict[str, _Queue] = {name: self._queue(cq) for name, cq in cqs.items()}
         self._shapes: Interner[Hashable] = Interner(MAX_SHAPES)
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
         # Lookups, and those that found no nomination to recall (a nomination was made for them); hits with targets
@@ -185,11 +187,10 @@ class NominationMemo:
                 break
             floors.append((i, q.nominal))
         within = policy.within_cluster_queue
-        found = self._queues[cq.name] = _Queue(
+        return _Queue(
             self._spec[cq.name], 0 if within == _NEVER else 2 if within == _NEWER else 1,
             within == _NEWER or policy.reclaim_within_cohort == _NEWER,
             policy.reclaim_within_cohort == _NEVER or parent is None, sealed, tuple(floors), self.admitted[cq.name])
-        return found
 
     def _shape(self, info: WorkloadInfo) -> int:
         found = info.shape = self._shapes.id_of(head_key(info))
@@ -206,7 +207,7 @@ class NominationMemo:
         table = entry[1]
         if len(table) >= MAX_PER_TREE:
             table.clear()
-        q = self._queues.get(name) or self._queue(cq)
+        q = self._queues[name]
         p = info.priority
         queue: AdmittedQueue | None = None
         n = 0

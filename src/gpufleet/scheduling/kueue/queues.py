@@ -31,7 +31,9 @@ GENERIC = ""
 
 _IMMEDIATE = (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION)
 
-_HeapItem = tuple[int, int, float, int, str, int]
+# (0 for the sticky workload else 1, -priority, queue timestamp, input order, key, push sequence, the workload): the
+# sequence is unique, so comparisons never reach the workload, which rides along for pop to return.
+_HeapItem = tuple[int, int, float, int, str, int, WorkloadInfo]
 
 
 @dataclass(slots=True)
@@ -39,7 +41,7 @@ class ClusterQueueHeap:
     name: str
     strategy: QueueingStrategy
     heap: list[_HeapItem] = field(default_factory=list)
-    active: dict[str, tuple[_HeapItem, WorkloadInfo]] = field(default_factory=dict)
+    active: dict[str, _HeapItem] = field(default_factory=dict)  # each queued workload's live heap item
     parked: dict[str, WorkloadInfo] = field(default_factory=dict)
     sticky: str | None = None
     _seq: int = 0
@@ -47,51 +49,50 @@ class ClusterQueueHeap:
     # sticky one, and its priority and queue timestamp do not change while it is parked), and the parked ones
     # that had a requeue backoff then: a release wakes every parked workload of a cohort tree's queues, and
     # with these it costs a heapify, not a push each.
-    _returns: dict[str, tuple[_HeapItem, WorkloadInfo]] = field(default_factory=dict)
+    _returns: dict[str, _HeapItem] = field(default_factory=dict)
     _backoff: set[str] = field(default_factory=set)
 
-    def _entry(self, info: WorkloadInfo) -> tuple[_HeapItem, WorkloadInfo]:
+    def _entry(self, info: WorkloadInfo) -> _HeapItem:
         self._seq += 1
-        item = (0 if info.key == self.sticky else 1, -info.priority, info.queue_ts, info.order, info.key, self._seq)
-        return item, info
+        key = info.key
+        return 0 if key == self.sticky else 1, -info.priority, info.queue_ts, info.order, key, self._seq, info
 
     def push(self, info: WorkloadInfo) -> None:
         key = info.key
         if self.parked.pop(key, None) is not None:
             del self._returns[key]
             self._backoff.discard(key)
-        entry = self.active[key] = self._entry(info)
-        heapq.heappush(self.heap, entry[0])
+        item = self.active[key] = self._entry(info)
+        heapq.heappush(self.heap, item)
 
     def pop(self) -> WorkloadInfo | None:
         while self.heap:
             item = heapq.heappop(self.heap)
-            current = self.active.get(item[4])
-            if current is not None and current[0] is item:
+            if self.active.get(item[4]) is item:
                 del self.active[item[4]]
-                return current[1]
+                return item[6]
         return None
 
     def peek(self) -> WorkloadInfo | None:
         """The workload :meth:`pop` would return, left in place (stale heap items are dropped on the way)."""
         while self.heap:
             item = self.heap[0]
-            current = self.active.get(item[4])
-            if current is not None and current[0] is item:
-                return current[1]
+            if self.active.get(item[4]) is item:
+                return item[6]
             heapq.heappop(self.heap)
         return None
 
     def park(self, info: WorkloadInfo) -> None:
         key = info.key
-        self.active.pop(key, None)  # its heap item goes stale
+        if self.active:
+            self.active.pop(key, None)  # its heap item goes stale
         if self.sticky == key:
             self.sticky = None
         self.parked[key] = info
         self._returns[key] = self._entry(info)
         if info.requeue_at is not None:
             self._backoff.add(key)
-        else:
+        elif self._backoff:
             self._backoff.discard(key)
 
     def remove(self, key: str) -> None:
@@ -102,47 +103,45 @@ class ClusterQueueHeap:
         if self.sticky == key:
             self.sticky = None
 
-    def unpark(self, now: float) -> list[WorkloadInfo]:
+    def unpark(self, now: float) -> None:
         """Move parked workloads back to the heap, except those still in requeue backoff.
 
         When every parked workload returns, their entries made when they were parked go into the heap at once
         (one heapify): heap order is total (no two live entries share a key), so pops come out in the order
         pushing each in turn would give."""
         if not self.parked:
-            return []
+            return
         if self._backoff:
             moved = [w for w in self.parked.values() if w.requeue_at is None or w.requeue_at <= now]
             if len(moved) < len(self.parked):
                 for w in moved:
                     self.push(w)
-                return moved
-        moved = list(self.parked.values())
+                return
         returns = self._returns
         heap = self.heap
         self.active.update(returns)
         if 4 * len(returns) >= len(heap):
-            heap.extend([entry[0] for entry in returns.values()])
+            heap.extend(returns.values())
             heapq.heapify(heap)  # linear in the heap: cheaper than a push each when many return
         else:
-            for entry in returns.values():
-                heapq.heappush(heap, entry[0])
+            for item in returns.values():
+                heapq.heappush(heap, item)
         self.parked.clear()
         returns.clear()
         self._backoff.clear()
-        return moved
 
     def __len__(self) -> int:
         return len(self.active) + len(self.parked)
 
     def pending(self) -> Iterator[WorkloadInfo]:
-        yield from (info for _, info in self.active.values())
+        yield from (item[6] for item in self.active.values())
         yield from self.parked.values()
 
     def ordered(self) -> list[WorkloadInfo]:
         """Active workloads in heap order, then parked ones (for reports)."""
-        active = sorted(self.active.values(), key=lambda e: e[0])
+        active = sorted(self.active.values())
         parked = sorted(self.parked.values(), key=lambda w: (-w.priority, w.queue_ts, w.order, w.key))
-        return [i for _, i in active] + parked
+        return [item[6] for item in active] + parked
 
 
 class QueueManager:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpufleet.cluster.state import ClusterState
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
-from gpufleet.scheduling.kueue.config import QueueConfig
+from gpufleet.scheduling.kueue.config import CQSpec, QueueConfig
 from gpufleet.scheduling.kueue.flavors import FlavorAssigner
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import AdmissionRecord, AdmissionShape, State, WorkloadInfo
@@ -59,6 +59,9 @@ class SchedulerState:
         self._assigners: dict[str, FlavorAssigner] = {}
         # ClusterQueue -> namespace -> whether its namespace selector matches (two lookups, no key tuple per head)
         self.namespace_matches: dict[str, dict[str, bool]] = {name: {} for name in config.cluster_queues}
+        for (namespace, _), cq in config.local_queues.items():  # the namespaces known to use each queue, up front
+            if cq in config.cluster_queues:
+                self.namespace_match(config.cluster_queues[cq], namespace)
         # Nominations remembered while their cohort tree is unchanged (kueue.memo); None nominates every head
         # afresh (the reference the memo is tested against).
         self.memo: NominationMemo | None = NominationMemo(self.tree, config.cluster_queues, self.admitted,
@@ -74,6 +77,14 @@ class SchedulerState:
             found = self._assigners[cluster_queue] = FlavorAssigner(
                 self.tree, config.cluster_queues[cluster_queue], config.flavors, config.topologies,
                 config.fair_sharing)
+        return found
+
+    def namespace_match(self, cq: CQSpec, namespace: str) -> bool:
+        """Whether the ClusterQueue's namespace selector matches the namespace, worked out and remembered in
+        ``namespace_matches`` (the cycle reads that first)."""
+        selector = cq.namespace_selector
+        found = self.namespace_matches[cq.name][namespace] = selector is not None and selector.matches(
+            self.config.namespace_labels_of(namespace))
         return found
 
     @property
