@@ -21,7 +21,6 @@ candidates described by value low at times, so that a queue with more is keyed b
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from gpufleet.scheduling.kueue import memo as memo_module
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue, CandidateValue, CandidateValues, candidate_value
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.info import AdmissionRecord, WorkloadInfo
-from gpufleet.scheduling.kueue.memo import Lookup, NominationMemo
+from gpufleet.scheduling.kueue.memo import Lookup, Nomination, NominationMemo
 from gpufleet.scheduling.types import Decisions
 
 CPU = 1000
@@ -243,32 +242,19 @@ def decided(d: Decisions) -> tuple[object, ...]:
             sorted((p.workload, p.reason) for p in d.pending))
 
 
-class WatchedMemo:
-    """Counts, for the events of the property test, the lookups answered with a nomination made for another queue,
-    and the lookups of queues above their quota that the memo described by value, by the reason it could (the
-    queue's heads never read other queues' candidates, or only while the queue is at or above every nominal
-    quota)."""
+def share_counter(memo: NominationMemo) -> list[int]:
+    """A list whose length counts the lookups answered with a nomination made for another queue from now on."""
+    shared: list[int] = []
+    lookup = memo.lookup
 
-    def __init__(self, memo: NominationMemo) -> None:
-        self.seen: Counter[str] = Counter()
-        self.shared = 0  # lookups answered with a nomination made for another queue
-        self._lookup = memo.lookup
-        self._memo = memo
-        memo.lookup = self.lookup  # type: ignore[method-assign]
+    def counted(info: WorkloadInfo, cq: CQSpec) -> Nomination | Lookup:
+        found = lookup(info, cq)
+        if isinstance(found, Nomination) and found.made_for != cq.name:
+            shared.append(1)
+        return found
 
-    def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Lookup:
-        at = self._lookup(info, cq)
-        if at.found is not None and at.found.made_for != cq.name:
-            self.shared += 1
-        if at.by_value and at.over:
-            why = "reclaimWithinCohort Never or no cohort" if self._memo._queues[cq.name].isolated else (
-                "borrowWithinCohort Never, at its nominal quotas")
-            self.seen[why] += 1
-            if at.n:
-                self.seen[why + ", with own candidates by value"] += 1
-            if at.found is not None and at.found.made_for != cq.name:
-                self.seen[why + ", answered with another queue's nomination"] += 1
-        return at
+    memo.lookup = counted  # type: ignore[method-assign]
+    return shared
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -413,7 +399,7 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
     policies = _memo_and_reference(m)
     memo = policies[0].state.memo
     assert memo is not None
-    watched = WatchedMemo(memo)
+    shared = share_counter(memo)
     pending = list(enumerate(jobs))
     if rising:  # lower priorities first, admitted; higher ones arrive later and find them to preempt
         pending.sort(key=lambda job: kinds[job[1].shape % len(kinds)].priority)
@@ -426,7 +412,7 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
         assert got[0] == got[1]
         if memo.hits:
             event("a nomination was recalled")
-        if watched.shared:
+        if shared:
             event("a nomination made for another queue was used")
         if memo.mapped:
             event("... with targets among the asking queue's own workloads")
@@ -438,8 +424,15 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
             event("a nomination recalled while workloads were being evicted")
 
     drive(policies, names, kinds, pending, script, compared)
-    for why in watched.seen:
-        event("a queue above its quota described by value: " + why)
+    above = memo.above_quota - memo.above_quota_isolated  # the rest: borrowWithinCohort Never, at its nominal quotas
+    for why, count in (("reclaimWithinCohort Never or no cohort", memo.above_quota_isolated),
+                       ("borrowWithinCohort Never, at its nominal quotas", above)):
+        if count:
+            event("a queue above its quota described by value: " + why)
+    if memo.above_quota_own:
+        event("a queue above its quota described by value, with own candidates by value")
+    if memo.above_quota_shared:
+        event("a queue above its quota described by value, answered with another queue's nomination")
     assert ([(p.workload, p.reason) for p in policies[0].pending_report()]
             == [(p.workload, p.reason) for p in policies[1].pending_report()])
 

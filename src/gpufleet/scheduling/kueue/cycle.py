@@ -26,6 +26,8 @@ from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
 from gpufleet.scheduling.kueue.gangs import GangPlacer, Group
 from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.memo import Lookup
+from gpufleet.scheduling.kueue.memo import Nomination as Recalled
 from gpufleet.scheduling.kueue.modes import Granular, Mode, Outcome
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
 from gpufleet.scheduling.kueue.preemption import Target
@@ -216,17 +218,17 @@ class Cycle:
                 e.message = NAMESPACE_MISMATCH_MESSAGE
                 e.reason = NAMESPACE_MISMATCH
             else:
-                at = None
+                at: Lookup | None = None
                 if memo is not None:
-                    at = memo.lookup(info, cq)
-                    found = at.found
-                    if found is not None:
+                    found = memo.lookup(info, cq)
+                    if isinstance(found, Recalled):
                         e.assignment = found.assignment
-                        if found.targets:  # most remembered nominations have none: skip slicing the queue
-                            e.targets = found.targets_for(at.own)
+                        if found.targets:  # most remembered nominations have none
+                            e.targets = list(found.targets)
                         e.message = found.message
                         entries.append(e)
                         continue
+                    at = found
                 e.assignment, e.targets = self._assignments(info, cq)
                 e.message = e.assignment.message() if e.assignment.outcome is not Outcome.FIT else ""
                 if at is not None:

@@ -92,10 +92,11 @@ class Nomination:
     made_for: str  # the ClusterQueue whose head it was made for
     maps_own: bool  # a target is one of the asking queue's own workloads (any ``own`` position >= 0)
 
-    def targets_for(self, own: list[WorkloadInfo]) -> list[Target]:
-        if not self.targets:
-            return []
-        return [t if i < 0 else Target(own[i], t.reason) for t, i in zip(self.targets, self.own, strict=True)]
+    def mapped_to(self, own: list[WorkloadInfo]) -> Nomination:
+        """This nomination as it reads for a queue whose workloads described by value are ``own``: its own targets
+        are those workloads, at the positions remembered."""
+        targets = tuple(t if i < 0 else Target(own[i], t.reason) for t, i in zip(self.targets, self.own, strict=True))
+        return Nomination(self.assignment, targets, self.own, self.message, self.made_for, self.maps_own)
 
 
 def _spec_key(cq: CQSpec) -> Hashable:
@@ -161,12 +162,17 @@ class NominationMemo:
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
         # Lookups, and those that found no nomination to recall (a nomination was made for them); hits with targets
         # among the asking queue's own workloads made for another queue; lookups of queues above their quota
-        # described by value, and how many of them were answered.
+        # described by value: how many, how many of them were answered (with a nomination made for another queue),
+        # how many of their queues take no other queue's candidates whatever their usage (``_Queue.isolated``),
+        # and how many had own candidates described by value.
         self.lookups = 0
         self.misses = 0
         self.mapped = 0
         self.above_quota = 0
         self.above_quota_hits = 0
+        self.above_quota_shared = 0
+        self.above_quota_isolated = 0
+        self.above_quota_own = 0
 
     @property
     def hits(self) -> int:
@@ -196,8 +202,9 @@ class NominationMemo:
         found = info.shape = self._shapes.id_of(head_key(info))
         return found
 
-    def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Lookup:
-        """Where this head's nomination is (or will be) remembered."""
+    def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Nomination | Lookup:
+        """The nomination remembered for this head, its targets being the asking queue's where they are its own;
+        else where the one made for it is to be remembered (:meth:`Lookup.remember`)."""
         name = cq.name
         generation, usage, over = self.tree.local_state(name)
         entry = self._tables.get(generation[0])
@@ -246,24 +253,32 @@ class NominationMemo:
         key = (who, usage, shape, p, info.queue_ts if q.newer else None, stopped)
         found = table.get(key)
         self.lookups += 1
+        if over and by_value:
+            self._count_above_quota(q, n, found, name)
         if found is None:
             self.misses += 1
-        elif found.maps_own and found.made_for != name:
-            self.mapped += 1
-        if over and by_value:
-            self.above_quota += 1
-            if found is not None:
-                self.above_quota_hits += 1
-        return Lookup(table, key, found, by_value, over, queue, n)
+            return Lookup(table, key, by_value, over, queue, n)
+        if found.maps_own:
+            self.mapped += found.made_for != name
+            assert queue is not None
+            return found.mapped_to(queue.ordered()[:n])
+        return found
+
+    def _count_above_quota(self, q: _Queue, n: int, found: Nomination | None, name: str) -> None:
+        self.above_quota += 1
+        self.above_quota_isolated += q.isolated
+        self.above_quota_own += n > 0
+        if found is not None:
+            self.above_quota_hits += 1
+            self.above_quota_shared += found.made_for != name
 
 
 @dataclass(slots=True)
 class Lookup:
-    """One head's place in the memo: what was remembered (``found``), or where to remember it."""
+    """Where the nomination made for a head that found none to recall is to be remembered."""
 
     table: dict[Hashable, Nomination]
     key: Hashable
-    found: Nomination | None
     by_value: bool  # the queue is described by value: its own targets are remembered by position in ``own``
     over: bool  # ... while above its quota: no target may be another queue's
     queue: AdmittedQueue | None

@@ -31,9 +31,11 @@ GENERIC = ""
 
 _IMMEDIATE = (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION)
 
-# (0 for the sticky workload else 1, -priority, queue timestamp, input order, key, push sequence, the workload): the
-# sequence is unique, so comparisons never reach the workload, which rides along for pop to return.
-_HeapItem = tuple[int, int, float, int, str, int, WorkloadInfo]
+# (rank, queue timestamp, input order, key, push sequence, the workload), the rank being -priority, or STICKY for the
+# sticky workload: one element for both, as every comparison in the heap starts with it. The sequence is unique,
+# so comparisons never reach the workload, which rides along for pop to return.
+_HeapItem = tuple[float, float, int, str, int, WorkloadInfo]
+STICKY = float("-inf")  # before every priority
 
 
 @dataclass(slots=True)
@@ -55,7 +57,7 @@ class ClusterQueueHeap:
     def _entry(self, info: WorkloadInfo) -> _HeapItem:
         self._seq += 1
         key = info.key
-        return 0 if key == self.sticky else 1, -info.priority, info.queue_ts, info.order, key, self._seq, info
+        return STICKY if key == self.sticky else -info.priority, info.queue_ts, info.order, key, self._seq, info
 
     def push(self, info: WorkloadInfo) -> None:
         key = info.key
@@ -68,17 +70,17 @@ class ClusterQueueHeap:
     def pop(self) -> WorkloadInfo | None:
         while self.heap:
             item = heapq.heappop(self.heap)
-            if self.active.get(item[4]) is item:
-                del self.active[item[4]]
-                return item[6]
+            if self.active.get(item[3]) is item:
+                del self.active[item[3]]
+                return item[5]
         return None
 
     def peek(self) -> WorkloadInfo | None:
         """The workload :meth:`pop` would return, left in place (stale heap items are dropped on the way)."""
         while self.heap:
             item = self.heap[0]
-            if self.active.get(item[4]) is item:
-                return item[6]
+            if self.active.get(item[3]) is item:
+                return item[5]
             heapq.heappop(self.heap)
         return None
 
@@ -134,14 +136,14 @@ class ClusterQueueHeap:
         return len(self.active) + len(self.parked)
 
     def pending(self) -> Iterator[WorkloadInfo]:
-        yield from (item[6] for item in self.active.values())
+        yield from (item[5] for item in self.active.values())
         yield from self.parked.values()
 
     def ordered(self) -> list[WorkloadInfo]:
         """Active workloads in heap order, then parked ones (for reports)."""
         active = sorted(self.active.values())
         parked = sorted(self.parked.values(), key=lambda w: (-w.priority, w.queue_ts, w.order, w.key))
-        return [item[6] for item in active] + parked
+        return [item[5] for item in active] + parked
 
 
 class QueueManager:
