@@ -125,43 +125,59 @@ def pod_set_requests(workload: Workload) -> list[PodSetRequest]:
     return out
 
 
-@dataclass(slots=True, eq=False)  # identity semantics: one object per workload
 class WorkloadInfo:
-    workload: Workload
-    podsets: list[PodSetRequest]
-    local_queue: str | None = None
-    cluster_queue: str | None = None
-    no_quota: bool = False  # no LocalQueue at all: runs without Kueue, only placement applies
-    problem: str | None = None  # why it cannot even be queued (missing LocalQueue, incomplete pod group)
-    state: State = State.PENDING
-    admission: AdmissionRecord | None = None
-    evicting: str | None = None  # eviction reason once decided, until the driver confirms it
-    queue_ts: float = 0.0  # Kueue's queue-order timestamp
-    requeue_count: int = 0
-    requeue_at: float | None = None
-    ready: bool = False
-    ready_deadline: float | None = None
-    # Flavor-search resume state (Kueue's LastAssignment): per pod set, group index -> last tried flavor
-    # index, -1 when every flavor was tried.
-    last_tried: list[dict[int, int]] | None = None
-    message: str = ""
-    placement_parked: bool = False  # parked because nodes, not quota, were short
-    # What nomination reads of its pod sets (kueue.memo.head_key) as an id interned by the memo, when first needed.
-    shape: int | None = None
-    # The workload's identity and ordering fields, copied once: every cycle reads them for each head and candidate.
-    key: str = field(init=False)
-    namespace: str = field(init=False)
-    priority: int = field(init=False)
-    order: int = field(init=False)
-    uid: str = field(init=False)  # the Workload object's UID when known (Kueue's tie-breaker), else its key
+    """The policy's record of one workload (identity semantics: one object per workload, compared by identity).
 
-    def __post_init__(self) -> None:
-        wl = self.workload
-        self.key = wl.key
-        self.namespace = wl.namespace
-        self.priority = wl.priority
-        self.order = wl.order
-        self.uid = wl.uid or wl.key
+    Its pod sets' requests (:attr:`podsets`) are worked out from the workload when first read, not when it is
+    submitted: a workload waits in its queue until it is a head, and a live scheduler's policy, built afresh each
+    cycle, takes every pending workload in while nominating only the heads."""
+
+    __slots__ = ("_podsets", "admission", "cluster_queue", "evicting", "key", "last_tried", "local_queue", "message",
+                 "namespace", "no_quota", "order", "placement_parked", "priority", "problem", "queue_ts", "ready",
+                 "ready_deadline", "requeue_at", "requeue_count", "shape", "state", "uid", "workload")
+
+    def __init__(self, workload: Workload, podsets: list[PodSetRequest] | None = None, *,
+                 local_queue: str | None = None, cluster_queue: str | None = None, queue_ts: float = 0.0) -> None:
+        self.workload = workload
+        self._podsets = podsets  # None until first read (podsets)
+        self.local_queue = local_queue
+        self.cluster_queue = cluster_queue
+        self.no_quota = False  # no LocalQueue at all: runs without Kueue, only placement applies
+        self.problem: str | None = None  # why it cannot even be queued (missing LocalQueue, incomplete pod group)
+        self.state = State.PENDING
+        self.admission: AdmissionRecord | None = None
+        self.evicting: str | None = None  # eviction reason once decided, until the driver confirms it
+        self.queue_ts = queue_ts  # Kueue's queue-order timestamp
+        self.requeue_count = 0
+        self.requeue_at: float | None = None
+        self.ready = False
+        self.ready_deadline: float | None = None
+        # Flavor-search resume state (Kueue's LastAssignment): per pod set, group index -> last tried flavor
+        # index, -1 when every flavor was tried.
+        self.last_tried: list[dict[int, int]] | None = None
+        self.message = ""
+        self.placement_parked = False  # parked because nodes, not quota, were short
+        # What nomination reads of its pod sets (kueue.memo.head_key) as an id interned by the memo, when first
+        # needed.
+        self.shape: int | None = None
+        # The workload's identity and ordering fields, copied once: every cycle reads them for each head and
+        # candidate.
+        self.key = workload.key
+        self.namespace = workload.namespace
+        self.priority = workload.priority
+        self.order = workload.order
+        self.uid = workload.uid or workload.key  # the Workload object's UID when known (Kueue's tie-breaker)
+
+    def __repr__(self) -> str:
+        return f"WorkloadInfo({self.key!r}, {self.state.value}, queue={self.cluster_queue!r})"
+
+    @property
+    def podsets(self) -> list[PodSetRequest]:
+        """Each pod set's requests (:func:`pod_set_requests`), worked out on first reading."""
+        found = self._podsets
+        if found is None:
+            found = self._podsets = pod_set_requests(self.workload)
+        return found
 
     @property
     def usage(self) -> dict[FR, int]:

@@ -30,7 +30,7 @@ from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, QueueConfig, q
 from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.kueue.gangs import GangPlacer
-from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, State, WorkloadInfo, pod_set_requests
+from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, State, WorkloadInfo
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.placement import make_placer
@@ -84,7 +84,7 @@ class KueuePolicy:
             if old.state is State.ADMITTED:
                 return  # already running; an update to a running workload changes nothing here
             self._forget(old)
-        info = WorkloadInfo(workload, pod_set_requests(workload), queue_ts=workload.created)
+        info = WorkloadInfo(workload, queue_ts=workload.created)  # its pod sets are read when first needed
         state.infos[info.key] = info
         self._route(info)
         live = bound = False  # one pass over the pods: every workload submitted comes through here
