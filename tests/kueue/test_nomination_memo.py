@@ -21,6 +21,7 @@ candidates described by value low at times, so that a queue with more is keyed b
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -242,19 +243,34 @@ def decided(d: Decisions) -> tuple[object, ...]:
             sorted((p.workload, p.reason) for p in d.pending))
 
 
-def share_counter(memo: NominationMemo) -> list[int]:
-    """A list whose length counts the lookups answered with a nomination made for another queue from now on."""
-    shared: list[int] = []
-    lookup = memo.lookup
+class WatchedMemo:
+    """Counts, for the events of the property test, the lookups answered with a nomination made for another queue,
+    and the lookups of queues above their quota that the memo described by value (its ``above_quota`` counter moved)
+    by the reason it could (the queue's heads never read other queues' candidates, or only while the queue is at or
+    above every nominal quota), with own candidates by value (a miss's ``Lookup.n``, a hit's mapped targets), and
+    answered with another queue's nomination."""
 
-    def counted(info: WorkloadInfo, cq: CQSpec) -> Nomination | Lookup:
-        found = lookup(info, cq)
-        if isinstance(found, Nomination) and found.made_for != cq.name:
-            shared.append(1)
+    def __init__(self, memo: NominationMemo) -> None:
+        self.seen: Counter[str] = Counter()
+        self.shared = 0
+        self._lookup = memo.lookup
+        self._memo = memo
+        memo.lookup = self.lookup  # type: ignore[method-assign]
+
+    def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Nomination | Lookup:
+        above = self._memo.above_quota
+        found = self._lookup(info, cq)
+        another = isinstance(found, Nomination) and found.made_for != cq.name
+        self.shared += another
+        if self._memo.above_quota > above:
+            why = "reclaimWithinCohort Never or no cohort" if self._memo._queues[cq.name].isolated else (
+                "borrowWithinCohort Never, at its nominal quotas")
+            self.seen[why] += 1
+            if found.n if isinstance(found, Lookup) else found.maps_own:
+                self.seen[why + ", with own candidates by value"] += 1
+            if another:
+                self.seen[why + ", answered with another queue's nomination"] += 1
         return found
-
-    memo.lookup = counted  # type: ignore[method-assign]
-    return shared
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -399,7 +415,7 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
     policies = _memo_and_reference(m)
     memo = policies[0].state.memo
     assert memo is not None
-    shared = share_counter(memo)
+    watched = WatchedMemo(memo)
     pending = list(enumerate(jobs))
     if rising:  # lower priorities first, admitted; higher ones arrive later and find them to preempt
         pending.sort(key=lambda job: kinds[job[1].shape % len(kinds)].priority)
@@ -412,7 +428,7 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
         assert got[0] == got[1]
         if memo.hits:
             event("a nomination was recalled")
-        if shared:
+        if watched.shared:
             event("a nomination made for another queue was used")
         if memo.mapped:
             event("... with targets among the asking queue's own workloads")
@@ -424,15 +440,8 @@ def _decide_alike(specs: list[QueueSpec], kinds: list[Shape], jobs: list[Workloa
             event("a nomination recalled while workloads were being evicted")
 
     drive(policies, names, kinds, pending, script, compared)
-    above = memo.above_quota - memo.above_quota_isolated  # the rest: borrowWithinCohort Never, at its nominal quotas
-    for why, count in (("reclaimWithinCohort Never or no cohort", memo.above_quota_isolated),
-                       ("borrowWithinCohort Never, at its nominal quotas", above)):
-        if count:
-            event("a queue above its quota described by value: " + why)
-    if memo.above_quota_own:
-        event("a queue above its quota described by value, with own candidates by value")
-    if memo.above_quota_shared:
-        event("a queue above its quota described by value, answered with another queue's nomination")
+    for why in watched.seen:
+        event("a queue above its quota described by value: " + why)
     assert ([(p.workload, p.reason) for p in policies[0].pending_report()]
             == [(p.workload, p.reason) for p in policies[1].pending_report()])
 

@@ -28,7 +28,7 @@ def to_quota(resource: str, amount: int) -> int:
 
 def quota_amounts(amounts: Mapping[str, int]) -> dict[str, int]:
     """Canonical amounts in quota units (zero and negative amounts dropped: they carry no quota)."""
-    # to_quota inlined: every workload submitted goes through here
+    # to_quota inlined: every workload nominated goes through here
     return {r: v * MILLI if r in QUOTA_MILLI else v for r, v in amounts.items() if v > 0}
 
 

@@ -27,7 +27,7 @@ from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
 from gpufleet.scheduling.kueue.gangs import GangPlacer, Group
 from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, State, WorkloadInfo
 from gpufleet.scheduling.kueue.memo import Lookup
-from gpufleet.scheduling.kueue.memo import Nomination as Recalled
+from gpufleet.scheduling.kueue.memo import Nomination as RememberedNomination  # room.Nomination is another
 from gpufleet.scheduling.kueue.modes import Granular, Mode, Outcome
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
 from gpufleet.scheduling.kueue.preemption import Target
@@ -220,15 +220,15 @@ class Cycle:
             else:
                 at: Lookup | None = None
                 if memo is not None:
-                    found = memo.lookup(info, cq)
-                    if isinstance(found, Recalled):
-                        e.assignment = found.assignment
-                        if found.targets:  # most remembered nominations have none
-                            e.targets = list(found.targets)
-                        e.message = found.message
+                    answer = memo.lookup(info, cq)
+                    if isinstance(answer, RememberedNomination):
+                        e.assignment = answer.assignment
+                        if answer.targets:  # most remembered nominations have none
+                            e.targets = list(answer.targets)
+                        e.message = answer.message
                         entries.append(e)
                         continue
-                    at = found
+                    at = answer  # none to recall: where the one made now is remembered
                 e.assignment, e.targets = self._assignments(info, cq)
                 e.message = e.assignment.message() if e.assignment.outcome is not Outcome.FIT else ""
                 if at is not None:

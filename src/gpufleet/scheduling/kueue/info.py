@@ -104,7 +104,7 @@ def merged_flavors(podsets: list[PodSetAdmission]) -> dict[str, str]:
 
 def topology_ask(template: PodTemplate) -> TopologyAsk | None:
     annotations = template.annotations
-    if not annotations:  # most templates have none: every submitted pod set comes through here
+    if not annotations:  # most templates have none: every pod set nominated comes through here
         return None
     required = annotations.get(REQUIRED_TOPOLOGY_ANNOTATION)
     if required:

@@ -155,24 +155,20 @@ class NominationMemo:
         interned: dict[Hashable, int] = {}
         self._spec: dict[str, int] = {name: interned.setdefault(_spec_key(cq), len(interned))
                                       for name, cq in cqs.items()}
-        # What a lookup reads of each queue's spec and place in the tree, worked out now rather than in the first
-        # cycle, which already takes every queue's first head.
+        # What a lookup reads of each queue's spec and place in the tree, worked out with the rest of what is kept
+        # per queue (building the policy takes time in the number of queues anyway), not in the cycle that first
+        # nominates one of its heads.
         self._queues: dict[str, _Queue] = {name: self._queue(cq) for name, cq in cqs.items()}
         self._shapes: Interner[Hashable] = Interner(MAX_SHAPES)
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
         # Lookups, and those that found no nomination to recall (a nomination was made for them); hits with targets
         # among the asking queue's own workloads made for another queue; lookups of queues above their quota
-        # described by value: how many, how many of them were answered (with a nomination made for another queue),
-        # how many of their queues take no other queue's candidates whatever their usage (``_Queue.isolated``),
-        # and how many had own candidates described by value.
+        # described by value, and how many of them were answered.
         self.lookups = 0
         self.misses = 0
         self.mapped = 0
         self.above_quota = 0
         self.above_quota_hits = 0
-        self.above_quota_shared = 0
-        self.above_quota_isolated = 0
-        self.above_quota_own = 0
 
     @property
     def hits(self) -> int:
@@ -254,23 +250,16 @@ class NominationMemo:
         found = table.get(key)
         self.lookups += 1
         if over and by_value:
-            self._count_above_quota(q, n, found, name)
+            self.above_quota += 1
+            self.above_quota_hits += found is not None
         if found is None:
             self.misses += 1
             return Lookup(table, key, by_value, over, queue, n)
         if found.maps_own:
             self.mapped += found.made_for != name
             assert queue is not None
-            return found.mapped_to(queue.ordered()[:n])
+            return found.mapped_to(queue.ordered()[:n])  # the own workloads a Lookup describes (Lookup.own)
         return found
-
-    def _count_above_quota(self, q: _Queue, n: int, found: Nomination | None, name: str) -> None:
-        self.above_quota += 1
-        self.above_quota_isolated += q.isolated
-        self.above_quota_own += n > 0
-        if found is not None:
-            self.above_quota_hits += 1
-            self.above_quota_shared += found.made_for != name
 
 
 @dataclass(slots=True)

@@ -47,7 +47,7 @@ class ClusterQueueHeap:
     parked: dict[str, WorkloadInfo] = field(default_factory=dict)
     sticky: str | None = None
     _seq: int = 0
-    # The heap entry each parked workload returns with, made when it is parked (a parked workload is never the
+    # The heap item each parked workload returns with, made when it is parked (a parked workload is never the
     # sticky one, and its priority and queue timestamp do not change while it is parked), and the parked ones
     # that had a requeue backoff then: a release wakes every parked workload of a cohort tree's queues, and
     # with these it costs a heapify, not a push each.
