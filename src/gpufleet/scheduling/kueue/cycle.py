@@ -43,6 +43,10 @@ NO_LONGER_FITS_MESSAGE = "Workload no longer fits after processing another workl
 WAITING_PODS_READY_MESSAGE = "waiting for all admitted workloads to be in PodsReady condition"
 NO_ROOM_MESSAGE = "no preemption makes room on nodes"
 
+# Enum members read per workload, bound to module names: under CPython 3.11 `State.X` costs ~130 ns, a name ~10 ns.
+_PENDING = State.PENDING
+_FIT, _NO_FIT, _PREEMPT = Outcome.FIT, Outcome.NO_FIT, Outcome.PREEMPT
+
 
 # What an entry holds before nomination gives it an assignment: no pod set, never changed.
 _UNASSIGNED = Assignment()
@@ -230,7 +234,7 @@ class Cycle:
                         continue
                     at = answer  # none to recall: where the one made now is remembered
                 e.assignment, e.targets = self._assignments(info, cq)
-                e.message = e.assignment.message() if e.assignment.outcome is not Outcome.FIT else ""
+                e.message = e.assignment.message() if e.assignment.outcome is not _FIT else ""
                 if at is not None:
                     at.remember(cq, e.assignment, e.targets, e.message)
                 entries.append(e)
@@ -302,9 +306,9 @@ class Cycle:
     def _decide(self, e: Entry) -> None:
         tree = self.state.tree
         outcome = e.assignment.outcome
-        if outcome is Outcome.NO_FIT:
+        if outcome is _NO_FIT:
             return
-        if outcome is Outcome.PREEMPT and not e.targets:
+        if outcome is _PREEMPT and not e.targets:
             if not e.cq.can_always_reclaim():
                 tree.add_usage(e.cq.name, self._reserve(e))
             return
@@ -314,7 +318,7 @@ class Cycle:
         if not self._fits(e):
             self._skip(e, NO_LONGER_FITS_MESSAGE)
             return
-        if outcome is Outcome.PREEMPT:
+        if outcome is _PREEMPT:
             self._preempt(e)
             return
         if self.state.waiting_ready and self.state.config.pods_ready_for(e.cq.name).block_admission:
@@ -435,7 +439,7 @@ class Cycle:
             info.last_tried = e.assignment.last_tried
         reason = FAILED_AFTER_NOMINATION if e.skipped and e.reason == GENERIC else e.reason
         info.message = e.message
-        info.state = State.PENDING
+        info.state = _PENDING
         state.queues.requeue(info, reason)
         if info.placement_parked:
             q = state.queues.queues[e.cq.name]

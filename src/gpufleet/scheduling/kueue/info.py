@@ -25,6 +25,9 @@ class State(enum.Enum):
     DEACTIVATED = "deactivated"  # requeue limit exceeded (Kueue sets spec.active=false)
 
 
+_PENDING = State.PENDING  # every WorkloadInfo starts so (a name: under CPython 3.11 `State.X` costs ~130 ns)
+
+
 @dataclass(frozen=True, slots=True)
 class TopologyAsk:
     """A pod set's Kueue TAS annotation: keep its pods within one domain of ``level``."""
@@ -144,7 +147,7 @@ class WorkloadInfo:
         self.cluster_queue = cluster_queue
         self.no_quota = False  # no LocalQueue at all: runs without Kueue, only placement applies
         self.problem: str | None = None  # why it cannot even be queued (missing LocalQueue, incomplete pod group)
-        self.state = State.PENDING
+        self.state = _PENDING
         self.admission: AdmissionRecord | None = None
         self.evicting: str | None = None  # eviction reason once decided, until the driver confirms it
         self.queue_ts = queue_ts  # Kueue's queue-order timestamp

@@ -41,6 +41,8 @@ PlacerFactory = Callable[[ClusterState, random.Random, Sequence[Topology]], Plac
 
 DEACTIVATED_MESSAGE = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
 _TERMINAL = ("Succeeded", "Failed")
+# Enum members read per workload, bound to module names: under CPython 3.11 `State.X` costs ~130 ns, a name ~10 ns.
+_ADMITTED, _FINISHED = State.ADMITTED, State.FINISHED
 
 
 def engine_placer_factory(profile: str = "gpufleet") -> PlacerFactory:
@@ -119,14 +121,14 @@ class KueuePolicy:
         info = self.state.infos.get(workload)
         if info is None:
             return
-        if info.state is State.ADMITTED:
+        if info.state is _ADMITTED:
             # An admitted workload is in no queue and no pending table (it was popped as a head, or admitted on
             # submit, and admission took it out of backoff and placement_parked), so releasing it is all there is
             # to do (tests/kueue/test_properties.py checks this after every step).
             self.state.release(info, now)
         else:
             self._forget(info)
-        info.state = State.FINISHED
+        info.state = _FINISHED
 
     def evicted(self, workload: str, now: float, *, requeue: bool = True, reason: str = "Preempted") -> None:
         state = self.state
