@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
 from gpufleet.scheduling.kueue.gangs import GangPlacer, Group
-from gpufleet.scheduling.kueue.info import AdmissionShape, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.info import PENDING, AdmissionShape, PodSetAdmission, WorkloadInfo
 from gpufleet.scheduling.kueue.memo import Lookup
 from gpufleet.scheduling.kueue.memo import Nomination as RememberedNomination  # room.Nomination is another
-from gpufleet.scheduling.kueue.modes import Granular, Mode, Outcome
+from gpufleet.scheduling.kueue.modes import FIT, NO_FIT, PREEMPT, Granular, Mode, Outcome
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
 from gpufleet.scheduling.kueue.preemption import Target
 from gpufleet.scheduling.kueue.queues import FAILED_AFTER_NOMINATION, GENERIC, NAMESPACE_MISMATCH, PENDING_PREEMPTION
@@ -42,10 +42,6 @@ OVERLAPPING_MESSAGE = "Workload has overlapping preemption targets with another 
 NO_LONGER_FITS_MESSAGE = "Workload no longer fits after processing another workload"
 WAITING_PODS_READY_MESSAGE = "waiting for all admitted workloads to be in PodsReady condition"
 NO_ROOM_MESSAGE = "no preemption makes room on nodes"
-
-# Enum members read per workload, bound to module names: under CPython 3.11 `State.X` costs ~130 ns, a name ~10 ns.
-_PENDING = State.PENDING
-_FIT, _NO_FIT, _PREEMPT = Outcome.FIT, Outcome.NO_FIT, Outcome.PREEMPT
 
 
 # What an entry holds before nomination gives it an assignment: no pod set, never changed.
@@ -234,7 +230,7 @@ class Cycle:
                         continue
                     at = answer  # none to recall: where the one made now is remembered
                 e.assignment, e.targets = self._assignments(info, cq)
-                e.message = e.assignment.message() if e.assignment.outcome is not _FIT else ""
+                e.message = e.assignment.message() if e.assignment.outcome is not FIT else ""
                 if at is not None:
                     at.remember(cq, e.assignment, e.targets, e.message)
                 entries.append(e)
@@ -306,9 +302,9 @@ class Cycle:
     def _decide(self, e: Entry) -> None:
         tree = self.state.tree
         outcome = e.assignment.outcome
-        if outcome is _NO_FIT:
+        if outcome is NO_FIT:
             return
-        if outcome is _PREEMPT and not e.targets:
+        if outcome is PREEMPT and not e.targets:
             if not e.cq.can_always_reclaim():
                 tree.add_usage(e.cq.name, self._reserve(e))
             return
@@ -318,7 +314,7 @@ class Cycle:
         if not self._fits(e):
             self._skip(e, NO_LONGER_FITS_MESSAGE)
             return
-        if outcome is _PREEMPT:
+        if outcome is PREEMPT:
             self._preempt(e)
             return
         if self.state.waiting_ready and self.state.config.pods_ready_for(e.cq.name).block_admission:
@@ -439,7 +435,7 @@ class Cycle:
             info.last_tried = e.assignment.last_tried
         reason = FAILED_AFTER_NOMINATION if e.skipped and e.reason == GENERIC else e.reason
         info.message = e.message
-        info.state = _PENDING
+        info.state = PENDING
         state.queues.requeue(info, reason)
         if info.placement_parked:
             q = state.queues.queues[e.cq.name]

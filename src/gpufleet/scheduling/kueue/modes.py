@@ -34,6 +34,9 @@ class Outcome(enum.IntEnum):
     FIT = 2
 
 
+# The members as module names, for code that reads them per head (see kueue.info's PENDING, ADMITTED, FINISHED).
+FIT, NO_FIT, PREEMPT = Outcome.FIT, Outcome.NO_FIT, Outcome.PREEMPT
+
 # Mode.outcome as a table indexed by the mode's value, for the assigner's inner loop.
 MODE_OUTCOME: tuple[Outcome, ...] = (Outcome.NO_FIT, Outcome.PREEMPT, Outcome.PREEMPT, Outcome.PREEMPT, Outcome.FIT)
 
