@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -148,3 +149,36 @@ def test_a_workload_generator_in_the_input_is_expanded(tmp_path: Path) -> None:
     bad.write_text(pool("p", 1, 4) + GENERATOR.replace("ratePerHour: 0.5", "ratePerHour: fast"))
     res = runner.invoke(app, [str(bad)])
     assert res.exit_code == 1 and "bad.yaml:" in res.output and "spec.classes[0].arrival" in res.output
+
+
+def test_jobs_out_lines_are_what_the_yardsticks_count(tmp_path: Path) -> None:
+    # a runs an hour on 2 GPUs; b (4 GPUs) waits for it; c asks 8 GPUs of a 4-GPU node and never starts.
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 1, 4) + job("a", gpus=2, duration="1h") + job("b", gpus=4, duration="30m", arrival="5m")
+                 + job("c", gpus=8, duration="1h", arrival="10m"))
+    out, jobs = tmp_path / "out.json", tmp_path / "jobs.jsonl"
+    res = runner.invoke(app, [str(f), "--compare", "kube-default,gpufleet", "--json", str(out),
+                              "--jobs-out", str(jobs)])
+    assert res.exit_code == 0, res.output
+    assert "3 lines" not in res.output and "6 lines" in res.output
+    rows = [json.loads(x) for x in jobs.read_text(encoding="utf-8").splitlines()]
+    runs = {r["policy"]: r for r in json.loads(out.read_text())["runs"]}
+    for policy, run in runs.items():
+        mine = {r["job"]: r for r in rows if r["policy"] == policy}
+        assert [mine[k]["outcome"] for k in ("team-a/a", "team-a/b", "team-a/c")] == ["succeeded", "succeeded",
+                                                                                     "pending"]
+        assert mine["team-a/b"]["firstStart"] == 3600.0 and mine["team-a/c"]["firstStart"] is None
+        assert mine["team-a/a"]["gpuSecondsUseful"] == 2 * 3600.0
+        k = run["kpis"]
+        assert k["work_done_gpu_hours"] == pytest.approx(sum(r["gpuSecondsUseful"] for r in mine.values()) / 3600)
+        assert k["work_done_gpu_hours"] == 4.0  # 2 GPU-hours of a, 2 of b
+        assert k["job_completion_pct"] == pytest.approx(200 / 3, abs=0.01)
+        assert k["jobs_never_started"] == 1
+
+
+def test_jobs_out_into_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    f = tmp_path / "in.yaml"
+    f.write_text(pool("p", 1, 4) + job("a"))
+    res = runner.invoke(app, [str(f), "--jobs-out", str(tmp_path / "no" / "jobs.jsonl")])
+    assert res.exit_code == 1
+    assert "--jobs-out" in res.output and "Traceback" not in res.output

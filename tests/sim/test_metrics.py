@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.sim.metrics import busy_integrals, kpis, percentile, pool_series
 from gpufleet.sim.records import Attempt, JobRecord, PodSpan, PoolInfo, SimResult
 from gpufleet.sim.series import Step, bucket_means, integral
@@ -65,14 +66,37 @@ def test_kpis_by_hand_with_shared_gpu_cap_and_window() -> None:
     assert b[1] - b[0] == pytest.approx(40.0)
 
 
-def test_stranded_is_idle_capacity_where_no_pending_pod_fits() -> None:
-    # Two nodes with 4 free A100s each; the pending pod needs 8 GPUs on one node: all 8 idle GPUs are stranded.
-    cluster = cluster_of(pool("p", 2, 4))
+def test_stranded_is_usable_idle_capacity_where_no_pending_pod_fits() -> None:
+    # Two nodes of 8 A100s with 4 held on each; the pending pod needs 8 GPUs on one node: it could use either
+    # node were it free, but fits on neither, so all 8 idle GPUs are stranded.
+    cluster = cluster_of(pool("p", 2, 8))
+    for name in sorted(cluster.nodes):
+        cluster.allocate(f"ns/held-{name}", name, {"nvidia.com/gpu": 4}, [DeviceGrant("whole", i) for i in range(4)])
     (big,) = jobs_of(job("big", gpus=8))
     (small,) = jobs_of(job("small", gpus=2))
+    (huge,) = jobs_of(job("huge", gpus=16))
     assert stranded_gpus(cluster, [big.workload.pods[0].template]) == (8.0, 8.0)
     assert stranded_gpus(cluster, [big.workload.pods[0].template, small.workload.pods[0].template]) == (0.0, 8.0)
     assert stranded_gpus(cluster, []) == (0.0, 8.0)
+    # A pod no node could ever take (16 GPUs on nodes of 8) strands nothing: the idle GPUs are spare for it.
+    assert stranded_gpus(cluster, [huge.workload.pods[0].template]) == (0.0, 8.0)
+
+
+def test_a_dedicated_pool_nobody_pending_can_use_is_spare_not_stranded() -> None:
+    # Idle H100s and a pending pod that may only run on the (full) dev pool: the H100s are not stranded for it.
+    dev = pool("dev", 1, 1, model="L40S").replace("  cpu:", "  labels: {pool: dev}\n  cpu:")
+    cluster = cluster_of(pool("h", 1, 4, model="H100-SXM5-80GB") + dev)
+    cluster.allocate("ns/busy", "dev-0", {"nvidia.com/gpu": 1}, [DeviceGrant("whole", 0)])
+    picky = job("picky").replace("      containers:", "      nodeSelector: {pool: dev}\n      containers:")
+    (only_dev,) = jobs_of(picky)
+    assert stranded_gpus(cluster, [only_dev.workload.pods[0].template]) == (0.0, 4.0)
+    # A pod of 8 GPUs fits no node even empty: nothing is stranded for it. A pod of 4 could use the H100 node,
+    # but once one of its GPUs is held, its 3 idle GPUs are stranded.
+    (anywhere,) = jobs_of(job("anywhere", gpus=8))
+    assert stranded_gpus(cluster, [anywhere.workload.pods[0].template]) == (0.0, 4.0)
+    (four,) = jobs_of(job("four", gpus=4))
+    cluster.allocate("ns/h", "h-0", {"nvidia.com/gpu": 1}, [DeviceGrant("whole", 0)])
+    assert stranded_gpus(cluster, [four.workload.pods[0].template]) == (3.0, 3.0)
 
 
 def _result(spans: list[PodSpan], window: float = 100.0) -> SimResult:

@@ -117,6 +117,9 @@ def test_what_if_replays_with_a_time_slider(sim_dashboard: Dashboard) -> None:
         assert rows == ["KPI", "before (kube-default)", "after (gpufleet)", "change"]
         assert page.locator('#kpis tr[data-kpi="gpu_utilization_pct"] td').nth(2).inner_text() == \
             f"{after['kpis']['gpu_utilization_pct']:g}"
+        # The rows are the API's (the CLI's and the report's list), the yardsticks of work done first.
+        shown = page.locator("#kpis tr[data-kpi]").evaluate_all("rows => rows.map(r => r.dataset.kpi)")
+        assert shown == [r["key"] for r in sim["kpiRows"]] and shown[0] == "work_done_gpu_hours"
         assert page.locator("#waits figure").count() == len(after["timeline"]["wait_quantiles"]["per_queue"])
         teams = set(before["per_team"]) | set(after["per_team"])
         assert page.locator("#cost rect[data-team]").count() == 2 * len(teams)

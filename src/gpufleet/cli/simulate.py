@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from gpufleet.cli import calibration, console
 from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, Strict, examples, usage_error
 from gpufleet.sim.calibrate import Calibration, parse_targets
+from gpufleet.sim.jobs import write_jsonl
 from gpufleet.sim.model import SimulationError
 from gpufleet.sim.openmetrics import SimRun, local_queue_map, write_openmetrics
 from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, kpi_cell, write_report
@@ -38,6 +39,8 @@ EPILOG = examples(
     "gpufleet simulate --calibrate utilization=35,success=62",
     "# the case study as Prometheus samples, for the dashboards (deploy/grafana/)",
     "gpufleet simulate --metrics-out sim.om && promtool tsdb create-blocks-from openmetrics sim.om data/",
+    "# one JSON line per job per run, for pandas: pd.read_json('jobs.jsonl', lines=True)",
+    "gpufleet simulate examples/casestudy --compare kube-default,gpufleet --jobs-out jobs.jsonl",
 )
 
 
@@ -75,7 +78,7 @@ def _kpi_table(runs: list[RunOutput], claims: dict[str, str]) -> console.Table:
     if claims:
         columns.append(console.Column("published claim", justify="right", style="dim"))
     table = console.make_table("Simulated KPIs", *columns)
-    for key, name in KPI_ROWS:
+    for key, name, _ in KPI_ROWS:
         row = [name, *(kpi_cell(key, r.summary["kpis"]) for r in runs)]
         if claims:
             row.append(claims.get(key, ""))
@@ -111,6 +114,10 @@ def simulate(
         "--json", help="Also write the KPIs of every run as JSON into this file.", dir_okay=False)] = None,
     report: Annotated[Path | None, typer.Option(
         help="Write report.md, report.html and PNG plots into this folder.", file_okay=False)] = None,
+    jobs_out: Annotated[Path | None, typer.Option(
+        "--jobs-out", help="Also write one JSON line per job per run (outcome, first start, attempts, failures, "
+        "GPU-seconds held and useful, cost held): the records the yardsticks are computed from.",
+        dir_okay=False)] = None,
     metrics_out: Annotated[Path | None, typer.Option(
         "--metrics-out", help="Also write every run as OpenMetrics with timestamps, under the live scheduler's metric "
         "names (load it with: promtool tsdb create-blocks-from openmetrics FILE DIR).", dir_okay=False)] = None,
@@ -184,6 +191,13 @@ def simulate(
     if json_out is not None:
         json_out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         console.note(f"JSON written to {json_out}")
+    if jobs_out is not None:
+        try:
+            lines = write_jsonl(jobs_out, [r.result for r in runs])
+        except OSError as exc:
+            console.error(f"--jobs-out {jobs_out}: {exc.strerror or exc}")
+            raise typer.Exit(EXIT_FINDINGS) from None
+        console.note(f"per-job records written to {jobs_out} ({lines:,} lines, one per job per run)")
     if metrics_out is not None:
         _write_metrics(metrics_out, p, runs)
     if report is not None:
@@ -215,4 +229,5 @@ def demo(output: Output = OutputFormat.text) -> None:
     """The case study calibrated to the guide's published before (utilization 35%, job success 62%): the guide's
     before, and gpufleet's prediction of after (MIG, time-slicing, Kueue) beside the guide's claims."""
     simulate(files=None, policy=None, compare=None, duration=None, seed=None, failures=None, json_out=None,
-             report=None, metrics_out=None, calibrate=calibration.GUIDE_BASELINE, output=output, strict=False)
+             report=None, jobs_out=None, metrics_out=None, calibrate=calibration.GUIDE_BASELINE, output=output,
+             strict=False)

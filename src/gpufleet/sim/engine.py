@@ -280,7 +280,8 @@ class Simulator:
                 holding = holding_of(cluster, placement) if cluster is not None and placement is not None \
                     else unplaced_holding(self._template(run, pa.pod).gpu.gpu_equivalent)
                 span = PodSpan(run.job.key, pa.pod, holding.node, holding.pool, holding.model, holding.share,
-                               holding.price, held_from=t, shared_gpus=holding.shared_gpus)
+                               holding.price, held_from=t, shared_gpus=holding.shared_gpus,
+                               attempt=len(run.record.attempts) - 1, equivalent=holding.equivalent)
                 pod = _PodRun(pa.pod, holding, span, run.job.profile(pa.pod).memory_mib)
                 run.pods[pa.pod] = pod
                 self._held += holding.share

@@ -33,12 +33,16 @@ class Holding:
     devices: tuple[MemoryDevice, ...]
     mig_compute: float  # GPUs of compute in hard partitions (0 when the pod holds no MIG instance)
     whole: int  # whole GPUs held
+    # Whole-GPU equivalents of what it holds, the unit of the per-job records (sim/jobs.py): a whole GPU 1, a MIG
+    # instance its compute slices over the GPU's (3/7 for a 3g.40gb on an A100), a replica or fraction its share.
+    equivalent: float
 
 
 def holding_of(cluster: ClusterState, placement: Placement) -> Holding:
     ns = cluster.nodes[placement.node]
     share = 0.0
     mig_compute = 0.0
+    soft = 0.0  # software-shared share (replicas, fractions)
     whole = 0
     shared: list[str] = []
     devices: list[MemoryDevice] = []
@@ -51,10 +55,12 @@ def holding_of(cluster: ClusterState, placement: Placement) -> Holding:
             devices.append(MemoryDevice(gpu_key, gpu.memory_mib, False))
         elif g.kind == "fraction":
             share += g.milli / MILLI
+            soft += g.milli / MILLI
             shared.append(gpu_key)
             devices.append(MemoryDevice(gpu_key, gpu.memory_mib, True))
         elif g.kind == "replica":
             share += 1.0 / gpu.replicas
+            soft += 1.0 / gpu.replicas
             shared.append(gpu_key)
             devices.append(MemoryDevice(gpu_key, gpu.memory_mib, True))
         else:
@@ -67,9 +73,9 @@ def holding_of(cluster: ClusterState, placement: Placement) -> Holding:
     model = ns.gpu_model
     price = cluster.catalog.price(model) if model else 0.0
     return Holding(ns.name, ns.pool, model, share, price, tuple(dict.fromkeys(shared)), tuple(devices),
-                   mig_compute, whole)
+                   mig_compute, whole, whole + mig_compute + soft)
 
 
 def unplaced_holding(gpu_equivalent: float) -> Holding:
     """A pod admitted without a node (quota-only policies): it counts by what it asked."""
-    return Holding(None, None, None, gpu_equivalent, 0.0, (), (), 0.0, 0)
+    return Holding(None, None, None, gpu_equivalent, 0.0, (), (), 0.0, 0, gpu_equivalent)

@@ -1,4 +1,5 @@
-"""KPIs of a run, computed from its records over the measurement window [0, window].
+"""KPIs of a run. The yardsticks that count work done come first (:mod:`.yardsticks`, from the per-job records of
+:mod:`.jobs`, over every job and the whole run); the figures below are over the measurement window [0, window].
 
 * GPU allocation %: GPUs held (by share) integrated over the window, over capacity × window;
 * GPU utilization %: GPUs busy over capacity × window. A pod is busy while its work runs (a gang only once
@@ -13,28 +14,26 @@
   or until the attempt ended without that, or until the end of the run (censored);
 * makespan: from the first arrival to the last end of a job that ended;
 * GPU-hours and cost: held GPUs × hours (× the model's price per GPU-hour) inside the window;
-* fragmentation %: idle GPUs that no pending pod fits (:mod:`.stranded`), averaged over the window's
-  samples (each weighted by the time until the next), over capacity.
+* stranded capacity % (``fragmentation_pct``): idle GPUs that no pending pod fits now but some pending pod could
+  use were they free (:mod:`.stranded`), averaged over the window's samples (each weighted by the time until
+  the next), over capacity.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
+from gpufleet.sim.jobs import JobLine, job_lines
 from gpufleet.sim.records import PodSpan, SimResult
-from gpufleet.sim.series import FloatArray, Step, bucket_means, integral
+from gpufleet.sim.series import FloatArray, Step, bucket_means, integral, percentile
+from gpufleet.sim.yardsticks import per_class, per_role, yardstick_kpis
 
 INFERENCE_ROLE = "inference"
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default), None for no values."""
-    return float(np.percentile(np.array(values, dtype=np.float64), q)) if values else None
 
 
 def _overlap(span: PodSpan, t1: float) -> float:
@@ -123,8 +122,17 @@ def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def kpis(result: SimResult) -> dict[str, Any]:
-    """The run's headline figures (the ``kpis`` object of ``--json``)."""
+def fleet_cost(result: SimResult) -> float:
+    """Every GPU of the cluster at its model's price per GPU-hour, over the whole run."""
+    per_hour = sum(n * result.prices.get(model, 0.0) for (_, model), n in result.gpus.items())
+    return per_hour * result.run_end / 3600
+
+
+def kpis(result: SimResult, lines: Sequence[JobLine] | None = None) -> dict[str, Any]:
+    """The run's headline figures (the ``kpis`` object of ``--json``): the yardsticks that count work done
+    (:mod:`.yardsticks`, from the per-job records ``lines``, worked out when not given) first, then the
+    figures of the window."""
+    yard = yardstick_kpis(lines if lines is not None else job_lines(result), result.run_end, fleet_cost(result))
     w = result.window_s
     cap = result.capacity
     spans = result.spans
@@ -146,6 +154,7 @@ def kpis(result: SimResult) -> dict[str, Any]:
     stranded = _time_weighted([s for s in result.stranded if s[0] <= w], w)
     denom = cap * w
     return {
+        **yard,
         "gpu_allocation_pct": _r(100 * held / denom if denom else None),
         "gpu_utilization_pct": _r(100 * busy / denom if denom else None),
         "busy_of_held_pct": _r(100 * busy / in_use if in_use else None),
@@ -190,8 +199,10 @@ def per_queue(result: SimResult) -> dict[str, Any]:
     return out
 
 
-def breakdowns(result: SimResult) -> dict[str, Any]:
-    """GPU-hours and cost per team, GPU model and workload class; allocation and utilization per pool."""
+def breakdowns(result: SimResult, lines: Sequence[JobLine] | None = None) -> dict[str, Any]:
+    """GPU-hours and cost per team, GPU model and workload class (with each class's completion, time to first
+    start and work done); completion per role; allocation and utilization per pool."""
+    lines = lines if lines is not None else job_lines(result)
     team = {j.key: j.team for j in result.jobs}
     klass = {j.key: j.klass for j in result.jobs}
     w = result.window_s
@@ -205,10 +216,14 @@ def breakdowns(result: SimResult) -> dict[str, Any]:
         pools[p.name] = {"gpus": p.gpus, "models": list(p.models),
                          "gpu_allocation_pct": _r(100 * held / denom if denom else None),
                          "gpu_utilization_pct": _r(100 * float(b[1] - b[0]) / denom if denom else None)}
+    costs = _group_costs(result.spans, lambda x: klass.get(x.job), w)
+    classes = {k: {**v, **costs.pop(k, {"gpu_hours": 0.0, "cost": 0.0})}
+               for k, v in per_class(lines, result.run_end).items()}
     return {
         "per_team": _group_costs(result.spans, lambda x: team.get(x.job), w),
         "per_model": _group_costs(result.spans, lambda x: x.model, w),
-        "per_class": _group_costs(result.spans, lambda x: klass.get(x.job), w),
+        "per_class": {**classes, **costs},
+        "per_role": per_role(lines, result.run_end),
         "per_pool": pools,
     }
 
@@ -241,8 +256,9 @@ def queue_waits(result: SimResult) -> dict[str, list[float]]:
 def run_summary(result: SimResult) -> dict[str, Any]:
     """One entry of ``--json``'s ``runs`` (its ``timeline``, for the dashboard: :mod:`gpufleet.sim.timeline`)."""
     from gpufleet.sim.timeline import timeline  # it imports this module
-    return {"scenario": result.scenario, "policy": result.policy, "kpis": kpis(result),
-            "per_queue": per_queue(result), **breakdowns(result), "series": pool_series(result),
+    lines = job_lines(result)
+    return {"scenario": result.scenario, "policy": result.policy, "kpis": kpis(result, lines),
+            "per_queue": per_queue(result), **breakdowns(result, lines), "series": pool_series(result),
             "timeline": timeline(result),
             "run": {"events": result.events, "cycles": result.cycles, "wall_s": round(result.wall_s, 3),
                     "run_end_s": round(result.run_end, 1), "capacity_gpus": result.capacity,

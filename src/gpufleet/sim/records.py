@@ -30,6 +30,14 @@ class PodSpan:
     busy_to: float | None = None
     demand: float = 0.0  # busy whole-GPU equivalents while working
     shared_gpus: tuple[str, ...] = ()  # software-shared GPUs (replicas, fractions): busy is capped per GPU
+    attempt: int = 0  # index of the job's attempt that placed it (JobRecord.attempts)
+    # Whole-GPU equivalents held (holdings.Holding.equivalent: a MIG instance by its compute slices over the
+    # GPU's); None: the same as ``share`` (spans written by hand, traces without MIG)
+    equivalent: float | None = None
+
+    @property
+    def equivalents(self) -> float:
+        return self.share if self.equivalent is None else self.equivalent
 
 
 @dataclass(slots=True)

@@ -15,27 +15,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpufleet.sim.records import SimResult
+from gpufleet.sim.yardsticks import DEFINITIONS
 
-KPI_ROWS: tuple[tuple[str, str], ...] = (
-    ("gpu_allocation_pct", "GPU allocation %"),
-    ("gpu_utilization_pct", "GPU utilization %"),
-    ("busy_of_held_pct", "busy share of held GPUs %"),
-    ("job_success_pct", "job success % (of jobs ended)"),
-    ("wait_p50_s", "queue wait p50"),
-    ("wait_p95_s", "queue wait p95"),
-    ("wait_p99_s", "queue wait p99"),
-    ("makespan_s", "makespan"),
-    ("gpu_hours", "GPU-hours"),
-    ("cost", "cost (CHF)"),
-    ("inference_cost", "inference cost (CHF)"),
-    ("fragmentation_pct", "fragmentation %"),
-    ("jobs", "jobs"),
-    ("jobs_failed", "jobs failed"),
-    ("jobs_unfinished", "jobs unfinished"),
-    ("preemptions", "preemptions"),
+
+class KpiRow(NamedTuple):
+    key: str
+    name: str
+    better: int  # 1: higher is better, -1: lower is better, 0: neither (a count, a size)
+
+
+# The KPI table, the yardsticks that count work done first (their definitions: yardsticks.DEFINITIONS). The
+# dashboard's KPI table reads these rows from its simulation API, so there is one list.
+KPI_ROWS: tuple[KpiRow, ...] = (
+    KpiRow("work_done_gpu_hours", "work done (useful GPU-hours)", 1),
+    KpiRow("cost_per_useful_gpu_hour", "cost per useful GPU-hour (CHF)", -1),
+    KpiRow("job_completion_pct", "job completion % (of jobs submitted)", 1),
+    KpiRow("training_completion_pct", "training-job completion %", 1),
+    KpiRow("first_start_p50_s", "time to first start p50", -1),
+    KpiRow("first_start_p95_s", "time to first start p95", -1),
+    KpiRow("first_start_p99_s", "time to first start p99", -1),
+    KpiRow("jobs_never_started", "jobs never started", -1),
+    KpiRow("jobs_running_at_end", "jobs running at the end", 0),
+    KpiRow("wasted_gpu_hours", "wasted GPU-hours (failed, preempted, partial)", -1),
+    KpiRow("gpu_allocation_pct", "GPU allocation %", 0),
+    KpiRow("gpu_utilization_pct", "GPU utilization %", 1),
+    KpiRow("busy_of_held_pct", "busy share of held GPUs %", 1),
+    KpiRow("job_success_pct", "job success % (of jobs ended)", 1),
+    KpiRow("wait_p50_s", "queue wait p50 (per attempt)", -1),
+    KpiRow("wait_p95_s", "queue wait p95 (per attempt)", -1),
+    KpiRow("wait_p99_s", "queue wait p99 (per attempt)", -1),
+    KpiRow("makespan_s", "makespan", -1),
+    KpiRow("gpu_hours", "GPU-hours held in the window", 0),
+    KpiRow("cost", "cost held in the window (CHF)", 0),
+    KpiRow("inference_cost", "inference cost (CHF)", -1),
+    KpiRow("fragmentation_pct", "stranded capacity % (usable by a pending pod)", -1),
+    KpiRow("jobs", "jobs", 0),
+    KpiRow("jobs_failed", "jobs failed", -1),
+    KpiRow("jobs_unfinished", "jobs unfinished", -1),
+    KpiRow("preemptions", "preemptions", 0),
 )
 
 PLOT_HINT = "pip install 'gpufleet[report]'"
@@ -84,6 +104,12 @@ def kpi_cell(key: str, kpis: dict[str, Any]) -> str:
         ended = kpis["jobs"] - kpis["jobs_unfinished"]
         return f"{fmt(value)} ({ended} of {kpis['jobs']} ended)"
     return fmt(value)
+
+
+def definitions() -> list[tuple[str, str]]:
+    """(KPI name, its one-line definition) for the yardsticks that count work done."""
+    names = {r.key: r.name for r in KPI_ROWS}
+    return [(names[key], text) for key, text in DEFINITIONS]
 
 
 # ---- the report's content -----------------------------------------------------------------------------------
@@ -159,11 +185,13 @@ def build_report(runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] 
     sections: list[Section] = []
     kpi = Section("KPIs", [TableBlock.of(["KPI", *(r.label for r in runs)],
                                          [[name, *(kpi_cell(key, r.summary["kpis"]) for r in runs)]
-                                          for key, name in KPI_ROWS])])
+                                          for key, name, _ in KPI_ROWS])])
     kpi.blocks.append("Failures by cause (failed attempts): "
                       + "; ".join(f"{r.label}: {fmt(r.summary['kpis']['failures'])}" for r in runs) + ".")
+    kpi.blocks.append(BulletsBlock(tuple(f"*{name}*: {text}" for name, text in definitions())))
     kpi.blocks.append("Job success is counted over the jobs that ended (succeeded, or failed after their "
-                      "retries); jobs still waiting or running at the end are counted apart as unfinished.")
+                      "retries); jobs still waiting or running at the end are counted apart as unfinished. Job "
+                      "completion counts every job submitted, so a job that never runs is never a saving.")
     if plots_missing:
         kpi.blocks.append(f"*No plots: {plots_missing}.*")
     sections.append(kpi)

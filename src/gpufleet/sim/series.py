@@ -9,6 +9,7 @@ to the function itself, before integrating.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,3 +71,8 @@ def bucket_means(step: Step, edges: FloatArray) -> FloatArray:
     widths = np.diff(edges)
     out: FloatArray = np.divide(np.diff(f), widths, out=np.zeros_like(widths), where=widths > 0)
     return out
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default), None for no values."""
+    return float(np.percentile(np.array(values, dtype=np.float64), q)) if len(values) else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from gpufleet.sim.report import KPI_ROWS
 from gpufleet.web.contract import ClusterView, DataSource, NodeView, WorkloadView
 from gpufleet.web.whatif import advice_answer, calibration_answer
 
@@ -165,7 +166,8 @@ def simulation(source: DataSource, query: Mapping[str, Sequence[str]]) -> Doc:
                             "it with --simulation RESULT.json (from gpufleet simulate --json RESULT.json)")
     pair = sim.pair()
     return {"version": source.version, "title": sim.title, "pair": list(pair) if pair else None,
-            "runs": list(sim.runs), "advice": advice_answer(sim.advice) if sim.advice is not None else None,
+            "runs": list(sim.runs), "kpiRows": [r._asdict() for r in KPI_ROWS],
+            "advice": advice_answer(sim.advice) if sim.advice is not None else None,
             "calibration": calibration_answer(sim.calibration, sim.runs) if sim.calibration is not None else None}
 
 

@@ -77,6 +77,7 @@ SCHEMAS: dict[str, Schema] = {
                         "pair": {"oneOf": [{"type": "null"}, {"type": "array", "items": INT, "minItems": 2,
                                                                "maxItems": 2}]},
                         "runs": _list(_ref("Run")),
+                        "kpiRows": _list(_obj({"key": STR, "name": STR, "better": INT})),
                         "advice": {"oneOf": [{"type": "null"}, _ref("Advice")]},
                         "calibration": {"oneOf": [{"type": "null"}, _ref("Calibration")]}}),
 }

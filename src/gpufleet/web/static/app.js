@@ -384,12 +384,7 @@ async function drawWorkload() {
 
 // ---- What-if ------------------------------------------------------------------------------------------------
 
-const KPIS = [["gpu_allocation_pct", "GPU allocation %", 1], ["gpu_utilization_pct", "GPU utilization %", 1],
-  ["busy_of_held_pct", "busy share of held GPUs %", 1], ["job_success_pct", "job success % (of jobs ended)", 1],
-  ["wait_p50_s", "queue wait p50", -1], ["wait_p95_s", "queue wait p95", -1], ["wait_p99_s", "queue wait p99", -1],
-  ["makespan_s", "makespan", -1], ["gpu_hours", "GPU-hours", 0], ["cost", "cost (CHF)", -1],
-  ["inference_cost", "inference cost (CHF)", -1], ["fragmentation_pct", "fragmentation %", -1], ["jobs", "jobs", 0],
-  ["jobs_failed", "jobs failed", -1], ["jobs_unfinished", "jobs unfinished", -1], ["preemptions", "preemptions", 0]];
+// The KPI rows (key, name, which way is better) come from the simulation API: one list, the CLI's and the report's.
 
 const label = (run) => `${run.scenario} (${run.policy})`;
 const kpiText = (key, v) => key.endsWith("_s") ? duration(v) : fmt(v, 2);
@@ -438,11 +433,11 @@ function chart({ width = 460, height = 200, series, xs, xLabel, yLabel, yMax, cu
   return svg;
 }
 
-function kpiTable(runs, pair) {
+function kpiTable(runs, pair, rows) {
   const [a, b] = pair ? [runs[pair[0]], runs[pair[1]]] : [runs[0], null];
   return h("table", { class: "kpi", id: "kpis" },
     h("tr", {}, h("th", {}, "KPI"), h("th", { class: "num" }, label(a)), b ? h("th", { class: "num" }, label(b)) : null, b ? h("th", { class: "num" }, "change") : null),
-    KPIS.map(([key, name, better]) => {
+    rows.map(({ key, name, better }) => {
       const va = a.kpis[key], vb = b ? b.kpis[key] : null;
       let change = "", cls = null;
       if (b && typeof va === "number" && typeof vb === "number") {
@@ -657,7 +652,7 @@ async function drawWhatIf() {
   for (const [i, el] of [...legendRuns.querySelectorAll(".swatch")].entries()) el.style.background = i % 2 ? "#e8590c" : "#1c7ed6";
   return h("div", {}, h("h1", {}, "What-if: " + (doc.pair ? `${label(shown[0])} against ${label(shown[1])}` : label(shown[0]))),
     legendRuns, doc.advice ? drawAdvice(doc.advice) : null, doc.calibration ? drawCalibration(doc.calibration) : null,
-    h("h2", {}, "KPIs"), kpiTable(runs, doc.pair),
+    h("h2", {}, "KPIs"), kpiTable(runs, doc.pair, doc.kpiRows),
     h("h2", {}, "Replay"), h("div", { class: "slider" }, slider, clock), replay, timeCharts,
     h("h2", {}, "Wait distributions"), waits, h("h2", {}, "Cost per team"), cost);
 }
