@@ -71,7 +71,8 @@ def test_html_report_opens_offline_in_headless_chromium(report_dir: Path) -> Non
             "() => Array.from(document.querySelector('table').rows).map(r =>"
             " Array.from(r.cells).map(c => c.innerText))")
         assert kpi_rows[0] == ["KPI", "before (kube-default)", "after (gpufleet)"]
-        assert any(r[0] == "queue wait p99" for r in kpi_rows)
+        assert any(r[0] == "queue wait p99 (per attempt)" for r in kpi_rows)
+        assert kpi_rows[1][0] == "work done (useful GPU-hours)"
         align = page.evaluate("() => getComputedStyle(document.querySelector('td.num')).textAlign")
         assert align == "right"
         assert requested == [page_url]  # nothing else fetched: plots and styles are in the file

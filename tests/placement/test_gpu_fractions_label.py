@@ -79,12 +79,15 @@ def test_true_and_other_values_leave_the_node_open() -> None:
         assert pod_unfit_reason(req, build_node(_node(value)).nodes["n"]) is None, value
 
 
-def test_a_closed_node_strands_its_idle_gpus_for_fractional_demand_only() -> None:
+def test_a_closed_node_is_spare_not_stranded_for_fractional_demand() -> None:
+    # No fractional pod may ever use a closed node, so its idle GPUs are spare for them, not stranded (the
+    # stranded measure counts only capacity a pending pod could use were it free).
     cluster = build_node(_node("false"))
     fraction = request(_pod("fraction")).template
     whole = request(_pod("gpu")).template
-    assert stranded_gpus(cluster, [fraction]) == (2.0, 2.0)
-    assert stranded_gpus(cluster, [fraction, whole]) == (0.0, 2.0)  # (stranded, idle)
+    assert stranded_gpus(cluster, [fraction]) == (0.0, 2.0)  # (stranded, idle)
+    assert stranded_gpus(cluster, [fraction, whole]) == (0.0, 2.0)
+    assert not fits_alone(cluster.nodes["n"], fraction) and fits_alone(cluster.nodes["n"], whole)
 
 
 def test_validate_warns_on_another_value_naming_node_and_label(tmp_path: Path) -> None:

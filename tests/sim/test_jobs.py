@@ -21,15 +21,16 @@ def _record(key: str, role: str, arrival: float, attempts: list[Attempt], outcom
 
 
 def _span(job: str, attempt: int, held: tuple[float, float], share: float, price: float,
-          equivalent: float | None = None) -> PodSpan:
-    return PodSpan(job, job + "-0", "n", "p", "M", share, price, held[0], held[1], attempt=attempt,
-                   equivalent=equivalent)
+          equivalent: float | None = None, demand: float = 0.0) -> PodSpan:
+    busy = (held[0], held[1]) if demand else (None, None)
+    return PodSpan(job, job + "-0", "n", "p", "M", share, price, held[0], held[1], busy[0], busy[1], demand,
+                   attempt=attempt, equivalent=equivalent)
 
 
 def _run() -> SimResult:
     """Run end at 10 h; 4 GPUs at 2 CHF/h.
 
-    * a (training): fails by OOM at 1 h (held 1 GPU 0-1 h), retried, succeeds 2-5 h (1 GPU);
+    * a (training): fails by OOM at 1 h (held 1 GPU 0-1 h), retried, succeeds 2-5 h (1 GPU), busy 0.8 of it;
     * b (training): a gang that never got all its pods: one pod held 3 of 7 slices (a MIG 3g instance, share 0.5
       of its GPU) from 1 h to the end, never started;
     * c (inference): a replica of 8 from 4 h, running at the end;
@@ -41,7 +42,8 @@ def _run() -> SimResult:
     b = _record("ns/b", "training", HOUR, [Attempt(HOUR)])
     c = _record("ns/c", "inference", 4 * HOUR, [Attempt(4 * HOUR, 4 * HOUR, None, "running")])
     d = _record("ns/d", "interactive", 9 * HOUR, [Attempt(9 * HOUR)])
-    spans = [_span("ns/a", 0, (0.0, HOUR), 1.0, 2.0), _span("ns/a", 1, (2 * HOUR, 5 * HOUR), 1.0, 2.0),
+    spans = [_span("ns/a", 0, (0.0, HOUR), 1.0, 2.0, demand=0.8),
+             _span("ns/a", 1, (2 * HOUR, 5 * HOUR), 1.0, 2.0, demand=0.8),
              _span("ns/b", 0, (HOUR, 10 * HOUR), 0.5, 2.0, equivalent=3 / 7),
              _span("ns/c", 0, (4 * HOUR, 10 * HOUR), 0.125, 2.0)]
     return SimResult("s", "gpufleet", 10 * HOUR, 10 * HOUR, 4.0, [PoolInfo("p", 4, ("M",))], [a, b, c, d], spans,
@@ -54,6 +56,7 @@ def test_job_lines_by_hand() -> None:
     assert (a.outcome, a.first_start, a.finished, a.attempts, a.failures) == (
         "succeeded", 0.0, 5 * HOUR, 2, {"OOMKilled": 1})
     assert a.gpu_seconds_held == 4 * HOUR and a.gpu_seconds_useful == 3 * HOUR
+    assert a.gpu_seconds_busy_useful == pytest.approx(0.8 * 3 * HOUR)  # the failed attempt's busy hour is not
     assert a.cost_held == pytest.approx(8.0)
     assert (b.outcome, b.first_start) == ("pending", None)
     assert b.gpu_seconds_held == pytest.approx(9 * HOUR * 3 / 7) and b.gpu_seconds_useful == 0.0
@@ -88,5 +91,6 @@ def test_jobs_out_writes_one_json_line_per_job_per_run(tmp_path: Path) -> None:
     assert rows[0] == {"policy": "gpufleet", "scenario": "s", "job": "ns/a", "class": "c", "queue": "q",
                        "role": "training", "submitted": 0.0, "outcome": "succeeded", "firstStart": 0.0,
                        "finished": 18000.0, "attempts": 2, "failures": {"OOMKilled": 1}, "preemptions": 0,
-                       "gpuSecondsHeld": 14400.0, "gpuSecondsUseful": 10800.0, "costHeld": 8.0}
+                       "gpuSecondsHeld": 14400.0, "gpuSecondsUseful": 10800.0, "gpuSecondsBusyUseful": 8640.0,
+                       "costHeld": 8.0}
     assert [r["outcome"] for r in rows[:4]] == ["succeeded", "pending", "running", "pending"]

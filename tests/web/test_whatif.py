@@ -189,8 +189,9 @@ def test_the_advice_report_holds_the_scores_reasons_proposal_and_files(advice_di
     page = _read_html(advice_dir / "advice.html")
     assert all(reason in page.items for reason in advice["reasons"])
     scores = _table(page, ["figure", "given", "proposal"])
-    assert [row[0] for row in scores] == ["cost of the demand", "inference cost", "p95 queue wait", "job success",
-                                          "GPU utilization", "fragmentation"]
+    assert [row[0] for row in scores] == ["cost of the demand", "cost per busy GPU-hour of work done",
+                                          "inference cost", "p95 queue wait", "job success", "GPU utilization",
+                                          "fragmentation"]
     pools = _table(page, ["pool", "model", "nodes", "configuration"])
     assert pools == [[p["pool"], p["model"], str(len(p["nodes"])), p["config"]["text"]]
                      for p in advice["proposal"]["pools"]]

@@ -6,15 +6,17 @@ are lower-is-better and relative to the given configuration, whose own figures a
 its guards: the given configuration is always a candidate, and nothing worse than it on the objective asked
 is ever chosen.
 
-* ``cost``: what serving the whole demand costs (:func:`demand_costs`: held GPUs over the whole run);
+* ``cost``: what serving the whole demand costs per busy GPU-hour of the work it got done (:func:`demand_costs`:
+  held GPUs over the whole run, over the compute that attempts which succeeded or still run kept busy), so
+  that a configuration where more jobs complete is not counted dearer for the work it did;
   guards: job success not more than 1 point lower, p95 queue wait at most 25% (or 30 minutes) longer, no more
   jobs unfinished than 1% of them beyond the given's;
 * ``wait``: the p95 queue wait (the mean of the queues' p95 breaks ties); guards: job success not more than 1
   point lower, the demand's cost at most 5% higher, unfinished jobs as above;
-* ``balanced``: the sum of the demand's cost, p95 wait (plus 5 minutes) and failed share of jobs (plus 1
-  point), each over the given configuration's; guards: none of the three worse than with the given
-  configuration (the cost not higher, the wait not a minute longer, job success not half a point lower), so
-  that a gain on one is never bought with a loss on another; unfinished jobs as above.
+* ``balanced``: the sum of the demand's cost per work done, p95 wait (plus 5 minutes) and failed share of jobs
+  (plus 1 point), each over the given configuration's; guards: none of the three worse than with the given
+  configuration (the cost per work not higher, the wait not a minute longer, job success not half a point
+  lower), so that a gain on one is never bought with a loss on another; unfinished jobs as above.
 
 ``--budget`` (CHF per hour, what the held GPUs cost on average over the window) is a guard for every
 objective, the given configuration's included.
@@ -27,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.advise.contract import Judged, Objective, Proposal
+from gpufleet.sim.jobs import job_lines
 from gpufleet.sim.metrics import INFERENCE_ROLE, kpis, per_queue
 from gpufleet.sim.records import SimResult
 from gpufleet.sim.scenario import Scenario, run_scenario
@@ -61,7 +64,9 @@ def demand_costs(result: SimResult) -> dict[str, float]:
         total += held
         if x.job in inference:
             inference_total += held
-    return {"demand_cost": round(total, 2), "demand_inference_cost": round(inference_total, 2)}
+    work = sum(x.gpu_seconds_busy_useful for x in job_lines(result)) / 3600.0
+    return {"demand_cost": round(total, 2), "demand_inference_cost": round(inference_total, 2),
+            "demand_cost_per_work": round(total / work, 4) if work > 0 else 0.0}
 
 
 def _num(k: Mapping[str, Any], key: str, default: float = 0.0) -> float:
@@ -82,12 +87,12 @@ def cost_per_hour(k: Mapping[str, Any]) -> float:
 def score(objective: Objective, k: Mapping[str, Any], q: Mapping[str, Any], given: Mapping[str, Any]) -> float:
     """The objective's value (lower is better), relative to the given configuration's figures ``given``."""
     if objective == "cost":
-        return _num(k, "demand_cost")
+        return _num(k, "demand_cost_per_work")
     if objective == "wait":
         return _num(k, "wait_p95_s") + _queue_p95(q) / 1000.0
     failed = 100.0 - _num(k, "job_success_pct", 100.0)
     failed_given = 100.0 - _num(given, "job_success_pct", 100.0)
-    return (_num(k, "demand_cost") / max(_num(given, "demand_cost"), 1e-9)
+    return (_num(k, "demand_cost_per_work") / max(_num(given, "demand_cost_per_work"), 1e-9)
             + (_num(k, "wait_p95_s") + WAIT_FLOOR_S) / (_num(given, "wait_p95_s") + WAIT_FLOOR_S)
             + (failed + 1.0) / (failed_given + 1.0))
 
@@ -110,18 +115,18 @@ def guards(objective: Objective, k: Mapping[str, Any], given: Mapping[str, Any],
         if wait > max(wait_given * WAIT_SLACK, wait_given + WAIT_SLACK_S):
             return f"p95 queue wait {wait:.0f} s against {wait_given:.0f} s with the given configuration"
     if objective == "balanced":
-        if _num(k, "demand_cost") > _num(given, "demand_cost") + 1e-6:
-            return (f"the demand costs {_num(k, 'demand_cost'):.0f} CHF against {_num(given, 'demand_cost'):.0f} "
-                    "CHF with the given configuration")
+        if _num(k, "demand_cost_per_work") > _num(given, "demand_cost_per_work") + 1e-6:
+            return (f"the demand costs {_num(k, 'demand_cost_per_work'):.2f} CHF per busy GPU-hour of work done "
+                    f"against {_num(given, 'demand_cost_per_work'):.2f} CHF with the given configuration")
         if _num(k, "wait_p95_s") > _num(given, "wait_p95_s") + BALANCED_WAIT_S:
             return (f"p95 queue wait {_num(k, 'wait_p95_s'):.0f} s against {_num(given, 'wait_p95_s'):.0f} s with "
                     "the given configuration")
         success, success_given = _num(k, "job_success_pct", 100.0), _num(given, "job_success_pct", 100.0)
         if success < success_given - BALANCED_SUCCESS_PTS:
             return f"job success {success:.1f}% against {success_given:.1f}% with the given configuration"
-    if objective == "wait" and _num(k, "demand_cost") > _num(given, "demand_cost") * COST_SLACK:
-        return (f"the demand costs {_num(k, 'demand_cost'):.0f} CHF against {_num(given, 'demand_cost'):.0f} CHF "
-                "with the given configuration")
+    if objective == "wait" and _num(k, "demand_cost_per_work") > _num(given, "demand_cost_per_work") * COST_SLACK:
+        return (f"the demand costs {_num(k, 'demand_cost_per_work'):.2f} CHF per busy GPU-hour of work done "
+                f"against {_num(given, 'demand_cost_per_work'):.2f} CHF with the given configuration")
     return None
 
 

@@ -14,7 +14,9 @@ from gpufleet.sim.report import duration_text
 if TYPE_CHECKING:
     from gpufleet.advise.search import Context
 
-KPI_WORDS = (("demand_cost", "cost of the demand", "CHF"), ("demand_inference_cost", "inference cost", "CHF"),
+KPI_WORDS = (("demand_cost", "cost of the demand", "CHF"),
+             ("demand_cost_per_work", "cost per busy GPU-hour of work done", "CHF"),
+             ("demand_inference_cost", "inference cost", "CHF"),
              ("wait_p95_s", "p95 queue wait", "s"), ("job_success_pct", "job success", "%"),
              ("gpu_utilization_pct", "GPU utilization", "%"), ("fragmentation_pct", "fragmentation", "%"))
 
@@ -45,6 +47,8 @@ def kpi_text(key: str, value: Any) -> str:
         return duration_text(float(value))
     if key.endswith("_pct"):
         return f"{float(value):.1f}%"
+    if key.endswith("_per_work"):
+        return f"{float(value):,.2f} CHF"
     return f"{float(value):,.0f} CHF"
 
 

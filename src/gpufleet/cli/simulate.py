@@ -103,7 +103,9 @@ def simulate(
     files: Annotated[list[str] | None, typer.Argument(
         help="Manifests (nodes, queues, workloads with sim.gpufleet.io/* annotations, WorkloadGenerator) and "
              "openb CSVs. None: the embedded case study, before against after.", show_default=False)] = None,
-    policy: Annotated[str | None, typer.Option(help="Policy: gpufleet (default) or kube-default.")] = None,
+    policy: Annotated[str | None, typer.Option(
+        help="Policy: gpufleet (default), kueue (Kueue's admission with the default scheduler's placement) or "
+             "kube-default.")] = None,
     compare: Annotated[str | None, typer.Option(help="Run several policies on the same input: P1,P2.")] = None,
     duration: Annotated[str | None, typer.Option(
         help="Measurement window and arrival horizon (14d, 36h); work started inside it may finish after.")] = None,

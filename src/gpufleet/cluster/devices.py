@@ -52,6 +52,9 @@ class GpuSlot:
     holder: str | None = None  # whole mode: the pod holding all of it
     fractions: dict[str, tuple[int, int]] = field(default_factory=dict)  # pod -> (milli, memory MiB)
     replica_holders: list[str | None] = field(default_factory=list)
+    # Time-sliced GPUs isolate no memory: what each replica holder is known to use (observed, declared or
+    # expected MiB; a holder with nothing known is absent). A hint for placement, not an invariant.
+    replica_memory: dict[str, int] = field(default_factory=dict)
     mig: list[MigSlot] = field(default_factory=list)
     healthy: bool = True
 
@@ -76,6 +79,11 @@ class GpuSlot:
         if self.mode == "whole":
             return self.memory_mib if self.holder is not None else sum(m for _, m in self.fractions.values())
         return 0
+
+    @property
+    def shared_memory_mib(self) -> int:
+        """GPU memory its time-slice replica holders are known to use (0 for other modes)."""
+        return sum(self.replica_memory.values()) if self.replica_memory else 0
 
     @property
     def is_free(self) -> bool:
@@ -125,7 +133,7 @@ class DeviceGrant:
     gpu: int  # GPU index
     slot: int = 0  # replica index or MIG slot index
     milli: int = 0
-    memory_mib: int = 0
+    memory_mib: int = 0  # a fraction's reserved memory; a replica's expected use (0: unknown)
 
 
 def grant_device_id(gpu: GpuSlot, grant: DeviceGrant) -> str:

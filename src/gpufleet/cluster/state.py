@@ -181,6 +181,9 @@ class ClusterState:
         self._log: list[tuple[int, Placement]] | None = None
         self._marks: list[int] = []
         self.listeners: list[Callable[[NodeState], None]] = []
+        # Observed GPU memory of pods on time-sliced GPUs (observe_memory), kept apart from the grants so that a
+        # what-if release and its rollback restore what was observed, not what was expected.
+        self.observed_memory: dict[str, int] = {}
         for n in nodes:
             self.add_node(n)
 
@@ -290,7 +293,7 @@ class ClusterState:
         done: list[DeviceGrant] = []
         try:
             for g in p.grants:
-                self._grant(ns, p.pod, g)
+                self._grant(ns, p.pod, g, self.observed_memory)
                 done.append(g)
         except InvariantError:
             for g in reversed(done):
@@ -325,7 +328,7 @@ class ClusterState:
             listener(ns)
 
     @staticmethod
-    def _grant(ns: NodeState, pod: str, g: DeviceGrant) -> None:
+    def _grant(ns: NodeState, pod: str, g: DeviceGrant, observed: dict[str, int] | None = None) -> None:
         if not 0 <= g.gpu < len(ns.gpus):
             raise InvariantError(f"{ns.name} has no GPU {g.gpu}")
         gpu = ns.gpus[g.gpu]
@@ -349,6 +352,9 @@ class ClusterState:
             if gpu.replica_holders[g.slot] is not None:
                 raise InvariantError(f"{ns.name} GPU {g.gpu} replica {g.slot} is held (pod {pod})")
             gpu.replica_holders[g.slot] = pod
+            memory = observed.get(pod, g.memory_mib) if observed else g.memory_mib
+            if memory > 0:
+                gpu.replica_memory[pod] = memory
         else:
             if gpu.mode != "mig" or not 0 <= g.slot < len(gpu.mig):
                 raise InvariantError(f"{ns.name} GPU {g.gpu} has no MIG instance {g.slot} (pod {pod})")
@@ -371,10 +377,35 @@ class ClusterState:
             if gpu.replica_holders[g.slot] != pod:
                 raise InvariantError(f"{ns.name} GPU {g.gpu} replica {g.slot} is not held by {pod}")
             gpu.replica_holders[g.slot] = None
+            if pod not in gpu.replica_holders:
+                gpu.replica_memory.pop(pod, None)
         else:
             if gpu.mig[g.slot].holder != pod:
                 raise InvariantError(f"{ns.name} GPU {g.gpu} MIG instance {g.slot} is not held by {pod}")
             gpu.mig[g.slot].holder = None
+
+    def observe_memory(self, pod: str, mib: int) -> bool:
+        """What a placed pod uses of each time-sliced GPU it holds replicas of (the node agent's per-pod
+        ``DCGM_FI_DEV_FB_USED``, the simulator's model): it replaces the expected use its grant recorded. Whether
+        a GPU's known memory changed (placement indexes then see the node change)."""
+        placement = self.placements.get(pod)
+        if placement is None:
+            return False
+        self.observed_memory[pod] = mib
+        ns = self.nodes[placement.node]
+        changed = False
+        for index in {g.gpu for g in placement.grants if g.kind == "replica"}:
+            gpu = ns.gpus[index]
+            if gpu.replica_memory.get(pod) != mib:
+                gpu.replica_memory[pod] = mib
+                changed = True
+        if changed:
+            self._changed(ns)
+        return changed
+
+    def forget_memory(self, pod: str) -> None:
+        """Drop what was observed of a pod that is gone for good (a later pod of the same name starts afresh)."""
+        self.observed_memory.pop(pod, None)
 
     # ---- views ---------------------------------------------------------------------------------------------
     def check_invariants(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpufleet.api.objects import PodTemplate, Taint, Toleration
 from gpufleet.cluster.state import ClusterState, Placement
@@ -41,11 +41,18 @@ class AdmittedWorkload:
     # Quota charged per resource, in quota units (gpufleet.scheduling.charges): which resource a GPU fraction
     # was charged on shows here (gpufleet.io/gpu-milli, or nvidia.com/gpu where the queue covers only that).
     usage: dict[str, int] = field(default_factory=dict)
+    # What the policy changed in the workload as submitted, said in words ("nvidia.com/mig-1g.10gb →
+    # nvidia.com/mig-2g.20gb (OOM-killed on nvidia.com/mig-1g.10gb)"); empty for most admissions.
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload": self.workload, "clusterQueue": self.cluster_queue, "flavors": dict(self.flavors),
-                "resourceUsage": {r: format_quota(r, v) for r, v in sorted(self.usage.items())},
-                "pods": [p.to_json() for p in self.pods]}
+        out: dict[str, Any] = {
+            "workload": self.workload, "clusterQueue": self.cluster_queue, "flavors": dict(self.flavors),
+            "resourceUsage": {r: format_quota(r, v) for r, v in sorted(self.usage.items())},
+            "pods": [p.to_json() for p in self.pods]}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
 
     def flavor_summary(self) -> str:
         """Each charged resource with its flavor and amount: "cpu=default (2), nvidia.com/gpu=default (500m)"."""
@@ -99,6 +106,10 @@ class PodRequest:
     node_labels: tuple[tuple[str, str], ...] = ()  # ResourceFlavor nodeLabels the node must carry
     flavor_taints: tuple[Taint, ...] = ()  # ResourceFlavor nodeTaints (informational for placement)
     extra_tolerations: tuple[Toleration, ...] = ()  # ResourceFlavor tolerations added to the pod
+    # What the policy knows of the pod's GPU memory on a time-sliced GPU (declared, or what its class is known to
+    # use; 0: nothing known), and the GPUs ("node/index") it must not share again (one OOM-killed it there).
+    memory_hint: int = 0
+    avoid_gpus: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +143,20 @@ class Placer(Protocol):
 
 
 # ---- policies -------------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class MemoryFeedback(Protocol):
+    """A policy that learns from GPU memory: the driver reports what running pods use (the node agent's per-pod
+    ``DCGM_FI_DEV_FB_USED``; the simulator's model) and which pod an OOM killed, while its devices are still
+    held (gpufleet.scheduling.memory)."""
+
+    def observe_memory(self, workload: str, pod: str, mib: int, now: float) -> None:
+        ...
+
+    def oom_killed(self, workload: str, pod: str, now: float) -> None:
+        ...
+
 
 
 class Policy(Protocol):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.api.objects import PodTemplate
 from gpufleet.gpu.constants import MILLI
-from gpufleet.scheduling.types import Decisions, Policy
+from gpufleet.scheduling.types import Decisions, MemoryFeedback, Policy
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.holdings import Holding, holding_of, unplaced_holding
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
@@ -84,6 +84,8 @@ class Simulator:
         self._next_tick: float | None = None
         self._next_wakeup: float | None = None
         self._pods_ready = getattr(policy, "pods_ready", None)
+        # What the node agent would report of GPU memory (per-pod use, OOM kills), to a policy that learns from it.
+        self._feedback = policy if isinstance(policy, MemoryFeedback) else None
         self.events = 0
         self.cycles = 0
         self.last_pending_reason: dict[str, str] = {}
@@ -234,9 +236,14 @@ class Simulator:
                 return True
             return False
         if kind == Kind.MEMORY_PEAK:
-            if not self._memory_fits(run.pods[ev.pod]):
+            pod = run.pods[ev.pod]
+            if not self._memory_fits(pod):
+                if self._feedback is not None:  # told while its devices are still held
+                    self._feedback.oom_killed(run.job.key, pod.key, ev.time)
                 self._end_attempt(run, ev.time, "failed", "OOMKilled")
                 return True
+            if self._feedback is not None and pod.memory_mib is not None:
+                self._feedback.observe_memory(run.job.key, pod.key, pod.memory_mib, ev.time)
             return False
         if kind == Kind.CRASH:
             self._end_attempt(run, ev.time, "failed", "Error")

@@ -6,7 +6,7 @@ A line (:meth:`JobLine.to_json`)::
     {"policy", "scenario", "job": "ns/name", "class", "queue", "role", "submitted": s,
      "outcome": "succeeded" | "failed" | "running" | "pending", "firstStart": s | null, "finished": s | null,
      "attempts": n, "failures": {"OOMKilled": n, ...}, "preemptions": n,
-     "gpuSecondsHeld": f, "gpuSecondsUseful": f, "costHeld": CHF}
+     "gpuSecondsHeld": f, "gpuSecondsUseful": f, "gpuSecondsBusyUseful": f, "costHeld": CHF}
 
 * ``outcome`` at the end of the run: ``succeeded``; ``failed`` (for good, its retries spent); ``running`` (an
   attempt whose every pod runs, healthy, at the end); ``pending`` (waiting at the end: never started, or
@@ -16,8 +16,10 @@ A line (:meth:`JobLine.to_json`)::
 * GPU-seconds are whole-GPU equivalents over the whole run (the window and its drain): a whole GPU counts 1,
   a MIG instance its compute slices over the GPU's (3/7 for a 3g.40gb), a time-slice replica or a fraction its
   share. *Held*: by every attempt, failed, preempted and waiting ones included; *useful*: by the attempt that
-  succeeded, or by the running attempt so far. ``costHeld`` prices what it held (its share of each GPU at the
-  model's price per GPU-hour).
+  succeeded, or by the running attempt so far. *Busy useful*: the compute that useful work kept busy (busy
+  GPU equivalents while working), the same whatever device holds it, where *useful* grows with the device: a
+  job on a whole GPU holds more than on a 3g.40gb for the same work. ``costHeld`` prices what it held (its share
+  of each GPU at the model's price per GPU-hour).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class JobLine:
     preemptions: int
     gpu_seconds_held: float
     gpu_seconds_useful: float
+    gpu_seconds_busy_useful: float
     cost_held: float
 
     @property
@@ -70,7 +73,8 @@ class JobLine:
                 "finished": None if self.finished is None else round(self.finished, 3),
                 "attempts": self.attempts, "failures": dict(sorted(self.failures.items())),
                 "preemptions": self.preemptions, "gpuSecondsHeld": round(self.gpu_seconds_held, 3),
-                "gpuSecondsUseful": round(self.gpu_seconds_useful, 3), "costHeld": round(self.cost_held, 4)}
+                "gpuSecondsUseful": round(self.gpu_seconds_useful, 3),
+                "gpuSecondsBusyUseful": round(self.gpu_seconds_busy_useful, 3), "costHeld": round(self.cost_held, 4)}
 
 
 def _end_outcome(record: JobRecord) -> EndOutcome:
@@ -97,13 +101,15 @@ def job_lines(result: SimResult) -> list[JobLine]:
     out: list[JobLine] = []
     for record in result.jobs:
         useful = _useful_attempts(record)
-        held = use = cost = 0.0
+        held = use = busy = cost = 0.0
         for x in spans.get(record.key, ()):
             seconds = max(0.0, min(x.held_to, result.run_end) - x.held_from)
             held += x.equivalents * seconds
             cost += x.share * x.price * seconds / 3600
             if x.attempt in useful:
                 use += x.equivalents * seconds
+                if x.busy_from is not None and x.busy_to is not None:
+                    busy += x.demand * max(0.0, min(x.busy_to, result.run_end) - x.busy_from)
         starts = [a.started for a in record.attempts if a.started is not None]
         failures = Counter(a.cause or "Unknown" for a in record.attempts if a.outcome == "failed")
         out.append(JobLine(
@@ -113,7 +119,7 @@ def job_lines(result: SimResult) -> list[JobLine]:
             finished=record.ended if record.outcome in ("succeeded", "failed") else None,
             attempts=len(record.attempts), failures=dict(failures),
             preemptions=sum(1 for a in record.attempts if a.outcome == "preempted"),
-            gpu_seconds_held=held, gpu_seconds_useful=use, cost_held=cost))
+            gpu_seconds_held=held, gpu_seconds_useful=use, gpu_seconds_busy_useful=busy, cost_held=cost))
     return out
 
 

@@ -4,6 +4,7 @@ Every figure here covers every job submitted in the measurement window, over the
 drain), so work left undone can never show up as a saving:
 
 * **work done**: useful GPU-hours, held by attempts that succeeded or are still running at the end;
+* **work done, busy**: the compute that useful work kept busy (the same for a job whatever device it holds);
 * **wasted GPU-hours**: held by attempts that failed, were preempted, or never got all their pods;
 * **cost per useful GPU-hour**: what the fleet costs over the run (every GPU at its price, idle or not: a
   platform pays for its GPUs whether or not the scheduler uses them) over the work done. What the jobs held,
@@ -77,6 +78,7 @@ def yardstick_kpis(lines: Sequence[JobLine], run_end: float, fleet_cost: float) 
     succeeded = sum(1 for x in lines if x.outcome == "succeeded")
     return {
         "work_done_gpu_hours": round(useful, 3),
+        "work_done_busy_gpu_hours": round(sum(x.gpu_seconds_busy_useful for x in lines) / 3600, 3),
         "wasted_gpu_hours": round(held - useful, 3),
         "cost_per_useful_gpu_hour": _r(fleet_cost / useful if useful > 0 else None, 3),
         "fleet_cost": round(fleet_cost, 2),

@@ -18,6 +18,7 @@ from gpufleet.cluster.recorded import recorded_grants
 from gpufleet.cluster.state import ClusterState, Placement
 from gpufleet.cluster.workloads import WorkloadPod
 from gpufleet.scheduling.kueue.info import PodSetRequest, WorkloadInfo
+from gpufleet.scheduling.memory import MemoryBook
 from gpufleet.scheduling.types import Placer, PodRequest, TopologyRequest
 
 _TOLERATE_ALL = (Toleration(operator="Exists"),)
@@ -38,9 +39,10 @@ def _flavor_extras(flavors: Sequence[ResourceFlavor]) -> tuple[tuple[tuple[str, 
 
 
 class GangPlacer:
-    def __init__(self, placer: Placer, flavors: Mapping[str, ResourceFlavor]) -> None:
+    def __init__(self, placer: Placer, flavors: Mapping[str, ResourceFlavor], memory: MemoryBook | None = None) -> None:
         self.placer = placer
         self.flavors = flavors
+        self.memory = memory  # what is known of pods' GPU memory (hints, GPUs to avoid); None: nothing
 
     @property
     def cluster(self) -> ClusterState:
@@ -63,8 +65,15 @@ class GangPlacer:
                 topo_name = next((f.topology_name for f in flavors if f.topology_name), None)
                 if topo_name is not None:
                     topology = TopologyRequest(topo_name, ps.topology.level, ps.topology.required)
-            requests = [PodRequest(p.key, p.template, labels, taints, tolerations)
-                        for p in self.pods_of(info, ps, counts[ps.index])]
+            book = self.memory
+            if book is None:
+                requests = [PodRequest(p.key, p.template, labels, taints, tolerations)
+                            for p in self.pods_of(info, ps, counts[ps.index])]
+            else:
+                avoid = book.avoid(info.key)
+                requests = [PodRequest(p.key, p.template, labels, taints, tolerations,
+                                       book.hint(info.workload, p.template), avoid)
+                            for p in self.pods_of(info, ps, counts[ps.index])]
             for group_topology, members in out:
                 if group_topology == topology:
                     members.extend(requests)

@@ -33,7 +33,9 @@ from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import ADMITTED, FINISHED, AdmissionShape, PodSetAdmission, State, WorkloadInfo
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
+from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, resized
 from gpufleet.scheduling.placement import make_placer
+from gpufleet.scheduling.placement.filters import gpu_key
 from gpufleet.scheduling.quota import FR, QuotaTree
 from gpufleet.scheduling.types import Decisions, PendingWorkload, Placer, PodAssignment
 
@@ -65,20 +67,28 @@ class KueuePolicy:
 
     def __init__(self, manifests: Manifests, cluster: ClusterState | None = None, *,
                  placer_factory: PlacerFactory | None = None, seed: int = 0,
-                 quota_tree_factory: Callable[[], QuotaTree] = QuotaTree) -> None:
+                 quota_tree_factory: Callable[[], QuotaTree] = QuotaTree, memory_aware: bool = True,
+                 name: str | None = None) -> None:
+        """``memory_aware``: learn pods' GPU memory (:class:`MemoryBook`: hints and avoided GPUs for placement,
+        a larger MIG profile after an OOM on one); False is Kueue as it is, which learns nothing of it."""
+        if name is not None:
+            self.name = name
         self.config: QueueConfig = queue_config(manifests)
         self.cluster = cluster
         self.rng = random.Random(seed)
+        self.memory = MemoryBook(cluster) if memory_aware else None
         gangs: GangPlacer | None = None
         if cluster is not None:
             factory = placer_factory or engine_placer_factory()
             gangs = GangPlacer(factory(cluster, self.rng, list(self.config.topologies.values())),
-                               self.config.flavors)
+                               self.config.flavors, self.memory)
         self.state = SchedulerState(self.config, cluster, gangs, quota_tree_factory)
 
     # ---- Policy ----------------------------------------------------------------------------------------------
     def submit(self, workload: Workload, now: float) -> None:
         state = self.state
+        if self.memory is not None:
+            workload = resized(workload, self.memory.resizes(workload.key))
         old = state.infos.get(workload.key)
         if old is not None:
             if old.state is State.ADMITTED:
@@ -119,6 +129,9 @@ class KueuePolicy:
         info = self.state.infos.get(workload)
         if info is None:
             return
+        if self.cluster is not None:
+            for pod in info.workload.pods:  # its pods are gone: what was observed of them goes too
+                self.cluster.forget_memory(pod.key)
         if info.state is ADMITTED:
             # An admitted workload is in no queue and no pending table (it was popped as a head, or admitted on
             # submit, and admission took it out of backoff and placement_parked), so releasing it is all there is
@@ -167,7 +180,40 @@ class KueuePolicy:
         self.state.waiting_ready.pop(info.key, None)
 
     def cycle(self, now: float) -> Decisions:
-        return Cycle(self.state, now).run()
+        decisions = Cycle(self.state, now).run()
+        if self.memory is not None:
+            for a in decisions.admitted:
+                a.notes.extend(r.text() for r in self.memory.resizes(a.workload))
+        return decisions
+
+    # ---- MemoryFeedback ------------------------------------------------------------------------------------------
+    def observe_memory(self, workload: str, pod: str, mib: int, now: float) -> None:
+        info = self.state.infos.get(workload)
+        if self.memory is not None and info is not None:
+            self.memory.observed(info.workload, pod, mib)
+
+    def oom_killed(self, workload: str, pod: str, now: float) -> None:
+        """One of the workload's pods was OOM-killed where it is placed: on a time-sliced GPU, keep the workload
+        off that GPU and expect more memory of it; on a MIG instance, offer it the next larger profile its
+        ClusterQueue covers."""
+        info = self.state.infos.get(workload)
+        cluster = self.cluster
+        if self.memory is None or info is None or cluster is None or pod not in cluster.placements:
+            return
+        placement = cluster.placements[pod]
+        node = cluster.nodes[placement.node]
+        for g in placement.grants:
+            gpu = node.gpus[g.gpu]
+            if g.kind == "replica":
+                free = gpu.memory_mib - sum(m for p, m in gpu.replica_memory.items() if p != pod)
+                self.memory.oom_on_shared(info.workload, [gpu_key(node.name, gpu.index)], max(free, 0))
+            elif g.kind == "mig":
+                old = gpu.mig[g.slot].resource
+                cq = self.config.cluster_queues.get(info.cluster_queue or "")
+                covered = set(cq.group_of) if cq is not None else set()
+                new = next_larger_profile(old, gpu.model, covered)
+                self.memory.oom_on_mig(info.workload, Resize(old, new) if new is not None else None)
+                break
 
     def settled(self) -> bool:
         """Whether the next cycle would change nothing (see :meth:`SchedulerState.settled`): where ``gpufleet plan

@@ -25,6 +25,7 @@ from gpufleet.cluster.free_devices import (
     replica_gpus,
 )
 from gpufleet.cluster.state import NodeState
+from gpufleet.scheduling.placement.filters import gpu_key, replica_room
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.placement.nodeview import NodeView, gpu_free_milli
 
@@ -78,8 +79,16 @@ def best_nvlink_set(free: list[int], count: int, nvlinks: dict[tuple[int, int], 
     return tuple(sorted(chosen))
 
 
+def _allowed(need: PodNeed, node: NodeState) -> Callable[[int], bool]:
+    """Whether the pod may take devices on GPU ``index`` (not one where it was OOM-killed before)."""
+    if not need.avoid_gpus:
+        return lambda index: True
+    return lambda index: gpu_key(node.name, index) not in need.avoid_gpus
+
+
 def _whole(need: PodNeed, node: NodeState, resource: str, policy: WholePolicy) -> list[DeviceGrant]:
-    free = free_whole(node, resource)
+    ok = _allowed(need, node)
+    free = [i for i in free_whole(node, resource) if ok(i)]
     count = need.gpu.count
     if len(free) < count:
         raise NoDevice(f"{node.name}: {count} whole GPUs asked, {len(free)} free")
@@ -87,25 +96,31 @@ def _whole(need: PodNeed, node: NodeState, resource: str, policy: WholePolicy) -
     return [DeviceGrant("whole", i) for i in chosen]
 
 
-def _replicas(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
-    gpus = replica_gpus(node, resource)
+def _replicas(need: PodNeed, node: NodeState, resource: str, memory_aware: bool) -> list[DeviceGrant]:
+    """The device plugin's ``distributed`` choice; ``memory_aware``: first the GPU with the most memory left by
+    what its holders are known to use, among those the pod's known memory fits (SharedGpuMemory)."""
+    ok = _allowed(need, node)
+    gpus = [g for g in replica_gpus(node, resource) if ok(g.index)]
     held = {g.index: g.replicas - len(g.free_replicas()) for g in gpus}
     free = {g.index: g.free_replicas() for g in gpus}
+    room = {g.index: replica_room(need, g) for g in gpus} if memory_aware else {}
     picked: dict[int, int] = {}
     grants = []
     for _ in range(need.gpu.count):
-        options = [g.index for g in gpus if free[g.index]]
+        options = [g.index for g in gpus if free[g.index] and (not memory_aware or room[g.index] is not None)]
         if not options:
             raise NoDevice(f"{node.name}: no free replica of {resource}")
-        best = min(options, key=lambda i: (held[i] + picked.get(i, 0), picked.get(i, 0), i))
+        best = min(options, key=lambda i: (-(room.get(i) or 0) if memory_aware else 0,
+                                           held[i] + picked.get(i, 0), picked.get(i, 0), i))
         slot = free[best].pop(0)
         picked[best] = picked.get(best, 0) + 1
-        grants.append(DeviceGrant("replica", best, slot))
+        grants.append(DeviceGrant("replica", best, slot, memory_mib=max(need.memory_hint, 0)))
     return grants
 
 
 def _mig(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
-    grants = [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, need.gpu.memory_mib)]
+    ok = _allowed(need, node)
+    grants = [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, need.gpu.memory_mib) if ok(i)]
     if len(grants) < need.gpu.count:
         raise NoDevice(f"{node.name}: {need.gpu.count} instances of {resource} asked, {len(grants)} free")
     return grants[: need.gpu.count]
@@ -114,7 +129,8 @@ def _mig(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
 def _fraction(need: PodNeed, view: NodeView, policy: FractionPolicy,
               scorer_choice: Callable[[PodNeed, NodeView], int] | None) -> list[DeviceGrant]:
     node = view.node
-    options: list[tuple[GpuSlot, int, int]] = fraction_options(node, need.gpu)
+    ok = _allowed(need, node)
+    options: list[tuple[GpuSlot, int, int]] = [o for o in fraction_options(node, need.gpu) if ok(o[0].index)]
     if not options:
         raise NoDevice(f"{node.name}: no GPU with room for the fraction")
     if policy == "scorer" and scorer_choice is not None:
@@ -134,7 +150,8 @@ def _fraction(need: PodNeed, view: NodeView, policy: FractionPolicy,
 
 
 def assign_devices(need: PodNeed, view: NodeView, whole: WholePolicy, fractions: FractionPolicy,
-                   scorer_choice: Callable[[PodNeed, NodeView], int] | None = None) -> list[DeviceGrant]:
+                   scorer_choice: Callable[[PodNeed, NodeView], int] | None = None, *,
+                   memory_aware: bool = False) -> list[DeviceGrant]:
     g = need.gpu
     if g.kind == "none":
         return []
@@ -146,7 +163,7 @@ def assign_devices(need: PodNeed, view: NodeView, whole: WholePolicy, fractions:
     if kind == "whole":
         return _whole(need, node, resource, whole)
     if kind == "replicas":
-        return _replicas(need, node, resource)
+        return _replicas(need, node, resource, memory_aware)
     if kind == "mig":
         return _mig(need, node, resource)
     raise NoDevice(f"{node.name} offers no {resource}")

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL, PODS, Taint
+from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.free_devices import (
     demand_resource,
     device_kind,
     fraction_copies,
     fraction_options,
+    fraction_room,
     fractions_closed,
     free_device_count,
     free_mig,
@@ -249,6 +251,90 @@ class Fraction:
         if need.gpu.kind != "fraction" or fraction_options(node, need.gpu):
             return None
         return "node(s) had no GPU with room for the pod's GPU fraction"
+
+
+def gpu_key(node: str, index: int) -> str:
+    """How a policy names one physical GPU of a node (PodRequest.avoid_gpus)."""
+    return f"{node}/{index}"
+
+
+def usable_gpus(need: PodNeed, node: NodeState) -> list[GpuSlot]:
+    """The node's GPUs the pod may take devices on: every GPU, less those it must not share again."""
+    if not need.avoid_gpus:
+        return node.gpus
+    return [g for g in node.gpus if gpu_key(node.name, g.index) not in need.avoid_gpus]
+
+
+def replica_room(need: PodNeed, gpu: GpuSlot) -> int | None:
+    """GPU memory (MiB) a time-sliced GPU would have left with the pod on it, by what is known of its holders and
+    of the pod; None when it has no free replica or the known memory would not fit."""
+    if gpu.mode != "replicas" or not gpu.healthy or None not in gpu.replica_holders:
+        return None
+    left = gpu.memory_mib - gpu.shared_memory_mib - need.memory_hint
+    return None if gpu.memory_mib > 0 and need.memory_hint > 0 and left < 0 else left
+
+
+class AvoidGpus:
+    """A pod an OOM killed on a shared GPU is not placed there again: the node needs enough free devices of the
+    pod's kind on GPUs it does not avoid (time-slice replicas with room for its known memory). Evaluated node by
+    node (the pod's need is per-node when it avoids GPUs), so it may read what is free and which node it is;
+    the dynamic filters, answered once per class of identical node states, must not."""
+
+    name = "AvoidGpus"
+    static = True
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        if not need.avoid_gpus or need.gpu.kind == "none":
+            return None
+        gpus = usable_gpus(need, node)
+        g = need.gpu
+        if g.kind == "fraction":
+            ok = any(fraction_room(gpu, g.milli, g.memory_mib) is not None for gpu in gpus)
+        else:
+            resource = demand_resource(g)
+            kind = "mig" if g.kind == "mig" else device_kind(node, resource) if resource else None
+            if kind == "whole":
+                free = sum(1 for gpu in gpus if gpu.mode == "whole" and gpu.resource == resource and gpu.healthy
+                           and gpu.is_free)
+            elif kind == "replicas":  # with room for the memory it is known to need (SharedGpuMemory)
+                free = sum(len(gpu.free_replicas()) for gpu in gpus if gpu.mode == "replicas"
+                           and gpu.resource == resource and gpu.healthy and replica_room(need, gpu) is not None)
+            elif kind == "mig":
+                free = sum(1 for gpu in gpus if gpu.mode == "mig" and gpu.healthy for m in gpu.mig
+                           if m.holder is None and m.resource == resource and m.memory_mib >= (g.memory_mib or 0))
+            else:
+                return None  # the other filters say why the node offers nothing
+            ok = free >= g.count
+        return None if ok else "node(s) had free devices only on GPUs where the pod was OOM-killed before"
+
+
+class SharedGpuMemory:
+    """Time-sliced GPUs isolate no memory: a replica goes only where what its co-tenants are known to use plus
+    what the pod is expected to use fits the GPU (PodRequest.memory_hint; nothing known, nothing refused)."""
+
+    name = "SharedGpuMemory"
+    static = False
+
+    def check(self, need: PodNeed, node: NodeState) -> str | None:
+        g = need.gpu
+        if need.memory_hint <= 0 or g.kind not in ("gpu", "shared"):
+            return None
+        resource = demand_resource(g)
+        if resource is None or device_kind(node, resource) != "replicas":
+            return None
+        rooms = [r for gpu in node.gpus if gpu.resource == resource for r in [replica_room(need, gpu)] if r is not None]
+        if rooms:
+            return None
+        return f"node(s) had no time-sliced GPU with {need.memory_hint} MiB free beside what its co-tenants use"
+
+
+def memory_aware_filters() -> tuple[Filter, ...]:
+    """Every filter, plus the two that keep pods off shared GPUs that cannot hold their memory (the gpufleet
+    profile's)."""
+    base = default_filters()
+    static = tuple(f for f in base if f.static)
+    dynamic = tuple(f for f in base if not f.static)
+    return (*static, AvoidGpus(), *dynamic, SharedGpuMemory())
 
 
 def default_filters() -> tuple[Filter, ...]:

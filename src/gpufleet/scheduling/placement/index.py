@@ -66,7 +66,7 @@ def _gpu_state(g: GpuSlot) -> tuple[Any, ...]:
             return (0, g.memory_mib, g.healthy, g.resource, MILLI, 0)
         return (0, g.memory_mib, g.healthy, g.resource, g.free_milli, g.used_memory_mib)
     if g.mode == "replicas":
-        return (1, g.memory_mib, g.healthy, g.resource, g.replicas, len(g.free_replicas()))
+        return (1, g.memory_mib, g.healthy, g.resource, g.replicas, len(g.free_replicas()), g.shared_memory_mib)
     return (2, g.memory_mib, g.healthy, g.resource,
             tuple(sorted((s.resource, s.memory_mib, s.compute_slices, s.holder is None) for s in g.mig)))
 

@@ -32,7 +32,9 @@ class PodNeed:
     affinity: tuple[NodeSelectorTerm, ...]
     tolerations: tuple[Toleration, ...]
     node_labels: tuple[tuple[str, str], ...]
-    per_node: bool  # constrains an identity label: label filters must run on every node, not per class
+    per_node: bool  # constrains an identity label or avoids GPUs: filters must run on every node, not per class
+    memory_hint: int  # MiB it is expected to use on a time-sliced GPU (PodRequest.memory_hint; 0: unknown)
+    avoid_gpus: frozenset[str]  # GPUs ("node/index") it must not share again
     constraint_key: int  # interned: equal constraints, equal key (a small int hashes fast in hot loops)
     shape_key: int
 
@@ -71,7 +73,7 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
     selector = tuple(sorted(t.node_selector.items()))
     tolerations = t.tolerations + req.extra_tolerations
     node_labels = tuple(sorted(req.node_labels))
-    constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu)
+    constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu, req.memory_hint, req.avoid_gpus)
     return PodNeed(
         key=req.key,
         charge=dict(t.requests),
@@ -83,7 +85,9 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
         affinity=t.required_affinity,
         tolerations=tolerations,
         node_labels=node_labels,
-        per_node=_mentions_identity(selector, t.required_affinity, node_labels),
+        per_node=bool(req.avoid_gpus) or _mentions_identity(selector, t.required_affinity, node_labels),
+        memory_hint=req.memory_hint,
+        avoid_gpus=req.avoid_gpus,
         constraint_key=intern(constraint) if intern is not None else -1,
         shape_key=intern((constraint, requests)) if intern is not None else -1,
     )

@@ -25,7 +25,7 @@ from gpufleet.scheduling.placement.index import Best, ClassIndex, Result
 from gpufleet.scheduling.placement.need import Interner, PodNeed, compile_need
 from gpufleet.scheduling.placement.nodeview import NodeView, TagIndex
 from gpufleet.scheduling.placement.profiles import Profile, build_scorers, make_profile
-from gpufleet.scheduling.placement.scorers import GpuScore
+from gpufleet.scheduling.placement.scorers import GpuScore, ReplicaSpread
 from gpufleet.scheduling.placement.topology import place_preferred, place_required
 from gpufleet.scheduling.types import Placer, PodRequest, TopologyRequest
 
@@ -55,6 +55,7 @@ class GpuPlacer:
         self._tier, self._scorers, self._then = plugins.tier, plugins.weighted, plugins.then
         only = self._scorers[0] if len(self._scorers) == 1 else None
         self._single = only[0] if only is not None and only[1] == 1 else None
+        self._spread = ReplicaSpread() if profile.memory_aware else None
         chooser = next((s for s, _ in self._scorers if isinstance(s, GpuScore)), None)
         self._choose_gpu = chooser.choose_gpu if chooser is not None else None
         self.tags = TagIndex(cluster) if profile.needs_tags else None
@@ -104,6 +105,10 @@ class GpuPlacer:
             score = self._single.score(need, view)
         else:
             score = sum(w * p.score(need, view) for p, w in self._scorers)
+        if self._spread is not None:
+            if self._then:
+                return (tier, self._spread.score(need, view), score, *(p.score(need, view) for p in self._then))
+            return (tier, self._spread.score(need, view), score)
         if self._then:
             return (tier, score, *(p.score(need, view) for p in self._then))
         return (tier, score)
@@ -154,7 +159,7 @@ class GpuPlacer:
         if node is None:
             return None
         grants = assign_devices(need, NodeView(node, self.tags), self.profile.whole_gpus, self.profile.fractions,
-                                self._choose_gpu)
+                                self._choose_gpu, memory_aware=self.profile.memory_aware)
         return self.cluster.allocate(need.key, node.name, need.charge, grants)
 
     def place_all(self, needs: Sequence[PodNeed], allowed: Collection[str] | None) -> list[Placement] | None:

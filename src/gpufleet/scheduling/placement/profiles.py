@@ -33,7 +33,7 @@ from gpufleet.scheduling import gpuscore
 from gpufleet.scheduling.fgdplus import FgdPlusScorer, model_pressure
 from gpufleet.scheduling.fragmentation import FragmentationModel, TypicalPod
 from gpufleet.scheduling.placement.devices import FractionPolicy, WholePolicy
-from gpufleet.scheduling.placement.filters import Filter, default_filters
+from gpufleet.scheduling.placement.filters import Filter, default_filters, memory_aware_filters
 from gpufleet.scheduling.placement.scorers import (
     GPU_MILLI,
     BalancedAllocation,
@@ -65,6 +65,9 @@ class Profile:
     fractions: FractionPolicy = "best_fit"
     filters: tuple[Filter, ...] = field(default_factory=default_filters)
     typical: tuple[TypicalPod, ...] | None = None  # FGD's target workload (fgd scorer only)
+    # Time-sliced GPUs by memory (scorers.ReplicaSpread before the sum, replicas chosen by memory left); give
+    # filters.memory_aware_filters() with it so that known memory and OOM history also filter nodes.
+    memory_aware: bool = False
 
     def __post_init__(self) -> None:
         unknown = [n for n in (*(n for n, _ in self.scorers), *self.then) if n not in SCORER_NAMES]
@@ -171,7 +174,8 @@ def make_profile(name: str, *, typical: Sequence[TypicalPod] | None = None) -> P
                        fractions="lowest")
     if key == "gpufleet":
         return Profile("gpufleet", ((DEFAULT_SCORER, 1), ("most_allocated", DEFAULT_PACKING_WEIGHT)), tier="model",
-                       then=DEFAULT_THEN, fractions="scorer", typical=typ)
+                       then=DEFAULT_THEN, fractions="scorer", typical=typ, filters=memory_aware_filters(),
+                       memory_aware=True)
     if key in gpuscore.SCORER_NAMES or key == "fgdplus":
         return _paper(key, typ)
     raise ValueError(f"unknown placement profile {name!r}; expected one of {', '.join(PROFILE_NAMES)}")

@@ -19,9 +19,11 @@ from collections.abc import Collection
 from typing import Protocol
 
 from gpufleet.api.objects import CPU, MEMORY
+from gpufleet.cluster.free_devices import demand_resource, device_kind
 from gpufleet.gpu.catalog import Catalog
 from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling import gpuscore
+from gpufleet.scheduling.placement.filters import replica_room
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.placement.nodeview import NodeView, gpu_demand, gpu_milli_taken
 
@@ -185,3 +187,34 @@ class GpuScore:
         _, gpus = self.scorer.score(view, gpu_demand(need, view.node))
         return gpus[0]
 
+
+class ReplicaSpread:
+    """Time-sliced pods spread over empty GPUs before stacking, by memory: the node whose best GPU keeps the
+    most memory free with the pod on it (by what its co-tenants and the pod are known to use), then the most
+    free replicas there. Time-slicing isolates no memory, so stacking a pod on the fullest GPU (what packing
+    scorers do) is what OOM-kills it; replicas cost the same quota wherever they are. 0 for other pods.
+
+    Compared before the weighted sum (:attr:`Profile.memory_aware`), so packing never overrules it."""
+
+    name = "ReplicaSpread"
+    normalizes = False
+
+    def score(self, need: PodNeed, view: NodeView) -> int:
+        g = need.gpu
+        if g.kind not in ("gpu", "shared"):
+            return 0
+        node = view.node
+        resource = demand_resource(g)
+        if resource is None or device_kind(node, resource) != "replicas":
+            return 0
+        best = 0
+        for gpu in node.gpus:  # all of them: a score is kept per class of identical node states, not per node
+            if gpu.resource != resource:
+                continue
+            room = replica_room(need, gpu)
+            if room is not None:
+                best = max(best, max(room, 0) * _REPLICA_SLOTS + len(gpu.free_replicas()))
+        return best
+
+
+_REPLICA_SLOTS = 1024  # more replicas than any GPU is cut into, so memory decides first

@@ -1,0 +1,158 @@
+"""What the policy learns of GPU memory, and what it does with it: the :class:`MemoryBook`.
+
+Time-sliced GPUs isolate no memory, and a MIG instance has the memory it has: a pod whose memory does not fit
+is OOM-killed. The book keeps, per workload class, the memory its pods were seen to use, and per workload what
+an OOM taught, so that placement can keep pods off GPUs that cannot hold them:
+
+* **hints**: a pod's expected memory on a time-sliced GPU is what it declares (``gpufleet.io/gpu-memory``),
+  else the larger of what its class was seen to use (a high quantile of the last observations, once there are
+  enough) and what an OOM of this very workload showed it needs; nothing known, no hint;
+* **observations**: a running pod's memory (the node agent's per-pod ``DCGM_FI_DEV_FB_USED``; the simulator's
+  model) replaces its hint on the GPUs it holds (``ClusterState.observe_memory``);
+* **after an OOM on a shared GPU** the workload is not placed on that GPU again (``PodRequest.avoid_gpus``);
+* **after an OOM on a MIG instance** the workload is offered the next larger MIG profile of the same GPU that
+  its ClusterQueue covers (:func:`next_larger_profile`), and says so in its admission (``resized``).
+
+A workload's class is its ``gpufleet.io/workload-class`` label, else the simulator's ``sim.gpufleet.io/class``,
+else its namespace and kind: what a platform team would group by.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+
+from gpufleet.api.objects import GpuDemand, PodTemplate
+from gpufleet.cluster.state import ClusterState
+from gpufleet.cluster.workloads import Workload
+from gpufleet.gpu.mig import geometry_for, profile_from_resource_name
+
+CLASS_LABEL = "gpufleet.io/workload-class"
+SIM_CLASS_LABEL = "sim.gpufleet.io/class"
+QUANTILE = 0.9  # of a class's observed memory: the hint of a pod of that class that declares none
+MIN_SAMPLES = 3  # observations before a class's quantile is trusted
+HISTORY = 64  # observations kept per class (the most recent)
+
+
+def workload_class(workload: Workload) -> str:
+    labels = workload.labels
+    for pod in workload.pods[:1]:
+        labels = {**pod.template.labels, **labels}
+    found = labels.get(CLASS_LABEL) or labels.get(SIM_CLASS_LABEL)
+    return f"{workload.namespace}/{found or workload.kind}"
+
+
+@dataclass(slots=True)
+class _ClassMemory:
+    recent: list[int] = field(default_factory=list)  # in arrival order, at most HISTORY
+    ordered: list[int] = field(default_factory=list)  # the same, sorted
+
+    def add(self, mib: int) -> None:
+        self.recent.append(mib)
+        bisect.insort(self.ordered, mib)
+        if len(self.recent) > HISTORY:
+            old = self.recent.pop(0)
+            del self.ordered[bisect.bisect_left(self.ordered, old)]
+
+    def estimate(self) -> int:
+        if len(self.ordered) < MIN_SAMPLES:
+            return 0
+        return self.ordered[min(len(self.ordered) - 1, int(QUANTILE * len(self.ordered)))]
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """A MIG resource a workload's pods ask for, replaced by a larger profile of the same GPU after an OOM."""
+
+    old: str
+    new: str
+
+    def text(self) -> str:
+        return f"{self.old} → {self.new} (OOM-killed on {self.old})"
+
+
+class MemoryBook:
+    def __init__(self, cluster: ClusterState | None) -> None:
+        self.cluster = cluster
+        self._classes: dict[str, _ClassMemory] = {}
+        self._floor: dict[str, int] = {}  # workload -> MiB an OOM showed it needs at least
+        self._avoid: dict[str, frozenset[str]] = {}  # workload -> GPUs ("node/index") that OOM-killed it
+        self._resize: dict[str, tuple[Resize, ...]] = {}  # workload -> its MIG resizes so far
+
+    # ---- what placement reads ----------------------------------------------------------------------------------
+    def hint(self, workload: Workload, template: PodTemplate) -> int:
+        declared = template.gpu.memory_mib
+        if declared:
+            return declared
+        memory = self._classes.get(workload_class(workload))
+        return max(memory.estimate() if memory is not None else 0, self._floor.get(workload.key, 0))
+
+    def avoid(self, workload: str) -> frozenset[str]:
+        return self._avoid.get(workload, frozenset())
+
+    def resizes(self, workload: str) -> tuple[Resize, ...]:
+        return self._resize.get(workload, ())
+
+    # ---- what the driver reports -------------------------------------------------------------------------------
+    def observed(self, workload: Workload, pod: str, mib: int) -> None:
+        """A running pod of ``workload`` uses ``mib`` on each GPU device it holds."""
+        self._classes.setdefault(workload_class(workload), _ClassMemory()).add(mib)
+        if self.cluster is not None:
+            self.cluster.observe_memory(pod, mib)
+
+    def oom_on_shared(self, workload: Workload, gpus: Collection[str], needed_more_than: int) -> None:
+        """A pod of ``workload`` was OOM-killed on the software-shared ``gpus``, where ``needed_more_than`` MiB
+        were free: keep it off them, and expect at least that much of it."""
+        self._avoid[workload.key] = self.avoid(workload.key) | frozenset(gpus)
+        self._floor[workload.key] = max(self._floor.get(workload.key, 0), needed_more_than + 1)
+        self._classes.setdefault(workload_class(workload), _ClassMemory()).add(needed_more_than + 1)
+
+    def oom_on_mig(self, workload: Workload, resize: Resize | None) -> None:
+        if resize is not None:
+            self._resize[workload.key] = (*self.resizes(workload.key), resize)
+
+    def forget(self, workload: Workload) -> None:
+        """The workload is over for good: what was learnt of it alone goes (its class keeps its observations)."""
+        for table in (self._floor, self._avoid, self._resize):
+            table.pop(workload.key, None)
+        if self.cluster is not None:
+            for pod in workload.pods:
+                self.cluster.forget_memory(pod.key)
+
+
+def next_larger_profile(resource: str, gpu_model: str, covered: Collection[str]) -> str | None:
+    """The MIG resource of the smallest profile of ``gpu_model`` with more memory than ``resource``'s that the
+    queue covers (``covered``: resource names), or None."""
+    profile = profile_from_resource_name(resource)
+    geometry = geometry_for(gpu_model)
+    if profile is None or geometry is None or not geometry.has_profile(profile):
+        return None
+    current = geometry.profile(profile)
+    larger = sorted((p for p in geometry.profiles if p.memory_mib > current.memory_mib
+                     and p.resource_name in covered), key=lambda p: (p.memory_mib, p.compute_slices))
+    return larger[0].resource_name if larger else None
+
+
+def _resized_template(t: PodTemplate, resize: Resize) -> PodTemplate:
+    if resize.old not in t.requests and resize.old not in t.limits:
+        return t
+    profile = profile_from_resource_name(resize.new)
+    requests = {(resize.new if r == resize.old else r): v for r, v in t.requests.items()}
+    limits = {(resize.new if r == resize.old else r): v for r, v in t.limits.items()}
+    gpu: GpuDemand = t.gpu
+    if gpu.resource == resize.old or (gpu.kind == "mig" and f"nvidia.com/mig-{gpu.mig_profile}" == resize.old):
+        gpu = replace(gpu, resource=resize.new, mig_profile=profile)
+    return replace(t, requests=requests, limits=limits, gpu=gpu)
+
+
+def resized(workload: Workload, resizes: Sequence[Resize]) -> Workload:
+    """``workload`` with every pod (and pod set) asking the resized MIG resources instead."""
+    if not resizes:
+        return workload
+    pods = list(workload.pods)
+    sets = list(workload.pod_sets)
+    for r in resizes:
+        pods = [replace(p, template=_resized_template(p.template, r)) for p in pods]
+        sets = [replace(s, template=_resized_template(s.template, r)) for s in sets]
+    return replace(workload, pods=pods, pod_sets=sets)

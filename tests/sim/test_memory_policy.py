@@ -1,0 +1,128 @@
+"""What the gpufleet policy learns of GPU memory, run through the simulator: it keeps time-sliced pods where their
+memory fits, never puts an OOM-killed pod back on the GPU that killed it, and offers a larger MIG profile after an
+OOM on one; the peers (kube-default, Kueue) learn none of it, on the same input."""
+
+from __future__ import annotations
+
+from gpufleet.api.manifests import Manifests
+from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, resized, workload_class
+from gpufleet.sim.engine import simulate_jobs
+from gpufleet.sim.jobs import job_lines
+from gpufleet.sim.policies import make_policy
+from tests.sim.helpers import job, jobs_of, load, pool
+
+GI = 1024
+
+
+def _queues(resources: list[str], quota: int = 16) -> str:
+    rows = "\n".join(f"      - {{name: {r}, nominalQuota: {quota}}}" for r in resources)
+    return f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: team-a}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {{name: any}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: cq}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+  - coveredResources: [cpu, memory, {", ".join(resources)}]
+    flavors:
+    - name: any
+      resources:
+      - {{name: cpu, nominalQuota: 1000}}
+      - {{name: memory, nominalQuota: 10Ti}}
+{rows}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{name: q, namespace: team-a}}
+spec: {{clusterQueue: cq}}
+---
+"""
+
+
+def _time_sliced(name: str, cpu: int) -> str:
+    return pool(name, 1, 1, model="L40S").replace(
+        "  cpu: \"64\"",
+        "  sharing:\n    timeSlicing:\n      renameByDefault: true\n"
+        f"      resources: [{{name: nvidia.com/gpu, replicas: 8}}]\n  cpu: \"{cpu}\"")
+
+
+def _outcomes(m: Manifests, text: str, policy: str) -> dict[str, tuple[str, dict[str, int]]]:
+    r = simulate_jobs(make_policy(policy, m), jobs_of(text))
+    return {x.job: (x.outcome, x.failures) for x in job_lines(r)}
+
+
+def test_time_sliced_pods_go_where_their_memory_fits_and_the_peers_stack_them() -> None:
+    # Two L40S (46 GiB), the first with four times the CPUs: kube-scheduler's LeastAllocated on cpu and memory
+    # keeps choosing it. Six notebooks of the same class use 20 GiB each, arriving a minute apart and running
+    # two hours; the scheduler is told nothing of their memory.
+    m = load(_time_sliced("big", 64) + _time_sliced("small", 16) + _queues(["nvidia.com/gpu.shared"]))
+    label = "kueue.x-k8s.io/queue-name: q, sim.gpufleet.io/class: notebook"
+    text = "".join(job(f"nb{i}", resource="nvidia.com/gpu.shared", arrival=f"{i * 2}m", duration="2h", labels=label,
+                       annotations='    sim.gpufleet.io/gpu-memory-used: "20Gi"') for i in range(6))
+    ours = _outcomes(m, text, "gpufleet")
+    # Two per GPU fit: the first two spread, then the class is known (three observations) and the last two wait
+    # for room instead of being OOM-killed.
+    assert all(outcome == "succeeded" and not failures for outcome, failures in ours.values()), ours
+    for peer in ("kueue", "kube-default"):
+        theirs = _outcomes(m, text, peer)
+        assert sum(f.get("OOMKilled", 0) for _, f in theirs.values()) >= 2, (peer, theirs)
+
+
+def test_an_oom_on_a_mig_instance_is_retried_on_the_next_larger_profile_the_queue_covers() -> None:
+    mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
+        "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
+    m = load(mig + _queues(["nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]))
+    text = job("emb", resource="nvidia.com/mig-1g.10gb", backoff=2, labels="kueue.x-k8s.io/queue-name: q",
+               annotations='    sim.gpufleet.io/gpu-memory-used: "15Gi"')
+    assert _outcomes(m, text, "gpufleet") == {"team-a/emb": ("succeeded", {"OOMKilled": 1})}
+    assert _outcomes(m, text, "kueue") == {"team-a/emb": ("failed", {"OOMKilled": 3})}
+    # A queue that covers no larger profile: the retries stay on 1g.10gb and fail as Kueue's do.
+    narrow = load(mig + _queues(["nvidia.com/mig-1g.10gb"]))
+    assert _outcomes(narrow, text, "gpufleet") == {"team-a/emb": ("failed", {"OOMKilled": 3})}
+
+
+def test_the_resize_is_said_in_the_admission() -> None:
+    mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
+        "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
+    m = load(mig + _queues(["nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]))
+    (emb,) = jobs_of(job("emb", resource="nvidia.com/mig-1g.10gb", backoff=2, labels="kueue.x-k8s.io/queue-name: q"))
+    policy = make_policy("gpufleet", m)
+    policy.submit(emb.workload, 0.0)
+    (first,) = policy.cycle(0.0).admitted
+    assert first.notes == [] and "notes" not in first.to_json()
+    policy.oom_killed(emb.key, emb.workload.pods[0].key, 60.0)  # type: ignore[attr-defined]
+    policy.finish(emb.key, 60.0)
+    policy.submit(emb.workload, 70.0)
+    (second,) = policy.cycle(70.0).admitted
+    assert second.usage.get("nvidia.com/mig-2g.20gb") == 1 and "nvidia.com/mig-1g.10gb" not in second.usage
+    assert second.to_json()["notes"] == [
+        "nvidia.com/mig-1g.10gb → nvidia.com/mig-2g.20gb (OOM-killed on nvidia.com/mig-1g.10gb)"]
+
+
+def test_memory_book_hints_floors_and_profiles() -> None:
+    (a, b) = [j.workload for j in jobs_of(job("a", labels="sim.gpufleet.io/class: nb") + job("b"))]
+    book = MemoryBook(None)
+    template = a.pods[0].template
+    assert workload_class(a) == "team-a/nb" and workload_class(b) == "team-a/Job"
+    assert book.hint(a, template) == 0
+    for mib in (4 * GI, 6 * GI):
+        book.observed(a, "team-a/x", mib)
+    assert book.hint(a, template) == 0  # two observations are not enough to trust the class
+    book.observed(a, "team-a/x", 30 * GI)
+    assert book.hint(a, template) == 30 * GI  # the 90th percentile of three
+    book.oom_on_shared(b, ["n/0"], 12 * GI)
+    assert book.hint(b, b.pods[0].template) == 12 * GI + 1 and book.avoid(b.key) == frozenset({"n/0"})
+    assert next_larger_profile("nvidia.com/mig-1g.10gb", "A100-SXM4-80GB",
+                               {"nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"}) == "nvidia.com/mig-2g.20gb"
+    assert next_larger_profile("nvidia.com/mig-3g.40gb", "A100-SXM4-80GB", {"nvidia.com/mig-2g.20gb"}) is None
+    big = resized(a, [Resize("nvidia.com/gpu", "nvidia.com/mig-2g.20gb")])
+    assert "nvidia.com/mig-2g.20gb" in big.pods[0].template.requests and "nvidia.com/gpu" not in big.pod_sets[
+        0].template.requests
