@@ -12,9 +12,9 @@ is not offered:
 * a MIG instance holds the pod's memory alone; its compute is its slices over the GPU's (3/7 for a 3g
   instance), and work that needs more takes longer there, as the simulator runs it;
 * time-slicing shares the GPU's memory: the risk is that ``r`` pods of the class together use more than the
-  GPU has (a deterministic Monte Carlo of the class's own samples). The simulator does not slow time-sliced
-  pods down when they contend, so a class is offered ``r`` replicas only if its busy share at the 90th
-  percentile fits in ``1/r`` of the GPU: otherwise the simulator would call a contended GPU free capacity;
+  GPU has (a deterministic Monte Carlo of the class's own samples). The simulator slows contended work down
+  (sim/contention.py), but the search's program prices no such slowdown, so a class is offered ``r`` replicas
+  only if its busy share at the 90th percentile fits in ``1/r`` of the GPU;
 * a device whose risk is above :data:`RISK_LIMIT` is not offered, nor are replicas that would contend, unless
   it is the device the class asks for now, in a configuration its pool has now: keeping what is there is
   always allowed (its risk is still priced by the program).
@@ -75,7 +75,7 @@ def device_fit(c: DemandClass, model: GpuModel, gpus_per_node: int, config: Node
         busy = float(np.percentile(c.need, BUSY_QUANTILE)) if c.need else 1.0
         if busy * r > 1.0 + 1e-9 and not given:
             return NotOffered(f"{c.name} is busy {busy:.0%} of a GPU at its {BUSY_QUANTILE:.0f}th percentile: "
-                              f"{r} replicas would contend, which the simulator does not slow down")
+                              f"{r} replicas would contend, a slowdown the search does not price")
         return _checked(c, DeviceFit(_shared_risk(c, model.memory_mib, r), 1.0, 1.0), given)
     profile = profile_from_resource_name(resource)
     geometry = geometry_for(model.key)

@@ -101,7 +101,6 @@ def explain(before: dict[str, Any], after: dict[str, Any], *, calibrated: bool =
                    "now the limit (" + "; ".join(f"{q} p95 {b:.0f} s → {a:.0f} s" for q, b, a in worse)
                    + "), where before the same pods took any free GPU, whatever its model and price.")
     out.append(
-        "Not modelled: GPU model speed (a job runs as long on an L40S as on an H100), slow-down under "
-        "time-slicing contention (busy time is capped at 100% per GPU but nobody slows), network topology, "
+        "Not modelled: GPU model speed (a job runs as long on an L40S as on an H100), network topology, "
         "node failures, and users changing their behaviour when waits change.")
     return out

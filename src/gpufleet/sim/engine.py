@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from gpufleet.api.objects import PodTemplate
 from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling.types import Decisions, MemoryFeedback, Policy
+from gpufleet.sim.contention import Work, WorkClock
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.holdings import Holding, holding_of, unplaced_holding
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
@@ -60,6 +61,7 @@ class _JobRun:
     first_start: float | None = None
     working: bool = False
     pods_done: int = 0
+    works: dict[str, Work] = field(default_factory=dict)  # its works under way, by pod ("" for a gang's)
 
 
 class Simulator:
@@ -83,6 +85,7 @@ class Simulator:
         self._capacity = policy.cluster.gpu_capacity() if policy.cluster is not None else 0.0
         self._next_tick: float | None = None
         self._next_wakeup: float | None = None
+        self._clock = WorkClock(self._push_end)  # contention on software-shared GPUs (sim/contention.py)
         self._pods_ready = getattr(policy, "pods_ready", None)
         # What the node agent would report of GPU memory (per-pod use, OOM kills), to a policy that learns from it.
         self._feedback = policy if isinstance(policy, MemoryFeedback) else None
@@ -91,10 +94,16 @@ class Simulator:
         self.last_pending_reason: dict[str, str] = {}
 
     # ---- scheduling events ---------------------------------------------------------------------------------
-    def _push(self, at: float, kind: Kind, job: str = "", token: int = 0, pod: str = "") -> None:
+    def _push(self, at: float, kind: Kind, job: str = "", token: int = 0, pod: str = "", version: int = 0) -> None:
         if kind in _LIVE:
             self._live += 1
-        self.queue.push(at, kind, job, token, pod)
+        self.queue.push(at, kind, job, token, pod, version)
+
+    def _push_end(self, work: Work, at: float) -> None:
+        """A work's end (WorkClock's callback): when it starts, and whenever contention moves it."""
+        job, pod = work.key
+        run = self._runs[job]
+        self._push(at, Kind.POD_DONE if pod else Kind.WORK_DONE, job, run.token, pod, work.version)
 
     def _pop(self) -> Event:
         ev = self.queue.pop()
@@ -220,10 +229,15 @@ class Simulator:
         if kind == Kind.POD_START:
             self._start_pod(run, run.pods[ev.pod], ev.time)
             return True
+        if kind in (Kind.WORK_DONE, Kind.POD_DONE):
+            work = run.works.get(ev.pod)
+            if work is None or work.version != ev.version:
+                return False  # its end moved (contention) since this event was scheduled
         if kind == Kind.WORK_DONE:
             self._end_attempt(run, ev.time, "succeeded", None)
             return True
         if kind == Kind.POD_DONE:
+            self._stop_work(run, ev.pod, ev.time)
             run.pods[ev.pod].span.busy_to = ev.time
             run.pods_done += 1
             if run.pods_done == len(run.pod_keys):
@@ -332,10 +346,9 @@ class Simulator:
                 self._begin_work(run, t)
             return
         pod.span.busy_from = t
-        if job.duration is not None:
-            self._push(t + job.duration * stretch, Kind.POD_DONE, job.key, run.token, pod.key)
-            if run.first_start == t and run.running == 1:
-                self._push_crash(run, t, job.duration * stretch)
+        self._start_work(run, pod.key, [pod], job.duration * stretch if job.duration is not None else None, t)
+        if job.duration is not None and run.first_start == t and run.running == 1:
+            self._push_crash(run, t, job.duration * stretch)
         if all_running:
             self._all_running(run, t)
 
@@ -361,10 +374,25 @@ class Simulator:
         for pod in run.pods.values():
             pod.span.busy_from = t
             stretch = max(stretch, self._demand(run.job, pod)[1])
-        if run.job.duration is not None:
-            self._push(t + run.job.duration * stretch, Kind.WORK_DONE, run.job.key, run.token)
-            self._push_crash(run, t, run.job.duration * stretch)
+        length = run.job.duration * stretch if run.job.duration is not None else None
+        self._start_work(run, "", list(run.pods.values()), length, t)
+        if length is not None:
+            self._push_crash(run, t, length)
         self._all_running(run, t)
+
+    def _start_work(self, run: _JobRun, key: str, pods: list[_PodRun], length: float | None, t: float) -> None:
+        """Work of ``length`` seconds at its own pace (None: until the end) by ``pods``; on software-shared GPUs
+        it loads them and, for a batch job, slows down when they are over-busy (sim/contention.py)."""
+        work = Work((run.job.key, key), [(p.key, p.holding.shared_gpus, p.span.demand) for p in pods], length,
+                    run.job.work_bound)
+        run.works[key] = work
+        self._clock.start(work, t)
+
+    def _stop_work(self, run: _JobRun, key: str, t: float) -> None:
+        work = run.works.pop(key)
+        self._clock.stop(work, t)
+        for pod in [run.pods[key]] if key else run.pods.values():
+            pod.span.work_s = work.done
 
     def _push_crash(self, run: _JobRun, t: float, length: float) -> None:
         """The attempt's own failure, when its job has one drawn for this attempt (SimJob.crashes)."""
@@ -396,6 +424,8 @@ class Simulator:
         return True
 
     def _stop_pods(self, run: _JobRun, t: float) -> None:
+        for key in list(run.works):
+            self._stop_work(run, key, t)
         for pod in run.pods.values():
             self._held -= pod.holding.share
             pod.span.held_to = t
@@ -472,6 +502,10 @@ class Simulator:
 
     def _result(self, run_end: float, horizon: float | None, not_simulated: int, wall: float) -> SimResult:
         for run in self._runs.values():
+            for pod_key, work in run.works.items():  # still under way: the work done until the end
+                work.advance(run_end)
+                for pod in [run.pods[pod_key]] if pod_key else run.pods.values():
+                    pod.span.work_s = work.done
             for pod in run.pods.values():
                 pod.span.held_to = run_end
                 if pod.span.busy_from is not None and pod.span.busy_to is None:

@@ -34,6 +34,7 @@ class Event(NamedTuple):
     job: str
     token: int  # the job's attempt token when scheduled; a stale event is ignored
     pod: str
+    version: int = 0  # of the work it ends: contention moves a work's end, and the old event goes stale
 
 
 class EventQueue:
@@ -43,9 +44,9 @@ class EventQueue:
         self._heap: list[Event] = []
         self._seq = 0
 
-    def push(self, time: float, kind: Kind, job: str = "", token: int = 0, pod: str = "") -> None:
+    def push(self, time: float, kind: Kind, job: str = "", token: int = 0, pod: str = "", version: int = 0) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, Event(time, kind, self._seq, job, token, pod))
+        heapq.heappush(self._heap, Event(time, kind, self._seq, job, token, pod, version))
 
     def pop(self) -> Event:
         return heapq.heappop(self._heap)

@@ -108,7 +108,9 @@ def job_lines(result: SimResult) -> list[JobLine]:
             cost += x.share * x.price * seconds / 3600
             if x.attempt in useful:
                 use += x.equivalents * seconds
-                if x.busy_from is not None and x.busy_to is not None:
+                if x.work_s is not None:
+                    busy += x.demand * x.work_s
+                elif x.busy_from is not None and x.busy_to is not None:
                     busy += x.demand * max(0.0, min(x.busy_to, result.run_end) - x.busy_from)
         starts = [a.started for a in record.attempts if a.started is not None]
         failures = Counter(a.cause or "Unknown" for a in record.attempts if a.outcome == "failed")

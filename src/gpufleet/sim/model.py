@@ -25,6 +25,10 @@ CLASS_LABEL = "sim.gpufleet.io/class"  # workload class, for per-class figures
 ROLE_LABEL = "sim.gpufleet.io/role"  # training | inference | interactive: the inference-cost KPI reads it
 
 
+# Roles whose duration is how long they are there, not how much they compute (SimJob.work_bound).
+PRESENCE_ROLES = frozenset({"inference", "interactive"})
+
+
 class SimulationError(RuntimeError):
     """The simulation cannot go on: a policy decided something impossible, or the input is unusable."""
 
@@ -73,6 +77,12 @@ class SimJob:
 
     def profile(self, pod: str) -> PodProfile:
         return self.profiles.get(pod, self.default_profile)
+
+    @property
+    def work_bound(self) -> bool:
+        """Whether its duration is work (a batch job: slowed down, it takes longer) rather than presence (a
+        service or a notebook, which stays as long whatever share of a GPU it gets)."""
+        return self.role not in PRESENCE_ROLES
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,9 @@ class PodSpan:
     # Whole-GPU equivalents held (holdings.Holding.equivalent: a MIG instance by its compute slices over the
     # GPU's); None: the same as ``share`` (spans written by hand, traces without MIG)
     equivalent: float | None = None
+    # Seconds of work done while busy, at the pod's own pace: shorter than its busy time when it shared a GPU
+    # that its co-tenants kept more than busy (sim/contention.py); None: the busy time itself.
+    work_s: float | None = None
 
     @property
     def equivalents(self) -> float:
