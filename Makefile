@@ -24,7 +24,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	@echo "make: gpufleet demo (the case study calibrated to the guide's published before, then its after; a minute or so)"
+	@echo "make: gpufleet demo (the case study calibrated to the guide's published before and its attribution of"
+	@echo "      failures, then its after; under a minute)"
 	$(BIN)/gpufleet demo
 
 test: $(STAMP)

@@ -10,7 +10,7 @@ import pytest
 from gpufleet.sim.jobs import job_lines, write_jsonl
 from gpufleet.sim.metrics import kpis
 from gpufleet.sim.records import Attempt, JobRecord, PodSpan, PoolInfo, SimResult
-from gpufleet.sim.yardsticks import per_role
+from gpufleet.sim.yardsticks import per_role, weighted_percentile
 
 HOUR = 3600.0
 
@@ -89,8 +89,18 @@ def test_jobs_out_writes_one_json_line_per_job_per_run(tmp_path: Path) -> None:
     assert write_jsonl(path, [_run(), _run()]) == 8
     rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
     assert rows[0] == {"policy": "gpufleet", "scenario": "s", "job": "ns/a", "class": "c", "queue": "q",
-                       "role": "training", "submitted": 0.0, "outcome": "succeeded", "firstStart": 0.0,
+                       "role": "training", "gpus": 1.0, "submitted": 0.0, "outcome": "succeeded", "firstStart": 0.0,
                        "finished": 18000.0, "attempts": 2, "failures": {"OOMKilled": 1}, "preemptions": 0,
                        "gpuSecondsHeld": 14400.0, "gpuSecondsUseful": 10800.0, "gpuSecondsBusyUseful": 8640.0,
                        "costHeld": 8.0}
     assert [r["outcome"] for r in rows[:4]] == ["succeeded", "pending", "running", "pending"]
+
+
+def test_gpu_weighted_first_start_counts_a_gang_by_its_gpus() -> None:
+    # Times to start 0 (a notebook of 1/8), 0 (another), 10 h (a 16-GPU gang): by count, p95 is 9 h and some;
+    # by GPUs asked the gang is 16 of 16.25, so its 10 h is where 95% of the GPUs asked had started.
+    assert weighted_percentile([0.0, 0.0, 36000.0], [0.125, 0.125, 16.0], 95) == 36000.0
+    assert weighted_percentile([0.0, 0.0, 36000.0], [8.0, 8.0, 0.125], 95) == 0.0
+    assert weighted_percentile([5.0], [0.0], 95) is None
+    k = kpis(_run())
+    assert k["first_start_p95_gpu_weighted_s"] == 9 * HOUR  # four jobs of one GPU each: b's 9 h is the 95th

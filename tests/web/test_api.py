@@ -111,9 +111,12 @@ def test_a_calibration_is_answered_row_by_row_as_simulate_prints_it(calibrated_d
     assert wait["label"] == "p95 queue wait" and wait["text"]["target"] == "10m" and wait["text"]["tolerance"] == "±15%"
     assert wait["text"]["residual"] == f"{fit['residuals']['wait_p95']:+.0f} s"
     unknowns = {u["name"]: u for u in cal["unknowns"]}
-    assert list(unknowns) == ["load_scale", "busy_scale", "failure_rate"]
+    assert list(unknowns) == ["load_scale", "busy_scale", "gang_share", "rendezvous_timeout_s", "memory_scale",
+                              "failure_rate"]
     for name, u in unknowns.items():
-        assert (u["value"], [u["low"], u["high"]], u["fitted"]) == (fit["knobs"][name], fit["bounds"][name], True)
+        assert (u["value"], [u["low"], u["high"]], u["fitted"]) == (fit["knobs"][name], fit["bounds"][name],
+                                                                    name in fit["fitted"])
+    assert fit["fitted"] == ["load_scale", "busy_scale", "failure_rate"]  # the input has no gangs nor memory
     assert unknowns["failure_rate"]["text"] == {"value": f"{fit['knobs']['failure_rate']:.3g}", "bounds": "0 to 0.8"}
 
 

@@ -65,7 +65,7 @@ def test_a_wrong_calibration_is_refused_naming_the_field(calibrated: Path, tmp_p
     good = json.loads((calibrated / "result.json").read_text())
     assert load_result(calibrated / "result.json").calibration == good["calibration"]
     cases = [("targets", {"utilisation": 30.0}, "calibration.targets: unknown 'utilisation'; expected some of "
-                                                "utilization, success, wait_p95"),
+                                                "utilization, success, training_success, wait_p95, gang, oom, error"),
              ("fitted", ["load", "busy_scale"], "calibration.fitted: unknown 'load'"),
              ("bounds", {"load_scale": [0.25]}, "calibration.bounds.load_scale: 1 items, expected 2 to 2"),
              ("within_tolerance", "yes", "calibration.within_tolerance: expected boolean, got string")]
@@ -205,11 +205,13 @@ def test_the_advice_report_holds_the_scores_reasons_proposal_and_files(advice_di
 def test_the_simulation_report_holds_the_fit(calibrated: Path) -> None:
     fit = json.loads((calibrated / "result.json").read_text())["calibration"]
     page = _read_html(calibrated / "report" / "report.html")
-    targets = _table(page, ["target", "observed", "simulated", "residual", "tolerance"])
+    targets = _table(page, ["target", "observed", "simulated (mean of 3)", "residual", "tolerance", "run shown"])
     assert [row[0] for row in targets] == ["GPU utilization %", "job success %", "p95 queue wait"]
     assert targets[0][1:] == ["30", f"{fit['achieved']['utilization']:.1f}",
-                              f"{fit['residuals']['utilization']:+.1f}", "±1.5 pts"]
-    assert targets[2][3:] == [f"{fit['residuals']['wait_p95']:+.0f} s", "±15%"]
+                              f"{fit['residuals']['utilization']:+.1f}", "±2 pts", f"{fit['shown']['utilization']:.1f}"]
+    assert targets[2][3:5] == [f"{fit['residuals']['wait_p95']:+.0f} s", "±15%"]
     unknowns = _table(page, ["unknown", "value", "bounds", "how"])
-    assert [row[2:] for row in unknowns] == [["0.25 to 4", "fitted"], ["0.25 to 4", "fitted"], ["0 to 0.8", "fitted"]]
+    assert [row[2:] for row in unknowns] == [["0.25 to 4", "fitted"], ["0.25 to 4", "fitted"],
+                                             ["0 to 1", "as written"], ["10 min to 60 min", "as written"],
+                                             ["0.5 to 2", "as written"], ["0 to 0.8", "fitted"]]
     assert unknowns[0][1] == f"{fit['knobs']['load_scale']:.3g}"

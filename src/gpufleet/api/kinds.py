@@ -29,6 +29,7 @@ from gpufleet.api.objects import (
     KAI_MEMORY_ANNOTATION,
     NO_GPU,
     POD_GROUP_COUNT_ANNOTATION,
+    RESERVE_AFTER_ANNOTATION,
     Admission,
     BorrowWithinCohort,
     ClusterQueue,
@@ -738,7 +739,21 @@ def parse_cluster_queue(r: FieldReader) -> ClusterQueue | None:
         fair_weight=weight,
         stop_policy=spec.enum("stopPolicy", ("None", "Hold", "HoldAndDrain"), "None"),
         pods_ready=parse_pods_ready(spec.obj("waitForPodsReady")),
+        reserve_after_s=_reserve_after(r, meta.annotations),
     )
+
+
+def _reserve_after(r: FieldReader, annotations: dict[str, str]) -> float | None:
+    text = annotations.get(RESERVE_AFTER_ANNOTATION)
+    if text is None:
+        return None
+    value = parse_duration(text)
+    if value is None:
+        r.error(f"annotation {RESERVE_AFTER_ANNOTATION}: {shown(text)} is not a duration of at most a year",
+                "metadata", "annotations", RESERVE_AFTER_ANNOTATION,
+                fix=f'write how long a workload waits before it reserves its quota, e.g. "{RESERVE_AFTER_ANNOTATION}: '
+                    '2h"')
+    return value
 
 
 def _weight(fs: FieldReader | None) -> float:

@@ -370,10 +370,16 @@ class ClusterQueue:
     fair_weight: float = 1.0
     stop_policy: str = "None"
     pods_ready: PodsReadyPolicy | None = None  # overrides the global waitForPodsReady when set
+    # gpufleet's gang reservation (annotation RESERVE_AFTER_ANNOTATION): a workload pending this long holds its
+    # quota; only work that fits beside it is admitted meanwhile (backfill). None: off, as in Kueue.
+    reserve_after_s: float | None = None
 
     @property
     def name(self) -> str:
         return self.meta.name
+
+
+RESERVE_AFTER_ANNOTATION = "gpufleet.io/reserve-after"
 
 
 @dataclass(slots=True)

@@ -12,11 +12,11 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from gpufleet.cli import calibration, console
 from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, Strict, examples, usage_error
-from gpufleet.sim.calibrate import Calibration, parse_targets
+from gpufleet.sim.calibrate import Calibration, parse_attribution, parse_targets
 from gpufleet.sim.jobs import write_jsonl
 from gpufleet.sim.model import SimulationError
 from gpufleet.sim.openmetrics import SimRun, local_queue_map, write_openmetrics
-from gpufleet.sim.report import KPI_ROWS, RunOutput, fmt, kpi_cell, write_report
+from gpufleet.sim.report import KPI_ROWS, RunOutput, before_after, completion_rows, fmt, kpi_cell, write_report
 from gpufleet.sim.report_plots import plotting_unavailable
 from gpufleet.sim.runner import (
     Plan,
@@ -124,9 +124,14 @@ def simulate(
         "--metrics-out", help="Also write every run as OpenMetrics with timestamps, under the live scheduler's metric "
         "names (load it with: promtool tsdb create-blocks-from openmetrics FILE DIR).", dir_okay=False)] = None,
     calibrate: Annotated[str | None, typer.Option(
-        "--calibrate", metavar="utilization=35,success=62[,wait_p95=4h]",
-        help="Fit the workload's load scale, busy scale and failure rate so that the before run (else the input's "
-             "run) shows what a team observed, then run every scenario on that workload.")] = None,
+        "--calibrate", metavar="utilization=35,success=62[,training_success=60][,wait_p95=4h]",
+        help="Fit the workload (load, busy share, gangs and their rendezvous timeout, memory, and last the jobs' own "
+             "failure rate) so that the before run (else the input's run) shows what a team observed, then run "
+             "every scenario on that workload.")] = None,
+    attribute: Annotated[str | None, typer.Option(
+        "--attribute", metavar="gang=0.8,oom=0.1",
+        help="With --calibrate: what the team observed of its failures, as shares of failed attempts: gang "
+             "(partial gangs timing out), oom (out of GPU memory), error (the jobs' own).")] = None,
     output: Output = OutputFormat.text,
     strict: Strict = False,
 ) -> None:
@@ -137,6 +142,13 @@ def simulate(
             parse_targets(calibrate)
         except SimulationError as exc:
             raise usage_error(str(exc).removeprefix("--calibrate: "), "--calibrate") from None
+    if attribute is not None:
+        if calibrate is None:
+            raise usage_error("--attribute says what a calibration fits: give --calibrate with it", "--attribute")
+        try:
+            parse_attribution(attribute)
+        except SimulationError as exc:
+            raise usage_error(str(exc).removeprefix("--attribute: "), "--attribute") from None
     if report is not None:
         missing = plotting_unavailable()
         if missing is not None:  # said now, not after minutes of simulation
@@ -152,7 +164,7 @@ def simulate(
     try:
         if calibrate is not None:
             p, cal = calibration.calibrate(files or [], calibrate, policy=policy, compare=compare, duration=duration,
-                                           seed=seed, failures=failures, strict=strict)
+                                           seed=seed, failures=failures, strict=strict, attribute=attribute)
         else:
             p = plan(files or [], policy=policy, compare=compare, duration=duration, seed=seed, failures=failures,
                      strict=strict)
@@ -163,7 +175,10 @@ def simulate(
     finally:
         for bar in bars:
             bar.close()
-    rows, explanation = casestudy_claims(runs, calibrated=cal is not None) if p.is_casestudy else ([], [])
+    success_key = "training_success_pct" if cal is not None and "training_success" in cal.targets.values \
+        else "job_success_pct"
+    rows, explanation = casestudy_claims(runs, calibrated=cal is not None, success_key=success_key) \
+        if p.is_casestudy else ([], [])
     doc: dict[str, Any] = {"runs": [r.summary for r in runs]}
     if cal is not None:
         doc["calibration"] = cal.summary()
@@ -173,20 +188,33 @@ def simulate(
         for table in calibration.tables(cal) if cal is not None else []:
             console.show(table)
             console.say("")
-        claims = {"gpu_utilization_pct": rows[0][2], "job_success_pct": rows[1][2],
+        if cal is not None:
+            console.say(calibration.split_line(cal, "the observed run"))
+            console.say("")
+        claims = {"gpu_utilization_pct": rows[0][2], success_key: rows[1][2],
                   "inference_cost": rows[2][2]} if rows else {}
         console.show(_kpi_table(runs, claims))
+        pair = before_after(runs)
+        if pair is not None:
+            console.say("")
+            table = console.make_table("Completion by role and class (every job submitted)", "role or class",
+                                       console.Column("jobs", justify="right"),
+                                       console.Column("completion % (before → after)", justify="right"),
+                                       console.Column("first start p95", justify="right"))
+            for cells in completion_rows(*pair):
+                table.add_row(*cells)
+            console.show(table)
         if rows:
             console.say("")
             table = console.make_table("The guide's published claims beside ours", "figure",
                                        console.Column("ours (before → after)", justify="right"),
                                        console.Column("published claim", justify="right"))
             for row in rows:
-                table.add_row(*row)
+                table.add_row(*row[:3])
             console.show(table)
-            console.say("Why ours differ: see the report (--report DIR) for the full reasoning; in short, "
-                        "utilization rises only with the work that gets done, and the published workload is "
-                        "not known.", style="dim")
+            for figure, _, _, why in rows:
+                console.say(f"{figure}: {why}.")
+            console.say("The full reasoning is in the report (--report DIR).", style="dim")
     for r in runs:
         for note in r.summary["run"]["notes"]:
             console.warning(f"{r.label}: {note}")
@@ -231,5 +259,5 @@ def demo(output: Output = OutputFormat.text) -> None:
     """The case study calibrated to the guide's published before (utilization 35%, job success 62%): the guide's
     before, and gpufleet's prediction of after (MIG, time-slicing, Kueue) beside the guide's claims."""
     simulate(files=None, policy=None, compare=None, duration=None, seed=None, failures=None, json_out=None,
-             report=None, jobs_out=None, metrics_out=None, calibrate=calibration.GUIDE_BASELINE, output=output,
-             strict=False)
+             report=None, jobs_out=None, metrics_out=None, calibrate=calibration.GUIDE_BASELINE,
+             attribute=calibration.GUIDE_ATTRIBUTION, output=output, strict=False)

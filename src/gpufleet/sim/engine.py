@@ -87,6 +87,8 @@ class Simulator:
         self._next_wakeup: float | None = None
         self._clock = WorkClock(self._push_end)  # contention on software-shared GPUs (sim/contention.py)
         self._pods_ready = getattr(policy, "pods_ready", None)
+        settled = getattr(policy, "settled", None)
+        self._settled: Callable[[], bool] | None = settled if callable(settled) else None
         # What the node agent would report of GPU memory (per-pod use, OOM kills), to a policy that learns from it.
         self._feedback = policy if isinstance(policy, MemoryFeedback) else None
         self.events = 0
@@ -197,6 +199,9 @@ class Simulator:
             self._push(wake, Kind.WAKEUP)
 
     def _cycles(self, t: float) -> bool:
+        """Cycles at instant ``t`` until one decides nothing and the policy, when it can say, has nothing left to
+        try: Kueue's scheduler loops while it has heads, so a BestEffortFIFO head that does not fit gives way to
+        the next workload at once, not at the next event."""
         decided = False
         for _ in range(self.config.max_cycles_per_instant):
             d = self.policy.cycle(t)
@@ -204,7 +209,9 @@ class Simulator:
             for p in d.pending:
                 self.last_pending_reason[p.workload] = p.reason
             if not d:
-                return decided
+                if self._settled is None or self._settled():
+                    return decided
+                continue
             decided = True
             self._apply(d, t)
         raise SimulationError(f"policy {self.policy.name} kept deciding at t={t:.0f}s "

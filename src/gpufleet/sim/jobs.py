@@ -3,11 +3,12 @@ read (``gpufleet simulate --jobs-out FILE`` writes them as JSON Lines, one line 
 
 A line (:meth:`JobLine.to_json`)::
 
-    {"policy", "scenario", "job": "ns/name", "class", "queue", "role", "submitted": s,
+    {"policy", "scenario", "job": "ns/name", "class", "queue", "role", "gpus": f, "submitted": s,
      "outcome": "succeeded" | "failed" | "running" | "pending", "firstStart": s | null, "finished": s | null,
      "attempts": n, "failures": {"OOMKilled": n, ...}, "preemptions": n,
      "gpuSecondsHeld": f, "gpuSecondsUseful": f, "gpuSecondsBusyUseful": f, "costHeld": CHF}
 
+* ``gpus``: the GPU equivalents the job asks (a MIG instance by its compute share, a replica as one device);
 * ``outcome`` at the end of the run: ``succeeded``; ``failed`` (for good, its retries spent); ``running`` (an
   attempt whose every pod runs, healthy, at the end); ``pending`` (waiting at the end: never started, or
   waiting again after a failure or a preemption; ``firstStart`` tells which);
@@ -44,6 +45,7 @@ class JobLine:
     klass: str | None
     queue: str
     role: str | None
+    gpus: float
     submitted: float
     outcome: EndOutcome
     first_start: float | None
@@ -67,7 +69,8 @@ class JobLine:
 
     def to_json(self) -> dict[str, Any]:
         return {"policy": self.policy, "scenario": self.scenario, "job": self.job, "class": self.klass,
-                "queue": self.queue, "role": self.role, "submitted": round(self.submitted, 3),
+                "queue": self.queue, "role": self.role, "gpus": round(self.gpus, 4),
+                "submitted": round(self.submitted, 3),
                 "outcome": self.outcome,
                 "firstStart": None if self.first_start is None else round(self.first_start, 3),
                 "finished": None if self.finished is None else round(self.finished, 3),
@@ -116,7 +119,7 @@ def job_lines(result: SimResult) -> list[JobLine]:
         failures = Counter(a.cause or "Unknown" for a in record.attempts if a.outcome == "failed")
         out.append(JobLine(
             policy=result.policy, scenario=result.scenario, job=record.key, klass=record.klass, queue=record.queue,
-            role=record.role, submitted=record.arrival, outcome=_end_outcome(record),
+            role=record.role, gpus=record.gpus, submitted=record.arrival, outcome=_end_outcome(record),
             first_start=min(starts) if starts else None,
             finished=record.ended if record.outcome in ("succeeded", "failed") else None,
             attempts=len(record.attempts), failures=dict(failures),

@@ -8,7 +8,8 @@
   GPU (time-slice replicas, fractions) is in use, whole, while any pod holds part of it (its tenants' busy
   time is capped at that one GPU), so the share stays within [0, 100];
 * job success %: jobs that succeeded over jobs that ended (succeeded, or failed for good after their
-  retries); jobs still running or pending at the end are counted apart as unfinished;
+  retries); jobs still running or pending at the end are counted apart as unfinished; training-job success %
+  the same over jobs of role training (what a team measures of its training runs, calibration's target);
 * failures: failed attempts by cause (a job retried twice and then failed counts three);
 * queue wait p50/p95/p99: per attempt, from submission (arrival, retry or requeue) until every pod runs,
   or until the attempt ended without that, or until the end of the run (censored);
@@ -31,7 +32,7 @@ import numpy as np
 from gpufleet.sim.jobs import JobLine, job_lines
 from gpufleet.sim.records import PodSpan, SimResult
 from gpufleet.sim.series import FloatArray, Step, bucket_means, integral, percentile
-from gpufleet.sim.yardsticks import per_class, per_role, yardstick_kpis
+from gpufleet.sim.yardsticks import TRAINING_ROLE, per_class, per_role, yardstick_kpis
 
 INFERENCE_ROLE = "inference"
 
@@ -144,6 +145,7 @@ def kpis(result: SimResult, lines: Sequence[JobLine] | None = None) -> dict[str,
     in_use = float(u[1] - u[0])
     ended = [j for j in result.jobs if j.outcome != "unfinished"]
     succeeded = sum(1 for j in ended if j.outcome == "succeeded")
+    trained = [j for j in ended if j.role == TRAINING_ROLE]
     waits = _waits(result, result.jobs)
     failures = Counter(a.cause or "Unknown" for j in result.jobs for a in j.attempts if a.outcome == "failed")
     ends = [j.ended for j in ended if j.ended is not None]
@@ -159,6 +161,8 @@ def kpis(result: SimResult, lines: Sequence[JobLine] | None = None) -> dict[str,
         "gpu_utilization_pct": _r(100 * busy / denom if denom else None),
         "busy_of_held_pct": _r(100 * busy / in_use if in_use else None),
         "job_success_pct": _r(100 * succeeded / len(ended) if ended else None),
+        "training_success_pct": _r(100 * sum(1 for j in trained if j.outcome == "succeeded") / len(trained)
+                                   if trained else None),
         "wait_p50_s": _r(percentile(waits, 50), 1),
         "wait_p95_s": _r(percentile(waits, 95), 1),
         "wait_p99_s": _r(percentile(waits, 99), 1),

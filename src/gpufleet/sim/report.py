@@ -37,6 +37,7 @@ KPI_ROWS: tuple[KpiRow, ...] = (
     KpiRow("first_start_p50_s", "time to first start p50", -1),
     KpiRow("first_start_p95_s", "time to first start p95", -1),
     KpiRow("first_start_p99_s", "time to first start p99", -1),
+    KpiRow("first_start_p95_gpu_weighted_s", "time to first start p95, GPU-weighted", -1),
     KpiRow("jobs_never_started", "jobs never started", -1),
     KpiRow("jobs_running_at_end", "jobs running at the end", 0),
     KpiRow("wasted_gpu_hours", "wasted GPU-hours (failed, preempted, partial)", -1),
@@ -104,6 +105,27 @@ def kpi_cell(key: str, kpis: dict[str, Any]) -> str:
         ended = kpis["jobs"] - kpis["jobs_unfinished"]
         return f"{fmt(value)} ({ended} of {kpis['jobs']} ended)"
     return fmt(value)
+
+
+def before_after(runs: Sequence[RunOutput]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The summaries of a study's before and after runs, when the runs are such a pair."""
+    by = {r.summary["scenario"]: r.summary for r in runs}
+    return (by["before"], by["after"]) if "before" in by and "after" in by and len(runs) == 2 else None
+
+
+def completion_rows(before: dict[str, Any], after: dict[str, Any]) -> list[list[str]]:
+    """Per role, then per class: jobs, completion before → after, first start p95 before → after."""
+    rows: list[list[str]] = []
+    for group, label in (("per_role", "role"), ("per_class", "class")):
+        b, a = before.get(group, {}), after.get(group, {})
+        for name in sorted(set(b) | set(a)):
+            x, y = b.get(name, {}), a.get(name, {})
+            if "jobs" not in x and "jobs" not in y:
+                continue  # a class with GPU-hours but no job of the run (none here)
+            rows.append([f"{label} {name}", fmt(y.get("jobs", x.get("jobs"))),
+                         f"{fmt(x.get('completion_pct'))} → {fmt(y.get('completion_pct'))}",
+                         f"{duration_text(x.get('first_start_p95_s'))} → {duration_text(y.get('first_start_p95_s'))}"])
+    return rows
 
 
 def definitions() -> list[tuple[str, str]]:
@@ -176,7 +198,7 @@ def _queue_rows(per_queue: dict[str, Any]) -> list[list[str]]:
 
 
 def build_report(runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] = (),
-                 claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = (),
+                 claims: Sequence[tuple[str, str, str, str]] = (), explanation: Sequence[str] = (),
                  plots: Sequence[Plot] = (), plots_missing: str | None = None,
                  extra: Sequence[Section] = ()) -> Report:
     """The report's content; ``plots`` are placed where their file names belong, ``plots_missing`` says why
@@ -198,8 +220,16 @@ def build_report(runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] 
     sections.extend(extra)
     if claims:
         sections.append(Section("Published claims beside ours", [
-            TableBlock.of(["figure", "ours (before → after)", "published claim"], [list(c) for c in claims]),
+            TableBlock.of(["figure", "ours (before → after)", "published claim", "why ours differs"],
+                          [list(c) for c in claims], 1),
             *explanation]))
+    pair = before_after(runs)
+    if pair is not None:
+        sections.append(Section("Completion by role and class", [
+            "Every job submitted, before → after: the share that succeeded, and the p95 of the time until its "
+            "work first began (a job that never started counts until the end of the run).",
+            TableBlock.of(["role or class", "jobs", "completion % (before → after)", "first start p95"],
+                          completion_rows(*pair))]))
     if "allocation_utilization.png" in by_file:
         sections.append(Section("Allocation and utilization per node pool", [
             "Solid: GPUs held, dashed: GPUs busy, in % of the pool's GPUs, averaged per slice of the window.",
@@ -273,7 +303,7 @@ class ReportFiles:
 
 
 def write_report(directory: Path, runs: Sequence[RunOutput], *, title: str, intro: Sequence[str] = (),
-                 claims: Sequence[tuple[str, str, str]] = (), explanation: Sequence[str] = (),
+                 claims: Sequence[tuple[str, str, str, str]] = (), explanation: Sequence[str] = (),
                  extra: Sequence[Section] = ()) -> ReportFiles:
     """Write ``report.md`` with its PNG plots and the self-contained ``report.html`` into ``directory``."""
     from gpufleet.sim.report_html import to_html

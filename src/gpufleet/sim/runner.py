@@ -144,10 +144,11 @@ def run_plan(p: Plan, progress: Callable[[str], Progress | None] | None = None) 
     return out
 
 
-def casestudy_claims(runs: Sequence[RunOutput], *,
-                     calibrated: bool = False) -> tuple[list[tuple[str, str, str]], list[str]]:
+def casestudy_claims(runs: Sequence[RunOutput], *, calibrated: bool = False,
+                     success_key: str = "job_success_pct") -> tuple[list[tuple[str, str, str, str]], list[str]]:
     """The published claims beside ours and the explanation, when the runs are the case study's pair."""
     by = {r.summary["scenario"]: r.summary for r in runs}
     if "before" not in by or "after" not in by:
         return [], []
-    return claim_rows(by["before"], by["after"]), explain(by["before"], by["after"], calibrated=calibrated)
+    return (claim_rows(by["before"], by["after"], success_key=success_key),
+            explain(by["before"], by["after"], calibrated=calibrated))

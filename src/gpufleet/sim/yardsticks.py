@@ -39,8 +39,27 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("training_completion_pct", "the same over jobs of role training."),
     ("first_start_p95_s", "95th percentile over every job of the time from submission until its work first began; "
                           "a job that never started counts until the end of the run."),
+    ("first_start_p95_gpu_weighted_s", "the same, each job weighing the GPUs it asks: by then the jobs asking 95% "
+                                       "of the GPUs had started (a 16-GPU gang weighs as much as 128 notebooks on "
+                                       "eighth replicas)."),
     ("wasted_gpu_hours", "GPU-hours held by attempts that failed, were preempted, or never got all their pods."),
 )
+
+
+def weighted_percentile(values: Sequence[float], weights: Sequence[float], q: float) -> float | None:
+    """The smallest value by which ``q`` percent of the total weight is reached (no interpolation); None without
+    weight."""
+    pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return None
+    need = total * q / 100.0
+    seen = 0.0
+    for v, w in pairs:
+        seen += w
+        if seen >= need - 1e-9:
+            return v
+    return pairs[-1][0]
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -88,6 +107,7 @@ def yardstick_kpis(lines: Sequence[JobLine], run_end: float, fleet_cost: float) 
         "first_start_p50_s": _r(percentile(starts, 50), 1),
         "first_start_p95_s": _r(percentile(starts, 95), 1),
         "first_start_p99_s": _r(percentile(starts, 99), 1),
+        "first_start_p95_gpu_weighted_s": _r(weighted_percentile(starts, [x.gpus for x in lines], 95), 1),
         "jobs_never_started": sum(1 for x in lines if not x.started),
         "jobs_running_at_end": sum(1 for x in lines if x.outcome == "running"),
         "jobs_pending_at_end": sum(1 for x in lines if x.outcome == "pending"),

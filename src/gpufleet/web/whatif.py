@@ -15,7 +15,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet.advise.reasons import kpi_text, kpi_words
-from gpufleet.sim.calibrate import BOUNDS, KNOB_TEXT, KNOBS, TARGETS, TOLERANCE, Calibration, Knobs, Targets
+from gpufleet.sim.calibrate import (
+    ATTRIBUTIONS,
+    BOUNDS,
+    KNOB_TEXT,
+    KNOBS,
+    TARGETS,
+    TOLERANCE,
+    Calibration,
+    Knobs,
+    Targets,
+)
 from gpufleet.web.schema_check import BOOL, INT, NNUM, NSTR, NUM, OBJECT, STR, array, mismatch, obj, ref
 
 Doc = dict[str, Any]
@@ -93,7 +103,7 @@ def calibration_problem(calibration: Any, where: str) -> str | None:
     shown."""
     problem = mismatch(calibration, SCHEMAS["CalibrationDocument"], SCHEMAS, where)
     if problem is None:
-        for field, known in (("targets", TARGETS), ("knobs", KNOBS), ("bounds", KNOBS)):
+        for field, known in (("targets", (*TARGETS, *ATTRIBUTIONS)), ("knobs", KNOBS), ("bounds", KNOBS)):
             unknown = sorted(set(calibration[field]) - set(known))
             if unknown:
                 problem = f"{where}.{field}: unknown {', '.join(map(repr, unknown))}; expected some of " \
@@ -125,13 +135,13 @@ def calibration_answer(calibration: Mapping[str, Any], runs: Sequence[Mapping[st
         knobs=Knobs(**{k: float(v) for k, v in calibration["knobs"].items()}),
         achieved=dict(calibration["achieved"]), free=tuple(calibration["fitted"]),
         evaluations=calibration["evaluations"], wall_s=calibration["wall_s"],
-        within=calibration["within_tolerance"])
+        within=calibration["within_tolerance"], shown=dict(calibration.get("shown") or {}))
     targets = []
     for (name, value), row in zip(cal.targets.values.items(), cal.target_rows(), strict=True):
-        targets.append({"name": name, "label": TARGETS[name][1], "target": value,
+        targets.append({"name": name, "label": row[0], "target": value,
                         "simulated": cal.achieved.get(name), "residual": cal.residual(name),
                         "tolerance": calibration["tolerance"].get(name, TOLERANCE[name]), "met": cal.met(name),
-                        "text": dict(zip(("target", "simulated", "residual", "tolerance"), row[1:], strict=True))})
+                        "text": dict(zip(("target", "simulated", "residual", "tolerance"), row[1:5], strict=True))})
     unknowns = []
     for name, knob_row in zip(KNOBS, cal.knob_rows(), strict=True):
         low, high = calibration["bounds"].get(name, BOUNDS[name])

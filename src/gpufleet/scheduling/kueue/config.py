@@ -56,6 +56,7 @@ class CQSpec:
     fair_weight: float
     stopped: bool
     pods_ready: PodsReadyPolicy
+    reserve_after_s: float | None = None  # gang reservation (kueue.reservation); None: off
 
     def nominal(self, fr: FR) -> int:
         q = self.quotas.get(fr)
@@ -148,6 +149,7 @@ def _cq_spec(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor], global_rea
         namespace_selector=cq.namespace_selector, strategy=cq.queueing_strategy, preemption=cq.preemption,
         fungibility=cq.flavor_fungibility, fair_weight=cq.fair_weight, stopped=cq.stop_policy != "None",
         pods_ready=cq.pods_ready if cq.pods_ready is not None else global_ready,
+        reserve_after_s=cq.reserve_after_s,
     )
 
 

@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
@@ -32,6 +32,8 @@ from gpufleet.scheduling.kueue.modes import FIT, NO_FIT, PREEMPT, Granular, Mode
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
 from gpufleet.scheduling.kueue.preemption import Target
 from gpufleet.scheduling.kueue.queues import FAILED_AFTER_NOMINATION, GENERIC, NAMESPACE_MISMATCH, PENDING_PREEMPTION
+from gpufleet.scheduling.kueue.reservation import BACKFILL_LIMIT, quota_hold, starving
+from gpufleet.scheduling.kueue.reservation import message as reservation_message
 from gpufleet.scheduling.kueue.room import HeldRooms, Nomination, Room, make_room
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.quota import FR
@@ -83,6 +85,7 @@ class Cycle:
         self.decisions = Decisions()
         self.preempted: dict[str, WorkloadInfo] = {}  # targets chosen this cycle
         self.admitted: list[tuple[Entry, list[PodAssignment]]] = []
+        self.backfilled: list[Entry] = []  # admitted beside a reservation (kueue.reservation), not as heads
         # The room on nodes preemptions are making, held for their preemptors (kueue.room); None without nodes.
         placer = state.placer
         self.rooms = HeldRooms(placer.cluster) if placer is not None else None
@@ -385,6 +388,38 @@ class Cycle:
         self._issue_with_room(e, room)
         return None
 
+    # ---- gang reservation (kueue.reservation) ---------------------------------------------------------------
+    def _reservations(self, entries: list[Entry], process: Callable[[Entry], None]) -> None:
+        """Heads that waited past their queue's reservation time reserve; the workloads behind each reservation
+        are nominated against the snapshot with its quota held, and admitted when they fit beside it."""
+        state, now = self.state, self.now
+        for e in entries:
+            cq = e.cq
+            if e.admitted or cq.reserve_after_s is None:
+                continue
+            holder = state.reservations.get(cq.name)
+            if holder is None and starving(e.info, cq, now):
+                state.reservations[cq.name] = holder = e.info.key
+            if holder != e.info.key:
+                continue
+            e.message = reservation_message(e.info, cq, now)
+            self._backfill(e, process)
+
+    def _backfill(self, reserved: Entry, process: Callable[[Entry], None]) -> None:
+        state, cq = self.state, reserved.cq
+        state.tree.add_usage(cq.name, quota_hold(reserved.info, cq))  # in the snapshot: rolled back after the cycle
+        behind = [w for w in state.queues.queues[cq.name].ordered() if w.key != reserved.info.key]
+        for info in behind[:BACKFILL_LIMIT]:
+            if info.requeue_at is not None and info.requeue_at > self.now:
+                continue
+            e = Entry(info, cq)
+            e.assignment, e.targets = self._assignments(info, cq)
+            if e.assignment.outcome is not FIT:
+                continue  # beside the hold it does not fit, or only by preempting: it waits
+            process(e)
+            if e.admitted:
+                self.backfilled.append(e)
+
     # ---- the cycle -------------------------------------------------------------------------------------------
     def run(self) -> Decisions:
         state = self.state
@@ -409,6 +444,8 @@ class Cycle:
             for item in order:
                 assert isinstance(item, Entry)
                 process(item)
+            if state.reserve:
+                self._reservations(entries, process)
             if rooms is not None:
                 state.nominations = rooms.carried()
         except BaseException:
@@ -422,6 +459,8 @@ class Cycle:
         commit, admitted, now = state.commit_admission, self.decisions.admitted, self.now
         for e, pods in self.admitted:
             admitted.append(commit(e.info, e.cq.name, e.assignment.admission_shape(), pods, now, charged=True))
+        for e in self.backfilled:  # never popped as heads: out of their queue now
+            state.queues.remove(e.info)
         for e in [*entries, *inadmissible]:
             if not e.admitted:
                 self._requeue(e)
@@ -436,6 +475,10 @@ class Cycle:
         reason = FAILED_AFTER_NOMINATION if e.skipped and e.reason == GENERIC else e.reason
         info.message = e.message
         info.state = PENDING
+        if state.reservations.get(e.cq.name) == info.key:
+            state.queues.hold_head(info)  # it stays the head while it reserves
+            self.decisions.pending.append(PendingWorkload(info.key, e.message))
+            return
         state.queues.requeue(info, reason)
         if info.placement_parked:
             q = state.queues.queues[e.cq.name]

@@ -301,6 +301,8 @@ class KueuePolicy:
         s = self.state
         assert info.state is not State.ADMITTED, f"{info.key}: an admitted workload is released, not forgotten"
         s.queues.remove(info)
+        if info.cluster_queue is not None and s.reservations.get(info.cluster_queue) == info.key:
+            del s.reservations[info.cluster_queue]  # it left its queue: its reservation is over
         for table in (s.no_quota, s.unqueued, s.placement_parked, s.backoff, s.waiting_ready):
             table.pop(info.key, None)
 

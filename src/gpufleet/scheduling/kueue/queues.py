@@ -209,6 +209,14 @@ class QueueManager:
             return
         q.park(info)
 
+    def hold_head(self, info: WorkloadInfo) -> None:
+        """Keep a workload the head of its queue, whatever its queueing strategy (it reserves:
+        kueue.reservation)."""
+        assert info.cluster_queue is not None
+        q = self.queues[info.cluster_queue]
+        q.sticky = info.key
+        q.push(info)
+
     def clear_sticky(self, info: WorkloadInfo) -> None:
         q = self.queues.get(info.cluster_queue or "")
         if q is not None and q.sticky == info.key:

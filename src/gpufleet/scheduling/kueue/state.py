@@ -68,6 +68,9 @@ class SchedulerState:
                                                           config.fair_sharing)
         # Room on nodes the last cycle's preemptions made, held for their preemptors in the next (kueue.room).
         self.nominations: dict[str, Nomination] = {}
+        # Gang reservations (kueue.reservation): ClusterQueue -> the workload reserving its quota.
+        self.reservations: dict[str, str] = {}
+        self.reserve = any(cq.reserve_after_s is not None for cq in config.cluster_queues.values())
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
         """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""
@@ -117,6 +120,8 @@ class SchedulerState:
         info.placement_parked = False
         times_out = False  # waitForPodsReady is Kueue's: workloads without a queue are not Kueue's to time out
         if cq is not None:
+            if self.reservations and self.reservations.get(cq) == info.key:
+                del self.reservations[cq]  # admitted: its reservation is over
             if not charged:
                 self.tree.add_usage(cq, usage)
             self.admitted[cq][info.key] = info

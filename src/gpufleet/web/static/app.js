@@ -569,7 +569,9 @@ function drawCalibration(c) {
     h("h3", {}, "The targets against the fitted run"), targets,
     h("h3", {}, "The fitted unknowns"), unknowns,
     h("p", { class: "muted" }, "Load scale multiplies every class's arrival rate; busy scale every class's busy share (at " +
-      "most a whole GPU); the failure rate is the chance that an attempt fails on its own, whatever the scheduler does."));
+      "most a whole GPU); gang share, rendezvous timeout and memory scale are the scheduler-attributable mechanisms, fitted " +
+      "first; the failure rate is the chance that an attempt fails on its own, whatever the scheduler does, fitted only " +
+      "for what they leave."));
 }
 
 async function drawWhatIf() {
