@@ -149,6 +149,8 @@ def main() -> int:
             print(f"{name:16s} {policy:13s} " + " ".join(f"{_cell(key, k.get(key)):>22s}" for key, _, _ in YARDSTICKS))
         print(f"{'':16s} {'at least both?':13s} " + " ".join(f"{'yes' if verdict[key] else 'NO':>22s}"
                                                               for key, _, _ in YARDSTICKS))
+        print(f"{'':16s}   jobs never started: " + ", ".join(
+            f"{policy} {runs[policy]['kpis']['jobs_never_started']}" for policy in POLICIES))
         for q, v in runs["gpufleet"]["per_queue"].items():
             print(f"{'':16s}   gpufleet queue {q}: p95 wait {(v['wait_p95_s'] or 0) / 3600:.1f} h, "
                   f"{v['succeeded']}/{v['jobs']} succeeded")

@@ -104,8 +104,9 @@ class SchedulerMetrics:
         self.gpus_unhealthy = Gauge("gpufleet_gpus_unhealthy", "GPUs the node's inventory marks Unhealthy.",
                                     _FLEET_LABELS, registry=reg)
         self.gpus_fragmented = Gauge(
-            "gpufleet_fragmented_gpus", "Idle GPUs on nodes where no pending GPU pod fits (0 while no GPU pod is "
-            "pending): capacity that exists and that nobody waiting can use.", _FLEET_LABELS, registry=reg)
+            "gpufleet_fragmented_gpus", "Idle GPUs stranded: on nodes a pending GPU pod could use were they free, "
+            "where none fits now (0 while no GPU pod is pending): capacity that exists and that nobody waiting can "
+            "use.", _FLEET_LABELS, registry=reg)
         self.queue_gpus_held = Gauge(
             "gpufleet_cluster_queue_gpus_held", "GPUs held by the pods of each ClusterQueue's workloads (empty "
             "cluster_queue: pods without a queue, or of other schedulers).", ["cluster_queue", *_FLEET_LABELS],

@@ -90,7 +90,7 @@ class SimResult:
     pools: list[PoolInfo]
     jobs: list[JobRecord]
     spans: list[PodSpan]
-    stranded: list[tuple[float, float, float, int]]  # (time, idle GPUs no pending pod fits, idle GPUs, pods pending)
+    stranded: list[tuple[float, float, float, int]]  # (time, GPUs stranded (sim/stranded.py), idle GPUs, pods pending)
     events: int = 0
     cycles: int = 0
     wall_s: float = 0.0
@@ -98,7 +98,7 @@ class SimResult:
     notes: list[str] = field(default_factory=list)
     gpus: dict[tuple[str, str], int] = field(default_factory=dict)  # physical GPUs per (pool, model)
     prices: dict[str, float] = field(default_factory=dict)  # per GPU-hour, per model of the cluster
-    # Per stranded sample: (time, idle GPUs no pending pod fits per (pool, model)); same times as ``stranded``.
+    # Per stranded sample: (time, idle GPUs stranded per (pool, model)); same times as ``stranded``.
     stranded_by: list[tuple[float, dict[tuple[str, str], float]]] = field(default_factory=list)
     # Every node with GPUs: (pool, GPU model, GPUs), for the dashboard's replay of the fleet (sim/timeline.py).
     gpu_nodes: dict[str, tuple[str, str | None, int]] = field(default_factory=dict)

@@ -594,7 +594,7 @@ async function drawWhatIf() {
       heat(run, at))));
     const pools = [...new Set(shown.flatMap((r) => Object.keys(r.series)))].sort();
     timeCharts.replaceChildren(
-      h("figure", {}, h("figcaption", {}, "fragmentation % (idle GPUs no pending pod fits)"),
+      h("figure", {}, h("figcaption", {}, "stranded capacity % (idle GPUs a pending pod could use, where none fits)"),
         chart({ series: shown.map((r) => ({ name: label(r), values: r.timeline.fragmentation_pct })), xs: days, xLabel: "day", cursor: days[at], yText: (v) => fmt(v, 1) })),
       h("figure", {}, h("figcaption", {}, "jobs waiting"),
         chart({ series: shown.map((r) => ({ name: label(r), values: r.timeline.jobs_waiting })), xs: days, xLabel: "day", cursor: days[at] })),
