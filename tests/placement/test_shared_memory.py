@@ -9,6 +9,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.filters import gpu_key
@@ -131,3 +132,60 @@ def test_known_memory_never_overflows_and_avoided_gpus_stay_avoided(steps: list[
             for g in node.gpus:
                 assert set(g.replica_memory) <= {h for h in g.replica_holders if h is not None}
     cluster.check_invariants()
+
+
+def test_a_two_replica_pod_counts_only_gpus_with_room_and_never_crashes() -> None:
+    # GPU 0: one tenant known at 40 GiB, 3 free replicas; GPU 1: three small tenants, 1 free replica. A pod of two
+    # replicas expected at 10 GiB fits only on GPU 1's single free replica: it must be refused, not crash.
+    def setup() -> ClusterState:
+        c = ClusterState([gpu_node("l0", "L40S", 2, mode="replicas", replicas=4, fail_gt1=False)])
+        c.allocate("ns/a", "l0", {}, [DeviceGrant("replica", 0, 0, memory_mib=40 * GIB_MIB)])
+        for i in range(3):
+            c.allocate(f"ns/s{i}", "l0", {}, [DeviceGrant("replica", 1, i, memory_mib=GIB_MIB)])
+        return c
+
+    two = replace(pod("ns/b", shared=2), memory_hint=10 * GIB_MIB)
+    cluster = setup()
+    placer = make_placer(cluster, "gpufleet", random.Random(0))
+    assert placer.why_not(two, "l0") is not None and placer.place([two]) is None
+    # A profile without the memory-aware filters ignores what the policy knows (avoided GPUs, hints) instead of
+    # choosing devices the filters never checked.
+    avoiding = replace(pod("ns/b", shared=2), avoid_gpus=frozenset({"l0/0"}))
+    for profile in ("kube-default", "gpufleet"):
+        cluster = setup()
+        got = make_placer(cluster, profile, random.Random(0)).place([avoiding])
+        if profile == "gpufleet":
+            assert got is None  # GPU 1 has one free replica, GPU 0 is avoided
+        else:
+            assert got is not None and {g.gpu for g in got[0].grants} == {0}
+
+
+def test_spreading_never_moves_a_pod_off_an_exclusive_gpu() -> None:
+    # A whole-GPU L40S node and a time-sliced one that also serves nvidia.com/gpu (renameByDefault false): a pod
+    # asking one nvidia.com/gpu gets the exclusive GPU, whatever the seed.
+    from gpufleet.api.objects import CPU, MEMORY, PODS
+    from gpufleet.cluster.devices import GpuSlot
+    from gpufleet.cluster.state import NodeState
+
+    def shared_node() -> NodeState:
+        slots = [GpuSlot(0, "shared/gpu-0", "L40S", L40S_MIB, "replicas", "nvidia.com/gpu", 4,
+                         replica_holders=[None] * 4)]
+        alloc = {CPU: 64000, MEMORY: 512 * 2**30, PODS: 110, "nvidia.com/gpu": 4}
+        return NodeState(name="shared", labels={"kubernetes.io/hostname": "shared"}, taints=(), allocatable=alloc,
+                         used={}, gpus=slots, gpu_model="L40S")
+
+    for seed in range(10):
+        cluster = ClusterState([gpu_node("whole", "L40S", 1), shared_node()])
+        make_placer(cluster, "gpufleet", random.Random(seed)).place([pod("ns/a", gpus=1)])
+        assert cluster.placements["ns/a"].node == "whole", seed
+
+
+def test_topology_capacity_of_a_pod_avoiding_gpus_is_the_nodes_own() -> None:
+    from gpufleet.scheduling.placement.need import compile_need
+
+    for avoided, empty in (("a", "b"), ("b", "a")):
+        cluster = ClusterState([gpu_node(n, "L40S", 1, mode="replicas", replicas=4) for n in ("a", "b")])
+        placer = make_placer(cluster, "gpufleet", random.Random(0))
+        need = compile_need(replace(pod("ns/x", shared=1), avoid_gpus=frozenset({f"{avoided}/0"})), placer._intern)
+        assert placer.capacity(need, cluster.nodes[empty]) == 4
+        assert placer.capacity(need, cluster.nodes[avoided]) == 0

@@ -102,7 +102,7 @@ def test_figures_and_the_failure_split_read_the_failed_attempts(tmp_path: object
     k = {"failures": {"RendezvousTimeout": 9, "Error": 1}, "training_success_pct": 61.5}
     assert figure("gang", k) == 90.0 and figure("oom", k) == 0.0 and figure("training_success", k) == 61.5
     assert failure_split(k) == [("partial gangs (rendezvous timeouts)", 90.0), ("the jobs' own errors", 10.0)]
-    assert figure("gang", {"failures": {}}) is None
+    assert figure("gang", {"failures": {}}) == 0.0  # no failure at all: no share of any cause
 
 
 def test_attribute_needs_calibrate_and_a_readable_share(tmp_path: object) -> None:

@@ -63,6 +63,9 @@ def test_job_lines_by_hand() -> None:
     assert b.cost_held == pytest.approx(9 * 0.5 * 2.0)  # priced by its share of the GPU
     assert (c.outcome, c.gpu_seconds_useful) == ("running", 6 * HOUR / 8)
     assert (d.outcome, d.gpu_seconds_held, d.time_to_start(10 * HOUR)) == ("pending", 0.0, HOUR)
+    # What each weighs: what its first placed attempt held (3/7 for the 3g instance, 1/8 for the replica), else
+    # what it asks (d, never placed).
+    assert (a.gpus, b.gpus, c.gpus, d.gpus) == (1.0, pytest.approx(3 / 7), 0.125, 1.0)
 
 
 def test_yardsticks_by_hand() -> None:

@@ -126,3 +126,26 @@ def test_memory_book_hints_floors_and_profiles() -> None:
     big = resized(a, [Resize("nvidia.com/gpu", "nvidia.com/mig-2g.20gb")])
     assert "nvidia.com/mig-2g.20gb" in big.pods[0].template.requests and "nvidia.com/gpu" not in big.pod_sets[
         0].template.requests
+
+
+def test_an_oom_on_two_shared_gpus_bounds_the_need_by_the_least_free() -> None:
+    # A pod of two replicas, one on each of two time-sliced GPUs, known co-tenants leaving 40 GiB and 2 GiB free:
+    # which one ran out is not reported, so the workload is expected to need more than 2 GiB, not 40.
+    from gpufleet.cluster.devices import DeviceGrant
+
+    m = load(_time_sliced("ts", 64).replace("count: 1}", "count: 2}") + _queues(["nvidia.com/gpu.shared"]))
+    (job_,) = jobs_of(job("two", resource="nvidia.com/gpu.shared", gpus=2, labels="kueue.x-k8s.io/queue-name: q"))
+    policy = make_policy("gpufleet", m)
+    cluster = policy.cluster
+    assert cluster is not None
+    node = next(iter(cluster.nodes))
+    cluster.allocate("other/a", node, {}, [DeviceGrant("replica", 0, 0, memory_mib=6 * GI)])
+    cluster.allocate("other/b", node, {}, [DeviceGrant("replica", 1, 0, memory_mib=44 * GI)])
+    policy.submit(job_.workload, 0.0)
+    pod = job_.workload.pods[0].key  # placed by hand on both GPUs (the device plugin may split it so)
+    cluster.allocate(pod, node, {}, [DeviceGrant("replica", 0, 1), DeviceGrant("replica", 1, 1)])
+    policy.oom_killed(job_.key, pod, 60.0)  # type: ignore[attr-defined]
+    book = policy.memory  # type: ignore[attr-defined]
+    free_on_1 = 46068 - 44 * GI
+    assert book.hint(job_.workload, job_.workload.pods[0].template) == free_on_1 + 1
+    assert book.avoid(job_.key) == frozenset({f"{node}/0", f"{node}/1"})

@@ -93,3 +93,19 @@ def test_a_bad_reservation_time_names_the_queue_and_the_annotation() -> None:
     m = load_manifest_text(_queues("soon"))
     (error,) = [e for e in m.problems.errors if "reserve-after" in str(e)]
     assert "ClusterQueue" in str(error) and "cq" in str(error) and "2h" in str(error)
+
+
+def test_backfill_admits_only_what_the_queue_would_nominate() -> None:
+    # The queue admits namespaces labelled team=a; a LocalQueue of team-b points at it anyway. Its CPU-only job,
+    # parked for the namespace mismatch, must not be backfilled beside the reservation.
+    text = _queues("1h").replace("namespaceSelector: {}", "namespaceSelector: {matchLabels: {team: a}}").replace(
+        "metadata: {name: team-a}", "metadata: {name: team-a, labels: {team: a}}")
+    text += ("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-b}\n---\napiVersion: kueue.x-k8s.io/v1beta1\n"
+             "kind: LocalQueue\nmetadata: {name: q, namespace: team-b}\nspec: {clusterQueue: cq}\n---\n")
+    m = load(pool("p", 4, 4) + text)
+    intruder = job("intruder", duration="1h", arrival="2h10m", labels=LABEL, namespace="team-b").replace(
+        "limits: {nvidia.com/gpu: 1, cpu: \"1\", memory: 1Gi}", "limits: {cpu: \"2\", memory: 1Gi}")
+    r = simulate_jobs(make_policy("gpufleet", m), jobs_of(_workload() + intruder))
+    outcome = {j.key: (j.outcome, j.attempts[-1].started) for j in r.jobs}
+    assert outcome["team-b/intruder"] == ("unfinished", None)
+    assert outcome["team-a/big"] == ("succeeded", 2.5 * 3600)

@@ -102,11 +102,13 @@ class MemoryBook:
             self.cluster.observe_memory(pod, mib)
 
     def oom_on_shared(self, workload: Workload, gpus: Collection[str], needed_more_than: int) -> None:
-        """A pod of ``workload`` was OOM-killed on the software-shared ``gpus``, where ``needed_more_than`` MiB
-        were free: keep it off them, and expect at least that much of it."""
+        """A pod of ``workload`` was OOM-killed on the software-shared ``gpus``, where at least ``needed_more_than``
+        MiB were free by what is known: keep it off them, and expect more than that of this workload (a bound, not
+        an observation: its class's figures are not changed; nothing is learnt of it when nothing was known to be
+        free)."""
         self._avoid[workload.key] = self.avoid(workload.key) | frozenset(gpus)
-        self._floor[workload.key] = max(self._floor.get(workload.key, 0), needed_more_than + 1)
-        self._classes.setdefault(workload_class(workload), _ClassMemory()).add(needed_more_than + 1)
+        if needed_more_than > 0:
+            self._floor[workload.key] = max(self._floor.get(workload.key, 0), needed_more_than + 1)
 
     def oom_on_mig(self, workload: Workload, resize: Resize | None) -> None:
         if resize is not None:

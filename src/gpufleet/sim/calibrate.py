@@ -529,7 +529,7 @@ def figure(name: str, k: Mapping[str, Any]) -> float | None:
     if name in ATTRIBUTIONS:
         failures: Mapping[str, int] = k.get("failures") or {}
         total = sum(failures.values())
-        return 100.0 * failures.get(ATTRIBUTIONS[name][0], 0) / total if total else None
+        return 100.0 * failures.get(ATTRIBUTIONS[name][0], 0) / total if total else 0.0  # no failure: no share
     value = k.get(TARGETS[name][0])
     return None if value is None else float(value)
 

@@ -35,6 +35,9 @@ Progress = Callable[[float, float], None]  # (virtual now, virtual end) -> None
 _LIVE = frozenset({Kind.ARRIVAL, Kind.POD_START, Kind.WORK_DONE, Kind.POD_DONE, Kind.MEMORY_PEAK,
                    Kind.RENDEZVOUS, Kind.RETRY, Kind.WAKEUP, Kind.CRASH})
 _IDLE_WAKEUPS = 1000  # wake-ups in a row that change nothing while nothing else is left: the run is over
+# Cycles in a row that decide nothing at one instant while the policy still has heads to try (each cycle tries one
+# per ClusterQueue): a queue of thousands of workloads none of which fits is not walked through at every event.
+_UNDECIDED_CYCLES = 64
 
 
 @dataclass(slots=True)
@@ -203,15 +206,18 @@ class Simulator:
         try: Kueue's scheduler loops while it has heads, so a BestEffortFIFO head that does not fit gives way to
         the next workload at once, not at the next event."""
         decided = False
+        undecided = 0
         for _ in range(self.config.max_cycles_per_instant):
             d = self.policy.cycle(t)
             self.cycles += 1
             for p in d.pending:
                 self.last_pending_reason[p.workload] = p.reason
             if not d:
-                if self._settled is None or self._settled():
-                    return decided
+                undecided += 1
+                if self._settled is None or self._settled() or undecided >= _UNDECIDED_CYCLES:
+                    return decided  # past the bound, the rest waits for the next event or tick
                 continue
+            undecided = 0
             decided = True
             self._apply(d, t)
         raise SimulationError(f"policy {self.policy.name} kept deciding at t={t:.0f}s "

@@ -72,7 +72,9 @@ def holding_of(cluster: ClusterState, placement: Placement) -> Holding:
             devices.append(MemoryDevice(f"{gpu_key}/{g.slot}", inst.memory_mib, False))
     model = ns.gpu_model
     price = cluster.catalog.price(model) if model else 0.0
-    return Holding(ns.name, ns.pool, model, share, price, tuple(dict.fromkeys(shared)), tuple(devices),
+    # A pod holding two replicas of one GPU uses its memory there once, not twice.
+    unique = tuple({d.key: d for d in devices}.values())
+    return Holding(ns.name, ns.pool, model, share, price, tuple(dict.fromkeys(shared)), unique,
                    mig_compute, whole, whole + mig_compute + soft)
 
 

@@ -8,7 +8,8 @@ A line (:meth:`JobLine.to_json`)::
      "attempts": n, "failures": {"OOMKilled": n, ...}, "preemptions": n,
      "gpuSecondsHeld": f, "gpuSecondsUseful": f, "gpuSecondsBusyUseful": f, "costHeld": CHF}
 
-* ``gpus``: the GPU equivalents the job asks (a MIG instance by its compute share, a replica as one device);
+* ``gpus``: the whole-GPU equivalents the job held when its pods were first placed (a MIG instance by its compute
+  slices over the GPU's, a replica or a fraction by its share), else, never placed, the devices it asks;
 * ``outcome`` at the end of the run: ``succeeded``; ``failed`` (for good, its retries spent); ``running`` (an
   attempt whose every pod runs, healthy, at the end); ``pending`` (waiting at the end: never started, or
   waiting again after a failure or a preemption; ``firstStart`` tells which);
@@ -116,10 +117,14 @@ def job_lines(result: SimResult) -> list[JobLine]:
                 elif x.busy_from is not None and x.busy_to is not None:
                     busy += x.demand * max(0.0, min(x.busy_to, result.run_end) - x.busy_from)
         starts = [a.started for a in record.attempts if a.started is not None]
+        mine = spans.get(record.key, [])
+        first = min((x.attempt for x in mine), default=0)
+        placed = [x for x in mine if x.attempt == first]  # the pods of the first attempt that placed any
         failures = Counter(a.cause or "Unknown" for a in record.attempts if a.outcome == "failed")
         out.append(JobLine(
             policy=result.policy, scenario=result.scenario, job=record.key, klass=record.klass, queue=record.queue,
-            role=record.role, gpus=record.gpus, submitted=record.arrival, outcome=_end_outcome(record),
+            role=record.role, gpus=sum(x.equivalents for x in placed) if placed else record.gpus,
+            submitted=record.arrival, outcome=_end_outcome(record),
             first_start=min(starts) if starts else None,
             finished=record.ended if record.outcome in ("succeeded", "failed") else None,
             attempts=len(record.attempts), failures=dict(failures),

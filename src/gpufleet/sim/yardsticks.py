@@ -39,9 +39,9 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("training_completion_pct", "the same over jobs of role training."),
     ("first_start_p95_s", "95th percentile over every job of the time from submission until its work first began; "
                           "a job that never started counts until the end of the run."),
-    ("first_start_p95_gpu_weighted_s", "the same, each job weighing the GPUs it asks: by then the jobs asking 95% "
-                                       "of the GPUs had started (a 16-GPU gang weighs as much as 128 notebooks on "
-                                       "eighth replicas)."),
+    ("first_start_p95_gpu_weighted_s", "the same, each job weighing the GPUs it held when placed (else asks): by "
+                                       "then the jobs holding 95% of the GPUs had started (a 16-GPU gang weighs as "
+                                       "much as 128 notebooks on eighth replicas)."),
     ("wasted_gpu_hours", "GPU-hours held by attempts that failed, were preempted, or never got all their pods."),
 )
 

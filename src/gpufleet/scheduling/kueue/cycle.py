@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.flavors import Assignment, FlavorAssigner, Oracle
@@ -53,7 +53,7 @@ _UNASSIGNED = Assignment()
 class Entry:
     """A nominated head: its assignment, its preemption targets, and what processing decided."""
 
-    __slots__ = ("admitted", "assignment", "cq", "info", "message", "reason", "skipped", "targets")
+    __slots__ = ("admitted", "assignment", "cq", "held", "info", "message", "reason", "skipped", "targets")
 
     def __init__(self, info: WorkloadInfo, cq: CQSpec) -> None:
         self.info = info
@@ -64,6 +64,7 @@ class Entry:
         self.admitted = False
         self.reason = GENERIC  # requeue reason
         self.message = ""
+        self.held: dict[FR, int] = {}  # quota it holds back in this cycle's snapshot (resourcesToReserve)
 
     @property
     def cq_name(self) -> str:
@@ -309,7 +310,8 @@ class Cycle:
             return
         if outcome is PREEMPT and not e.targets:
             if not e.cq.can_always_reclaim():
-                tree.add_usage(e.cq.name, self._reserve(e))
+                e.held = self._reserve(e)
+                tree.add_usage(e.cq.name, e.held)
             return
         if e.targets and any(t.info.key in self.preempted for t in e.targets):
             self._skip(e, OVERLAPPING_MESSAGE)
@@ -353,7 +355,8 @@ class Cycle:
             e.message = (e.message + ". " if e.message else "") + f"{NO_ROOM_MESSAGE}: {room.why}"
             e.info.placement_parked = True
             if not e.cq.can_always_reclaim():
-                self.state.tree.add_usage(e.cq.name, self._reserve(e))
+                e.held = self._reserve(e)
+                self.state.tree.add_usage(e.cq.name, e.held)
             return
         self._issue_with_room(e, room)
 
@@ -389,7 +392,7 @@ class Cycle:
         return None
 
     # ---- gang reservation (kueue.reservation) ---------------------------------------------------------------
-    def _reservations(self, entries: list[Entry], process: Callable[[Entry], None]) -> None:
+    def _reservations(self, entries: list[Entry]) -> None:
         """Heads that waited past their queue's reservation time reserve; the workloads behind each reservation
         are nominated against the snapshot with its quota held, and admitted when they fit beside it."""
         state, now = self.state, self.now
@@ -403,22 +406,42 @@ class Cycle:
             if holder != e.info.key:
                 continue
             e.message = reservation_message(e.info, cq, now)
-            self._backfill(e, process)
+            if not e.targets:
+                # A head whose preemption is under way charged its usage in the snapshot and is about to be
+                # admitted: nothing is backfilled beside it this cycle.
+                self._backfill(e)
 
-    def _backfill(self, reserved: Entry, process: Callable[[Entry], None]) -> None:
+    def _backfill(self, reserved: Entry) -> None:
+        """The queue's next workloads, in queue order, each admitted when it fits beside the reserved quota and on
+        nodes as they are: no preemption, no room made on nodes, and only what its queue would nominate (its
+        namespace matched, the queue active)."""
         state, cq = self.state, reserved.cq
-        state.tree.add_usage(cq.name, quota_hold(reserved.info, cq))  # in the snapshot: rolled back after the cycle
+        if cq.stopped:
+            return
+        # In the snapshot (rolled back after the cycle), beyond what its nomination already held back this cycle.
+        hold = {fr: v - reserved.held.get(fr, 0) for fr, v in quota_hold(reserved.info, cq).items()}
+        state.tree.add_usage(cq.name, {fr: v for fr, v in hold.items() if v > 0})
         behind = [w for w in state.queues.queues[cq.name].ordered() if w.key != reserved.info.key]
+        blocked = state.waiting_ready and state.config.pods_ready_for(cq.name).block_admission
         for info in behind[:BACKFILL_LIMIT]:
-            if info.requeue_at is not None and info.requeue_at > self.now:
+            if (info.requeue_at is not None and info.requeue_at > self.now) or blocked \
+                    or not state.namespace_match(cq, info.namespace):
                 continue
             e = Entry(info, cq)
             e.assignment, e.targets = self._assignments(info, cq)
-            if e.assignment.outcome is not FIT:
+            if e.assignment.outcome is not FIT or not self._fits(e):
                 continue  # beside the hold it does not fit, or only by preempting: it waits
-            process(e)
-            if e.admitted:
-                self.backfilled.append(e)
+            pods: list[PodAssignment] = []
+            gangs = state.placer
+            if gangs is not None:
+                placed, _ = gangs.place(self._groups(gangs, e))
+                if placed is None:
+                    continue  # it would need room made on nodes: it waits
+                pods = [PodAssignment(p.pod, p.node, p.device_ids) for p in placed]
+            state.tree.add_lasting_usage(cq.name, e.assignment.usage)
+            e.admitted = True
+            self.admitted.append((e, pods))
+            self.backfilled.append(e)
 
     # ---- the cycle -------------------------------------------------------------------------------------------
     def run(self) -> Decisions:
@@ -445,7 +468,7 @@ class Cycle:
                 assert isinstance(item, Entry)
                 process(item)
             if state.reserve:
-                self._reservations(entries, process)
+                self._reservations(entries)
             if rooms is not None:
                 state.nominations = rooms.carried()
         except BaseException:
@@ -476,9 +499,11 @@ class Cycle:
         info.message = e.message
         info.state = PENDING
         if state.reservations.get(e.cq.name) == info.key:
-            state.queues.hold_head(info)  # it stays the head while it reserves
-            self.decisions.pending.append(PendingWorkload(info.key, e.message))
-            return
+            if e.reason != NAMESPACE_MISMATCH and not e.cq.stopped:
+                state.queues.hold_head(info)  # it stays the head while it reserves
+                self.decisions.pending.append(PendingWorkload(info.key, e.message))
+                return
+            del state.reservations[e.cq.name]  # its queue would no longer admit it: the reservation ends
         state.queues.requeue(info, reason)
         if info.placement_parked:
             q = state.queues.queues[e.cq.name]

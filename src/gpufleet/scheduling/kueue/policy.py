@@ -202,18 +202,22 @@ class KueuePolicy:
             return
         placement = cluster.placements[pod]
         node = cluster.nodes[placement.node]
+        shared: dict[str, int] = {}  # time-sliced GPU -> what was free there beside its co-tenants' known memory
         for g in placement.grants:
             gpu = node.gpus[g.gpu]
             if g.kind == "replica":
-                free = gpu.memory_mib - sum(m for p, m in gpu.replica_memory.items() if p != pod)
-                self.memory.oom_on_shared(info.workload, [gpu_key(node.name, gpu.index)], max(free, 0))
+                shared[gpu_key(node.name, gpu.index)] = gpu.memory_mib - sum(
+                    m for p, m in gpu.replica_memory.items() if p != pod)
             elif g.kind == "mig":
                 old = gpu.mig[g.slot].resource
                 cq = self.config.cluster_queues.get(info.cluster_queue or "")
                 covered = set(cq.group_of) if cq is not None else set()
                 new = next_larger_profile(old, gpu.model, covered)
                 self.memory.oom_on_mig(info.workload, Resize(old, new) if new is not None else None)
-                break
+                return
+        if shared:
+            # Which of its GPUs ran out is not reported: the least free one bounds what it needed from below.
+            self.memory.oom_on_shared(info.workload, list(shared), min(shared.values()))
 
     def settled(self) -> bool:
         """Whether the next cycle would change nothing (see :meth:`SchedulerState.settled`): where ``gpufleet plan

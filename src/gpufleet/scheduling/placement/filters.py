@@ -322,8 +322,9 @@ class SharedGpuMemory:
         resource = demand_resource(g)
         if resource is None or device_kind(node, resource) != "replicas":
             return None
-        rooms = [r for gpu in node.gpus if gpu.resource == resource for r in [replica_room(need, gpu)] if r is not None]
-        if rooms:
+        free = sum(len(gpu.free_replicas()) for gpu in node.gpus
+                   if gpu.resource == resource and replica_room(need, gpu) is not None)
+        if free >= g.count:
             return None
         return f"node(s) had no time-sliced GPU with {need.memory_hint} MiB free beside what its co-tenants use"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from gpufleet.api.objects import Topology
@@ -116,7 +117,7 @@ class GpuPlacer:
     def why_not(self, pod: PodRequest, node: str) -> str | None:
         """The first filter the node fails for the pod, or None when it would take it."""
         self._prepare()
-        need = compile_need(pod, self._intern)
+        [need] = self._needs([pod])
         ns = self.cluster.nodes[node]
         r = self.static_reason(need, ns)
         if r is not None:
@@ -175,8 +176,10 @@ class GpuPlacer:
         return [placed[i] for i in range(len(needs))]
 
     def capacity(self, need: PodNeed, node: NodeState) -> int:
-        if need.per_node and self.static_reason(need, node) is not None:
-            return 0
+        if need.per_node:
+            # Its static answer depends on which node this is (an identity label, GPUs an OOM ruled out): never
+            # the answer of its class's representative.
+            return self._capacity(need, node)
         if self.index is not None:
             return int(self.index.cached(need, node, "capacity", self._capacity))
         return self._capacity(need, node)
@@ -217,9 +220,17 @@ class GpuPlacer:
         if self.index is not None:
             self.index.sync()
 
+    def _needs(self, pods: Sequence[PodRequest]) -> list[PodNeed]:
+        if not self.profile.memory_aware:
+            # Only a memory-aware profile has the filters that read what the policy knows of GPU memory (the GPUs an
+            # OOM ruled out, the memory a pod is expected to use); any other places as if nothing were known.
+            pods = [p if not (p.memory_hint or p.avoid_gpus) else replace(p, memory_hint=0, avoid_gpus=frozenset())
+                    for p in pods]
+        return [compile_need(p, self._intern) for p in pods]
+
     def place(self, pods: Sequence[PodRequest], topology: TopologyRequest | None = None) -> list[Placement] | None:
         self._prepare()
-        needs = [compile_need(p, self._intern) for p in pods]
+        needs = self._needs(pods)
         mark = self.cluster.checkpoint()
         try:
             placed = self._place_needs(needs, topology)
@@ -244,7 +255,7 @@ class GpuPlacer:
         """Greedy removal in candidate order until the pods fit, then fill-back: each removed victim, last
         first, is put back when the pods still fit without removing it. All under a rolled-back checkpoint."""
         self._prepare()
-        needs = [compile_need(p, self._intern) for p in pods]
+        needs = self._needs(pods)
         cluster = self.cluster
         outer = cluster.checkpoint()
         try:
@@ -271,7 +282,7 @@ class GpuPlacer:
 
     def explain(self, pod: PodRequest) -> str:
         self._prepare()
-        need = compile_need(pod, self._intern)
+        [need] = self._needs([pod])
         if self.index is not None:
             reasons, feasible = self.index.reasons(need, self.evaluate, self.static_reason)
         else:

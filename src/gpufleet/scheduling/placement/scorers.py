@@ -194,7 +194,10 @@ class ReplicaSpread:
     free replicas there. Time-slicing isolates no memory, so stacking a pod on the fullest GPU (what packing
     scorers do) is what OOM-kills it; replicas cost the same quota wherever they are. 0 for other pods.
 
-    Compared before the weighted sum (:attr:`Profile.memory_aware`), so packing never overrules it."""
+    Compared before the weighted sum (:attr:`Profile.memory_aware`), so packing never overrules it. Where the pod
+    would hold an exclusive device instead (a time-sliced node and a whole-GPU one both serving ``nvidia.com/gpu``),
+    the node scores above every replica node: spreading must never move a pod off an exclusive GPU onto a shared
+    one; among exclusive nodes it then ties, and the sum decides as before."""
 
     name = "ReplicaSpread"
     normalizes = False
@@ -205,8 +208,10 @@ class ReplicaSpread:
             return 0
         node = view.node
         resource = demand_resource(g)
-        if resource is None or device_kind(node, resource) != "replicas":
+        if resource is None:
             return 0
+        if device_kind(node, resource) != "replicas":
+            return _EXCLUSIVE
         best = 0
         for gpu in node.gpus:  # all of them: a score is kept per class of identical node states, not per node
             if gpu.resource != resource:
@@ -218,3 +223,4 @@ class ReplicaSpread:
 
 
 _REPLICA_SLOTS = 1024  # more replicas than any GPU is cut into, so memory decides first
+_EXCLUSIVE = 1 << 60  # above any replica node's score (GPU memory in MiB times _REPLICA_SLOTS)
