@@ -144,3 +144,28 @@ def test_a_workload_objects_status_alone_does_not_wake_the_loop_its_spec_does() 
     respec["spec"]["parallelism"] = 4
     cache.apply(JOBS, "MODIFIED", respec)
     assert wakeup.version == 2
+
+
+def test_a_status_write_to_a_queue_is_no_change_to_the_queues() -> None:
+    # The scheduler writes ClusterQueue status every few cycles: that must neither re-parse the queue kinds nor start
+    # a new queue generation (which made the live planner forget every parked workload at each write).
+    objects = {**QUEUES}
+    parse = ParseCache()
+    first = world_of(snapshot(objects), parse)
+    parses = parse.parses
+    written = bumped(cluster_queue("team", gpus=8), "91")
+    written["status"] = {"pendingWorkloads": 3, "conditions": [{"type": "Active", "status": "True"}]}
+    written["metadata"]["managedFields"] = [{"manager": "gpufleet-scheduler", "operation": "Update"}]
+    objects["clusterqueues.gpufleet.io"] = [written]
+    after = world_of(snapshot(objects), parse)
+    assert after.queue_generation == first.queue_generation and after.queues is first.queues
+    assert parse.parses == parses
+    # A change of its spec, or of its annotations, is a change.
+    annotated = bumped(cluster_queue("team", gpus=8), "92")
+    annotated["metadata"].setdefault("annotations", {})["gpufleet.io/reserve-after"] = "2h"
+    objects["clusterqueues.gpufleet.io"] = [annotated]
+    again = world_of(snapshot(objects), parse)
+    assert again.queue_generation != first.queue_generation and parse.parses > parses
+    objects["clusterqueues.gpufleet.io"] = [bumped(cluster_queue("team", gpus=4), "93")]
+    assert world_of(snapshot(objects), parse).queue_generation not in (first.queue_generation,
+                                                                        again.queue_generation)

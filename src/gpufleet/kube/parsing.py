@@ -17,7 +17,9 @@ changes costs one object's parse, not all of them.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,23 @@ def document(obj: Mapping[str, Any], index: int = 0) -> Document:
 
 def _rv(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+# What the API server changes in an object without its meaning changing for gpufleet: a queue kind's status (the
+# scheduler writes ClusterQueue and LocalQueue status itself every few cycles) and bookkeeping metadata.
+_VOLATILE_METADATA = ("resourceVersion", "managedFields", "generation")
+
+
+def _content(obj: Mapping[str, Any]) -> str:
+    """A digest of a queue kind object as its parse reads it: everything but its status and volatile metadata. The
+    queue kinds' parsers read no status (only Nodes', Pods' and Kueue Workloads' do, and those are not queue
+    kinds)."""
+    meta = obj.get("metadata")
+    kept = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
+    if isinstance(meta, Mapping):
+        kept["metadata"] = {k: v for k, v in meta.items() if k not in _VOLATILE_METADATA}
+    text = json.dumps(kept, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +124,7 @@ class ParseCache:
         self._alone: dict[tuple[str, str], tuple[str, _Alone]] = {}  # workload-kind objects read on their own
         self._ours: dict[tuple[str, str], tuple[str, bool]] = {}
         self._queue_stamp: tuple[tuple[str, str, str], ...] | None = None
+        self._contents: dict[tuple[str, str], tuple[str, str]] = {}  # queue object -> (resourceVersion, _content)
         self._generation = 0
         self.parses = 0  # objects parsed (not served from the memo), for the benchmark and tests
 
@@ -169,10 +189,17 @@ class ParseCache:
         returned as rejected), then all are added to the queue kinds' build, whose last steps need them all."""
         docs = sorted(objects, key=lambda o: (str(o.get("kind")), str((o.get("metadata") or {}).get("namespace")),
                                               str((o.get("metadata") or {}).get("name"))))
-        queue_stamp = tuple((str(o.get("kind")), _key(o), _rv(o)) for o in docs)
+        # By content, not resourceVersion: a status write (ours, to the queues) is no change to the queues, so it
+        # neither re-parses them nor starts a new generation, which would make the live planner forget every
+        # parked workload (issue 27).
+        queue_stamp = tuple((str(o.get("kind")), _key(o), self._content_of(o)) for o in docs)
+        if len(self._contents) > len(queue_stamp):
+            live_queue_objects = {(kind, key) for kind, key, _ in queue_stamp}
+            for gone in [k for k in self._contents if k not in live_queue_objects]:
+                del self._contents[gone]
         owned = sorted(workloads, key=lambda w: (w[0].key, w[1]))
         stamp = (queue_stamp, tuple((res.key, key, _rv(obj)) for res, key, obj in owned))
-        known = all(s[2] for s in queue_stamp) and all(s[2] for s in stamp[1])
+        known = all(s[2] for s in stamp[1])
         if self._queues is not None and self._queues._stamp == stamp and known:
             return self._queues
         if queue_stamp != self._queue_stamp or not known:
@@ -214,6 +241,17 @@ class ParseCache:
             del self._alone[gone]
         self._queues = QueueParse(manifests, tuple(rejected), self._generation, stamp)
         return self._queues
+
+    def _content_of(self, obj: Mapping[str, Any]) -> str:
+        """:func:`_content`, worked out once per object and resourceVersion."""
+        rv, memo_key = _rv(obj), (str(obj.get("kind")), _key(obj))
+        hit = self._contents.get(memo_key)
+        if hit is not None and rv and hit[0] == rv:
+            return hit[1]
+        content = _content(obj)
+        if rv:
+            self._contents[memo_key] = (rv, content)
+        return content
 
     def _read_alone(self, res: ResourceType, key: str, obj: Mapping[str, Any]) -> _Alone:
         rv = _rv(obj)
