@@ -170,3 +170,19 @@ def test_on_the_case_study_the_advice_keeps_the_guides_cut_and_mends_a_bad_one(t
              c["job_success_pct"] < g["job_success_pct"]]
     assert sum(better) >= 2 and not any(worse), (g, c)
     assert c["work_done_busy_gpu_hours"] > g["work_done_busy_gpu_hours"]
+
+
+def test_a_pod_declaring_gpu_memory_only_is_advised_not_a_traceback(tmp_path: Path) -> None:
+    # Issue 30, item 1: the case study plus one notebook pod with gpufleet.io/gpu-memory: 10Gi (a fraction sized
+    # by its memory) ended in ZeroDivisionError in the integer program.
+    folder = tmp_path / "casestudy"
+    folder.mkdir()
+    for name in ("cluster.yaml", "queues.yaml", "workload.yaml"):
+        (folder / name).write_text((CASESTUDY / name).read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "notebook.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: nb-mem\n  namespace: data-science\n  annotations: "
+        "{sim.gpufleet.io/duration: 2h, gpufleet.io/gpu-memory: 10Gi}\nspec:\n  containers:\n  - name: main\n"
+        "    image: x\n    resources:\n      limits: {cpu: \"1\", memory: 1Gi}\n", encoding="utf-8")
+    result = runner.invoke(app, ["advise", str(folder), "--evaluations", "3"])
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and "cost of the demand" in result.stdout

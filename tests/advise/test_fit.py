@@ -93,3 +93,30 @@ def test_the_program_keeps_what_it_is_told_holds_a_budget_and_refuses_the_imposs
     with pytest.raises(Infeasible):  # no node at all in any configuration: not a plan
         solve(ctx.problem, "cost", fixed_counts=[{} for _ in ctx.pools])
     assert solve(ctx.problem, "balanced").counts == free.counts  # deterministic
+
+
+def test_a_fraction_that_declares_only_memory_is_sized_by_it(ctx) -> None:  # type: ignore[no-untyped-def]
+    # Issue 30, item 1: a pod declaring gpufleet.io/gpu-memory and no share made the program divide by zero.
+    from gpufleet.api.objects import GpuDemand
+    from gpufleet.gpu.constants import GPU
+
+    notebooks = by_name(ctx, "notebooks")
+    memory_only = replace(notebooks, form=GpuDemand("fraction", 1, memory_mib=10 * 1024), milli=[0] * 4)
+    fit = device_fit(memory_only, L40S, 1, NodeConfig("whole", 1), GPU)
+    assert isinstance(fit, DeviceFit) and fit.size == pytest.approx(-(-1000 * 10240 // L40S.memory_mib) / 1000)
+    too_big = replace(memory_only, form=GpuDemand("fraction", 1, memory_mib=L40S.memory_mib + 1))
+    refused = device_fit(too_big, L40S, 1, NodeConfig("whole", 1), GPU)
+    assert isinstance(refused, NotOffered) and "more GPU memory than" in refused.reason
+
+
+@given(st.integers(0, 1000), st.integers(1, 200_000))
+@settings(max_examples=200, deadline=None)
+def test_every_fraction_fit_has_a_positive_size_or_is_refused(milli: int, memory: int) -> None:
+    from gpufleet.advise.demand import DemandClass
+    from gpufleet.api.objects import GpuDemand
+    from gpufleet.gpu.constants import GPU
+
+    c = DemandClass("c", "ns", None, None, GpuDemand("fraction", 1, milli=milli, memory_mib=memory), milli=[milli])
+    for model in (L40S, A30):
+        fit = device_fit(c, model, 1, NodeConfig("whole", 1), GPU)
+        assert isinstance(fit, NotOffered) or 0 < fit.size <= 1

@@ -63,10 +63,6 @@ class DemandClass:
     def pods_total(self) -> list[int]:
         return [len(j.workload.pods) for j in self.jobs]
 
-    @property
-    def mean_milli(self) -> float:
-        return float(np.mean(self.milli)) if self.milli else float(MILLI)
-
     def accepts(self, model: str) -> bool:
         return not self.models or model in self.models
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from gpufleet.advise.contract import NodeConfig
 from gpufleet.advise.demand import DemandClass
+from gpufleet.cluster.devices import fraction_need
 from gpufleet.gpu.catalog import GpuModel
 from gpufleet.gpu.constants import GPU, MILLI, SHARED_GPU
 from gpufleet.gpu.mig import geometry_for, profile_from_resource_name
@@ -60,7 +61,16 @@ def device_fit(c: DemandClass, model: GpuModel, gpus_per_node: int, config: Node
     if c.form.kind == "fraction":
         if resource != GPU:
             return NotOffered("a fractional pod takes a share of a whole GPU")
-        return DeviceFit(0.0, 1.0, c.mean_milli / MILLI)
+        # What a pod takes of this model's GPU: its thousandths, or the share its declared memory is of the GPU's,
+        # whichever is larger (cluster.devices.fraction_need, as the placement charges it).
+        shares = [fraction_need(m, c.form.memory_mib, model.memory_mib)[0] for m in (c.milli or [c.form.milli])]
+        size = float(np.mean(shares)) / MILLI
+        if size <= 0:
+            return NotOffered(f"{c.name} declares GPU memory but no share, and {model.key}'s memory is not known: "
+                              "its share of that GPU cannot be told")
+        if size > 1:
+            return NotOffered(f"{c.name} declares more GPU memory than a {model.key} has")
+        return DeviceFit(0.0, 1.0, size)
     if not c.single_device:
         if resource != c.resource or (resource == GPU and gpus_per_node < c.count):
             return NotOffered(f"a pod of {c.count} devices keeps {c.resource}, on a node with as many")
