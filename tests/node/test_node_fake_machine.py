@@ -87,6 +87,24 @@ def test_events_appended_while_running_arrive_and_bad_lines_are_reported_and_ski
     assert fake.sample(gpus[1]).last_xid == 31
 
 
+def test_a_hostile_event_line_costs_that_line_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 30, item 5: 5,000 nested brackets raised RecursionError out of the event wait, and the agent's event
+    # thread then marked every GPU unhealthy. One bad line must cost one line; the events around it arrive.
+    path = write_machine(tmp_path, MIG_MIXED)
+    fake = FakeNvml(str(path))
+    gpus = fake.machine().gpus
+    events = Path(str(path) + ".events")
+    with caplog.at_level(logging.WARNING):
+        events.write_text('{"gpu": 1, "xid": 79}\n' + "[" * 5000 + "\n" + '{"gpu": 0, "xid": ' + "1" * 5000
+                          + "}\n" + "[" * 3000 + "\n" + '{"gpu": 0, "xid": 13}\n')
+        got = fake.wait_events(1.0)
+    assert got == [XidEvent(gpus[1].uuid, 79), XidEvent(gpus[0].uuid, 13)]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"{events}:2: a line of 5000 characters" in m for m in messages)
+    assert any(f"{events}:3: a line of" in m for m in messages)
+    assert any(f"{events}:4: not JSON (nested too deep)" in m for m in messages)
+
+
 def test_telemetry_follows_the_pods_holding_each_gpu(tmp_path: Path) -> None:
     holders: dict[str, int] = {}
     now = [0.0]

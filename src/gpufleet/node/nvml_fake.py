@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 FAKE_DRIVER_VERSION = "550.127.05"
 FAKE_CUDA_DRIVER_VERSION = 12040  # CUDA 12.4, what driver 550 ships
 EVENTS_SUFFIX = ".events"
+MAX_EVENT_LINE = 4096  # characters: an event is a small object; a longer line is skipped, never parsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,10 +268,15 @@ class FakeNvml:
         if not text.strip():
             return None
         where = f"{self.events_path}:{line}"
+        if len(text) > MAX_EVENT_LINE:
+            log.warning("%s: a line of %d characters, more than an event's %d; skipped", where, len(text),
+                        MAX_EVENT_LINE)
+            return None
         try:
             doc = json.loads(text)
-        except ValueError as e:
-            log.warning("%s: not JSON (%s); write lines such as {\"gpu\": 0, \"xid\": 79}", where, e)
+        except (ValueError, RecursionError) as e:  # deeply nested brackets exhaust the parser's recursion
+            log.warning("%s: not JSON (%s); write lines such as {\"gpu\": 0, \"xid\": 79}", where,
+                        e if isinstance(e, ValueError) else "nested too deep")
             return None
         if not isinstance(doc, dict):
             log.warning("%s: expected an object such as {\"gpu\": 0, \"xid\": 79}", where)
