@@ -70,3 +70,43 @@ spec:
           limits: {{{resource}: {gpus}, cpu: "1", memory: 1Gi}}
 ---
 """
+
+
+def kueue_queues(resources: tuple[str, ...] = ("nvidia.com/gpu",), quota: int = 16, *,
+                 cq_annotations: str = "", strategy: str = "") -> str:
+    """Namespace team-a, LocalQueue ``q`` in it, pointing at ClusterQueue ``cq`` with ``quota`` of each of
+    ``resources`` (one ResourceFlavor ``gpus``); ``cq_annotations``: its annotations, as a YAML flow map's
+    inside; ``strategy``: its queueingStrategy, Kueue's default when empty."""
+    rows = "\n".join(f"      - {{name: {r}, nominalQuota: {quota}}}" for r in resources)
+    annotations = f"\n  annotations: {{{cq_annotations}}}" if cq_annotations else ""
+    queueing = f"\n  queueingStrategy: {strategy}" if strategy else ""
+    return f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: team-a}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {{name: gpus}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata:
+  name: cq{annotations}
+spec:
+  namespaceSelector: {{}}{queueing}
+  resourceGroups:
+  - coveredResources: [cpu, memory, {", ".join(resources)}]
+    flavors:
+    - name: gpus
+      resources:
+      - {{name: cpu, nominalQuota: 1000}}
+      - {{name: memory, nominalQuota: 10Ti}}
+{rows}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{name: q, namespace: team-a}}
+spec: {{clusterQueue: cq}}
+---
+"""

@@ -9,42 +9,9 @@ from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, 
 from gpufleet.sim.engine import simulate_jobs
 from gpufleet.sim.jobs import job_lines
 from gpufleet.sim.policies import make_policy
-from tests.sim.helpers import job, jobs_of, load, pool
+from tests.sim.helpers import job, jobs_of, kueue_queues, load, pool
 
 GI = 1024
-
-
-def _queues(resources: list[str], quota: int = 16) -> str:
-    rows = "\n".join(f"      - {{name: {r}, nominalQuota: {quota}}}" for r in resources)
-    return f"""
-apiVersion: v1
-kind: Namespace
-metadata: {{name: team-a}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {{name: any}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {{name: cq}}
-spec:
-  namespaceSelector: {{}}
-  resourceGroups:
-  - coveredResources: [cpu, memory, {", ".join(resources)}]
-    flavors:
-    - name: any
-      resources:
-      - {{name: cpu, nominalQuota: 1000}}
-      - {{name: memory, nominalQuota: 10Ti}}
-{rows}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {{name: q, namespace: team-a}}
-spec: {{clusterQueue: cq}}
----
-"""
 
 
 def _time_sliced(name: str, cpu: int) -> str:
@@ -63,7 +30,7 @@ def test_time_sliced_pods_go_where_their_memory_fits_and_the_peers_stack_them() 
     # Two L40S (46 GiB), the first with four times the CPUs: kube-scheduler's LeastAllocated on cpu and memory
     # keeps choosing it. Six notebooks of the same class use 20 GiB each, arriving a minute apart and running
     # two hours; the scheduler is told nothing of their memory.
-    m = load(_time_sliced("big", 64) + _time_sliced("small", 16) + _queues(["nvidia.com/gpu.shared"]))
+    m = load(_time_sliced("big", 64) + _time_sliced("small", 16) + kueue_queues(("nvidia.com/gpu.shared",)))
     label = "kueue.x-k8s.io/queue-name: q, sim.gpufleet.io/class: notebook"
     text = "".join(job(f"nb{i}", resource="nvidia.com/gpu.shared", arrival=f"{i * 2}m", duration="2h", labels=label,
                        annotations='    sim.gpufleet.io/gpu-memory-used: "20Gi"') for i in range(6))
@@ -79,20 +46,20 @@ def test_time_sliced_pods_go_where_their_memory_fits_and_the_peers_stack_them() 
 def test_an_oom_on_a_mig_instance_is_retried_on_the_next_larger_profile_the_queue_covers() -> None:
     mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
         "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
-    m = load(mig + _queues(["nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]))
+    m = load(mig + kueue_queues(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb")))
     text = job("emb", resource="nvidia.com/mig-1g.10gb", backoff=2, labels="kueue.x-k8s.io/queue-name: q",
                annotations='    sim.gpufleet.io/gpu-memory-used: "15Gi"')
     assert _outcomes(m, text, "gpufleet") == {"team-a/emb": ("succeeded", {"OOMKilled": 1})}
     assert _outcomes(m, text, "kueue") == {"team-a/emb": ("failed", {"OOMKilled": 3})}
     # A queue that covers no larger profile: the retries stay on 1g.10gb and fail as Kueue's do.
-    narrow = load(mig + _queues(["nvidia.com/mig-1g.10gb"]))
+    narrow = load(mig + kueue_queues(("nvidia.com/mig-1g.10gb",)))
     assert _outcomes(narrow, text, "gpufleet") == {"team-a/emb": ("failed", {"OOMKilled": 3})}
 
 
 def test_the_resize_is_said_in_the_admission() -> None:
     mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
         "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
-    m = load(mig + _queues(["nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"]))
+    m = load(mig + kueue_queues(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb")))
     (emb,) = jobs_of(job("emb", resource="nvidia.com/mig-1g.10gb", backoff=2, labels="kueue.x-k8s.io/queue-name: q"))
     policy = make_policy("gpufleet", m)
     policy.submit(emb.workload, 0.0)
@@ -133,7 +100,7 @@ def test_an_oom_on_two_shared_gpus_bounds_the_need_by_the_least_free() -> None:
     # which one ran out is not reported, so the workload is expected to need more than 2 GiB, not 40.
     from gpufleet.cluster.devices import DeviceGrant
 
-    m = load(_time_sliced("ts", 64).replace("count: 1}", "count: 2}") + _queues(["nvidia.com/gpu.shared"]))
+    m = load(_time_sliced("ts", 64).replace("count: 1}", "count: 2}") + kueue_queues(("nvidia.com/gpu.shared",)))
     (job_,) = jobs_of(job("two", resource="nvidia.com/gpu.shared", gpus=2, labels="kueue.x-k8s.io/queue-name: q"))
     policy = make_policy("gpufleet", m)
     cluster = policy.cluster

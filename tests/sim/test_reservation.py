@@ -6,42 +6,12 @@ from __future__ import annotations
 from gpufleet.api.manifests import load_manifest_text
 from gpufleet.sim.engine import simulate_jobs
 from gpufleet.sim.policies import make_policy
-from tests.sim.helpers import job, jobs_of, load, pool
+from tests.sim.helpers import job, jobs_of, kueue_queues, load, pool
 
 
 def _queues(reserve_after: str | None) -> str:
-    annotations = f"\n  annotations: {{gpufleet.io/reserve-after: \"{reserve_after}\"}}" if reserve_after else ""
-    return f"""
-apiVersion: v1
-kind: Namespace
-metadata: {{name: team-a}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {{name: gpus}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata:
-  name: cq{annotations}
-spec:
-  namespaceSelector: {{}}
-  queueingStrategy: BestEffortFIFO
-  resourceGroups:
-  - coveredResources: [cpu, memory, nvidia.com/gpu]
-    flavors:
-    - name: gpus
-      resources:
-      - {{name: cpu, nominalQuota: 1000}}
-      - {{name: memory, nominalQuota: 10Ti}}
-      - {{name: nvidia.com/gpu, nominalQuota: 16}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {{name: q, namespace: team-a}}
-spec: {{clusterQueue: cq}}
----
-"""
+    annotations = f'gpufleet.io/reserve-after: "{reserve_after}"' if reserve_after else ""
+    return kueue_queues(cq_annotations=annotations, strategy="BestEffortFIFO")
 
 
 LABEL = "kueue.x-k8s.io/queue-name: q"

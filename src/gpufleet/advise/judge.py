@@ -25,11 +25,11 @@ objective, the given configuration's included.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet.advise.contract import Judged, Objective, Proposal
-from gpufleet.sim.jobs import job_lines
+from gpufleet.sim.jobs import JobLine, job_lines
 from gpufleet.sim.metrics import INFERENCE_ROLE, kpis, per_queue
 from gpufleet.sim.records import SimResult
 from gpufleet.sim.scenario import Scenario, run_scenario
@@ -47,16 +47,18 @@ def run(scenario: Scenario, policy: str, seed: int) -> tuple[dict[str, Any], dic
     """The run's KPIs (with :func:`demand_costs`) and per-queue figures, and how long it took."""
     started = time.perf_counter()
     result = run_scenario(scenario, policy, seed=seed)
-    k = kpis(result)
-    k.update(demand_costs(result))
+    lines = job_lines(result)
+    k = kpis(result, lines)
+    k.update(demand_costs(result, lines))
     return k, per_queue(result), time.perf_counter() - started
 
 
-def demand_costs(result: SimResult) -> dict[str, float]:
+def demand_costs(result: SimResult, lines: Sequence[JobLine]) -> dict[str, float]:
     """What serving the whole demand cost: every held device over the whole run, the drain included.
 
     The window's ``cost`` counts only what falls inside the window, so a configuration that makes work wait
-    past its end looks cheaper; for the same jobs, the whole run's cost does not reward waiting."""
+    past its end looks cheaper; for the same jobs, the whole run's cost does not reward waiting. The work is
+    what the per-job records ``lines`` (:func:`~gpufleet.sim.jobs.job_lines`) count useful."""
     inference = {j.key for j in result.jobs if j.role == INFERENCE_ROLE}
     total = inference_total = 0.0
     for x in result.spans:
@@ -64,7 +66,7 @@ def demand_costs(result: SimResult) -> dict[str, float]:
         total += held
         if x.job in inference:
             inference_total += held
-    work = sum(x.gpu_seconds_busy_useful for x in job_lines(result)) / 3600.0
+    work = sum(x.gpu_seconds_busy_useful for x in lines) / 3600.0
     return {"demand_cost": round(total, 2), "demand_inference_cost": round(inference_total, 2),
             "demand_cost_per_work": round(total / work, 4) if work > 0 else 0.0}
 

@@ -73,6 +73,10 @@ class Resize:
 
 
 class MemoryBook:
+    """What one policy knows of GPU memory. What an OOM taught of a workload is kept for the policy's life: the
+    workload's next attempt, submitted again under the same key after ``finish``, needs it; only workloads an OOM
+    killed have such entries."""
+
     def __init__(self, cluster: ClusterState | None) -> None:
         self.cluster = cluster
         self._classes: dict[str, _ClassMemory] = {}
@@ -113,14 +117,6 @@ class MemoryBook:
     def oom_on_mig(self, workload: Workload, resize: Resize | None) -> None:
         if resize is not None:
             self._resize[workload.key] = (*self.resizes(workload.key), resize)
-
-    def forget(self, workload: Workload) -> None:
-        """The workload is over for good: what was learnt of it alone goes (its class keeps its observations)."""
-        for table in (self._floor, self._avoid, self._resize):
-            table.pop(workload.key, None)
-        if self.cluster is not None:
-            for pod in workload.pods:
-                self.cluster.forget_memory(pod.key)
 
 
 def next_larger_profile(resource: str, gpu_model: str, covered: Collection[str]) -> str | None:

@@ -158,7 +158,6 @@ class MemoryFeedback(Protocol):
         ...
 
 
-
 class Policy(Protocol):
     """A scheduler the simulator or the live driver runs, cycle after cycle."""
 

@@ -121,21 +121,31 @@ class Targets:
         return self if not text else Targets({**self.values, **parse_attribution(text)})
 
 
-def parse_attribution(text: str) -> dict[str, float]:
-    """``gang=0.8,oom=0.1``: shares of the observed run's failed attempts by cause, fractions summing to at most 1
-    (the rest is left to the fit); returned in percent."""
-    values: dict[str, float] = {}
+def _named(text: str, option: str, known: Collection[str], what: str, value: str,
+           example: str) -> list[tuple[str, str]]:
+    """The ``NAME=VALUE`` items of an option (``option`` as the user wrote it, ``what`` a name's kind, ``value``
+    what its values are called), each name known and given once; the values still as written."""
+    out: list[tuple[str, str]] = []
     for item in (t.strip() for t in text.split(",")):
         if not item:
             continue
         name, sep, raw = item.partition("=")
         name, raw = name.strip(), raw.strip()
         if not sep or not raw:
-            raise CalibrationError(f"--attribute: {item!r} is not NAME=SHARE; write e.g. gang=0.8,oom=0.1")
-        if name not in ATTRIBUTIONS:
-            raise CalibrationError(f"--attribute: unknown cause {name!r}; expected some of {', '.join(ATTRIBUTIONS)}")
-        if name in values:
-            raise CalibrationError(f"--attribute: {name} is given twice")
+            raise CalibrationError(f"{option}: {item!r} is not NAME={value}; write e.g. {example}")
+        if name not in known:
+            raise CalibrationError(f"{option}: unknown {what} {name!r}; expected some of {', '.join(known)}")
+        if any(name == seen for seen, _ in out):
+            raise CalibrationError(f"{option}: {name} is given twice")
+        out.append((name, raw))
+    return out
+
+
+def parse_attribution(text: str) -> dict[str, float]:
+    """``gang=0.8,oom=0.1``: shares of the observed run's failed attempts by cause, fractions summing to at most 1
+    (the rest is left to the fit); returned in percent."""
+    values: dict[str, float] = {}
+    for name, raw in _named(text, "--attribute", ATTRIBUTIONS, "cause", "SHARE", "gang=0.8,oom=0.1"):
         try:
             share = number(raw.removesuffix("%")) / (100.0 if raw.endswith("%") else 1.0)
         except DistributionError as exc:
@@ -165,17 +175,7 @@ def _duration(s: float) -> str:
 def parse_targets(text: str) -> Targets:
     """``utilization=35,success=62[,wait_p95=4h]``: percentages of the observed run, a wait as a duration."""
     values: dict[str, float] = {}
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        name, sep, raw = item.partition("=")
-        name, raw = name.strip(), raw.strip()
-        if not sep or not raw:
-            raise CalibrationError(f"--calibrate: {item!r} is not NAME=VALUE; write e.g. utilization=35,success=62")
-        if name not in TARGETS:
-            raise CalibrationError(f"--calibrate: unknown target {name!r}; expected some of {', '.join(TARGETS)}")
-        if name in values:
-            raise CalibrationError(f"--calibrate: {name} is given twice")
+    for name, raw in _named(text, "--calibrate", TARGETS, "target", "VALUE", "utilization=35,success=62"):
         try:
             value = seconds(raw) if name == "wait_p95" else number(raw.removesuffix("%"))
         except DistributionError as exc:
@@ -305,6 +305,7 @@ class Subject:
     seed: int
     what: str  # for messages: "the case study's before run"
     mechanisms: frozenset[str] = frozenset()  # the scheduler-attributable knobs its workload can feel
+
     def observed_scenario(self, knobs: Knobs) -> Scenario:
         """The observed run alone: what every step of the fit simulates."""
         [observed] = self.scenarios(knobs, only=self.observed)
@@ -618,12 +619,16 @@ class _Search:
             out: Vector = lo + z * span
             return out
 
+        def objective(z: Vector, got: Mapping[str, float | None]) -> float:
+            """The targets' misses and this stage's pull towards the workload as written, squared."""
+            return float(np.sum(np.square(_residuals(self.targets, got)))
+                         + np.sum(np.square(pull * (x_of(z) - written))))
+
         def evaluate(z: Vector) -> int:
             knobs = _to_knobs(free, list(x_of(z)), start)
             got, failures, each = self.simulate(knobs)
-            residuals = _residuals(self.targets, got)
-            objective = float(np.sum(np.square(residuals)) + np.sum(np.square(pull * (x_of(z) - written))))
-            point = _Point(knobs, got, objective, bool(np.all(np.abs(residuals) <= 1.0)), failures, each)
+            met = bool(np.all(np.abs(_residuals(self.targets, got)) <= 1.0))
+            point = _Point(knobs, got, objective(z, got), met, failures, each)
             self.points.append(point)
             zs.append(np.array(z, dtype=np.float64))
             mine.append(point)
@@ -637,10 +642,8 @@ class _Search:
         moved: set[int] = set()
         for point in prior:  # re-scored for this stage's pull (its knobs' distance from the workload as written)
             z = z_of(point.knobs)
-            residuals = _residuals(self.targets, point.got)
-            objective = float(np.sum(np.square(residuals)) + np.sum(np.square(pull * (x_of(z) - written))))
             zs.append(z)
-            mine.append(replace(point, objective=objective))
+            mine.append(replace(point, objective=objective(z, point.got)))
             moved.update(j for j in range(len(free)) if abs(z[j] - zs[0][j]) > 1e-9)
         centre = min(range(len(mine)), key=lambda i: mine[i].objective) if mine else evaluate(z_of(start))
         for j in range(len(free)):

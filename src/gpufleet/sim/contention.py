@@ -10,23 +10,23 @@ most loaded one. Exclusive devices (whole GPUs, MIG instances) are never contend
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 
 class Contention:
     __slots__ = ("_load",)
 
     def __init__(self) -> None:
-        self._load: dict[str, dict[Hashable, float]] = {}  # GPU -> tenant -> demand on that GPU
+        self._load: dict[str, dict[str, float]] = {}  # GPU -> tenant (a pod) -> demand on that GPU
 
-    def add(self, tenant: Hashable, gpus: Sequence[str], demand: float) -> None:
+    def add(self, tenant: str, gpus: Sequence[str], demand: float) -> None:
         if not gpus:
             return
         part = demand / len(gpus)
         for g in gpus:
             self._load.setdefault(g, {})[tenant] = part
 
-    def remove(self, tenant: Hashable, gpus: Iterable[str]) -> None:
+    def remove(self, tenant: str, gpus: Iterable[str]) -> None:
         for g in gpus:
             tenants = self._load.get(g)
             if tenants is not None:
@@ -43,8 +43,8 @@ class Contention:
         worst = max((self.load(g) for g in gpus), default=0.0)
         return 1.0 / worst if worst > 1.0 else 1.0
 
-    def tenants(self, gpus: Iterable[str]) -> set[Hashable]:
-        out: set[Hashable] = set()
+    def tenants(self, gpus: Iterable[str]) -> set[str]:
+        out: set[str] = set()
         for g in gpus:
             out.update(self._load.get(g, ()))
         return out
@@ -110,10 +110,10 @@ class WorkClock:
             self._of_tenant.pop(pod, None)
         self._repace(self.contention.tenants(gpus), t, skip=work)
 
-    def _repace(self, tenants: Iterable[Hashable], t: float, skip: Work) -> None:
+    def _repace(self, tenants: Iterable[str], t: float, skip: Work) -> None:
         seen: set[tuple[str, str]] = {skip.key}
         for tenant in tenants:
-            work = self._of_tenant.get(str(tenant))
+            work = self._of_tenant.get(tenant)
             if work is None or work.key in seen:
                 continue
             seen.add(work.key)

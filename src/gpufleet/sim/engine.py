@@ -66,6 +66,11 @@ class _JobRun:
     pods_done: int = 0
     works: dict[str, Work] = field(default_factory=dict)  # its works under way, by pod ("" for a gang's)
 
+    def record_work(self, key: str, work: Work) -> None:
+        """Write the work done so far on the pods it runs on: pod ``key``'s, or every pod's for a gang's ("")."""
+        for pod in [self.pods[key]] if key else self.pods.values():
+            pod.span.work_s = work.done
+
 
 class Simulator:
     def __init__(self, policy: Policy, jobs: Sequence[SimJob], config: SimConfig | None = None, *,
@@ -404,8 +409,7 @@ class Simulator:
     def _stop_work(self, run: _JobRun, key: str, t: float) -> None:
         work = run.works.pop(key)
         self._clock.stop(work, t)
-        for pod in [run.pods[key]] if key else run.pods.values():
-            pod.span.work_s = work.done
+        run.record_work(key, work)
 
     def _push_crash(self, run: _JobRun, t: float, length: float) -> None:
         """The attempt's own failure, when its job has one drawn for this attempt (SimJob.crashes)."""
@@ -517,8 +521,7 @@ class Simulator:
         for run in self._runs.values():
             for pod_key, work in run.works.items():  # still under way: the work done until the end
                 work.advance(run_end)
-                for pod in [run.pods[pod_key]] if pod_key else run.pods.values():
-                    pod.span.work_s = work.done
+                run.record_work(pod_key, work)
             for pod in run.pods.values():
                 pod.span.held_to = run_end
                 if pod.span.busy_from is not None and pod.span.busy_to is None:

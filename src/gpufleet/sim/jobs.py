@@ -105,8 +105,9 @@ def job_lines(result: SimResult) -> list[JobLine]:
     out: list[JobLine] = []
     for record in result.jobs:
         useful = _useful_attempts(record)
+        mine = spans.get(record.key, [])
         held = use = busy = cost = 0.0
-        for x in spans.get(record.key, ()):
+        for x in mine:
             seconds = max(0.0, min(x.held_to, result.run_end) - x.held_from)
             held += x.equivalents * seconds
             cost += x.share * x.price * seconds / 3600
@@ -117,7 +118,6 @@ def job_lines(result: SimResult) -> list[JobLine]:
                 elif x.busy_from is not None and x.busy_to is not None:
                     busy += x.demand * max(0.0, min(x.busy_to, result.run_end) - x.busy_from)
         starts = [a.started for a in record.attempts if a.started is not None]
-        mine = spans.get(record.key, [])
         first = min((x.attempt for x in mine), default=0)
         placed = [x for x in mine if x.attempt == first]  # the pods of the first attempt that placed any
         failures = Counter(a.cause or "Unknown" for a in record.attempts if a.outcome == "failed")

@@ -89,28 +89,27 @@ def completion(lines: Sequence[JobLine], run_end: float) -> dict[str, Any]:
 def yardstick_kpis(lines: Sequence[JobLine], run_end: float, fleet_cost: float) -> dict[str, Any]:
     """The headline yardsticks (merged into ``kpis`` of ``--json``); ``fleet_cost``: every GPU of the fleet at its
     price over the run."""
+    every = completion(lines, run_end)
     held = sum(x.gpu_seconds_held for x in lines) / 3600
     useful = sum(x.gpu_seconds_useful for x in lines) / 3600
-    cost = sum(x.cost_held for x in lines)
     starts = [x.time_to_start(run_end) for x in lines]
     training = [x for x in lines if x.role == TRAINING_ROLE]
-    succeeded = sum(1 for x in lines if x.outcome == "succeeded")
     return {
-        "work_done_gpu_hours": round(useful, 3),
+        "work_done_gpu_hours": every["work_done_gpu_hours"],
         "work_done_busy_gpu_hours": round(sum(x.gpu_seconds_busy_useful for x in lines) / 3600, 3),
         "wasted_gpu_hours": round(held - useful, 3),
         "cost_per_useful_gpu_hour": _r(fleet_cost / useful if useful > 0 else None, 3),
         "fleet_cost": round(fleet_cost, 2),
-        "cost_held": round(cost, 2),
-        "job_completion_pct": _pct(succeeded, len(lines)),
+        "cost_held": round(sum(x.cost_held for x in lines), 2),
+        "job_completion_pct": every["completion_pct"],
         "training_completion_pct": _pct(sum(1 for x in training if x.outcome == "succeeded"), len(training)),
-        "first_start_p50_s": _r(percentile(starts, 50), 1),
-        "first_start_p95_s": _r(percentile(starts, 95), 1),
+        "first_start_p50_s": every["first_start_p50_s"],
+        "first_start_p95_s": every["first_start_p95_s"],
         "first_start_p99_s": _r(percentile(starts, 99), 1),
         "first_start_p95_gpu_weighted_s": _r(weighted_percentile(starts, [x.gpus for x in lines], 95), 1),
-        "jobs_never_started": sum(1 for x in lines if not x.started),
-        "jobs_running_at_end": sum(1 for x in lines if x.outcome == "running"),
-        "jobs_pending_at_end": sum(1 for x in lines if x.outcome == "pending"),
+        "jobs_never_started": every["never_started"],
+        "jobs_running_at_end": every["running"],
+        "jobs_pending_at_end": every["pending"],
     }
 
 

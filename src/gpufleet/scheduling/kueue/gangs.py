@@ -66,14 +66,10 @@ class GangPlacer:
                 if topo_name is not None:
                     topology = TopologyRequest(topo_name, ps.topology.level, ps.topology.required)
             book = self.memory
-            if book is None:
-                requests = [PodRequest(p.key, p.template, labels, taints, tolerations)
-                            for p in self.pods_of(info, ps, counts[ps.index])]
-            else:
-                avoid = book.avoid(info.key)
-                requests = [PodRequest(p.key, p.template, labels, taints, tolerations,
-                                       book.hint(info.workload, p.template), avoid)
-                            for p in self.pods_of(info, ps, counts[ps.index])]
+            avoid = book.avoid(info.key) if book is not None else frozenset()
+            requests = [PodRequest(p.key, p.template, labels, taints, tolerations,
+                                   book.hint(info.workload, p.template) if book is not None else 0, avoid)
+                        for p in self.pods_of(info, ps, counts[ps.index])]
             for group_topology, members in out:
                 if group_topology == topology:
                     members.extend(requests)

@@ -25,7 +25,7 @@ from gpufleet.cluster.free_devices import (
     replica_gpus,
 )
 from gpufleet.cluster.state import NodeState
-from gpufleet.scheduling.placement.filters import gpu_key, replica_room
+from gpufleet.scheduling.placement.filters import allowed_gpus, replica_room
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.placement.nodeview import NodeView, gpu_free_milli
 
@@ -79,15 +79,8 @@ def best_nvlink_set(free: list[int], count: int, nvlinks: dict[tuple[int, int], 
     return tuple(sorted(chosen))
 
 
-def _allowed(need: PodNeed, node: NodeState) -> Callable[[int], bool]:
-    """Whether the pod may take devices on GPU ``index`` (not one where it was OOM-killed before)."""
-    if not need.avoid_gpus:
-        return lambda index: True
-    return lambda index: gpu_key(node.name, index) not in need.avoid_gpus
-
-
 def _whole(need: PodNeed, node: NodeState, resource: str, policy: WholePolicy) -> list[DeviceGrant]:
-    ok = _allowed(need, node)
+    ok = allowed_gpus(need, node)
     free = [i for i in free_whole(node, resource) if ok(i)]
     count = need.gpu.count
     if len(free) < count:
@@ -99,7 +92,7 @@ def _whole(need: PodNeed, node: NodeState, resource: str, policy: WholePolicy) -
 def _replicas(need: PodNeed, node: NodeState, resource: str, memory_aware: bool) -> list[DeviceGrant]:
     """The device plugin's ``distributed`` choice; ``memory_aware``: first the GPU with the most memory left by
     what its holders are known to use, among those the pod's known memory fits (SharedGpuMemory)."""
-    ok = _allowed(need, node)
+    ok = allowed_gpus(need, node)
     gpus = [g for g in replica_gpus(node, resource) if ok(g.index)]
     held = {g.index: g.replicas - len(g.free_replicas()) for g in gpus}
     free = {g.index: g.free_replicas() for g in gpus}
@@ -119,7 +112,7 @@ def _replicas(need: PodNeed, node: NodeState, resource: str, memory_aware: bool)
 
 
 def _mig(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
-    ok = _allowed(need, node)
+    ok = allowed_gpus(need, node)
     grants = [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, need.gpu.memory_mib) if ok(i)]
     if len(grants) < need.gpu.count:
         raise NoDevice(f"{node.name}: {need.gpu.count} instances of {resource} asked, {len(grants)} free")
@@ -129,7 +122,7 @@ def _mig(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
 def _fraction(need: PodNeed, view: NodeView, policy: FractionPolicy,
               scorer_choice: Callable[[PodNeed, NodeView], int] | None) -> list[DeviceGrant]:
     node = view.node
-    ok = _allowed(need, node)
+    ok = allowed_gpus(need, node)
     options: list[tuple[GpuSlot, int, int]] = [o for o in fraction_options(node, need.gpu) if ok(o[0].index)]
     if not options:
         raise NoDevice(f"{node.name}: no GPU with room for the fraction")

@@ -8,7 +8,7 @@ identical nodes and dynamic ones once per class of identical node states. Order 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL, PODS, Taint
@@ -18,12 +18,12 @@ from gpufleet.cluster.free_devices import (
     device_kind,
     fraction_copies,
     fraction_options,
-    fraction_room,
     fractions_closed,
     free_device_count,
     free_mig,
     free_replica_count,
     free_whole,
+    replica_gpus,
 )
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
@@ -258,11 +258,15 @@ def gpu_key(node: str, index: int) -> str:
     return f"{node}/{index}"
 
 
-def usable_gpus(need: PodNeed, node: NodeState) -> list[GpuSlot]:
-    """The node's GPUs the pod may take devices on: every GPU, less those it must not share again."""
+def _every_gpu(index: int) -> bool:
+    return True
+
+
+def allowed_gpus(need: PodNeed, node: NodeState) -> Callable[[int], bool]:
+    """Whether the pod may take devices on GPU ``index`` of ``node``: not one where it was OOM-killed before."""
     if not need.avoid_gpus:
-        return node.gpus
-    return [g for g in node.gpus if gpu_key(node.name, g.index) not in need.avoid_gpus]
+        return _every_gpu
+    return lambda index: gpu_key(node.name, index) not in need.avoid_gpus
 
 
 def replica_room(need: PodNeed, gpu: GpuSlot) -> int | None:
@@ -272,6 +276,12 @@ def replica_room(need: PodNeed, gpu: GpuSlot) -> int | None:
         return None
     left = gpu.memory_mib - gpu.shared_memory_mib - need.memory_hint
     return None if gpu.memory_mib > 0 and need.memory_hint > 0 and left < 0 else left
+
+
+def replicas_with_room(need: PodNeed, node: NodeState, resource: str, ok: Callable[[int], bool]) -> int:
+    """Free replicas of ``resource`` on the node's GPUs ``ok`` allows, where the pod's known memory fits."""
+    return sum(len(g.free_replicas()) for g in replica_gpus(node, resource)
+               if ok(g.index) and replica_room(need, g) is not None)
 
 
 class AvoidGpus:
@@ -286,26 +296,24 @@ class AvoidGpus:
     def check(self, need: PodNeed, node: NodeState) -> str | None:
         if not need.avoid_gpus or need.gpu.kind == "none":
             return None
-        gpus = usable_gpus(need, node)
+        ok = allowed_gpus(need, node)
         g = need.gpu
+        # The devices placement.devices would choose among, on the GPUs the pod may take.
         if g.kind == "fraction":
-            ok = any(fraction_room(gpu, g.milli, g.memory_mib) is not None for gpu in gpus)
+            ok_enough = any(ok(gpu.index) for gpu, _, _ in fraction_options(node, g))
         else:
             resource = demand_resource(g)
             kind = "mig" if g.kind == "mig" else device_kind(node, resource) if resource else None
-            if kind == "whole":
-                free = sum(1 for gpu in gpus if gpu.mode == "whole" and gpu.resource == resource and gpu.healthy
-                           and gpu.is_free)
-            elif kind == "replicas":  # with room for the memory it is known to need (SharedGpuMemory)
-                free = sum(len(gpu.free_replicas()) for gpu in gpus if gpu.mode == "replicas"
-                           and gpu.resource == resource and gpu.healthy and replica_room(need, gpu) is not None)
-            elif kind == "mig":
-                free = sum(1 for gpu in gpus if gpu.mode == "mig" and gpu.healthy for m in gpu.mig
-                           if m.holder is None and m.resource == resource and m.memory_mib >= (g.memory_mib or 0))
-            else:
+            if resource is None or kind is None:
                 return None  # the other filters say why the node offers nothing
-            ok = free >= g.count
-        return None if ok else "node(s) had free devices only on GPUs where the pod was OOM-killed before"
+            if kind == "whole":
+                free = sum(1 for i in free_whole(node, resource) if ok(i))
+            elif kind == "replicas":
+                free = replicas_with_room(need, node, resource, ok)
+            else:
+                free = sum(1 for i, _ in free_mig(node, resource, g.memory_mib) if ok(i))
+            ok_enough = free >= g.count
+        return None if ok_enough else "node(s) had free devices only on GPUs where the pod was OOM-killed before"
 
 
 class SharedGpuMemory:
@@ -322,9 +330,7 @@ class SharedGpuMemory:
         resource = demand_resource(g)
         if resource is None or device_kind(node, resource) != "replicas":
             return None
-        free = sum(len(gpu.free_replicas()) for gpu in node.gpus
-                   if gpu.resource == resource and replica_room(need, gpu) is not None)
-        if free >= g.count:
+        if replicas_with_room(need, node, resource, _every_gpu) >= g.count:
             return None
         return f"node(s) had no time-sliced GPU with {need.memory_hint} MiB free beside what its co-tenants use"
 

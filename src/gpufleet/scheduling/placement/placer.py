@@ -106,13 +106,11 @@ class GpuPlacer:
             score = self._single.score(need, view)
         else:
             score = sum(w * p.score(need, view) for p, w in self._scorers)
-        if self._spread is not None:
-            if self._then:
-                return (tier, self._spread.score(need, view), score, *(p.score(need, view) for p in self._then))
-            return (tier, self._spread.score(need, view), score)
+        # The memory-aware profile's spread ranks right after the tier, so packing never overrules it.
+        head = (tier,) if self._spread is None else (tier, self._spread.score(need, view))
         if self._then:
-            return (tier, score, *(p.score(need, view) for p in self._then))
-        return (tier, score)
+            return (*head, score, *(p.score(need, view) for p in self._then))
+        return (*head, score)
 
     def why_not(self, pod: PodRequest, node: str) -> str | None:
         """The first filter the node fails for the pod, or None when it would take it."""
