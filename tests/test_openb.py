@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.api.limits import MAX_NODES
+from gpufleet.api.source import InputBudget
 from gpufleet.sim.openb import (
     DEFAULT_POD_FILE,
     GPU_NODE_FILE,
@@ -103,7 +105,8 @@ def test_missing_header_column_rejects_all_rows(tmp_path: Path) -> None:
     pods, report = read_pods(f)
     assert pods == []
     assert report.rows_read == 2 and report.rows_rejected == 2
-    assert report.problems == [f"{f}:1: gpu_milli: missing from header"]
+    [problem] = report.problems
+    assert problem.startswith(f"{f}:1: gpu_milli: missing from header; fix: add the column")
 
 
 def test_read_nodes(tmp_path: Path) -> None:
@@ -183,3 +186,72 @@ def test_every_trace_file_reads_cleanly() -> None:
         assert report.ok, report.problems[:3]
         if f.name in expected:
             assert len(pods) == expected[f.name]
+
+
+# ---- limits (issue 30, item 6): the YAML input's, each problem with file, line, column, limit and fix --------
+
+
+def test_values_beyond_the_limits_are_refused_with_line_column_limit_and_fix(tmp_path: Path) -> None:
+    nodes = _write(tmp_path / "n.csv", "sn,cpu_milli,memory_mib,gpu,model", "n-0,1,1,1000000000,T4", "n-1,1,1,64,T4")
+    rows, report = read_nodes(nodes)
+    assert [n.name for n in rows] == ["n-1"]
+    assert report.problems == [f"{nodes}:2: gpu: 1,000,000,000 is too large: at most 64 (gpufleet's limit on GPUs "
+                               "per node; see docs/limits.md); fix: use a value of at most 64"]
+    pods = _write(tmp_path / "p.csv", POD_HEADER,
+                  "p-65,1,1,65,1000,,,,,,",  # 2: more GPUs than a node has
+                  f"p-digits,{'9' * 19},1,0,0,,,,,,",  # 3: past int64
+                  f"p-{'x' * 300},1,1,0,0,,,,,,",  # 4: a field past 253 characters
+                  "p-ok,1,1,64,1000,,,,,,")
+    rows_p, report = read_pods(pods)
+    assert [p.name for p in rows_p] == ["p-ok"]
+    by_line = {int(p.split(":")[1]): p for p in report.problems}
+    assert by_line[2].startswith(f"{pods}:2: num_gpu: 65 is too large: at most 64")
+    assert by_line[3].startswith(f"{pods}:3: cpu_milli: a number of 19 digits: at most 18")
+    assert by_line[4].startswith(f"{pods}:4: name: 302 characters: at most 253")
+    assert all("; fix: " in p for p in report.problems)
+
+
+def test_a_field_past_the_csv_modules_own_limit_is_a_problem_not_an_exception(tmp_path: Path) -> None:
+    f = _write(tmp_path / "p.csv", POD_HEADER, "p-" + "x" * 200_000 + ",1,1,0,0,,,,,,", "p-after,1,1,0,0,,,,,,")
+    pods, report = read_pods(f)
+    assert pods == [] and report.rows_rejected == report.rows_read == 1
+    [problem] = report.problems
+    assert problem.startswith(f"{f}:2: row: not valid CSV") and "at most 253" in problem
+    assert len(problem) < 600  # the giant value is never quoted whole
+
+
+def test_row_limits_stop_reading_and_say_so(tmp_path: Path) -> None:
+    f = _write(tmp_path / "p.csv", POD_HEADER, *(f"p{i},1,1,0,0,,,,,," for i in range(5)))
+    pods, report = read_pods(f, room=3)
+    assert len(pods) == 3 and report.rows_read == 3
+    [problem] = report.problems
+    assert problem.startswith(f"{f}:5: row: more than 3 pods with the 149,997 in the input's other files: "
+                              "at most 150,000 (gpufleet's limit on pods per input")
+    assert problem.endswith("fix: give fewer pods per run (a part of the trace)")
+
+
+def test_a_trace_that_is_not_a_small_regular_utf8_file_is_refused(tmp_path: Path) -> None:
+    latin = tmp_path / "latin1.csv"
+    latin.write_bytes(f"{POD_HEADER}\npé,1,1,0,0,,,,,,\n".encode("latin-1"))
+    small = InputBudget(max_bytes=len(POD_HEADER))
+    # A FIFO is refused as /dev/zero is: tests/hostile/test_input_limits_everywhere.py tries one, under an alarm.
+    for path, budget, words in ((latin, None, "not UTF-8 text (invalid continuation byte at byte 111, line 2)"),
+                                (Path("/dev/zero"), None, "not a regular file"),
+                                (_write(tmp_path / "big.csv", POD_HEADER, "p,1,1,0,0,,,,,,"), small, "would exceed")):
+        pods, report = read_pods(path, budget=budget)
+        [problem] = report.problems
+        assert pods == [] and problem.startswith(f"{path}: ") and words in problem and "; fix: " in problem, problem
+
+
+def test_simulate_inputs_share_the_runs_node_limit_between_yaml_and_csv(tmp_path: Path) -> None:
+    from gpufleet.sim.inputs import load_inputs
+
+    pool = tmp_path / "pool.yaml"
+    pool.write_text("apiVersion: gpufleet.io/v1alpha1\nkind: NodePool\nmetadata: {name: cpu}\n"
+                    f"spec: {{count: {MAX_NODES - 1}, cpu: '8', memory: 32Gi}}\n")
+    nodes = _write(tmp_path / "n.csv", "sn,cpu_milli,memory_mib,gpu,model", "n-0,1,1,0,", "n-1,1,1,0,")
+    inputs = load_inputs([str(pool), str(nodes)])
+    assert len(inputs.manifests.nodes) == MAX_NODES
+    [problem] = inputs.problems
+    assert problem.startswith(f"{nodes}:3: row: more than 1 nodes with the 4,999 in the input's other files: at "
+                              "most 5,000 (gpufleet's limit on nodes per input")

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from machines import WHOLE_8, write_machine
 
-from gpufleet.node.discovery import discover
+from gpufleet.api import limits
+from gpufleet.node.discovery import DiscoveryError, discover
 from gpufleet.node.dpconfig import DpConfigError, load_device_config
 from gpufleet.node.nvml_fake import FakeNvml
 
@@ -106,3 +107,63 @@ def test_config_overrides_the_machines_own_sharing(tmp_path: Path) -> None:
     assert [w.field for w in config.warnings] == ["sharing.timeSlicing.resources[0].rename"]
     found = discover(fake.machine(), config, timestamp=0)
     assert found.resources == {"nvidia.com/gpu.shared": 24}
+
+
+# --- limits (issue 30, item 4): bounded where the file is read, before any device is made ---------------------
+
+def _replicas(n: int, resource: str = "nvidia.com/gpu", mig: str = "none") -> str:
+    return (f"version: v1\nflags:\n  migStrategy: {mig}\nsharing:\n  timeSlicing:\n    resources:\n"
+            f"    - name: {resource}\n      replicas: {n}\n")
+
+
+@pytest.mark.parametrize("replicas", [65, 1_000_000])
+def test_replicas_above_64_per_gpu_are_refused_with_line_limit_and_fix(tmp_path: Path, replicas: int) -> None:
+    path = write(tmp_path, _replicas(replicas))
+    with pytest.raises(DpConfigError) as caught:
+        load_device_config(path)
+    [error] = caught.value.errors
+    assert (error.file, error.line, error.field) == (path, 8, "sharing.timeSlicing.resources[0].replicas")
+    assert "at most 64" in error.message and error.fix == "use a value of at most 64"
+
+
+def test_64_replicas_per_gpu_are_accepted(tmp_path: Path) -> None:
+    fake = FakeNvml(str(write_machine(tmp_path, WHOLE_8)))
+    found = discover(fake.machine(), load_device_config(write(tmp_path, _replicas(64))), timestamp=0)
+    assert found.resources == {"nvidia.com/gpu": 8 * 64}
+
+
+def _big_machine(layout: str | None) -> str:
+    mig = f', migLayout: "{layout}"' if layout else ""
+    sharing = "\n  sharing: {migStrategy: mixed}" if layout else ""
+    return ("apiVersion: gpufleet.io/v1alpha1\nkind: NodePool\nmetadata: {name: big}\nspec:\n  count: 1\n"
+            f"  gpu: {{model: A100-SXM4-80GB, count: 64{mig}}}\n  cpu: \"256\"\n  memory: 4Ti{sharing}\n")
+
+
+def test_a_node_may_advertise_4096_devices_and_no_more(tmp_path: Path) -> None:
+    # 64 GPUs x 64 replicas: exactly gpufleet's limit on the GPU devices of a node.
+    whole = FakeNvml(str(write_machine(tmp_path, _big_machine(None), "whole.yaml")))
+    found = discover(whole.machine(), load_device_config(write(tmp_path, _replicas(64))), timestamp=0)
+    assert found.resources == {"nvidia.com/gpu": 4096}
+    # 64 GPUs x 7 MIG devices x 64 replicas would be 28,672: refused before one is made, naming the field.
+    mig = FakeNvml(str(write_machine(tmp_path, _big_machine("1g.10gb:7"), "mig.yaml")))
+    path = write(tmp_path, _replicas(64, "nvidia.com/mig-1g.10gb", "mixed"))
+    with pytest.raises(DiscoveryError) as caught:
+        discover(mig.machine(), load_device_config(path), timestamp=0)
+    said = str(caught.value)
+    assert said.startswith(f"{path}:8: device-plugin config: sharing.timeSlicing.resources[0].replicas: ")
+    assert "28,672 GPU devices" in said and "at most 4,096" in said
+    assert said.endswith("fix: lower the replicas of nvidia.com/mig-1g.10gb to at most 9")  # 448 x 9 = 4,032
+
+
+def test_a_config_that_is_not_a_small_regular_utf8_file_is_refused(tmp_path: Path) -> None:
+    not_utf8 = tmp_path / "latin1.yaml"
+    not_utf8.write_bytes(b"version: v1\n# caf\xe9\n")
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "wb") as fh:
+        fh.truncate(limits.MAX_CONFIG_BYTES + 1)  # sparse: costs no disk
+    # A FIFO is refused the same way: tests/hostile/test_input_limits_everywhere.py tries one, under an alarm.
+    for path, words in ((not_utf8, "not UTF-8 text"), (huge, "1 MiB"), (Path("/dev/zero"), "not a regular file")):
+        with pytest.raises(DpConfigError) as caught:
+            load_device_config(str(path))
+        [error] = caught.value.errors
+        assert error.file == str(path) and words in error.message and error.fix, error

@@ -33,13 +33,14 @@ mentioned, and MPS is a warning (such a node is read from its resources, MPS is 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, cast
 
+from gpufleet.api import limits
 from gpufleet.api.errors import ManifestError, ManifestErrors, Problems
 from gpufleet.api.reader import FieldReader
-from gpufleet.api.source import Document, load_text
+from gpufleet.api.source import Document, InputBudget, load_text, read_file_text
 from gpufleet.gpu.sharing import GPU_RESOURCE, DevicePluginConfig
 
 DeviceListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
@@ -76,6 +77,9 @@ class AgentDeviceConfig:
     source: str | None = None  # the file it came from; None: defaults (or the fake machine's own sharing)
     warnings: tuple[ManifestError, ...] = ()
     mps: bool = False  # MPS sharing configured (read for `plan` only: the node agent refuses it)
+    # Where each time-sliced resource's replicas are written (field path, line): a limit that depends on the
+    # machine (devices per node) is only checked once the machine is known, and must still point at the field.
+    replicas_at: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
 
 _TOP = ("version", "flags", "resources", "sharing", "imex")
@@ -165,7 +169,9 @@ def _list_strategy(r: FieldReader) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def _time_slicing(r: FieldReader, mig_strategy: str) -> tuple[dict[str, int], bool, bool]:
+def _time_slicing(r: FieldReader, mig_strategy: str, at: dict[str, tuple[str, int]]
+                  ) -> tuple[dict[str, int], bool, bool]:
+    """The replicas per resource (``at`` gets where each is written), renameByDefault, failRequestsGreaterThanOne."""
     _unknown(r, _TIME_SLICING)
     replicas: dict[str, int] = {}
     for item in r.items("resources"):
@@ -174,7 +180,9 @@ def _time_slicing(r: FieldReader, mig_strategy: str) -> tuple[dict[str, int], bo
             continue
         _unknown(item, _RESOURCE)
         name = item.text("name", required=True)
-        count = item.integer("replicas", required=True)
+        # Bounded here, before anything is made per replica: 1,000,000 replicas would otherwise become a million
+        # devices on every GPU of every node running the agent.
+        count = item.integer("replicas", required=True, maximum=limits.REPLICAS_PER_GPU)
         if name is None or count is None:
             continue
         if name != GPU_RESOURCE and not name.startswith("nvidia.com/mig-"):
@@ -197,6 +205,7 @@ def _time_slicing(r: FieldReader, mig_strategy: str) -> tuple[dict[str, int], bo
                 item.warning(f"{key} is not honoured (NVIDIA's plugin ignores it too): every device of {name} is "
                              "shared, renamed only by renameByDefault", key)
         replicas[name] = count
+        at[name] = item.where("replicas")
     return replicas, r.flag("renameByDefault"), r.flag("failRequestsGreaterThanOne")
 
 
@@ -235,6 +244,7 @@ def read_config(doc: Document, problems: Problems, *, for_node_agent: bool = Tru
     if r.has("imex") and agent:
         r.warning("imex has no effect: IMEX channels are not handed out by gpufleet node", "imex")
     replicas: dict[str, int] = {}
+    replicas_at: dict[str, tuple[str, int]] = {}
     rename, fail_gt1, uses_mps = False, False, False
     sharing = r.obj("sharing")
     if sharing is not None:
@@ -250,25 +260,28 @@ def read_config(doc: Document, problems: Problems, *, for_node_agent: bool = Tru
                               "--inventory-only")
         ts = sharing.obj("timeSlicing")
         if ts is not None:
-            replicas, rename, fail_gt1 = _time_slicing(ts, mig)
+            replicas, rename, fail_gt1 = _time_slicing(ts, mig, replicas_at)
     config = AgentDeviceConfig(
         sharing=DevicePluginConfig(mig_strategy=cast(Any, mig), time_slicing=replicas, rename_by_default=rename,
                                    fail_requests_greater_than_one=fail_gt1),
         plugin=options, no_timestamp=no_timestamp, machine_type_file=machine_file, source=file,
         warnings=tuple(problems.warnings[before:]),
-        mps=uses_mps)
+        mps=uses_mps, replicas_at=replicas_at)
     return config
 
 
 def load_device_config(path: str) -> AgentDeviceConfig:
-    """The config of ``path``; raises :class:`DpConfigError` listing every error (warnings ride along)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        problems = Problems()
-        problems.error(f"cannot read the device-plugin config: {e.strerror}", file=path,
-                       fix="check the --config path (the DaemonSet mounts the ConfigMap at /etc/gpufleet-node)")
-        raise DpConfigError(problems.errors) from e
+    """The config of ``path``; raises :class:`DpConfigError` listing every error (warnings ride along).
+
+    The file is read as the manifest reader reads its files (:func:`gpufleet.api.source.read_file_text`): a
+    regular file only (a FIFO would block the agent, ``/dev/zero`` never ends), at most 1 MiB (a ConfigMap's
+    own limit), UTF-8."""
+    problems = Problems()
+    budget = InputBudget(limits.MAX_CONFIG_BYTES, limit="the limit on a device-plugin config (a ConfigMap holds "
+                         "at most 1 MiB)")
+    text = read_file_text(path, problems, budget, skip_irregular=False)
+    if text is None:
+        raise DpConfigError(problems.all)
     config, problems = config_from_text(text, path)
     if problems.errors:
         raise DpConfigError(problems.all)

@@ -19,6 +19,11 @@ MAX_DOCUMENT_BYTES = 3 * 2**20  # the API server refuses larger requests; larger
 MAX_NODES_PER_DOCUMENT = 500_000  # YAML values (scalars, mappings, lists) of one document
 MAX_JSON_DEPTH = 20  # nesting of a JSON annotation such as gpufleet.io/gpus (4 levels used)
 MAX_ANNOTATION_BYTES = 256 * 1024  # the API server's limit for all annotations of an object together
+MAX_INT_DIGITS = 18  # an integer in text (a label, a quoted field, a CSV cell): always inside int64
+MAX_CSV_FIELD_CHARS = 253  # one field of an openb CSV: the longest is a name, at most a Kubernetes name's 253
+MAX_CONFIG_BYTES = 2**20  # the node agent's device-plugin config: a ConfigMap holds at most 1 MiB
+MAX_RESULT_BYTES = MAX_INPUT_BYTES  # the dashboard's simulation result (32 MiB of `[],` peaks at 840 MiB parsed)
+MAX_RESULT_DEPTH = 64  # nesting of a simulation result's JSON (`simulate --json` writes 7 levels)
 
 # --- cluster ---------------------------------------------------------------------------------------------------
 MAX_NODES = 5_000  # Nodes of one input, NodePools expanded: Kubernetes' own tested scale
@@ -60,3 +65,4 @@ GPUS_PER_POD = Limit(MAX_GPUS_PER_POD, "gpufleet's limit on GPU devices per pod"
 COHORT_DEPTH = Limit(MAX_COHORT_DEPTH, "gpufleet's limit on the depth of a cohort tree")
 DOCUMENTS = Limit(MAX_DOCUMENTS, "gpufleet's limit on documents per input")
 ANNOTATION_BYTES = Limit(MAX_ANNOTATION_BYTES, "the API server's limit on an object's annotations, in bytes")
+CSV_FIELD_CHARS = Limit(MAX_CSV_FIELD_CHARS, "gpufleet's limit on the characters of a CSV field")

@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any, TypeVar
 
 from gpufleet.api.errors import Problems, shown
-from gpufleet.api.limits import Limit
+from gpufleet.api.limits import MAX_INT_DIGITS, Limit
 from gpufleet.api.quantity import QuantityError, parse_quantity
 from gpufleet.api.source import Document
 
@@ -23,7 +23,7 @@ PathPart = str | int
 
 # ASCII digits only: str.isdigit() also accepts "²" and "٣", which int() then refuses or misreads. 18 digits
 # keep every accepted integer inside int64, as Kubernetes' own fields are.
-_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+_INT_TEXT = re.compile(rf"[+-]?[0-9]{{1,{MAX_INT_DIGITS}}}")
 _INT64 = 2**63 - 1
 
 

@@ -1,18 +1,27 @@
-"""JSON from an untrusted peer (an HTTP body, an annotation), with its nesting bounded *before* the parser runs.
+"""JSON from an untrusted peer (an HTTP body, an annotation, a file), with its nesting bounded *before* the parser
+runs and no number that JSON cannot hold.
 
 ``json.loads`` recurses once per level of nesting, so a body of a million ``[`` costs a RecursionError (and
 the C stack of a deeper interpreter) before any check on the result could run. :func:`max_depth` measures the
 nesting of the raw bytes in linear time without recursing: string literals are blanked out first (so a ``[``
 inside a string does not count), then the running depth is a cumulative sum over the brackets that remain.
+
+``json.loads`` also reads ``1e999`` as infinity (``parse_constant`` only sees the literals ``NaN`` and
+``Infinity``): such a value passes every type check, then cannot be written as JSON again. :func:`non_finite`
+finds it, with its path, in the parsed value.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from gpufleet.api.errors import field_path
 
 # A JSON string literal: quote, then runs of ordinary bytes and escape pairs. '"' and '\' never occur inside a
 # multi-byte UTF-8 sequence, so scanning bytes is exact for UTF-8 text.
@@ -46,12 +55,43 @@ def max_depth(data: bytes) -> int:
     return int(np.cumsum(_STEP[np.frombuffer(brackets, dtype=np.uint8)]).max(initial=0))
 
 
+def _children(value: dict[Any, Any] | list[Any]) -> Iterator[tuple[Any, Any]]:
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value)
+
+
+def non_finite(value: Any) -> str | None:
+    """The path (``runs[0].kpis.cost``; ``""`` for the value itself) of the first float in parsed JSON that is
+    not finite, or None. Depth first over a stack of iterators: memory grows with the nesting (bounded before
+    parsing), never with the number of values."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ""
+    if not isinstance(value, dict | list):
+        return None
+    path: list[Any] = []  # the keys down to the container the top iterator walks: len(stack) - 1 of them
+    stack = [_children(value)]
+    while stack:
+        for key, child in stack[-1]:
+            if isinstance(child, float):
+                if not math.isfinite(child):
+                    return field_path([*path, key])
+            elif isinstance(child, dict | list):
+                path.append(key if isinstance(key, int) else str(key))
+                stack.append(_children(child))
+                break
+        else:
+            stack.pop()
+            if path:
+                path.pop()
+    return None
+
+
 def _no_constants(name: str) -> Any:
     raise JsonBodyError(f"{name} is not valid JSON (JSON has no NaN or Infinity)")
 
 
 def loads(data: bytes, *, depth_limit: int) -> Any:
-    """Strict JSON from UTF-8 bytes: no other encoding, no NaN/Infinity, nesting at most ``depth_limit``."""
+    """Strict JSON from UTF-8 bytes: no other encoding, no NaN/Infinity (nor a number too big for a double),
+    nesting at most ``depth_limit``."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -60,8 +100,12 @@ def loads(data: bytes, *, depth_limit: int) -> Any:
     if depth > depth_limit:
         raise JsonBodyError(f"the JSON is nested {depth} levels deep, more than the {depth_limit} allowed")
     try:
-        return json.loads(text, parse_constant=_no_constants)
+        doc = json.loads(text, parse_constant=_no_constants)
     except JsonBodyError:
         raise
     except ValueError as e:  # JSONDecodeError, and int() refusing more than 4,300 digits
         raise JsonBodyError(f"the body is not valid JSON: {str(e)[:200]}") from None
+    where = non_finite(doc)
+    if where is not None:
+        raise JsonBodyError(f"the number at {where or 'the top'} is not finite (too big for a double, such as 1e999)")
+    return doc

@@ -33,7 +33,8 @@ try:
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
 
-__all__ = ["MANIFEST_SUFFIXES", "STDIN_NAME", "Document", "InputBudget", "load_paths", "load_text"]
+__all__ = ["MANIFEST_SUFFIXES", "STDIN_NAME", "Document", "InputBudget", "load_paths", "load_text", "read_file_bytes",
+           "read_file_text"]
 
 STDIN_NAME = "<stdin>"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -351,14 +352,24 @@ _VALUE_EVENTS = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEve
 
 
 class InputBudget:
-    """What is left of one run's input limits (bytes, documents), shared by every file it reads."""
+    """What is left of one run's input limits (bytes, documents), shared by every file it reads.
 
-    def __init__(self, max_bytes: int = MAX_INPUT_BYTES, max_documents: int = MAX_DOCUMENTS) -> None:
+    ``limit`` names the byte limit in messages: the run's by default, a single file's where one file is read
+    alone (the node agent's device-plugin config, the dashboard's simulation result)."""
+
+    def __init__(self, max_bytes: int = MAX_INPUT_BYTES, max_documents: int = MAX_DOCUMENTS, *,
+                 limit: str = "gpufleet's limit per run") -> None:
         self.bytes = max_bytes
         self.documents = max_documents
         self.max_bytes = max_bytes
         self.max_documents = max_documents
+        self.limit = limit
         self.exhausted = False
+
+    def says(self) -> str:
+        """The byte limit as messages write it: ``32 MiB, gpufleet's limit per run (see docs/limits.md)``."""
+        size = f"{self.max_bytes // 2**20} MiB" if self.max_bytes >= 2**20 else f"{self.max_bytes:,} bytes"
+        return f"{size}, {self.limit} (see docs/limits.md)"
 
 
 class _DocumentLimit(Exception):
@@ -659,43 +670,63 @@ def _folder_files(folder: str, problems: Problems) -> list[str]:
     return [path for _, path in found]
 
 
-def _read_file(path: str, problems: Problems, budget: InputBudget) -> str | None:
-    """The text of one regular file within the run's byte budget; None (with the problem said) otherwise."""
+def read_file_bytes(path: str, problems: Problems, budget: InputBudget, *, skip_irregular: bool = True
+                    ) -> bytes | None:
+    """The bytes of one regular file within ``budget``; None (with the problem said) otherwise.
+
+    Anything but a regular file (a FIFO, a device such as ``/dev/zero``, a socket) is never read: reading it could
+    block or never end. ``skip_irregular`` says so with a warning (a folder of manifests goes on without it);
+    without it, for a file a command cannot do without, it is an error."""
     try:
         # O_NONBLOCK: opening a FIFO nobody writes to would otherwise block before fstat can tell what it is.
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
-                # A FIFO, a device such as /dev/zero or a socket: reading it could block or never end.
-                problems.warning(
-                    "not a regular file (a pipe, device or socket); it is skipped", file=path,
-                    fix="save the manifests to a file, or pipe them into `-` (stdin)")
+                report = problems.warning if skip_irregular else problems.error
+                report("not a regular file (a pipe, device or socket): reading it could block or never end; "
+                       + ("it is skipped" if skip_irregular else "it is not read"), file=path,
+                       fix="save the manifests to a file, or pipe them into `-` (stdin)" if skip_irregular
+                       else "give the path of a regular file")
                 return None
             if st.st_size > budget.bytes:
-                problems.error(
-                    f"the input would exceed {budget.max_bytes // 2**20} MiB, gpufleet's limit per run (see "
-                    f"docs/limits.md); this file ({st.st_size:,} bytes) is not read", file=path,
-                    fix="give fewer or smaller files per run")
+                problems.error(f"the input would exceed {budget.says()}; this file ({st.st_size:,} bytes) is not "
+                               "read", file=path, fix="give fewer or smaller files")
                 return None
             data = fh.read(budget.bytes + 1)
     except OSError as exc:
-        problems.error(f"cannot read {path}: {exc.strerror}", file=path, fix="check the file's permissions")
+        problems.error(f"cannot read {path}: {exc.strerror}", file=path, fix="check the path and the file's "
+                       "permissions")
         return None
-    return _decode(data, path, problems, budget)
+    return data if _take_bytes(data, path, problems, budget) else None
 
 
-def _decode(data: bytes, name: str, problems: Problems, budget: InputBudget) -> str | None:
+def read_file_text(path: str, problems: Problems, budget: InputBudget, *, skip_irregular: bool = True
+                   ) -> str | None:
+    """:func:`read_file_bytes` decoded as UTF-8 (a byte-order mark dropped); None (with the problem said) when
+    the file cannot be read or is not UTF-8."""
+    data = read_file_bytes(path, problems, budget, skip_irregular=skip_irregular)
+    return None if data is None else _decode(data, path, problems)
+
+
+def _take_bytes(data: bytes, name: str, problems: Problems, budget: InputBudget) -> bool:
+    """Count ``data`` against the budget; False (with the problem said) when it does not fit."""
     if len(data) > budget.bytes:
-        problems.error(
-            f"the input exceeds {budget.max_bytes // 2**20} MiB, gpufleet's limit per run (see docs/limits.md); "
-            "it is not read", file=name, fix="give fewer or smaller files per run")
-        return None
+        problems.error(f"the input exceeds {budget.says()}; it is not read", file=name,
+                       fix="give fewer or smaller files")
+        return False
     budget.bytes -= len(data)
+    return True
+
+
+def _decode(data: bytes, name: str, problems: Problems) -> str | None:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        # The line goes in the message, not in ``line``: a file that cannot be read at all has no line
+        # (callers tell unread files by that).
+        line = data.count(b"\n", 0, exc.start) + 1
         problems.error(
-            f"the file is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            f"the file is not UTF-8 text ({exc.reason} at byte {exc.start:,}, line {line:,})",
             file=name,
             fix="save the file as UTF-8",
         )
@@ -707,7 +738,7 @@ def _read_stream(stream: TextIO | BinaryIO, problems: Problems, budget: InputBud
     data = raw.read(budget.bytes + 1)
     if isinstance(data, str):  # a text stream without a buffer (tests pass io.StringIO)
         data = data.encode("utf-8")
-    return _decode(data, STDIN_NAME, problems, budget)
+    return _decode(data, STDIN_NAME, problems) if _take_bytes(data, STDIN_NAME, problems, budget) else None
 
 
 def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None = None,
@@ -743,7 +774,7 @@ def load_paths(paths: Sequence[str], problems: Problems, *, stdin: TextIO | None
         for file in files:
             if budget.exhausted:
                 return docs
-            text = _read_file(file, problems, budget)
+            text = read_file_text(file, problems, budget)
             if text is not None:
                 docs.extend(load_text(text, file, problems, budget, sink))
     return docs

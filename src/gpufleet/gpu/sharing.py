@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -144,31 +144,44 @@ class AdvertisedUnit:
     replica: int | None = None  # None when the resource is not time-sliced
 
 
-def advertised_units(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig) -> dict[str, list[AdvertisedUnit]]:
-    """The devices the device plugin lists, per extended resource, in GPU order (what the node agent serves)."""
-    check_node(gpus, config)
-    out: dict[str, list[AdvertisedUnit]] = {}
-
-    def add(resource: str, gpu: PhysicalGpu, mig: MigInstance | None) -> None:
-        replicas = config.replicas_for(resource)
-        units = out.setdefault(_shared_name(resource, config), [])
-        if replicas > 1:
-            units.extend(AdvertisedUnit(_shared_name(resource, config), gpu, mig, i) for i in range(replicas))
-        else:
-            units.append(AdvertisedUnit(resource, gpu, mig))
-
+def _physical_devices(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig
+                      ) -> Iterator[tuple[str, PhysicalGpu, MigInstance | None]]:
+    """(resource, GPU, MIG instance or None) of every device before time-slicing, in GPU order."""
     for gpu in gpus:
         if gpu.mig_enabled and config.mig_strategy == "single":
             for instance in gpu.mig:
-                add(GPU_RESOURCE, gpu, instance)
+                yield GPU_RESOURCE, gpu, instance
         elif gpu.mig_enabled and config.mig_strategy == "mixed":
             geometry = gpu.geometry
             assert geometry is not None
             for instance in gpu.mig:
-                add(geometry.profile(instance.placement.profile).resource_name, gpu, instance)
+                yield geometry.profile(instance.placement.profile).resource_name, gpu, instance
         else:
             # migStrategy none exposes MIG-enabled GPUs as full GPUs too.
-            add(GPU_RESOURCE, gpu, None)
+            yield GPU_RESOURCE, gpu, None
+
+
+def advertised_counts(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig) -> Counter[str]:
+    """How many devices the plugin would list per resource *as written in the config* (before renaming),
+    counted without making them: what a limit on devices per node is checked against first."""
+    counts: Counter[str] = Counter()
+    for resource, _, _ in _physical_devices(gpus, config):
+        counts[resource] += config.replicas_for(resource)
+    return counts
+
+
+def advertised_units(gpus: Sequence[PhysicalGpu], config: DevicePluginConfig) -> dict[str, list[AdvertisedUnit]]:
+    """The devices the device plugin lists, per extended resource, in GPU order (what the node agent serves)."""
+    check_node(gpus, config)
+    out: dict[str, list[AdvertisedUnit]] = {}
+    for resource, gpu, mig in _physical_devices(gpus, config):
+        replicas = config.replicas_for(resource)
+        name = _shared_name(resource, config)
+        units = out.setdefault(name, [])
+        if replicas > 1:
+            units.extend(AdvertisedUnit(name, gpu, mig, i) for i in range(replicas))
+        else:
+            units.append(AdvertisedUnit(resource, gpu, mig))
     return out
 
 

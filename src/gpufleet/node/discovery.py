@@ -15,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.api.errors import ManifestError
 from gpufleet.api.inventory import format_inventory
+from gpufleet.api.limits import DEVICES_PER_NODE, MAX_DEVICES_PER_NODE
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, Catalog, GpuModel, sanitise_product
 from gpufleet.gpu.mig import MigError, MigPlacement, geometry_for
@@ -29,11 +31,12 @@ from gpufleet.gpu.sharing import (
     MigInstance,
     PhysicalGpu,
     SharingError,
+    advertised_counts,
     advertised_units,
     gfd_labels,
 )
 from gpufleet.node.contract import Gpu, Machine, MigDevice
-from gpufleet.node.dpconfig import AgentDeviceConfig
+from gpufleet.node.dpconfig import KIND, AgentDeviceConfig
 
 log = logging.getLogger(__name__)
 
@@ -169,12 +172,39 @@ def _plugin_device(unit: AdvertisedUnit, gpu: Gpu) -> PluginDevice:
                         unit.replica)
 
 
+def _check_device_count(gpus: Sequence[PhysicalGpu], config: AgentDeviceConfig) -> None:
+    """Refuse, before a single device is made, a configuration under which this machine would advertise more
+    GPU devices than gpufleet's limit (docs/limits.md): the agent keeps, serves and labels each one. Each
+    resource's replicas are bounded where the config is read; only here is the machine known (64 GPUs with 7
+    MIG devices each, time-sliced 64 ways, would be 28,672)."""
+    counts = advertised_counts(gpus, config.sharing)
+    total = sum(counts.values())
+    if total <= MAX_DEVICES_PER_NODE:
+        return
+    sharing = config.sharing
+    shared = [r for r in counts if sharing.replicas_for(r) > 1]
+    detail = ", ".join(f"{r}: {counts[r] // sharing.replicas_for(r):,} x {sharing.replicas_for(r)} replicas"
+                       if r in shared else f"{r}: {counts[r]:,}" for r in sorted(counts))
+    message = f"this machine would advertise {total:,} GPU devices ({detail}): {DEVICES_PER_NODE.says()}"
+    if not shared:  # no replicas to lower: a machine beyond what gpufleet serves
+        raise DiscoveryError(message)
+    worst = max(shared, key=counts.__getitem__)
+    physical = counts[worst] // sharing.replicas_for(worst)
+    room = (MAX_DEVICES_PER_NODE - (total - counts[worst])) // physical
+    fix = (f"lower the replicas of {worst} to at most {room}" if room >= 2
+           else f"stop time-slicing {worst}, or time-slice fewer resources")
+    field, line = config.replicas_at.get(worst, ("sharing.timeSlicing", None))
+    raise DiscoveryError(str(ManifestError(message, config.source, line, KIND if config.source else None,
+                                           field=field, fix=fix)))
+
+
 def discover(machine: Machine, config: AgentDeviceConfig, *, unhealthy_gpus: Collection[int] = (),
              timestamp: float | None = None, catalog: Catalog = DEFAULT_CATALOG) -> Discovery:
     """Labels, inventory annotation, resources and plugin devices of ``machine`` under ``config``."""
     sharing = config.sharing
     try:
         gpus = physical_gpus(machine, sharing, catalog)
+        _check_device_count(gpus, config)
         units = advertised_units(gpus, sharing)
         labels = gfd_labels(gpus, sharing)
     except (SharingError, MigError) as e:

@@ -4,7 +4,8 @@ WorkloadGenerator documents, and openb CSVs, in any mix.
 YAML documents of ``kind: WorkloadGenerator`` are read by the generator and replaced by the Jobs they
 generate (demand forms of scenario ``default``); every other document goes through the manifest loader.
 A ``.csv`` is an openb node list when its header starts with ``sn,``, else an openb pod list. Every problem
-is reported with its file and line; an input with errors is refused rather than simulated smaller.
+is reported with its file and line; an input with errors is refused rather than simulated smaller. The CSVs
+share the run's limits with the YAML files (docs/limits.md): 32 MiB in all, 5,000 nodes, 150,000 pods.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gpufleet.api.errors import LEFT_OUT, Problems
+from gpufleet.api.limits import MAX_NODES, MAX_PODS
 from gpufleet.api.manifests import Manifests, build
 from gpufleet.api.objects import PRODUCT_LABEL
-from gpufleet.api.source import Document, load_paths
+from gpufleet.api.source import Document, InputBudget, load_paths
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.sim.model import SimJob
-from gpufleet.sim.openb import read_nodes, read_pods
+from gpufleet.sim.openb import read_trace
 from gpufleet.sim.sources.generator import GeneratorError, GeneratorSpec, generate, is_generator, parse_generator
 from gpufleet.sim.sources.manifests import jobs_from_manifests
 from gpufleet.sim.sources.openbtrace import openb_jobs, openb_nodes
@@ -64,11 +65,6 @@ def split_generators(docs: Sequence[Document], problems: list[str]) -> tuple[lis
     return rest, specs
 
 
-def _is_node_list(path: str) -> bool:
-    with open(path, encoding="utf-8-sig") as fh:
-        return fh.readline().strip().startswith("sn,")
-
-
 def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | None = None, strict: bool = False,
                 duration_s: float | None = None) -> Inputs:
     problems = Problems()
@@ -76,7 +72,8 @@ def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | 
     notes: list[str] = []
     csvs = [f for f in files if f.lower().endswith(".csv")]
     yamls = [f for f in files if not f.lower().endswith(".csv")]
-    read = load_paths(yamls, problems, stdin=sys.stdin) if yamls else []
+    budget = InputBudget()  # one run's bytes, YAML and CSV together (docs/limits.md)
+    read = load_paths(yamls, problems, stdin=sys.stdin, budget=budget) if yamls else []
     docs, specs = split_generators(read, errors)
     for spec in specs:
         try:
@@ -86,15 +83,12 @@ def load_inputs(files: Sequence[str], *, scenario: str = "default", seed: int | 
     manifests = build(docs, problems)
     jobs = jobs_from_manifests(manifests, problems)
     for path in csvs:
-        if not Path(path).is_file():  # also refuses pipes and devices, whose reading might never end
-            errors.append(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a regular file")
-            continue
-        if _is_node_list(path):
-            rows, report = read_nodes(path)
-            manifests.nodes.extend(openb_nodes(rows))
-        else:
-            pods, report = read_pods(path)
-            jobs.extend(openb_jobs(pods, report, notes=notes))
+        # The run's limits hold across files: nodes and pods already read leave less room to a CSV.
+        pods_so_far = sum(len(j.workload.pods) for j in jobs)
+        rows, pods, report = read_trace(path, budget=budget, node_room=max(0, MAX_NODES - len(manifests.nodes)),
+                                        pod_room=max(0, MAX_PODS - pods_so_far))
+        manifests.nodes.extend(openb_nodes(rows))
+        jobs.extend(openb_jobs(pods, report, notes=notes))
         errors.extend(report.problems)
         if report.rows_rejected:
             errors.append(f"{path}: {report.rows_rejected} of {report.rows_read} row(s) rejected")

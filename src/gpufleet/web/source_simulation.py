@@ -13,11 +13,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpufleet.api import safejson
+from gpufleet.api.errors import Problems
+from gpufleet.api.limits import MAX_RESULT_BYTES, MAX_RESULT_DEPTH
+from gpufleet.api.source import InputBudget, read_file_bytes
 from gpufleet.web.contract import ClusterView, SimulationView, SourceKind
 from gpufleet.web.source_static import StaticSource
 from gpufleet.web.whatif import advice_problem, calibration_problem
 
-MAX_RESULT_BYTES = 256 * 1024 * 1024
+REWRITE = "write the result again with gpufleet simulate --json OUT"
 
 
 class SimulationResultError(ValueError):
@@ -69,23 +73,44 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (a number must be finite)")
 
 
-def load_result(path: Path) -> SimulationView:
-    """Read and check a result file; :class:`SimulationResultError` for anything wrong with it."""
+def _read(path: Path) -> bytes:
+    """The file's bytes as every input file is read (docs/limits.md): a regular file (a FIFO would block the
+    start, ``/dev/zero`` never ends), within the limit on a result."""
+    problems = Problems()
+    data = read_file_bytes(str(path), problems, InputBudget(MAX_RESULT_BYTES, limit="the limit on a simulation "
+                                                            "result"), skip_irregular=False)
+    if data is None:
+        raise SimulationResultError("\n".join(str(e) for e in problems.errors))
+    return data
+
+
+def _parse(data: bytes, path: Path) -> Any:
+    """The JSON of a result, its nesting bounded before the parser recurses and every number finite: a KPI
+    written ``1e999`` reads as infinity, which passes the checks and then cannot be served as JSON."""
+    depth = safejson.max_depth(data)
+    if depth > MAX_RESULT_DEPTH:
+        raise SimulationResultError(f"{path}: the JSON is nested {depth:,} levels deep: at most {MAX_RESULT_DEPTH} "
+                                    f"(gpufleet's limit on a simulation result; see docs/limits.md); fix: {REWRITE}")
     try:
-        size = path.stat().st_size
-        if size > MAX_RESULT_BYTES:
-            raise SimulationResultError(f"{path}: {size:,} bytes is more than the {MAX_RESULT_BYTES:,} accepted")
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SimulationResultError(f"{path}: {e.strerror or e}") from e
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SimulationResultError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
     try:
         doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise SimulationResultError(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from e
-    except ValueError as e:
-        raise SimulationResultError(f"{path}: {e}") from e
+    except ValueError as e:  # NaN or Infinity, or an integer of more than 4,300 digits
+        raise SimulationResultError(f"{path}: {str(e)[:200]}; fix: {REWRITE}") from e
+    where = safejson.non_finite(doc)
+    if where is not None:
+        raise SimulationResultError(f"{path}: {where or 'the document'}: the number is not finite (too big for a "
+                                    f"double, such as 1e999); fix: write a finite number, or {REWRITE}")
+    return doc
+
+
+def load_result(path: Path) -> SimulationView:
+    """Read and check a result file; :class:`SimulationResultError` for anything wrong with it."""
+    doc = _parse(_read(path), path)
     runs = check_result(doc, str(path))
     advice, calibration = doc.get("advice"), doc.get("calibration")
     for problem in (advice_problem(advice, f"{path}: advice") if advice is not None else None,
