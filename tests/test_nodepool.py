@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+from gpufleet.api.nodepool import DEFAULT_EPHEMERAL_STORAGE
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION
 from gpufleet.cluster.state import ClusterState
 from gpufleet.gpu.mig import geometry_for, validate_layout
+from gpufleet.scheduling.snapshot_plan import run_cycles
 from gpufleet.sim.casestudy import load_casestudy
 from tests.conftest import REPO, manifests
 
@@ -123,3 +125,47 @@ status:
     assert ids == ["plain/gpu-0", "plain/gpu-1", "plain/gpu-2"]
     assert state.nodes["plain"].gpus[0].model == "T4"
     assert state.nodes["plain"].gpus[2].mig[0].device_id == "plain/gpu-2/1g.10gb@0"
+
+
+POOL_AND_PODS = """apiVersion: gpufleet.io/v1alpha1
+kind: NodePool
+metadata: {name: gpu}
+spec: {count: 2, cpu: 8, memory: 64Gi, gpu: {model: A100-SXM4-80GB, count: 1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: scratch, namespace: default}
+spec:
+  containers:
+  - name: c
+    image: x
+    resources: {requests: {cpu: 2, memory: 8Gi, ephemeral-storage: 50Gi}, limits: {nvidia.com/gpu: 1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: too-big, namespace: default}
+spec:
+  containers:
+  - name: c
+    image: x
+    resources: {requests: {cpu: 20, memory: 8Gi, ephemeral-storage: 5Ti}, limits: {nvidia.com/gpu: 2}}
+"""
+
+
+def test_pool_nodes_report_what_a_kubelet_reports() -> None:
+    """Issue 29, item 10: ephemeral-storage and hugepages by default, beside cpu, memory and pods."""
+    m = manifests(POOL_AND_PODS)
+    assert not m.problems.errors, m.problems.all
+    for node in m.nodes:
+        assert node.allocatable["ephemeral-storage"] == DEFAULT_EPHEMERAL_STORAGE == 2**40
+        assert node.allocatable["hugepages-1Gi"] == node.allocatable["hugepages-2Mi"] == 0
+        assert node.allocatable["pods"] == 110
+
+
+def test_a_pod_asking_for_ephemeral_storage_is_placed_and_every_short_resource_is_named() -> None:
+    plan = run_cycles(manifests(POOL_AND_PODS), 1, until_stable=False)
+    [cycle] = plan.cycles
+    assert [a.workload for a in cycle.decisions.admitted] == ["default/scratch"]
+    [pending] = cycle.pending
+    assert pending.workload == "default/too-big"
+    assert pending.reason == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu, cpu and ephemeral-storage.")

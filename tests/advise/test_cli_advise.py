@@ -20,6 +20,7 @@ from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import load_paths, load_text
 from gpufleet.cli.main import app
 from gpufleet.gpu.mig import geometry_for, validate_layout
+from tests.cli.terminal import piped
 
 runner = CliRunner()
 SMALL = str(Path(__file__).parent / "small.yaml")
@@ -186,3 +187,20 @@ def test_a_pod_declaring_gpu_memory_only_is_advised_not_a_traceback(tmp_path: Pa
     result = runner.invoke(app, ["advise", str(folder), "--evaluations", "3"])
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and "cost of the demand" in result.stdout
+
+
+def test_validate_in_the_folder_advise_wrote_recognises_its_json(written: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+    out, _ = written
+    result = runner.invoke(app, ["validate", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "needs apiVersion and kind" not in result.output
+    assert "advice.json:1: gpufleet advise's advice" in result.output
+    assert "whatif.json:1: gpufleet advise's what-if" in result.output
+
+
+def test_progress_in_a_log_is_a_few_short_lines() -> None:
+    ran = piped("advise", SMALL, "--evaluations", "8")
+    assert ran.code == 0, ran.stderr
+    progress = [x for x in ran.stderr.splitlines() if x.startswith("advise:")]
+    assert 1 <= len(progress) <= 4 and all(len(x) <= 60 for x in progress), progress
+    assert progress[-1] == "advise: 9 of 9 configurations measured"

@@ -144,3 +144,13 @@ def test_html_escapes_every_text() -> None:
     assert "<t>" not in html and "&lt;t&gt;" in html and "&lt;s&gt;" in html and "&lt;x&gt;" in html
     assert "<em>b</em>" in html and "&lt;c&gt;" in html and "<code>d&amp;e</code>" in html
     assert "| <x> | 1 |" in to_markdown(report)
+
+
+def test_the_report_writes_durations_and_amounts_as_people_read_them(report_dir: Path) -> None:
+    """Issue 29, item 9: no "16709 s", no "3734.511 GPU-hours"."""
+    text = (report_dir / "report.md").read_text()
+    assert "Inference held" in text
+    assert not re.search(r"\b\d{3,} s\b", text), re.findall(r".{40}\b\d{3,} s\b", text)
+    assert not re.search(r"\d\.\d{3,}", text), re.findall(r".{40}\d\.\d{3,}", text)
+    held = re.search(r"Inference held ([\d,.]+) GPU-hours for ([\d,]+) CHF", text)
+    assert held is not None and re.fullmatch(r"\d{1,3}(,\d{3})*\.\d", held.group(1)), held

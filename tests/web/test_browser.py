@@ -235,3 +235,19 @@ def test_an_advice_holding_markup_is_shown_as_text(advice_dir: Path, tmp_path: P
         assert page.evaluate("() => document.scripts.length") == 1
         assert page.locator("#advice img, #advice script, #advice b").count() == 0
         only_local(page, dashboard)
+
+
+def test_workloads_show_each_pods_device_and_share(files_dashboard: Dashboard) -> None:
+    """Issue 29, item 9: "1g.10gb" and "1/8 replica", not "GPUs 1"."""
+    found = {w["key"]: w["device"] for w in get(files_dashboard, "/api/workloads").json()["workloads"]}
+    assert found["production/embeddings"] == "1g.10gb"
+    assert found["data-science/notebook-anna"] == "1/8 replica"
+    with browser_page() as page:
+        open_page(page, files_dashboard, "/workloads", "#workloads tr[data-workload]")
+        for key, device in (("production/embeddings", "1g.10gb"), ("data-science/notebook-anna", "1/8 replica")):
+            row = page.locator(f'#workloads tr[data-workload="{key}"] td')
+            assert row.nth(4).inner_text() == device
+        page.click('#workloads a[href="/workloads/data-science/notebook-anna"]')
+        page.wait_for_selector("#pods")
+        assert "1/8 replica per pod" in page.locator("p.muted").first.inner_text()
+        only_local(page, files_dashboard)

@@ -158,7 +158,8 @@ def test_kai_queue_tree_and_queue_label() -> None:
     (cq,) = [cq for cq in m.cluster_queues if cq.name == "kai:test"]
     gpu = cq.resource_groups[0].flavors[0].resources["nvidia.com/gpu"]
     assert (gpu.nominal, gpu.borrowing_limit) == (4, 4) and cq.cohort == "kai:default"
-    assert [c.name for c in m.cohorts] == ["kai:default"]  # the parent queue: only leaves take work
+    # the parent queue (only leaves take work), under the cluster's Cohort, which KAI's top-level queues divide
+    assert {c.name: c.parent for c in m.cohorts} == {"kai:default": "kai", "kai": None}
 
 
 ALL = [e.sample for e in EXPECT] + ["job.yaml"]

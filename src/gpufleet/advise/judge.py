@@ -32,6 +32,7 @@ from gpufleet.advise.contract import Judged, Objective, Proposal
 from gpufleet.sim.jobs import JobLine, job_lines
 from gpufleet.sim.metrics import INFERENCE_ROLE, kpis, per_queue
 from gpufleet.sim.records import SimResult
+from gpufleet.sim.report import duration_text
 from gpufleet.sim.scenario import Scenario, run_scenario
 
 SUCCESS_SLACK_PTS = 1.0
@@ -115,13 +116,15 @@ def guards(objective: Objective, k: Mapping[str, Any], given: Mapping[str, Any],
     if objective == "cost":
         wait, wait_given = _num(k, "wait_p95_s"), _num(given, "wait_p95_s")
         if wait > max(wait_given * WAIT_SLACK, wait_given + WAIT_SLACK_S):
-            return f"p95 queue wait {wait:.0f} s against {wait_given:.0f} s with the given configuration"
+            return (f"p95 queue wait {duration_text(wait)} against {duration_text(wait_given)} with the given "
+                    "configuration")
     if objective == "balanced":
         if _num(k, "demand_cost_per_work") > _num(given, "demand_cost_per_work") + 1e-6:
             return (f"the demand costs {_num(k, 'demand_cost_per_work'):.2f} CHF per busy GPU-hour of work done "
                     f"against {_num(given, 'demand_cost_per_work'):.2f} CHF with the given configuration")
         if _num(k, "wait_p95_s") > _num(given, "wait_p95_s") + BALANCED_WAIT_S:
-            return (f"p95 queue wait {_num(k, 'wait_p95_s'):.0f} s against {_num(given, 'wait_p95_s'):.0f} s with "
+            return (f"p95 queue wait {duration_text(_num(k, 'wait_p95_s'))} against "
+                    f"{duration_text(_num(given, 'wait_p95_s'))} with "
                     "the given configuration")
         success, success_given = _num(k, "job_success_pct", 100.0), _num(given, "job_success_pct", 100.0)
         if success < success_given - BALANCED_SUCCESS_PTS:

@@ -68,6 +68,34 @@ def _mix(counts: Mapping[NodeConfig, int]) -> str:
     return ", ".join(f"{n} node{'s' if n > 1 else ''} {c.text}" for c, n in sorted(counts.items()) if n)
 
 
+def _mig_config(config: NodeConfig) -> tuple[tuple[str, int], ...]:
+    """What a node's nvidia.com/mig.config says: its MIG instances (nothing for whole GPUs and time-slicing alike,
+    both all-disabled)."""
+    return config.mig if config.mode == "mig" else ()
+
+
+def _how_applied(before: Counter[NodeConfig], after: Counter[NodeConfig]) -> str:
+    """How the nodes of a pool that change are reconfigured: mig-manager drains a node only when its MIG layout
+    (nvidia.com/mig.config) changes; a change of time-slicing or between whole and time-sliced GPUs is the device
+    plugin's configuration (nvidia.com/device-plugin.config): the plugin restarts, running pods stay."""
+    moved = sum((before - after).values())
+    drained: Counter[tuple[tuple[str, int], ...]] = Counter()
+    for config, n in before.items():
+        drained[_mig_config(config)] += n
+    for config, n in after.items():
+        drained[_mig_config(config)] -= n
+    mig = sum(n for n in drained.values() if n > 0)
+    plugin = moved - mig
+    parts = []
+    if mig:
+        parts.append(f"{mig} node{'s' if mig != 1 else ''} with a new MIG layout: mig-manager drains a node whose "
+                     "nvidia.com/mig.config changes")
+    if plugin:
+        parts.append(f"{plugin} node{'s' if plugin != 1 else ''} with a new device-plugin configuration only "
+                     "(nvidia.com/device-plugin.config): the device plugin restarts, no drain")
+    return "; ".join(parts)
+
+
 def _offered(ctx: Context, proposal: Proposal, k: int, resource: str) -> int:
     """Devices of ``resource`` the proposal offers where class ``k`` may run (its models, room for its pods)."""
     nodes: Counter[tuple[str, NodeConfig]] = Counter()
@@ -99,10 +127,8 @@ def reasons(ctx: Context, advice: Advice) -> list[str]:
             before, after = _counts(given, pool.name), _counts(chosen, pool.name)
             if before == after:
                 continue
-            moved = sum((before - after).values())
             out.append(f"Pool {pool.name} ({len(pool.nodes)} × {pool.gpus_per_node} {pool.model.key}): "
-                       f"{_mix(before)} → {_mix(after)} ({moved} node{'s' if moved != 1 else ''} reconfigured: "
-                       "mig-manager drains a node whose nvidia.com/mig.config changes).")
+                       f"{_mix(before)} → {_mix(after)} ({_how_applied(before, after)}).")
         for k, (f0, f1) in enumerate(zip(given.forms, chosen.forms, strict=True)):
             c = ctx.classes[k]
             demand = (f"{len(c.jobs)} jobs, {c.mean:.1f} devices held on average and {c.peak:.0f} at the 95th "

@@ -16,7 +16,17 @@ from fractions import Fraction
 from typing import Any, cast
 
 from gpufleet.api import limits
-from gpufleet.api.errors import shown
+from gpufleet.api.errors import LEFT_OUT, shown
+from gpufleet.api.gpushare import (
+    FRACTION_KEYS,
+    HAMI_CORES,
+    HAMI_MEMORY_PERCENT,
+    HAMI_RESOURCES,
+    MEMORY_KEYS,
+    HamiShare,
+    hami_share,
+    is_fractional,
+)
 from gpufleet.api.objects import (
     CPU,
     GPU,
@@ -346,9 +356,44 @@ def _gpu_demand(r: FieldReader, requests: ResourceList, annotations: dict[str, s
     return demand
 
 
+def _hami_demand(r: FieldReader, share: HamiShare, others: list[str], annotated: bool) -> GpuDemand:
+    """A pod asking HAMi's share of ``share.gpus`` GPUs (gpufleet.api.gpushare), as gpufleet places it."""
+    if annotated:
+        r.error("a pod asks a HAMi share (nvidia.com/gpucores, nvidia.com/gpumem) and a fraction annotation", "spec",
+                "containers", fix="keep one: HAMi's resources or the fraction annotation")
+        return NO_GPU
+    if others:
+        r.error(f"HAMi's nvidia.com/gpucores and nvidia.com/gpumem share nvidia.com/gpu devices; the pod also asks "
+                f"{', '.join(others)}", "spec", "containers",
+                fix="split the pod, or ask nvidia.com/gpu with HAMi's share alone")
+        return NO_GPU
+    for name, value in ((HAMI_CORES, share.cores), (HAMI_MEMORY_PERCENT, share.memory_percent)):
+        if value is not None and value > 100:
+            r.error(f"{name} is a percentage of one GPU: at most 100, got {value}", "spec", "containers",
+                    fix=f"give {name} from 1 to 100")
+            return NO_GPU
+    if share.gpus > limits.MAX_GPUS_PER_POD:
+        r.error(f"{GPU}: {share.gpus:,} devices in one pod is too many: {limits.GPUS_PER_POD.says()}", "spec",
+                "containers", fix="a pod runs on one node: ask for at most the devices one node has")
+        return NO_GPU
+    if share.exclusive or (share.milli >= 1000 and share.memory_mib is None):
+        return GpuDemand(kind="gpu", count=share.gpus, resource=GPU)  # all of each GPU: HAMi shares it with none
+    if share.gpus > 1:
+        r.warning(f"a HAMi share of {share.gpus} GPUs is counted as {share.gpus} whole GPUs: gpufleet's fraction is "
+                  "a share of one GPU (left out)", "spec", "containers",
+                  fix="ask nvidia.com/gpu: 1 to plan the share, or expect HAMi to pack more pods than gpufleet says",
+                  code=LEFT_OUT)
+        return GpuDemand(kind="gpu", count=share.gpus, resource=GPU, memory_mib=share.memory_mib)
+    return GpuDemand(kind="fraction", count=1, milli=share.milli, memory_mib=share.memory_mib)
+
+
 def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[str, str]) -> GpuDemand:
     gpu_resources = {k: v for k, v in requests.items()
-                     if k.startswith("nvidia.com/") and v > 0}
+                     if k.startswith("nvidia.com/") and v > 0 and k not in HAMI_RESOURCES}
+    hami = hami_share(requests)
+    if hami is not None:
+        return _hami_demand(r, hami, sorted(set(gpu_resources) - {GPU}),
+                            any(k in annotations for k in (*FRACTION_KEYS, *MEMORY_KEYS)))
     fraction_text = annotations.get(GPU_FRACTION_ANNOTATION, annotations.get(KAI_FRACTION_ANNOTATION))
     memory_text = annotations.get(GPU_MEMORY_ANNOTATION, annotations.get(KAI_MEMORY_ANNOTATION))
     fraction_key = GPU_FRACTION_ANNOTATION if GPU_FRACTION_ANNOTATION in annotations else KAI_FRACTION_ANNOTATION
@@ -383,7 +428,7 @@ def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[s
         r.error(f"a pod asks for one kind of GPU device, got {', '.join(sorted(gpu_resources))}", "spec",
                 "containers", fix="split the pod, or ask for one resource kind")
         return NO_GPU
-    if fraction_text is not None or (memory_mib is not None and not gpu_resources):
+    if is_fractional(annotations, gpu_resources) and (fraction_text is not None or memory_mib is not None):
         if gpu_resources:
             r.error(f"a fractional pod must not also request {next(iter(gpu_resources))}", "spec", "containers",
                     fix=f"drop the {next(iter(gpu_resources))} request and keep the {fraction_key} annotation")
@@ -451,6 +496,12 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
         scheduler = spec.text("schedulerName", "default-scheduler") or "default-scheduler"
         restart = spec.enum("restartPolicy", ("Always", "OnFailure", "Never"), "Always")
     gpu = _gpu_demand(r, requests, meta_annotations)
+    if gpu.wants_gpu and any(h in requests for h in HAMI_RESOURCES):
+        # HAMi's share is placed on the GPU's devices, as gpufleet's own fraction (no node offers gpucores/gpumem)
+        for h in HAMI_RESOURCES:
+            requests.pop(h, None)
+        if gpu.kind == "fraction":
+            requests.pop(GPU, None)
     if gpu.kind == "fraction" and gpu.milli:
         # Quota for a fractional pod is charged in thousandths of a GPU on a resource of its own.
         requests[FRACTION_RESOURCE] = gpu.milli
@@ -722,10 +773,14 @@ def parse_cluster_queue(r: FieldReader) -> ClusterQueue | None:
             pre.error("borrowWithinCohort needs reclaimWithinCohort other than Never", "borrowWithinCohort",
                       fix="set reclaimWithinCohort: LowerPriority or Any")
     ff = spec.obj("flavorFungibility")
+    # Kueue v1beta2 spells Borrow and Preempt (stop at the flavor that fits by borrowing or preempting) MayStopSearch
+    borrow = ff.enum("whenCanBorrow", ("Borrow", "MayStopSearch", "TryNextFlavor"), "Borrow") if ff else "Borrow"
+    preempt = ff.enum("whenCanPreempt", ("Preempt", "MayStopSearch", "TryNextFlavor"), "TryNextFlavor") \
+        if ff else "TryNextFlavor"
     fungibility = FlavorFungibility(
-        cast(Any, ff.enum("whenCanBorrow", ("Borrow", "TryNextFlavor"), "Borrow")),
-        cast(Any, ff.enum("whenCanPreempt", ("Preempt", "TryNextFlavor"), "TryNextFlavor")),
-    ) if ff else FlavorFungibility()
+        cast(Any, "Borrow" if borrow == "MayStopSearch" else borrow),
+        cast(Any, "Preempt" if preempt == "MayStopSearch" else preempt),
+    )
     fs = spec.obj("fairSharing")
     weight = _weight(fs)
     return ClusterQueue(

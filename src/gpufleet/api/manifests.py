@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from gpufleet.api import rawfiles
 from gpufleet.api.errors import Problems
 from gpufleet.api.kinds import PARSERS
 from gpufleet.api.limits import COHORT_DEPTH, MAX_COHORT_DEPTH, MAX_NODES, NODES
@@ -43,6 +44,7 @@ from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document, load_paths, load_text
 from gpufleet.api.workloadkinds import intake
 from gpufleet.api.workloadkinds.model import ControllerObjects
+from gpufleet.api.workloadkinds.queues import size_kai_pool
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.mig import geometry_for
 
@@ -108,6 +110,11 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
     api_version = data.get("apiVersion") if isinstance(data, dict) else None
     r = FieldReader(doc, problems, kind=str(kind) if kind else None, name=None)
     if not kind or not api_version:
+        known = rawfiles.recognise(doc, problems)  # NVIDIA's raw config files, gpufleet's own JSON documents
+        if known is not None:
+            if known.config_map is not None:
+                out.config_maps.append(known.config_map)
+            return
         r.error("a manifest needs apiVersion and kind", "kind" if not kind else "apiVersion",
                 fix="start the document with apiVersion: ... and kind: ...")
         return
@@ -292,6 +299,7 @@ class ManifestBuilder:
         _expand_pools(out)
         _check_duplicates(out)
         configure_nodes(out.nodes, out.config_maps, out.cluster_policies, out.problems)
+        size_kai_pool(out)
         return out
 
 

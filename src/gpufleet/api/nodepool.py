@@ -1,8 +1,9 @@
 """Expand a ``gpufleet.io/v1alpha1`` NodePool into the Node objects a real cluster would show.
 
-Each node gets what the NVIDIA device plugin registers (capacity and allocatable of ``nvidia.com/gpu``,
-``nvidia.com/gpu.shared`` or ``nvidia.com/mig-<profile>``), the labels GPU Feature Discovery writes, the
-pool's own labels, taints and topology labels, and the ``gpufleet.io/gpus`` inventory annotation.
+Each node gets what a kubelet reports (cpu, memory and pods from the pool; ephemeral-storage and hugepages by
+default, :data:`DEFAULT_EPHEMERAL_STORAGE`), what the NVIDIA device plugin registers (capacity and allocatable of
+``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` or ``nvidia.com/mig-<profile>``), the labels GPU Feature Discovery
+writes, the pool's own labels, taints and topology labels, and the ``gpufleet.io/gpus`` inventory annotation.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from gpufleet.gpu.catalog import DEFAULT_CATALOG, Catalog
 from gpufleet.gpu.sharing import advertised_resources, gfd_labels, make_gpus
 
 POOL_LABEL = "gpufleet.io/node-pool"
+
+# What a kubelet reports beside cpu, memory and pods (docs/architecture.md): a NodePool's nodes report these, so
+# that a pod requesting them is placed as on a real node. ephemeral-storage: the node's root file system, 1Ti (GPU
+# images of 10-20 GB and datasets in emptyDir); hugepages: none preallocated, as a kubelet reports them on a node
+# without hugepages configured.
+DEFAULT_EPHEMERAL_STORAGE = 2**40
+DEFAULT_HUGEPAGES = {"hugepages-1Gi": 0, "hugepages-2Mi": 0}
 
 
 def node_names(pool: NodePool) -> list[str]:
@@ -41,7 +49,8 @@ def expand_node_pool(pool: NodePool, catalog: Catalog = DEFAULT_CATALOG) -> list
     for index, name in enumerate(node_names(pool)):
         labels: dict[str, str] = {HOSTNAME_LABEL: name, POOL_LABEL: pool.name}
         annotations: dict[str, str] = {}
-        resources: dict[str, int] = {"cpu": pool.cpu_milli, "memory": pool.memory_bytes, "pods": pool.pods}
+        resources: dict[str, int] = {"cpu": pool.cpu_milli, "memory": pool.memory_bytes, "pods": pool.pods,
+                                     "ephemeral-storage": DEFAULT_EPHEMERAL_STORAGE, **DEFAULT_HUGEPAGES}
         if pool.gpu is not None:
             model = catalog.resolve(pool.gpu.model, pool.gpu.memory_mib)
             mig_on = pool.gpu.mig_layout is not None and pool.sharing.mig_strategy != "none"

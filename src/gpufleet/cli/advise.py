@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.live import Live
 
 from gpufleet.advise import fragmentation, fragmentation_files
 from gpufleet.advise.contract import FRAGMENTATION, OBJECTIVES, Advice
@@ -34,6 +35,39 @@ EPILOG = examples(
 )
 
 FORMATS = {f.value for f in OutputFormat}
+
+
+class _Progress:
+    """The advisor's progress on standard error, short: on a terminal one line that updates in place (and goes
+    when the advice is printed); in a log, a line at each quarter of the configurations measured (every fourth
+    when their number is not known in advance), never the advisor's long sentences."""
+
+    def __init__(self, total: int | None, what: str) -> None:
+        self.total, self.what, self.done = total, what, 0
+        err = console.stderr()
+        self.live: Live | None = Live(console.Text(""), console=err, transient=True) if err.is_terminal else None
+        if self.live is not None:
+            self.live.start()
+
+    def _count(self) -> str:
+        return f"advise: {self.done}" + (f" of {self.total}" if self.total else "") + f" {self.what} measured"
+
+    def __call__(self, text: str) -> None:
+        self.done += 1
+        if self.live is not None:
+            self.live.update(console.Text(f"{self._count()}: {text}", no_wrap=True, overflow="ellipsis"))
+            return
+        if self._step(self.done) > self._step(self.done - 1):
+            console.note(self._count())
+
+    def _step(self, n: int) -> int:
+        """Which quarter of the total ``n`` configurations reach (which fourth configuration, without one)."""
+        return n * 4 // self.total if self.total else n // 4
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
 
 
 def _outputs(values: list[str]) -> tuple[OutputFormat, Path | None]:
@@ -100,18 +134,22 @@ def advise(
     if budget is not None and not budget > 0:
         raise usage_error("the budget is a positive number of CHF per hour", "--budget")
     fmt, folder = _outputs(output or [])
+    count = DEFAULT_EVALUATIONS if evaluations is None else evaluations
+    progress = _Progress(count + 1, "configurations")  # the given one and the proposals
     try:
         inp = read_input(files or [], seed=seed, duration=duration, strict=strict)
         ctx = prepare(inp)
-        advice = search(inp, objective, budget=budget,
-                        evaluations=DEFAULT_EVALUATIONS if evaluations is None else evaluations,
-                        progress=lambda text: console.note(f"advise: {text}"))
+        advice = search(inp, objective, budget=budget, evaluations=count, progress=progress)
     except NoProposal as exc:
+        progress.close()
         console.error(str(exc))
         raise typer.Exit(EXIT_FINDINGS) from None
     except SimulationError as exc:
+        progress.close()
         console.error(str(exc))
         raise typer.Exit(EXIT_FINDINGS) from None
+    finally:
+        progress.close()
     written = write(folder, ctx, advice).files if folder is not None else None
     for note in advice.notes:
         console.warning(note)
@@ -126,12 +164,16 @@ def advise(
 
 def _advise_fragmentation(files: list[str], *, seed: int | None, duration: str | None, strict: bool,
                           fmt: OutputFormat, folder: Path | None) -> None:
+    progress = _Progress(None, "configurations")
     try:
         inp = read_input(files, seed=seed, duration=duration, strict=strict)
-        advice = fragmentation.search(inp, progress=lambda text: console.note(f"advise: {text}"))
+        advice = fragmentation.search(inp, progress=progress)
     except SimulationError as exc:
+        progress.close()
         console.error(str(exc))
         raise typer.Exit(EXIT_FINDINGS) from None
+    finally:
+        progress.close()
     written = fragmentation_files.write(folder, inp, advice) if folder is not None else None
     for note in [*inp.notes, *advice.notes]:
         console.warning(note)

@@ -24,7 +24,8 @@ from typing import Any, TextIO
 
 import yaml
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.segment import Segment, Segments
 from rich.table import Column, Table
 from rich.text import Text
@@ -33,6 +34,7 @@ __all__ = [
     "Column",
     "Table",
     "Text",
+    "closed_pipe",
     "emit",
     "emit_json",
     "emit_yaml",
@@ -54,6 +56,18 @@ PIPE_WIDTH = 4096
 YAML_WIDTH = 1 << 30  # never fold a long string onto a second line in -o yaml
 
 
+def closed_pipe() -> None:
+    """End the program quietly with status 0 because its reader went away (``gpufleet plan ... | head -2``): a
+    closed pipe is not an error, as with kubectl. Standard output is pointed at /dev/null first, so that the
+    interpreter's last flush finds nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stream without a file descriptor (a test runner's)
+        pass
+    raise SystemExit(0)
+
+
 def _is_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -66,10 +80,18 @@ def _columns() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
+class _Console(Console):
+    """rich's console, but a reader closing the pipe ends the program with status 0 (rich exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        closed_pipe()
+
+
 def _console(stream: TextIO) -> Console:
     # On a terminal rich reads its width (COLUMNS wins); elsewhere COLUMNS, else no folding at all.
     width = None if _is_terminal(stream) else (_columns() or PIPE_WIDTH)
-    return Console(file=stream, width=width, markup=False, emoji=False, highlight=False,
+    return _Console(file=stream, width=width, markup=False, emoji=False, highlight=False,
                    no_color=bool(os.environ.get("NO_COLOR")) or None)
 
 
@@ -151,11 +173,95 @@ def _rstrip(line: list[Segment]) -> list[Segment]:
     return line
 
 
+def _ranges(table: Table, console: Console) -> list[tuple[int, int]]:
+    """Each column's (longest word, natural width), padding included: what it needs not to break a word, and to
+    keep every cell on one line."""
+    wide = console.options.update_width(1 << 20)
+    return [(m.minimum, m.maximum) for m in (table._measure_column(console, wide, c) for c in table.columns)]
+
+
+def _share(table: Table, ranges: list[tuple[int, int]], room: int) -> None:
+    """Fix the columns' widths within ``room`` so that none is narrower than its longest word: each gets its
+    longest word, then the rest of the room in proportion to what it lacks of its natural width."""
+    widths = [lo for lo, _ in ranges]
+    lacking = [hi - lo for lo, hi in ranges]
+    spare = room - sum(widths)
+    total = sum(lacking)
+    if total:
+        for i, lack in enumerate(lacking):
+            widths[i] += min(lack, spare * lack // total)
+    for i, column in enumerate(table.columns):
+        column.width = max(1, widths[i] - table._get_padding_width(i))
+
+
+def _block(table: Table, columns: list[int], first: bool) -> Table:
+    """A table of some of ``table``'s columns (the first one repeated in each block, to say whose row it is)."""
+    cols = [table.columns[i].copy() for i in columns]
+    block = make_table(table.title if first else None, *cols)  # type: ignore[arg-type]
+    for row in zip(*(table.columns[i].cells for i in columns), strict=True):
+        block.add_row(*row)
+    return block
+
+
+def _laid_out(table: Table, console: Console) -> tuple[list[Table], int]:
+    """The table as printed at the console's width, and the width to render it at, so that no word (a name, a
+    quantity) is ever broken across lines: columns narrowed down to their longest word at most; where even that is
+    too wide, in a pipe or a file the line runs long, and on a terminal the columns wrap into blocks that fit
+    (the first column repeated in each). Only a word wider than the terminal itself is folded there."""
+    width = console.options.max_width
+    ranges = _ranges(table, console)
+    extra = table._extra_width
+    if sum(hi for _, hi in ranges) + extra <= width:
+        return [table], width
+    if sum(lo for lo, _ in ranges) + extra <= width:
+        _share(table, ranges, width - extra)
+        return [table], width
+    if not console.is_terminal:
+        _share(table, ranges, sum(lo for lo, _ in ranges))
+        return [table], sum(lo for lo, _ in ranges) + extra
+    groups: list[list[int]] = []
+    for i in range(1, len(ranges)):
+        if groups and sum(ranges[c][0] for c in groups[-1]) + ranges[i][0] + len(groups[-1]) <= width:
+            groups[-1].append(i)
+        else:
+            groups.append([0, i])
+    blocks = [_block(table, group, n == 0) for n, group in enumerate(groups or [[0]])]
+    for block in blocks:
+        block_ranges = _ranges(block, console)
+        if sum(lo for lo, _ in block_ranges) + block._extra_width > width:
+            return [], width  # a column too wide even beside the first one: a record per row instead
+        _share(block, block_ranges, width - block._extra_width)
+    return blocks, width
+
+
+def _records(table: Table, console: Console) -> None:
+    """A table too wide for the terminal even in blocks, a row at a time: its first cell, then each other cell
+    that has a value under its header, indented, wrapped between words."""
+    lines: list[RenderableType] = [Text(str(table.title), style="bold")] if table.title else []
+    headers = [str(c.header) for c in table.columns]
+    for n, row in enumerate(zip(*(c.cells for c in table.columns), strict=True)):
+        first, *rest = row
+        lines += [*([Text("")] if n else []), first if isinstance(first, Text) else Text(str(first), style="bold")]
+        for header, cell in zip(headers[1:], rest, strict=True):
+            if str(cell):
+                lines += [Text(f"  {header}:", style="dim"), Padding(cell, (0, 0, 0, 4))]
+    for line in console.render_lines(Group(*lines), console.options, pad=False):
+        console.print(Segments([*_rstrip(line), Segment.line()]), end="", crop=False)
+
+
 def show(table: Table, *, err: bool = False) -> None:
-    """Print a table made by :func:`make_table`, each line without trailing blanks."""
+    """Print a table made by :func:`make_table`, each line without trailing blanks, no word broken across lines
+    (:func:`_laid_out`)."""
     console = stderr() if err else stdout()
-    for line in console.render_lines(table, console.options, pad=False):
-        console.print(Segments([*_rstrip(line), Segment.line()]), end="")
+    blocks, width = _laid_out(table, console)
+    if not blocks:
+        _records(table, console)
+        return
+    for n, block in enumerate(blocks):
+        if n:
+            console.print("")
+        for line in console.render_lines(block, console.options.update_width(width), pad=False):
+            console.print(Segments([*_rstrip(line), Segment.line()]), end="", crop=False)
 
 
 def emit(doc: Any, fmt: str) -> None:

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import platform
-from typing import Annotated
+import sys
+from typing import Annotated, Any
 
 import typer
 
@@ -23,7 +24,29 @@ from gpufleet.cli.nodes import nodes_app
 from gpufleet.cli.options import CONTEXT_SETTINGS, Output, OutputFormat, examples
 from gpufleet.cli.scheduler import scheduler
 
-app = typer.Typer(
+
+class _Gpufleet(typer.Typer):
+    """The application: a reader that closes the pipe early (``gpufleet plan ... | head -2``) ends every command
+    quietly with status 0 (typer and click would exit 1), whether the write that found the pipe closed was a
+    table's, a document's or the interpreter's last flush."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            try:
+                return super().__call__(*args, **kwargs)
+            finally:
+                sys.stdout.flush()  # buffered output meets a closed pipe here, not at the interpreter's exit
+        except BrokenPipeError:
+            console.closed_pipe()
+        except SystemExit:
+            # typer's own handling of EPIPE (click's, vendored): it wraps the streams in a PacifyFlushWrapper and
+            # exits 1
+            if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+                console.closed_pipe()
+            raise
+
+
+app = _Gpufleet(
     help="gpufleet: GPUs as first-class citizens of Kubernetes.",
     epilog=examples("gpufleet demo", "gpufleet validate examples/casestudy",
                     "gpufleet plan examples/casestudy examples/plan/snapshot.yaml -o wide",
@@ -62,7 +85,9 @@ app.add_typer(mig_app, name="mig")
 app.command(epilog=plan_command.EPILOG)(plan_command.plan)
 app.command(epilog=snapshot_command.EPILOG)(snapshot_command.snapshot)
 app.command(epilog=simulate.EPILOG)(simulate.simulate)
-app.command(epilog=examples("gpufleet demo", "gpufleet demo -o json > demo.json"))(simulate.demo)
+app.command(epilog=examples("gpufleet demo", "gpufleet demo -o json > demo.json",
+                            "# with the report (report.md, report.html and plots)", "gpufleet demo --report out/"))(
+    simulate.demo)
 app.command(epilog=advise_command.EPILOG)(advise_command.advise)
 app.command(epilog=dashboard_command.EPILOG)(dashboard_command.dashboard)
 app.add_typer(bench_app, name="bench")

@@ -26,12 +26,37 @@ def _complete_model(incomplete: str) -> list[str]:
     return [m.key for m in DEFAULT_CATALOG if m.mig_capable and m.key.lower().startswith(incomplete.lower())]
 
 
-Model = Annotated[str, typer.Argument(help="GPU model, e.g. A100-SXM4-80GB, H100, A30.", show_default=False,
-                                      autocompletion=_complete_model)]
+Model = Annotated[str, typer.Argument(help="GPU model, e.g. A100-SXM4-80GB, H100-SXM5-80GB, A30 (a name several "
+                                           "models share, such as A100, is refused with the choices).",
+                                      show_default=False, autocompletion=_complete_model)]
+
+
+def _spelling(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _ambiguous(model: str) -> list[str]:
+    """The MIG-capable models a short name could mean (``A100``: the 40 GB and the 80 GB one), when it names
+    more than one and is no model's key or product name exactly; else nothing. The MIG geometry differs between
+    them (a 40 GB A100 has 1g.5gb where an 80 GB one has 1g.10gb), so gpufleet does not pick one."""
+    given = _spelling(model).removeprefix("nvidia-")
+    exact = [m for m in DEFAULT_CATALOG if given in (_spelling(m.key), _spelling(m.product).removeprefix("nvidia-"),
+                                                     _spelling(m.nvml_name).removeprefix("nvidia-"))]
+    if exact:
+        return []
+    meant = [m.key for m in DEFAULT_CATALOG if m.mig_capable and any(
+        _spelling(n).removeprefix("nvidia-").removeprefix("tesla-").startswith(given)
+        for n in (m.key, m.product, m.nvml_name, *m.aliases))]
+    return meant if len(meant) > 1 else []
 
 
 def geometry(model: str) -> MigGeometry:
-    """The MIG geometry of a catalog model (any spelling the catalog knows); a usage error when it has none."""
+    """The MIG geometry of a catalog model (any spelling the catalog knows); a usage error when it has none or
+    when the name is ambiguous (several MIG-capable models answer to it)."""
+    choices = _ambiguous(model)
+    if choices:
+        raise usage_error(f"{model} names {len(choices)} models with different MIG geometries: "
+                          f"{', '.join(choices)}; give one of them", "MODEL")
     found = DEFAULT_CATALOG.find(model)
     geo = geometry_for(found.key if found else model)
     if geo is None:

@@ -26,6 +26,7 @@ from gpufleet.cli.options import (
 from gpufleet.cli.validate import load, print_problems
 from gpufleet.scheduling.snapshot_plan import STABLE_CAP, Cycle, PlanResult, run_cycles
 from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PreemptedWorkload
+from gpufleet.web.source_files import QUOTA_ONLY  # the dashboard says it in the same words
 
 EPILOG = examples(
     "# one cycle on the case study's cluster and a snapshot of running and waiting work",
@@ -52,8 +53,28 @@ def filtered(result: PlanResult, namespace: str | None) -> PlanResult:
     return PlanResult(cycles, result.usage, result.policy, result.workloads)
 
 
+def quota_only(result: PlanResult) -> bool:
+    """The plan had no nodes: admission checked quota only, no pod was placed."""
+    return result.policy is not None and result.policy.cluster is None
+
+
+def settled(result: PlanResult) -> PlanResult:
+    """The cycles of ``--until-stable`` without the last one when it changed nothing (it only showed that another
+    cycle would change nothing): the cycle before it ends with the same pending workloads, given the last
+    cycle's reasons."""
+    if len(result.cycles) < 2:
+        return result
+    last = result.cycles[-1]
+    if last.decisions.admitted or last.decisions.preempted:
+        return result
+    before = result.cycles[-2]
+    cycles = [*result.cycles[:-2], Cycle(before.decisions, last.pending)]
+    return PlanResult(cycles, result.usage, result.policy, result.workloads)
+
+
 def plan_document(result: PlanResult) -> dict[str, Any]:
-    return {"cycles": [{"admitted": [a.to_json() for a in c.decisions.admitted],
+    return {"quotaOnly": quota_only(result),
+            "cycles": [{"admitted": [a.to_json() for a in c.decisions.admitted],
                         "preempted": [p.to_json() for p in c.decisions.preempted],
                         "pending": [p.to_json() for p in c.pending]} for c in result.cycles],
             "usage": result.usage}
@@ -64,12 +85,12 @@ def _pods(a: AdmittedWorkload) -> str:
                      for p in a.pods if p.node)
 
 
-def _cycle_table(index: int, c: Cycle, wide: bool) -> console.Table:
+def _cycle_table(index: int, c: Cycle, wide: bool, quota: bool) -> console.Table:
     d = c.decisions
     columns = ["WORKLOAD", "DECISION", "CLUSTERQUEUE / PREEMPTOR", "FLAVORS / REASON"] + (["PODS → NODES"] if wide
                                                                                           else [])
-    table = console.make_table(f"cycle {index}: {len(d.admitted)} admitted, {len(d.preempted)} preempted, "
-                               f"{len(c.pending)} pending", *columns)
+    table = console.make_table(f"cycle {index}: {len(d.admitted)} admitted{' by quota only' if quota else ''}, "
+                               f"{len(d.preempted)} preempted, {len(c.pending)} pending", *columns)
     rows: list[list[str | console.Text]] = []
     for a in d.admitted:
         flavors = a.flavor_summary()  # resource=flavor (amount charged)
@@ -117,12 +138,16 @@ def plan(
     if manifests.problems.errors:
         console.error(f"{len(manifests.problems.errors)} error(s) in the input: nothing planned")
         raise typer.Exit(EXIT_FINDINGS)
-    result = filtered(run_cycles(manifests, cycles, until_stable), namespace)
+    ran = run_cycles(manifests, cycles, until_stable)
+    result = filtered(settled(ran) if until_stable else ran, namespace)
     if fmt.is_document:
         console.emit(plan_document(result), fmt.value)
     else:
+        if quota_only(result):
+            console.say(QUOTA_ONLY, style="yellow")
+            console.say("")
         for i, c in enumerate(result.cycles, 1):
-            console.show(_cycle_table(i, c, wide=fmt is OutputFormat.wide))
+            console.show(_cycle_table(i, c, wide=fmt is OutputFormat.wide, quota=quota_only(result)))
             console.say("")
         console.show(_usage_table(result.usage))
     pending = result.cycles[-1].pending if result.cycles else []

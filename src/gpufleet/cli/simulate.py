@@ -29,10 +29,13 @@ from gpufleet.sim.runner import (
 )
 
 EPILOG = examples(
-    "# the embedded case study, before against after (what `gpufleet demo` runs)",
+    "# the embedded case study, before against after, uncalibrated (`gpufleet demo` runs it calibrated to the "
+    "guide's before: other figures)",
     "gpufleet simulate",
     "# the same from its files, with a report (report.md, report.html and plots)",
     "gpufleet simulate examples/casestudy --report out/",
+    "# what `gpufleet demo` runs",
+    f"gpufleet simulate --calibrate {calibration.GUIDE_BASELINE} --attribute {calibration.GUIDE_ATTRIBUTION}",
     "# an openb trace under two policies, KPIs as JSON",
     "gpufleet simulate nodes.csv pods.csv --compare kube-default,gpufleet -o json",
     "# calibrated to what a team observed before, then the after prediction on the same workload",
@@ -214,7 +217,8 @@ def simulate(
             console.show(table)
             for figure, _, _, why in rows:
                 console.say(f"{figure}: {why}.")
-            console.say("The full reasoning is in the report (--report DIR).", style="dim")
+            if report is None:
+                console.say("The full reasoning is in the report (--report DIR).", style="dim")
     for r in runs:
         for note in r.summary["run"]["notes"]:
             console.warning(f"{r.label}: {note}")
@@ -255,9 +259,15 @@ def _write_metrics(path: Path, p: Plan, runs: list[RunOutput]) -> None:
                  "openmetrics loads it)")
 
 
-def demo(output: Output = OutputFormat.text) -> None:
+def demo(
+    output: Output = OutputFormat.text,
+    report: Annotated[Path | None, typer.Option(
+        help="Also write the report (report.md, report.html and PNG plots) into this folder.",
+        file_okay=False)] = None,
+) -> None:
     """The case study calibrated to the guide's published before (utilization 35%, job success 62%): the guide's
-    before, and gpufleet's prediction of after (MIG, time-slicing, Kueue) beside the guide's claims."""
+    before, and gpufleet's prediction of after (MIG, time-slicing, Kueue) beside the guide's claims. The same as
+    `gpufleet simulate --calibrate utilization=35,training_success=62 --attribute gang=0.9`."""
     simulate(files=None, policy=None, compare=None, duration=None, seed=None, failures=None, json_out=None,
-             report=None, jobs_out=None, metrics_out=None, calibrate=calibration.GUIDE_BASELINE,
+             report=report, jobs_out=None, metrics_out=None, calibrate=calibration.GUIDE_BASELINE,
              attribute=calibration.GUIDE_ATTRIBUTION, output=output, strict=False)

@@ -37,7 +37,7 @@ from gpufleet.api.objects import (
     ResourceList,
 )
 from gpufleet.api.reader import parse_int_text
-from gpufleet.api.workloadkinds.common import queue_key, queue_label
+from gpufleet.api.workloadkinds.common import pod_queue, queue_key
 from gpufleet.api.workloadkinds.kueuefeatures import hold_reason
 
 
@@ -134,10 +134,12 @@ class PriorityResolver:
         return self.resolve(labels, template)
 
 
-def queue_of(labels: dict[str, str]) -> str | None:
-    """The LocalQueue a pod's (or an object's) labels name: Kueue's label, gpufleet's, or KAI's (as the
-    LocalQueue ``kai:<queue>`` its KAI Queue is read as)."""
-    name, system = queue_label(labels)
+def queue_of(labels: dict[str, str], annotations: dict[str, str] | None = None,
+             scheduler_name: str | None = None) -> str | None:
+    """The LocalQueue a pod's (or an object's) labels and annotations name: Kueue's label, gpufleet's, KAI's or
+    Volcano's (as the LocalQueue ``kai:<queue>`` or ``volcano:<queue>`` its KAI or Volcano Queue is read as); for
+    a pod of ``scheduler_name`` volcano naming none, Volcano's queue ``default``."""
+    name, system = pod_queue(labels, annotations or {}, scheduler_name)
     return queue_key(name, system)
 
 
@@ -193,7 +195,8 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
         priority, pclass = prio.resolve(pod.meta.labels, t)
         out.append(Workload(
             key=pod.key, namespace=pod.meta.namespace or "default", name=pod.meta.name, kind="Pod",
-            queue=queue_of(pod.meta.labels), priority=priority, priority_class=pclass,
+            queue=queue_of(pod.meta.labels, pod.meta.annotations, t.scheduler_name), priority=priority,
+            priority_class=pclass,
             created=_created(pod.meta), pod_sets=[PodSet("main", 1, t)],
             pods=[WorkloadPod(pod.key, t, "main", pod.node_name, pod.phase)],
             labels=pod.meta.labels, annotations=pod.meta.annotations, order=pod.meta.order, gang=False,
@@ -213,7 +216,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
                 fix=f'set {POD_GROUP_COUNT_ANNOTATION}: "{len(members)}" on every pod of the group')
             continue
         total = declared
-        queues = {queue_of(m.meta.labels) for m in members}
+        queues = {queue_of(m.meta.labels, m.meta.annotations, m.template.scheduler_name) for m in members}
         if len(queues) > 1:
             src = first.meta.source
             problems.error(f"pod group {ns}/{group}: members name different queues ({', '.join(map(str, queues))})",
@@ -232,7 +235,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
             origin=first.meta))
     for (system, ns, name), members in adoption.missing_groups.items():
         builder.group_of_pods(ns, name, members, hold=grouping.pod_group_hold(system, name),
-                              queue=queue_of(members[0].meta.labels))
+                              queue=queue_of(members[0].meta.labels, members[0].meta.annotations))
     for owner in owners:
         builder.owner(owner, adoption.claims.get(id(owner), []))
     for wl in manifests.workloads:
@@ -253,7 +256,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
             priority=priority, priority_class=pclass, created=_created(wl.meta), pod_sets=pod_sets,
             pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations,
             active=wl.active, order=wl.meta.order, uid=wl.meta.uid, gang=sum(ps.count for ps in pod_sets) > 1,
-            origin=wl.meta))
+            origin=wl.meta, hold=None if wl.admission else manifests.controllers.workload_holds.get(wl.meta.key)))
     from gpufleet.cluster.kueue_objects import fold_kueue_workloads
 
     out[:] = fold_kueue_workloads(out)  # a Kueue Workload object and the Job (pods...) it stands for: counted once

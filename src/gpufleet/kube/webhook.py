@@ -31,23 +31,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.api.objects import (
-    GPU_FRACTION_ANNOTATION,
-    GPU_MEMORY_ANNOTATION,
-    KAI_FRACTION_ANNOTATION,
-    KAI_MEMORY_ANNOTATION,
-    VISIBLE_DEVICES_ENV,
-    VISIBLE_DEVICES_FIELD_PATH,
-)
+from gpufleet.api import gpushare
+from gpufleet.api.objects import VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_FIELD_PATH
 
 ENV_NAME = VISIBLE_DEVICES_ENV
 FIELD_PATH = VISIBLE_DEVICES_FIELD_PATH
 MUTATE_PATH = "/mutate-pods"
 
 JsonDict = dict[str, Any]
-
-_FRACTION_KEYS = (GPU_FRACTION_ANNOTATION, KAI_FRACTION_ANNOTATION)
-_MEMORY_KEYS = (GPU_MEMORY_ANNOTATION, KAI_MEMORY_ANNOTATION)
 
 # The largest JSON patch this webhook answers with. Why a 2.6 MB request once gave a 58 MB answer: every
 # container, however small (`{"name":"x"}`, 13 bytes), needs its own env entry in the patch (about 200 bytes,
@@ -73,12 +64,8 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def is_fractional(pod: Mapping[str, Any]) -> bool:
-    """The parser's rule (gpufleet.api.kinds): a fraction annotation, or a GPU memory annotation on a pod that
-    requests no GPU device, makes a fractional pod."""
-    annotations = _annotations(pod)
-    if any(key in annotations for key in _FRACTION_KEYS):
-        return True
-    return any(key in annotations for key in _MEMORY_KEYS) and not _gpu_requests(_mapping(pod.get("spec")))
+    """The parser's rule, the one function both call (gpufleet.api.gpushare.is_fractional)."""
+    return gpushare.is_fractional(_annotations(pod), _gpu_requests(_mapping(pod.get("spec"))))
 
 
 def _env_entry() -> JsonDict:

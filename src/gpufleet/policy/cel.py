@@ -14,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.api.objects import VISIBLE_DEVICES_FIELD_PATH as FIELD_PATH
-from gpufleet.policy.containers import FRACTION_ANNOTATIONS, GPU_PREFIX
+from gpufleet.policy.containers import (
+    FRACTION_ANNOTATIONS,
+    GPU_PREFIX,
+    GPUFLEET_FRACTION_ANNOTATIONS,
+    KAI_FRACTION_CONTAINER_ANNOTATION,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +58,24 @@ def _names(section: str) -> str:
 
 GPU_CONTAINER = (f"({_names('requests')}.exists(k, k.startsWith('{GPU_PREFIX}')) || "
                  f"{_names('limits')}.exists(k, k.startsWith('{GPU_PREFIX}')))")
-FRACTIONAL = ("(has(t.metadata) && has(t.metadata.annotations) && ["
-              + ", ".join(f"'{a}'" for a in FRACTION_ANNOTATIONS) + "].exists(a, a in t.metadata.annotations))")
+
+
+def _annotated(keys: tuple[str, ...]) -> str:
+    """CEL: the template carries one of these annotations."""
+    return ("(has(t.metadata) && has(t.metadata.annotations) && ["
+            + ", ".join(f"'{a}'" for a in keys) + "].exists(a, a in t.metadata.annotations))")
+
+
+FRACTIONAL = _annotated(FRACTION_ANNOTATIONS)
 GPU_POD = f"({FRACTIONAL} || {ALL_CONTAINERS}.exists(c, {GPU_CONTAINER}))"
-GPU_CONTAINERS = f"({FRACTIONAL} ? {CONTAINERS} : {ALL_CONTAINERS}.filter(c, {GPU_CONTAINER}))"
+# KAI's fraction goes to the container gpu-fraction-container-name names, else to the first one.
+_KAI_NAMED = f"t.metadata.annotations['{KAI_FRACTION_CONTAINER_ANNOTATION}']"
+KAI_CONTAINERS = (f"({_annotated((KAI_FRACTION_CONTAINER_ANNOTATION,))} ? "
+                  f"{ALL_CONTAINERS}.filter(c, has(c.name) && c.name == {_KAI_NAMED}) : "
+                  f"(size({CONTAINERS}) > 0 ? [{CONTAINERS}[0]] : []))")
+GPU_CONTAINERS = (f"({_annotated(GPUFLEET_FRACTION_ANNOTATIONS)} ? {CONTAINERS} : {FRACTIONAL} ? "
+                  f"{KAI_CONTAINERS} + {ALL_CONTAINERS}.filter(c, {GPU_CONTAINER}) : "
+                  f"{ALL_CONTAINERS}.filter(c, {GPU_CONTAINER}))")
 
 
 def declares(resource: str) -> str:

@@ -16,6 +16,9 @@ from gpufleet.policy.model import RawTemplate
 
 GPU_PREFIX = "nvidia.com/"  # the parser's GPU resources (gpufleet.api.kinds): every nvidia.com/ resource
 FRACTION_ANNOTATIONS = (GPU_FRACTION_ANNOTATION, KAI_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION, KAI_MEMORY_ANNOTATION)
+GPUFLEET_FRACTION_ANNOTATIONS = (GPU_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION)
+# KAI's: the one container a KAI fraction (gpu-fraction, gpu-memory) is given to; without it, the first container.
+KAI_FRACTION_CONTAINER_ANNOTATION = "gpu-fraction-container-name"
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -58,10 +61,19 @@ def is_gpu_pod(t: RawTemplate) -> bool:
 
 
 def gpu_containers(t: RawTemplate) -> list[tuple[str, Mapping[str, Any]]]:
-    """The containers that use a GPU: those naming an nvidia.com/ resource; in a fractional pod, every (regular)
-    container, since each sees the shared GPU."""
-    if is_fractional(t):
+    """The containers that use a GPU: those naming an nvidia.com/ resource; in a pod with gpufleet's fraction
+    annotations, every (regular) container, since gpufleet's webhook shows each the shared GPU; in a pod with
+    only KAI's, the one container KAI gives the fraction to: the one ``gpu-fraction-container-name`` names (a
+    regular or an init container), else the first (KAI's convention), beside any naming an nvidia.com/ resource."""
+    annotations = mapping(t.metadata.get("annotations"))
+    if any(key in annotations for key in GPUFLEET_FRACTION_ANNOTATIONS):
         return list(containers(t, init=False))
+    if is_fractional(t):
+        name = annotations.get(KAI_FRACTION_CONTAINER_ANNOTATION)
+        chosen = ([(p, c) for p, c in containers(t) if c.get("name") == name] if isinstance(name, str)
+                  else list(containers(t, init=False))[:1])
+        paths = {p for p, _ in chosen}
+        return chosen + [(p, c) for p, c in containers(t) if gpu_resources(c) and p not in paths]
     return [(p, c) for p, c in containers(t) if gpu_resources(c)]
 
 

@@ -491,7 +491,8 @@ def _check_flavor_nodes(s: Subject, cluster: ClusterView) -> Iterator[Hit]:
             for resource in resources_:
                 if not any(_offers(n, resource) for n in labelled):
                     on = (f"{len(labelled)} node(s) with its nodeLabels" if labelled
-                          else f"no node with its nodeLabels {dict(flavor.node_labels)}")
+                          else "no node with its nodeLabels " + (", ".join(
+                              f"{k}={v}" for k, v in sorted(flavor.node_labels.items())) or "(none)"))
                     yield Hit(f"spec.resourceGroups[{gi}].flavors[{fi}]", f"flavor {fq.name} has a quota of "
                               f"{resource} but covers no node that offers it ({on})",
                               "fix the flavor's nodeLabels, or drop the quota that no node can back")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.sim.casestudy import PUBLISHED_CLAIMS, PUBLISHED_INFERENCE_COST_CHANGE_PCT
+from gpufleet.sim.report import duration_text
 
 
 def pct_change(before: float | None, after: float | None) -> float | None:
@@ -83,6 +84,11 @@ def _num(x: Any) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
 
+def _amount(x: Any, decimals: int) -> str:
+    """A large amount as people read it: thousands separated, ``decimals`` places (3,734.5 GPU-hours)."""
+    return "n/a" if x is None else f"{float(x):,.{decimals}f}"
+
+
 def _queue(run: dict[str, Any], q: str, key: str) -> Any:
     return run.get("per_queue", {}).get(q, {}).get(key)
 
@@ -130,7 +136,8 @@ def explain(before: dict[str, Any], after: dict[str, Any], *, calibrated: bool =
     out.append(
         f"Inference cost ({change:+.0f}% here, published −58%). " if change is not None else "Inference cost. ")
     out[-1] += (
-        f"Inference held {hb} GPU-hours for {cb} CHF before and {ha} GPU-hours for {ca} CHF after. Before, "
+        f"Inference held {_amount(hb, 1)} GPU-hours for {_amount(cb, 0)} CHF before and {_amount(ha, 1)} GPU-hours "
+        f"for {_amount(ca, 0)} CHF after. Before, "
         "kube-default ignores the GPU model (anti-pattern 1), so services also land on H100s at 7 CHF/h; after, "
         "a 3g.40gb instance is half an A100 (1.6 CHF/h) and a 1g.10gb a seventh, and data-science inference "
         "takes one L40S replica of eight. ")
@@ -145,7 +152,8 @@ def explain(before: dict[str, Any], after: dict[str, Any], *, calibrated: bool =
     worse = [(q, b, a) for q, b, a in worse if a > b]
     if worse:
         out.append("What the change costs in our runs: queue waits grow where a queue's quota or its devices are "
-                   "now the limit (" + "; ".join(f"{q} p95 {b:.0f} s → {a:.0f} s" for q, b, a in worse)
+                   "now the limit ("
+                   + "; ".join(f"{q} p95 {duration_text(b)} → {duration_text(a)}" for q, b, a in worse)
                    + "), where before the same pods took any free GPU, whatever its model and price.")
     out.append(
         "Not modelled: GPU model speed (a job runs as long on an L40S as on an H100), network topology, "

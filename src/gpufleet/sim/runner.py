@@ -17,7 +17,7 @@ from gpufleet.sim.inputs import load_inputs
 from gpufleet.sim.metrics import run_summary
 from gpufleet.sim.model import FailureModels, SimConfig, SimulationError
 from gpufleet.sim.policies import POLICY_NAMES
-from gpufleet.sim.report import RunOutput
+from gpufleet.sim.report import RunOutput, duration_text
 from gpufleet.sim.scenario import Scenario, run_scenario
 from gpufleet.sim.sources.distributions import DistributionError, seconds
 from gpufleet.sim.sources.generator import GeneratorSpec
@@ -91,7 +91,7 @@ def plan(files: Sequence[str], *, policy: str | None = None, compare: str | None
                  "and 6 L40S. *before*: every GPU exclusive, pods asking whole GPUs, kube-default. *after*: MIG "
                  "on production, time-slicing on dev, Kueue queues and quotas, the gpufleet policy. Same "
                  f"synthetic jobs in both (workload.yaml, seed {used_seed}), "
-                 f"{scenarios[0].config.horizon_s or 0:.0f} s of arrivals plus a drain."]
+                 f"{duration_text(scenarios[0].config.horizon_s or 0)} of arrivals plus a drain."]
         return Plan("gpufleet simulate: the case study", scenarios, used_seed, True, intro)
     inputs = load_inputs(files, seed=seed, duration_s=duration_s, strict=strict)
     if inputs.problems:

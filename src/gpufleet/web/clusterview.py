@@ -173,6 +173,42 @@ def _queues(policy: KueuePolicy) -> tuple[tuple[ClusterQueueView, ...], tuple[Co
     return tuple(cqs), tuple(cohorts)
 
 
+def _replicas(cluster: ClusterState | None, node: str | None, resource: str | None) -> int:
+    """Replicas per GPU of the time-sliced GPUs offering ``resource`` on ``node`` (1: none known)."""
+    state = cluster.nodes.get(node) if cluster is not None and node is not None else None
+    counts = [g.replicas for g in (state.gpus if state is not None else ()) if g.mode == "replicas"
+              and (resource is None or g.resource == resource)]
+    return max(counts, default=1)
+
+
+def device_text(w: Workload, cluster: ClusterState | None, nodes: Mapping[str, str | None]) -> str:
+    """What each pod of ``w`` holds, in words (issue 29): a MIG profile ("1g.10gb"), a time-slice replica with the
+    share it is of its GPU on the node it landed on ("1/8 replica"), a fraction ("0.5 GPU"), whole GPUs ("2 GPUs");
+    pod sets that differ are listed, "" when no pod asks for a GPU. ``nodes``: pod key -> the node it is on."""
+    parts: list[str] = []
+    for ps in w.pod_sets:
+        g = ps.template.gpu
+        if g.kind == "mig" and g.mig_profile:
+            text = g.mig_profile if g.count == 1 else f"{g.count}x {g.mig_profile}"
+        elif g.kind == "fraction":
+            memory = f"{g.memory_mib:,} MiB" if g.memory_mib else ""
+            share = f"{g.milli / MILLI:g} GPU" if g.milli else ""
+            text = ", ".join(x for x in (share, memory) if x) or "a fraction of a GPU"
+        elif g.kind in ("gpu", "shared"):
+            placed = [nodes.get(p.key) for p in w.pods if p.pod_set == ps.name]
+            replicas = max((_replicas(cluster, n, g.resource) for n in placed if n), default=1)
+            if replicas > 1 or g.kind == "shared":
+                one = f"1/{replicas} replica" if replicas > 1 else "1 replica"
+                text = one if g.count == 1 else f"{g.count}x {one}"
+            else:
+                text = f"{g.count} GPU{'s' if g.count != 1 else ''}"
+        else:
+            continue
+        if text not in parts:
+            parts.append(text)
+    return ", ".join(parts)
+
+
 def _workloads(facts: PlannerFacts, holders: _Holders) -> tuple[WorkloadView, ...]:
     policy = facts.policy
     out = []
@@ -193,9 +229,10 @@ def _workloads(facts: PlannerFacts, holders: _Holders) -> tuple[WorkloadView, ..
             reason = info.message or info.problem or ""
         cq = (adm.cluster_queue if adm is not None else None) or (info.cluster_queue if info is not None else None)
         flavors = tuple(sorted(adm.flavors().items())) if adm is not None else ()
+        nodes = {p.key: p.node for p in pods}
         out.append(WorkloadView(w.key, w.namespace, w.name, w.kind, w.queue or (info.local_queue if info else None),
                                 cq, w.priority, status, reason, w.gpu_equivalent, tuple(pods), flavors,
-                                tuple(facts.preemptions.get(w.key, ()))))
+                                tuple(facts.preemptions.get(w.key, ())), device_text(w, facts.cluster, nodes)))
     order = {"pending": 0, "deactivated": 1, "admitted": 2, "finished": 3}
     return tuple(sorted(out, key=lambda v: (order[v.status], v.key)))
 

@@ -209,11 +209,13 @@ class WorkloadView:
     pods: tuple[PodView, ...]
     flavors: tuple[tuple[str, str], ...] = ()  # (resource, flavor)
     preemptions: tuple[PreemptionView, ...] = ()
+    device: str = ""  # what each pod holds, in words: "1g.10gb", "1/8 replica", "0.5 GPU", "2 GPUs"; "" for none
 
     def summary_json(self) -> dict[str, Any]:
         return {"key": self.key, "namespace": self.namespace, "name": self.name, "kind": self.kind,
                 "localQueue": self.local_queue, "clusterQueue": self.cluster_queue, "priority": self.priority,
-                "status": self.status, "reason": self.reason, "gpus": round(self.gpus, 3), "pods": len(self.pods)}
+                "status": self.status, "reason": self.reason, "gpus": round(self.gpus, 3), "device": self.device,
+                "pods": len(self.pods)}
 
     def to_json(self) -> dict[str, Any]:
         return {**self.summary_json(), "pods": [p.to_json() for p in self.pods],

@@ -21,7 +21,8 @@ SLICE_STATE: Schema = {"enum": ["free", "running", "idle", "planned"]}
 
 WORKLOAD_FIELDS: dict[str, Schema] = {
     "key": STR, "namespace": STR, "name": STR, "kind": STR, "localQueue": NSTR, "clusterQueue": NSTR, "priority": INT,
-    "status": {"enum": list(WORKLOAD_STATUSES)}, "reason": STR, "gpus": NUM, "pods": INT}
+    "status": {"enum": list(WORKLOAD_STATUSES)}, "reason": STR, "gpus": NUM, "device": STR,
+    "pods": INT}
 
 SCHEMAS: dict[str, Schema] = {
     "Error": _obj({"message": STR}),

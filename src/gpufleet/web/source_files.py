@@ -16,6 +16,9 @@ from gpufleet.web.clusterview import PlannerFacts, build_view
 from gpufleet.web.contract import ClusterView, PreemptionView, SimulationView, SourceKind
 from gpufleet.web.source_static import StaticSource
 
+QUOTA_ONLY = ("quota only: the input has no nodes, so workloads are admitted against their ClusterQueues' quota and "
+              "placed on no node; give Nodes or NodePools to plan placement too")
+
 
 class FilesSource(StaticSource):
     kind: SourceKind = "files"
@@ -35,6 +38,8 @@ class FilesSource(StaticSource):
         planned = frozenset(a.pod for c in result.cycles for adm in c.decisions.admitted for a in adm.pods
                             if a.node is not None and a.pod not in bound)
         notes = [str(p) for p in manifests.problems.all]
+        if policy.cluster is None:  # as gpufleet plan says it
+            notes.insert(0, QUOTA_ONLY)
         cycles = len(result.cycles)
         notes.append(f"planned as gpufleet plan --until-stable: {cycles} cycle{'s' if cycles != 1 else ''}")
         facts = PlannerFacts(policy, policy.cluster, result.workloads, pending, planned=planned,

@@ -3,14 +3,20 @@ classes and the checks that make an owner's plan one Kueue would accept."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gpufleet.api import limits
 from gpufleet.api.kinds import read_pod_template
 from gpufleet.api.objects import GPUFLEET_QUEUE_LABEL, KUEUE_QUEUE_LABEL, PodTemplate
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.workloadkinds.model import PodSetPlan, QueueSystem, WorkloadOwner, WorkloadPlan
-from gpufleet.api.workloadkinds.table import KAI_QUEUE_LABELS
+from gpufleet.api.workloadkinds.table import (
+    KAI_QUEUE_LABELS,
+    VOLCANO_DEFAULT_QUEUE,
+    VOLCANO_QUEUE_ANNOTATION,
+    VOLCANO_QUEUE_LABEL,
+    VOLCANO_SCHEDULER,
+)
 
 MAX_POD_SETS = 8  # Kueue's validation: a Workload holds 1 to 8 pod sets
 INT32 = 2**31 - 1
@@ -26,15 +32,31 @@ def count(r: FieldReader, key: str, default: int) -> int:
     return r.integer(key, default, minimum=0, maximum=limits.PODS_PER_WORKLOAD) or 0
 
 
-def queue_label(labels: dict[str, str]) -> tuple[str | None, QueueSystem]:
-    """The queue the labels name, and whose: Kueue's label first (gpufleet's own spelling too), then KAI's."""
+def queue_label(labels: Mapping[str, str],
+                annotations: Mapping[str, str] | None = None) -> tuple[str | None, QueueSystem]:
+    """The queue an object's labels (and annotations) name, and whose: Kueue's label first (gpufleet's own
+    spelling too), then KAI's, then Volcano's (the label KubeRay reads, the annotation Volcano reads on pods and
+    Kubeflow reads on its jobs)."""
     name = labels.get(KUEUE_QUEUE_LABEL) or labels.get(GPUFLEET_QUEUE_LABEL)
     if name:
         return name, "kueue"
     for label in KAI_QUEUE_LABELS:
         if labels.get(label):
             return labels[label], "kai"
+    volcano = labels.get(VOLCANO_QUEUE_LABEL) or (annotations or {}).get(VOLCANO_QUEUE_ANNOTATION)
+    if volcano:
+        return volcano, "volcano"
     return None, "kueue"
+
+
+def pod_queue(labels: Mapping[str, str], annotations: Mapping[str, str],
+              scheduler_name: str | None) -> tuple[str | None, QueueSystem]:
+    """The queue a pod (or a pod template) names, as :func:`queue_label` reads it; a pod Volcano schedules that
+    names none is in Volcano's queue ``default``, where Volcano's PodGroup controller puts it."""
+    name, system = queue_label(labels, annotations)
+    if name is None and scheduler_name == VOLCANO_SCHEDULER:
+        return VOLCANO_DEFAULT_QUEUE, "volcano"
+    return name, system
 
 
 def queue_key(name: str | None, system: QueueSystem) -> str | None:

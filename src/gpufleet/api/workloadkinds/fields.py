@@ -167,15 +167,19 @@ SCHEMAS: dict[tuple[str, str], dict[str, Schema]] = {
     ("scheduling.run.ai", "Queue"): _object(_fields("displayName", "parentQueue", "priority", "preemptMinRuntime",
                                                     "reclaimMinRuntime", resources=MapOf(_fields(
                                                         "quota", "limit", "overQuotaWeight")))),
+    # Kueue's CRDs, v1beta1 and v1beta2 together (every field of v1beta2 is known: honoured, or said not to be by
+    # gpufleet.api.workloadkinds.kueuefeatures)
     ("kueue.x-k8s.io", "ResourceFlavor"): _object(_fields("nodeLabels", "nodeTaints", "tolerations",
-                                                          "topologyName")),
+                                                          "topologyName", "resourceWeights")),
     ("kueue.x-k8s.io", "ClusterQueue"): _object(_fields(
         "cohort", "cohortName", "namespaceSelector", "queueingStrategy", "stopPolicy", "admissionChecks",
-        "admissionChecksStrategy", "admissionScope", "waitForPodsReady", resourceGroups=_RESOURCE_GROUPS,
+        "admissionChecksStrategy", "admissionScope", "waitForPodsReady", "concurrentAdmissionPolicy",
+        resourceGroups=_RESOURCE_GROUPS,
         preemption=_fields("withinClusterQueue", "reclaimWithinCohort",
                            borrowWithinCohort=_fields("policy", "maxPriorityThreshold")),
-        flavorFungibility=_fields("whenCanBorrow", "whenCanPreempt"), fairSharing=_fields("weight"))),
-    ("kueue.x-k8s.io", "LocalQueue"): _object(_fields("clusterQueue", "stopPolicy", "fairSharing")),
+        flavorFungibility=_fields("whenCanBorrow", "whenCanPreempt", "preference"), fairSharing=_fields("weight"))),
+    ("kueue.x-k8s.io", "LocalQueue"): _object(_fields("clusterQueue", "stopPolicy", "fairSharing",
+                                                      "wallTimePolicy")),
     ("kueue.x-k8s.io", "Cohort"): _object(_fields("parentName", "parent", "resourceGroups", "fairSharing")),
     ("kueue.x-k8s.io", "WorkloadPriorityClass"): _object(ANY, "value", "description"),
     ("kueue.x-k8s.io", "Workload"): _object(_fields(

@@ -26,6 +26,7 @@ from gpufleet.api.workloadkinds import (
     names,
     queues,
     ray,
+    tas,
     volcano,
 )
 from gpufleet.api.workloadkinds.fields import check_fields
@@ -55,7 +56,7 @@ OWNER_PARSERS: dict[tuple[str, str], OwnerParser] = {
 assert set(OWNER_PARSERS) | {("trainer.kubeflow.org", "TrainJob")} == set(RULES), "every kind of the table parses"
 
 _KUEUE_GROUPS = ("kueue.x-k8s.io", "gpufleet.io", "config.kueue.x-k8s.io")
-_AUDITED = ("ClusterQueue", "LocalQueue", "Workload", "Configuration")
+_AUDITED = ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Workload", "Configuration")
 
 
 def handles(group: str, kind: str) -> bool:
@@ -187,6 +188,7 @@ def finish(m: Manifests) -> None:
     for link in linkers:
         link(m.controllers, m.problems)
     queues.translate_queues(m)
+    tas.check_slices(m)
     for owner in m.controllers.owners:
         src = owner.meta.source
         for note in owner.notes:

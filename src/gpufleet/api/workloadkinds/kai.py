@@ -3,8 +3,9 @@
 ``kai.scheduler/queue`` by :func:`gpufleet.api.workloadkinds.common.queue_label`.
 
 A KAI Queue gives per resource (``gpu`` in devices, ``cpu`` in millicores, ``memory`` in megabytes) a ``quota``
-(-1: unlimited) and a ``limit`` (-1: no limit; 0 or unset: nothing above the quota); ``parentQueue`` builds a
-hierarchy in which only leaf queues take work.
+(its deserved share; -1: unlimited), a ``limit`` (the cap on its use; -1: no limit; 0 or unset: nothing above the
+quota) and an ``overQuotaWeight`` (its share of what is left over); ``parentQueue`` builds a hierarchy in which
+only leaf queues take work. :mod:`.queues` says how they become Kueue's quota tree.
 """
 
 from __future__ import annotations
@@ -27,12 +28,16 @@ def parse_kai_queue(r: FieldReader) -> ForeignQueue | None:
     spec = r.obj("spec")
     nominal: ResourceList = {}
     limit: ResourceList = {}
+    weights: dict[str, float] = {}
     resources = spec.obj("resources") if spec else None
     if resources is not None:
         for key, (resource, scale) in _RESOURCES.items():
             rr = resources.obj(key)
             if rr is None:
                 continue
+            weight = rr.number("overQuotaWeight")
+            if weight is not None and weight >= 0:
+                weights[key] = float(weight)
             quota = rr.number("quota")
             cap = rr.number("limit")
             if quota is not None and quota >= 0:
@@ -46,4 +51,5 @@ def parse_kai_queue(r: FieldReader) -> ForeignQueue | None:
                 limit[resource] = max(int(Fraction(cap) * scale), nominal.get(resource, 0))
             elif cap is None and resource in nominal:
                 limit[resource] = nominal[resource]
-    return ForeignQueue(meta, "kai", nominal, limit, spec.text("parentQueue") if spec else None)
+    weight = weights.get("gpu", next(iter(weights.values()), None))
+    return ForeignQueue(meta, "kai", nominal, limit, spec.text("parentQueue") if spec else None, weight)

@@ -94,7 +94,10 @@ def parse_training_job(r: FieldReader) -> WorkloadOwner | None:
     scheduling = run_policy.obj("schedulingPolicy") if run_policy else None
     priority = (scheduling.text("priorityClass") if scheduling else None) or first_priority_class(
         ps.template for ps in pod_sets)
-    queue, system = queue_label(meta.labels)
+    queue, system = queue_label(meta.labels, meta.annotations)
+    if queue is None and scheduling is not None and scheduling.text("queue"):
+        # the training operator's gang scheduling through Volcano names the Volcano Queue here
+        queue, system = scheduling.text("queue"), "volcano"
     owner = WorkloadOwner(
         meta=meta, rule=RULES[("kubeflow.org", kind)], workloads=[WorkloadPlan(meta.name, pod_sets)],
         queue=queue_key(queue, system), priority_class=priority,
@@ -151,7 +154,7 @@ def parse_train_job(r: FieldReader) -> tuple[WorkloadOwner, Linker] | None:
                          unread, fix="put what the pods need in the runtime, or accept the difference")
     if runtime_name is None:
         return None
-    queue, system = queue_label(meta.labels)
+    queue, system = queue_label(meta.labels, meta.annotations)
     owner = WorkloadOwner(meta=meta, rule=RULES[("trainer.kubeflow.org", "TrainJob")],
                           queue=queue_key(queue, system), suspended=spec.flag("suspend"),
                           labels=dict(meta.labels), annotations=dict(meta.annotations))

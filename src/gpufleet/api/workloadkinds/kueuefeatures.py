@@ -9,6 +9,9 @@
   clusters gpufleet does not see; they stay pending, reported as left out.
 * **admissionScope** (admission fair sharing), LocalQueue ``fairSharing``, the Configuration's
   ``admissionFairSharing``, ``multiKueue`` and ``manageJobsWithoutQueueName``: not implemented; reported as left out.
+* Kueue v1beta2's ClusterQueue ``concurrentAdmissionPolicy`` (flavor migration) and ``flavorFungibility.preference``,
+  LocalQueue ``wallTimePolicy`` and ResourceFlavor ``resourceWeights``: not implemented; reported as left out
+  (``--strict``: an error), never as unknown fields.
 """
 
 from __future__ import annotations
@@ -57,12 +60,32 @@ def audit(r: FieldReader, kind: str, objects: ControllerObjects) -> None:
                       "controller, so its workloads stay pending unless their Workload status shows the checks "
                       "Ready", "spec", "admissionChecks" if spec.has("admissionChecks") else "admissionChecksStrategy",
                       fix="give the Workload objects with status.admissionChecks, or plan without the checks")
+        if spec.has("concurrentAdmissionPolicy"):
+            spec.warning("concurrentAdmissionPolicy (concurrent admission: pursuing several flavors at once and "
+                         "migrating to a preferred one) is not implemented: a workload is admitted to the first flavor "
+                         "that fits and stays there (left out)", "concurrentAdmissionPolicy",
+                         fix="remove it to plan as gpufleet does, or expect Kueue to move workloads to preferred "
+                         "flavors later", code=LEFT_OUT)
+        ff = spec.obj("flavorFungibility")
+        if ff is not None and ff.has("preference"):
+            ff.warning("preference is not implemented: when every flavor needs borrowing or preemption, gpufleet "
+                       "takes the first such flavor in order (left out)", "preference",
+                       fix="remove it to plan as gpufleet does, or order the flavors by preference", code=LEFT_OUT)
         if spec.has("admissionScope"):
             spec.warning("admissionScope (admission fair sharing) is not implemented: LocalQueues are ordered "
                          "without their usage (left out)", "admissionScope",
                          fix="remove it to plan as gpufleet does, or compare with Kueue's own order", code=LEFT_OUT)
-    elif kind == "LocalQueue" and spec.has("fairSharing"):
-        spec.warning("fairSharing (admission fair sharing) is not implemented (left out)", "fairSharing",
+    elif kind == "LocalQueue":
+        if spec.has("fairSharing"):
+            spec.warning("fairSharing (admission fair sharing) is not implemented (left out)", "fairSharing",
+                         fix="remove it to plan as gpufleet does", code=LEFT_OUT)
+        if spec.has("wallTimePolicy"):
+            spec.warning("wallTimePolicy (a wall-time budget per LocalQueue) is not implemented: its workloads are "
+                         "never held for an exhausted budget (left out)", "wallTimePolicy",
+                         fix="remove it to plan as gpufleet does", code=LEFT_OUT)
+    elif kind == "ResourceFlavor" and spec.has("resourceWeights"):
+        spec.warning("resourceWeights (per-resource weights of fair sharing's dominant resource share) is not "
+                     "implemented: every resource weighs 1 (left out)", "resourceWeights",
                      fix="remove it to plan as gpufleet does", code=LEFT_OUT)
     elif kind == "Workload":
         key = _key(r)

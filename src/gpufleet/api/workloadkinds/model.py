@@ -158,6 +158,7 @@ class ForeignQueue:
     nominal: ResourceList
     limit: ResourceList
     parent: str | None = None
+    weight: float | None = None  # KAI's overQuotaWeight (of gpu, else the first resource giving one)
 
     @property
     def name(self) -> str:
@@ -198,9 +199,14 @@ class ControllerObjects:
     cluster_queue_checks: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Kueue Workload key -> its status.admissionChecks (name -> state)
     workload_checks: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Kueue Workload key -> why it is never admitted as it stands (a TAS request gpufleet does not implement)
+    workload_holds: dict[str, str] = field(default_factory=dict)
     generated_names: dict[tuple[str, str, str], int] = field(default_factory=dict)  # generateName uses
     # Kueue objects added to stand for Volcano's and KAI's queues (kind -> how many): not counted as input
     translated: dict[str, int] = field(default_factory=dict)
+    # What KAI's top-level queues deserve together (resource -> amount): the cluster's capacity beyond it is the
+    # pool their over-quota use borrows from (gpufleet.api.workloadkinds.queues.size_kai_pool)
+    kai_deserved: dict[str, int] = field(default_factory=dict)
     # Steps that need the whole input (a TrainJob needs its runtime), run once every document is read.
     linkers: list[Callable[[ControllerObjects, Problems], None]] = field(default_factory=list, repr=False)
 

@@ -9,11 +9,19 @@ gets a LocalQueue of the same name.
 * Volcano: nominal quota ``deserved`` (else ``capability``), borrowing up to ``capability`` from the other Volcano
   queues (cohort ``volcano``); a resource neither names is unlimited, as in Volcano. The queue ``default``, which
   Volcano creates itself, is unlimited when the input does not define it.
-* KAI: nominal quota ``quota``, borrowing up to ``limit``; ``parentQueue`` becomes the cohort tree, a parent's
-  quota the pool its children borrow from (a Kueue Cohort with that quota). Only leaf queues take work, as in KAI.
+* KAI: a leaf queue's ``quota`` (its deserved share) is the nominal quota, its ``limit`` the cap on its use
+  (borrowing limit ``limit - quota``; -1: none); a parent queue (``parentQueue``) is a Cohort whose subtree holds
+  the parent's quota (its own nominal quota is what the parent deserves beyond its children's quotas) and whose
+  borrowing limit is the parent's ``limit``. The top-level queues share the cluster, as in KAI: they all sit in the
+  Cohort ``kai``, whose quota is the cluster's capacity beyond what they deserve (unlimited when the input has no
+  nodes), so a queue of quota 0 and limit -1 (KAI's quick-start queues) runs on what is idle, and a queue under
+  its quota reclaims from those over theirs. ``overQuotaWeight`` is the fair-sharing weight (Kueue's
+  ``fairSharing.weight``, used when the Configuration enables fair sharing). Only leaf queues take work, as in KAI.
 
-Both reclaim what they lend (Kueue's ``reclaimWithinCohort: Any``). Their fair-share plugins (Volcano's proportion
-and capacity, KAI's over-quota weights) divide idle capacity differently from Kueue's borrowing: said once per run.
+Both reclaim what they lend (Kueue's ``reclaimWithinCohort: Any``). Approximated, said once per run: Volcano's
+proportion and capacity plugins and KAI's division of idle capacity (over-quota ``priority`` first, then weight
+per resource) differ from Kueue's borrowing; Kueue has one weight per queue, so KAI's weight of ``gpu`` (else of
+the first resource giving one) is taken.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ from typing import TYPE_CHECKING
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.objects import (
+    CPU,
     GPU,
+    MEMORY,
     ClusterQueue,
     Cohort,
     FlavorQuotas,
@@ -34,9 +44,11 @@ from gpufleet.api.objects import (
     Quota,
     ResourceFlavor,
     ResourceGroup,
+    SourceRef,
 )
-from gpufleet.api.workloadkinds.common import queue_label
+from gpufleet.api.workloadkinds.common import pod_queue
 from gpufleet.api.workloadkinds.model import ForeignQueue, QueueSystem
+from gpufleet.api.workloadkinds.table import VOLCANO_GROUP_ANNOTATIONS
 from gpufleet.api.workloadkinds.volcano import DEFAULT_QUEUE
 from gpufleet.gpu.constants import FRACTION_RESOURCE
 
@@ -46,6 +58,7 @@ if TYPE_CHECKING:
 ANY_NODE_FLAVOR = "gpufleet-any-node"
 UNLIMITED = 10**15  # in canonical units: far above any cluster (a petabyte, a trillion cores)
 VOLCANO_COHORT = "volcano"
+KAI_COHORT = "kai"  # the cluster, which KAI's top-level queues divide
 
 
 def translate_queues(m: Manifests) -> None:
@@ -54,6 +67,7 @@ def translate_queues(m: Manifests) -> None:
     # Every resource the input requests: a queue covers them all (unlimited where it names no quota), so that a
     # workload is never refused for a resource its Volcano or KAI queue does not limit.
     requested: set[str] = set()
+    naming: dict[tuple[QueueSystem, str], SourceRef] = {}  # queue -> where a workload first names it
     for owner in m.controllers.owners:
         for plan in owner.workloads:
             for ps in plan.pod_sets:
@@ -61,11 +75,18 @@ def translate_queues(m: Manifests) -> None:
         key = _foreign(owner.queue)
         if key is not None:
             wanted[key].add(owner.namespace)
+            if owner.meta.source is not None:
+                naming.setdefault(key, owner.meta.source)
     for pod in m.pods:
         requested.update(pod.template.requests)
-        label, label_system = queue_label(pod.meta.labels)
+        # a pod of no group that Volcano schedules is in Volcano's queue default (as cluster.workloads reads it)
+        alone = not any(a in pod.meta.annotations for a in VOLCANO_GROUP_ANNOTATIONS)
+        label, label_system = pod_queue(pod.meta.labels, pod.meta.annotations,
+                                        pod.template.scheduler_name if alone else None)
         if label is not None and label_system != "kueue":
             wanted[(label_system, label)].add(pod.meta.namespace or "default")
+            if pod.meta.source is not None:
+                naming.setdefault((label_system, label), pod.meta.source)
     queues = {(q.system, q.name): q for q in m.controllers.queues}
     if not wanted and not queues:
         return
@@ -75,22 +96,37 @@ def translate_queues(m: Manifests) -> None:
     parents = {(q.system, q.parent) for q in queues.values() if q.parent}
     before = (len(m.cluster_queues), len(m.local_queues), len(m.cohorts))
     added: list[str] = []
+    kai = _KaiTree(queues, requested)
     for (system, name), q in sorted(queues.items()):
-        covered = sorted((requested | set(q.nominal) | set(q.limit) | {GPU}) - {FRACTION_RESOURCE})
-        quotas = {res: _quota(q, res) for res in covered}
-        if (system, name) in parents:  # a KAI parent queue: its quota is what its children borrow from
-            m.cohorts.append(Cohort(ObjectMeta(f"{system}:{name}", source=q.meta.source),
-                                    f"{system}:{q.parent}" if q.parent else None,
-                                    [ResourceGroup(tuple(covered), [FlavorQuotas(ANY_NODE_FLAVOR, quotas)])]))
-            continue
-        cohort = f"kai:{q.parent}" if system == "kai" and q.parent else (
-            VOLCANO_COHORT if system == "volcano" else None)
+        covered = _covered(q, requested)
+        if system == "kai":
+            if q.parent and q.parent not in kai.by_name:
+                _warn(problems, q, f"KAI Queue {name} names parentQueue {q.parent}, which is not in the input: read as "
+                      "a top-level queue", "add the parent Queue to the input, or fix the name", "spec.parentQueue")
+            above = f"kai:{q.parent}" if q.parent and q.parent in kai.by_name else KAI_COHORT
+            if (system, name) in parents:  # a KAI parent queue: a Cohort whose subtree holds the parent's quota
+                m.cohorts.append(Cohort(ObjectMeta(f"kai:{name}", source=q.meta.source), above,
+                                        [_group(covered, kai.cohort_quotas(q, covered))], _weight(q)))
+                continue
+            cohort: str | None = above
+            quotas = {res: _quota(q, res) for res in covered}
+        else:
+            quotas = {res: _quota(q, res) for res in covered}
+            if (system, name) in parents:  # a Volcano parent queue: a Cohort of its quota
+                m.cohorts.append(Cohort(ObjectMeta(f"volcano:{name}", source=q.meta.source),
+                                        f"volcano:{q.parent}" if q.parent else None, [_group(covered, quotas)]))
+                continue
+            cohort = VOLCANO_COHORT
         m.cluster_queues.append(ClusterQueue(
             meta=ObjectMeta(f"{system}:{name}", source=q.meta.source, order=q.meta.order),
-            resource_groups=[ResourceGroup(tuple(covered), [FlavorQuotas(ANY_NODE_FLAVOR, quotas)])],
-            cohort=cohort, namespace_selector=LabelSelector(),
-            preemption=PreemptionPolicy(reclaim_within_cohort="Any" if cohort else "Never")))
+            resource_groups=[_group(covered, quotas)], cohort=cohort, namespace_selector=LabelSelector(),
+            preemption=PreemptionPolicy(reclaim_within_cohort="Any"), fair_weight=_weight(q)))
         added.append(f"{'Volcano' if system == 'volcano' else 'KAI'} Queue {name}")
+    if kai.queues:
+        covered_all = sorted(set().union(*(_covered(q, requested) for q in kai.queues)))
+        m.cohorts.append(Cohort(ObjectMeta(KAI_COHORT), None,
+                                [_group(covered_all, {res: Quota(UNLIMITED) for res in covered_all})]))
+        m.controllers.kai_deserved = kai.deserved(covered_all)
     # Every namespace of the input may send work to every queue (the live scheduler parses queues apart from pods).
     known_namespaces = {ns.meta.name for ns in m.namespaces}
     for key in queues:
@@ -98,12 +134,15 @@ def translate_queues(m: Manifests) -> None:
             wanted[key] |= known_namespaces
     for (system, name), namespaces in sorted(wanted.items()):
         if (system, name) in parents:
-            _warn(problems, queues[(system, name)], f"KAI Queue {name} has child queues; only leaf queues take "
-                  "work, so the workloads naming it stay pending", "name a leaf queue")
+            _warn(problems, queues[(system, name)], f"{'Volcano' if system == 'volcano' else 'KAI'} Queue {name} "
+                  "has child queues; only leaf queues take work, so the workloads naming it stay pending",
+                  "name a leaf queue")
             continue
         if (system, name) not in queues:
+            src = naming.get((system, name))
             problems.warning(f"{'Volcano' if system == 'volcano' else 'KAI'} Queue {name} is named by workloads in "
                              f"{', '.join(sorted(namespaces))} but is not in the input; they stay pending",
+                             file=src.file if src else None, line=src.line if src else None,
                              kind="Queue", name=name, fix="add the Queue to the input")
             continue
         for ns in sorted(namespaces):
@@ -115,9 +154,13 @@ def translate_queues(m: Manifests) -> None:
     _count(m, "LocalQueue", len(m.local_queues) - before[1])
     _count(m, "Cohort", len(m.cohorts) - before[2])
     if added:
+        first = min((q for q in queues.values() if q.meta.source is not None),
+                    key=lambda q: q.meta.order, default=None)
+        src = first.meta.source if first is not None else None
         problems.warning(
-            f"read as Kueue ClusterQueues (see README, 'The manifests gpufleet reads'): {', '.join(added)}; Volcano's "
-            "and KAI's fair sharing of idle capacity differs from Kueue's borrowing, which gpufleet applies",
+            f"read as Kueue ClusterQueues (see docs/peers.md): {', '.join(added)}; Volcano's and KAI's division of "
+            "idle capacity (KAI: over-quota priority, then weight per resource) differs from Kueue's borrowing, which "
+            "gpufleet applies", file=src.file if src else None, line=src.line if src else None,
             kind="Queue", fix="compare with the scheduler's own view before relying on borrowed capacity")
 
 
@@ -131,6 +174,82 @@ def _foreign(queue: str | None) -> tuple[QueueSystem, str] | None:
     if system == "kai":
         return "kai", name
     return None
+
+
+def _covered(q: ForeignQueue, requested: set[str]) -> list[str]:
+    return sorted((requested | set(q.nominal) | set(q.limit) | {GPU}) - {FRACTION_RESOURCE})
+
+
+def _group(covered: list[str], quotas: dict[str, Quota]) -> ResourceGroup:
+    return ResourceGroup(tuple(covered), [FlavorQuotas(ANY_NODE_FLAVOR, quotas)])
+
+
+def _weight(q: ForeignQueue) -> float:
+    return q.weight if q.weight is not None else 1.0
+
+
+class _KaiTree:
+    """KAI's queue hierarchy: what each queue's subtree deserves, per resource."""
+
+    def __init__(self, queues: dict[tuple[QueueSystem, str], ForeignQueue], requested: set[str]) -> None:
+        self.by_name = {name: q for (system, name), q in queues.items() if system == "kai"}
+        self.queues = list(self.by_name.values())
+        self.children: dict[str, list[ForeignQueue]] = defaultdict(list)
+        for q in self.queues:
+            if q.parent:
+                self.children[q.parent].append(q)
+        self._memo: dict[tuple[str, str], int] = {}
+
+    def subtree(self, q: ForeignQueue, resource: str, depth: int = 0) -> int:
+        """What ``q`` and its descendants deserve of ``resource``: its quota, or its children's together when
+        they deserve more (KAI divides a parent's share among its children)."""
+        key = (q.name, resource)
+        if key in self._memo:
+            return self._memo[key]
+        own = _quota(q, resource).nominal
+        kids = self.children.get(q.name, [])
+        if kids and depth < 64:  # a cycle of parentQueue is refused with the cohort tree; stop here too
+            own = max(own, min(UNLIMITED, sum(self.subtree(c, resource, depth + 1) for c in kids)))
+        self._memo[key] = own
+        return own
+
+    def cohort_quotas(self, q: ForeignQueue, covered: list[str]) -> dict[str, Quota]:
+        """A parent queue's Cohort: its own nominal quota is what it deserves beyond its children's quotas (so
+        that its subtree holds its quota), its borrowing limit what its ``limit`` leaves above that."""
+        out: dict[str, Quota] = {}
+        for res in covered:
+            total = self.subtree(q, res)
+            kids = min(UNLIMITED, sum(self.subtree(c, res) for c in self.children.get(q.name, [])))
+            cap = q.limit.get(res)
+            out[res] = Quota(max(0, total - kids), None if cap is None else max(0, cap - total))
+        return out
+
+    def deserved(self, covered: list[str]) -> dict[str, int]:
+        """What the top-level queues deserve together, per resource they name."""
+        tops = [q for q in self.queues if not q.parent or q.parent not in self.by_name]
+        return {res: min(UNLIMITED, sum(self.subtree(q, res) for q in tops)) for res in covered}
+
+
+def size_kai_pool(m: Manifests) -> None:
+    """Give the Cohort ``kai`` (the cluster KAI's top-level queues divide) the cluster's capacity beyond what
+    those queues deserve, once the input's nodes are known; without nodes it stays unlimited."""
+    if not m.controllers.kai_deserved or not m.nodes:
+        return
+    root = next((c for c in m.cohorts if c.name == KAI_COHORT and c.meta.source is None), None)
+    if root is None:
+        return
+    capacity: dict[str, int] = defaultdict(int)
+    for node in m.nodes:
+        for res, amount in node.allocatable.items():
+            capacity[res] += amount
+    for group in root.resource_groups:
+        for fq in group.flavors:
+            for res, quota in fq.resources.items():
+                if res in _KAI_SIZED:
+                    quota.nominal = max(0, capacity.get(res, 0) - m.controllers.kai_deserved.get(res, 0))
+
+
+_KAI_SIZED = frozenset({GPU, CPU, MEMORY})  # the resources a KAI Queue divides (others stay unlimited)
 
 
 def _count(m: Manifests, kind: str, n: int) -> None:
@@ -150,7 +269,7 @@ def _quota(q: ForeignQueue, resource: str) -> Quota:
     return Quota(nominal, max(0, limit - nominal))
 
 
-def _warn(problems: Problems, q: ForeignQueue, message: str, fix: str) -> None:
+def _warn(problems: Problems, q: ForeignQueue, message: str, fix: str, field: str | None = None) -> None:
     src = q.meta.source
     problems.warning(message, file=src.file if src else None, line=src.line if src else None, kind="Queue",
-                     name=q.name, fix=fix)
+                     name=q.name, field=field, fix=fix)

@@ -136,6 +136,15 @@ RULES: dict[tuple[str, str], KindRule] = {r.key: r for r in (
 # The queue label KAI's pod grouper reads on a workload's top owner or its pods (and its older name).
 KAI_QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 
+# The Volcano Queue a workload names: the annotation Volcano's PodGroup controller reads on a pod (and Kubeflow's
+# training operator and Trainer on their jobs), and the label KubeRay's Volcano integration reads on a RayCluster
+# or RayJob.
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+VOLCANO_QUEUE_LABEL = "volcano.sh/queue-name"
+# The queue Volcano gives work that names none (it creates it itself), and the scheduler name of its pods.
+VOLCANO_DEFAULT_QUEUE = "default"
+VOLCANO_SCHEDULER = "volcano"
+
 # The pod annotations naming a Volcano PodGroup (the second is Volcano's own spelling of the same key).
 VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 

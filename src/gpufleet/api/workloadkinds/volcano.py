@@ -14,9 +14,9 @@ from gpufleet.api.objects import ResourceList
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.workloadkinds.common import apply_min_total, check_plan, count, queue_key, read_template
 from gpufleet.api.workloadkinds.model import ForeignQueue, PodName, PodSetPlan, WorkloadOwner, WorkloadPlan
-from gpufleet.api.workloadkinds.table import RULES
+from gpufleet.api.workloadkinds.table import RULES, VOLCANO_DEFAULT_QUEUE
 
-DEFAULT_QUEUE = "default"
+DEFAULT_QUEUE = VOLCANO_DEFAULT_QUEUE
 
 
 def parse_volcano_job(r: FieldReader) -> WorkloadOwner | None:

@@ -27,7 +27,7 @@ from gpufleet.cluster.free_devices import (
 )
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
-from gpufleet.gpu.constants import DEFAULT_MAX_PODS, MILLI
+from gpufleet.gpu.constants import DEFAULT_MAX_PODS, FRACTION_RESOURCE, MILLI
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
 from gpufleet.scheduling.placement.nodeview import fraction_share, whole_gpus
 from gpufleet.scheduling.types import PodRequest
@@ -191,8 +191,17 @@ class Resources:
             return "Too many pods"
         for resource, amount in need.requests:
             if used.get(resource, 0) + amount > alloc.get(resource, 0):
-                return f"Insufficient {resource}"
+                return _insufficient(need, node)
         return None
+
+
+def _insufficient(need: PodNeed, node: NodeState) -> str:
+    """Every resource the node has too little of, GPUs first (issue 29): "Insufficient nvidia.com/gpu, cpu and
+    ephemeral-storage"; one alone reads as kube-scheduler's "Insufficient cpu"."""
+    alloc, used = node.allocatable, node.used
+    short = [r for r, amount in need.requests if used.get(r, 0) + amount > alloc.get(r, 0)]
+    short.sort(key=lambda r: not (r.startswith("nvidia.com/") or r == FRACTION_RESOURCE))  # stable within each
+    return "Insufficient " + (short[0] if len(short) == 1 else ", ".join(short[:-1]) + " and " + short[-1])
 
 
 class WholeGpus:

@@ -349,12 +349,12 @@ async function drawWorkloads() {
     select("status", "status", ["pending", "admitted", "deactivated", "finished"], q.get("status")),
     select("queue", "ClusterQueue", queues.clusterQueues.map((c) => c.name), q.get("queue")));
   const table = h("table", { id: "workloads" },
-    h("tr", {}, ["workload", "kind", "queue", "status", "GPUs", "pods", "why it waits"].map((c, i) => h("th", { class: i === 4 || i === 5 ? "num" : null }, c))),
+    h("tr", {}, ["workload", "kind", "queue", "status", "device (per pod)", "pods", "why it waits"].map((c, i) => h("th", { class: i === 5 ? "num" : null }, c))),
     doc.workloads.map((w) => h("tr", { "data-workload": w.key },
       h("td", {}, h("a", { href: workloadPath(w.key) }, w.key)), h("td", {}, w.kind),
       h("td", {}, w.clusterQueue || w.localQueue || "(none)"),
       h("td", {}, h("span", { class: "badge " + w.status }, w.status)),
-      h("td", { class: "num" }, fmt(w.gpus, 3)), h("td", { class: "num" }, fmt(w.pods)),
+      h("td", { class: "device" }, w.device || "none"), h("td", { class: "num" }, fmt(w.pods)),
       h("td", { class: "reason" }, w.reason))));
   return h("div", {}, h("h1", {}, "Workloads"), filters, pager(doc.total, doc.offset, doc.limit), table);
 }
@@ -377,7 +377,7 @@ async function drawWorkload() {
     : h("p", { class: "muted", id: "preemptions" }, "never preempted");
   return h("div", {}, h("p", {}, link("/workloads", null, "← workloads")),
     h("h1", {}, w.key, " ", h("span", { class: "badge " + w.status }, w.status)),
-    h("p", { class: "muted" }, `${w.kind} · LocalQueue ${w.localQueue || "(none)"} → ClusterQueue ${w.clusterQueue || "(none)"} · priority ${w.priority} · ${fmt(w.gpus, 3)} GPUs`),
+    h("p", { class: "muted" }, `${w.kind} · LocalQueue ${w.localQueue || "(none)"} → ClusterQueue ${w.clusterQueue || "(none)"} · priority ${w.priority} · ${w.device ? w.device + " per pod" : "no GPU"}`),
     why, flavors.length ? h("p", {}, "Flavors: " + flavors.map(([r, f]) => `${r}=${f}`).join(", ")) : null,
     h("h2", {}, "Pods and devices"), pods, h("h2", {}, "Preemption history"), history);
 }

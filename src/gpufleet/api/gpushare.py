@@ -1,0 +1,75 @@
+"""What makes a pod ask for a share of one GPU: the single rule the parser (:mod:`gpufleet.api.kinds`) and the
+mutating webhook (:mod:`gpufleet.kube.webhook`) both call.
+
+* gpufleet's and KAI's annotations: ``gpufleet.io/gpu-fraction`` / ``gpu-fraction`` (a share of one GPU), or
+  ``gpufleet.io/gpu-memory`` / ``gpu-memory`` on a pod that requests no GPU device. Such a pod requests no device:
+  gpufleet places it and its webhook tells it its GPU (:func:`is_fractional`).
+* HAMi's resources: ``nvidia.com/gpu`` with ``nvidia.com/gpucores`` (percent of one GPU's compute),
+  ``nvidia.com/gpumem`` (MiB per GPU) or ``nvidia.com/gpumem-percentage`` (percent of one GPU's memory). HAMi's
+  device plugin hands out the GPU, so such a pod is not fractional in the webhook's sense; the parser reads it as
+  a share of one GPU all the same (:func:`hami_share`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from gpufleet.api.objects import (
+    GPU_FRACTION_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
+    KAI_FRACTION_ANNOTATION,
+    KAI_MEMORY_ANNOTATION,
+)
+
+FRACTION_KEYS = (GPU_FRACTION_ANNOTATION, KAI_FRACTION_ANNOTATION)
+MEMORY_KEYS = (GPU_MEMORY_ANNOTATION, KAI_MEMORY_ANNOTATION)
+GPU_PREFIX = "nvidia.com/"
+
+# HAMi's resource names (its defaults: resourceCoreName, resourceMemoryName, resourceMemoryPercentageName)
+HAMI_CORES = "nvidia.com/gpucores"
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_RESOURCES = (HAMI_CORES, HAMI_MEMORY, HAMI_MEMORY_PERCENT)
+
+
+def is_fractional(annotations: Mapping[str, object], gpu_devices: Collection[str]) -> bool:
+    """A pod whose ``annotations`` declare a share of one GPU, given the GPU device resources it requests
+    (``nvidia.com/...``, HAMi's share resources aside): a fraction annotation, or a GPU memory annotation on a pod
+    that requests no device."""
+    if any(key in annotations for key in FRACTION_KEYS):
+        return True
+    return any(key in annotations for key in MEMORY_KEYS) and not any(
+        r.startswith(GPU_PREFIX) and r not in HAMI_RESOURCES for r in gpu_devices)
+
+
+@dataclass(frozen=True, slots=True)
+class HamiShare:
+    """What a pod's HAMi resources ask, per GPU (HAMi's semantics): ``gpus`` devices, of each ``cores`` percent of
+    its compute and ``memory_mib`` MiB or ``memory_percent`` percent of its memory (None: not given)."""
+
+    gpus: int
+    cores: int | None
+    memory_mib: int | None
+    memory_percent: int | None
+
+    @property
+    def exclusive(self) -> bool:
+        """No memory share given: HAMi gives the pod all of each GPU's memory (and, without gpucores, its compute),
+        so no other pod shares the GPU."""
+        return self.memory_mib is None and (self.memory_percent is None or self.memory_percent >= 100)
+
+    @property
+    def milli(self) -> int:
+        """The share of one GPU in thousandths that gpufleet places: the compute share, or the memory percentage
+        where it is larger (no more pods share the GPU than its memory allows)."""
+        return min(1000, max(self.cores or 0, self.memory_percent or 0) * 10)
+
+
+def hami_share(requests: Mapping[str, int]) -> HamiShare | None:
+    """The HAMi share ``requests`` ask (canonical amounts: whole counts), None when they name no HAMi resource.
+    ``nvidia.com/gpu`` defaults to 1, as HAMi's webhook sets it (defaultGPUNum)."""
+    if not any(requests.get(r, 0) > 0 for r in HAMI_RESOURCES):
+        return None
+    return HamiShare(requests.get("nvidia.com/gpu", 0) or 1, requests.get(HAMI_CORES) or None,
+                     requests.get(HAMI_MEMORY) or None, requests.get(HAMI_MEMORY_PERCENT) or None)
