@@ -61,9 +61,20 @@ def test_the_network_policy_opens_the_webhook_and_metrics_ports_only() -> None:
     opened = {port["port"]: rule.get("from") for rule in policy["spec"]["ingress"] for port in rule["ports"]}
     assert set(opened) <= ports
     assert set(opened) == {"webhook", "metrics"}  # the health port is reached by the kubelet from the node only
-    assert opened["webhook"] is None  # the API server is not a pod: the port is open to it wherever it is
+    assert opened["webhook"] == []  # the API server is not a pod: the port is open to it wherever it is
     [scrapers] = opened["metrics"]
     assert scrapers == {"namespaceSelector": {"matchLabels": {"gpufleet.io/metrics-scraper": "true"}}}
+
+
+@pytest.mark.parametrize("version", [K8S_VERSIONS[0], K8S_VERSIONS[-1]])
+def test_the_chart_admits_only_the_api_server_to_the_webhook_when_the_values_give_its_addresses(version: str) -> None:
+    peers = [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "172.16.0.0/28"}}]
+    [policy] = [d for d in render_chart(chart_values(networkPolicy__webhookFrom=peers))
+                if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "gpufleet-scheduler"]
+    kubernetes_validate.validate(policy, version, strict=True)
+    opened = {port["port"]: rule.get("from") for rule in policy["spec"]["ingress"] for port in rule["ports"]}
+    assert opened["webhook"] == peers
+    assert opened["metrics"] == [{"namespaceSelector": {"matchLabels": {"gpufleet.io/metrics-scraper": "true"}}}]
 
 
 def test_the_chart_can_leave_the_network_policy_out() -> None:

@@ -5,7 +5,7 @@ Each listener serves only what it is for: the probe address serves the probes, t
 ``/metrics``, and one address given for both serves both (the test settings do). With ``secureMetrics`` the
 metrics listener is HTTPS and every scrape is authenticated and authorized through the API server
 (:mod:`gpufleet.kube.metrics_auth`); the probes stay plain HTTP on their own port, as the kubelet calls them.
-Both run on the bounded server of :mod:`gpufleet.kube.serving`.
+Both run on the asynchronous server of :mod:`gpufleet.kube.serving`: a slow client costs a coroutine.
 """
 
 from __future__ import annotations
@@ -13,22 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.metrics_auth import METRICS_PATH, MetricsAuthorizer
-from gpufleet.kube.serving import (
-    BoundedHandler,
-    BoundedHTTPServer,
-    ReloadingCertificate,
-    ServerThread,
-    ServingLimits,
-)
+from gpufleet.kube.serving import Endpoint, HttpServer, ReloadingCertificate, ServingLimits
 from gpufleet.kube.settings import SchedulerSettings, parse_address
 
 PROBE_PATHS = ("/healthz", "/livez", "/readyz")
 # Probes and scrapes are small and few: a handful of workers, short deadlines.
 OPS_LIMITS = ServingLimits(workers=4, queue=8, handshake_timeout=5.0, read_timeout=5.0, write_timeout=10.0)
+TEXT = "text/plain; charset=utf-8"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,32 +40,30 @@ class Endpoints:
     metrics: Callable[[], bytes]
 
 
-def _handler(endpoints: Endpoints, probes: bool, metrics: bool,
-             authorizer: MetricsAuthorizer | None) -> type[BoundedHandler]:
-    class Handler(BoundedHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if metrics and path == METRICS_PATH:
-                if authorizer is not None:
-                    decision = authorizer.check(self.headers.get("Authorization"))
-                    if decision.status != 200:
-                        self.send_body(decision.status, (decision.message + "\n").encode(), "text/plain; charset=utf-8")
-                        return
-                self.send_body(200, endpoints.metrics(), CONTENT_TYPE_LATEST)
-                return
-            probe = {"/healthz": endpoints.healthz, "/livez": endpoints.healthz,
-                     "/readyz": endpoints.readyz}.get(path) if probes else None
-            if probe is None:
-                served = [*(PROBE_PATHS if probes else ()), *((METRICS_PATH,) if metrics else ())]
-                self.send_body(404, f"not found; this port serves {', '.join(served)}\n".encode(), "text/plain")
-                return
-            result = probe()
-            self.send_body(200 if result.ok else 503, (result.text + "\n").encode(), "text/plain; charset=utf-8")
+def _handler(endpoints: Endpoints, probes: bool, metrics: bool, authorizer: MetricsAuthorizer | None) -> Endpoint:
+    async def answer(request: web.BaseRequest, server: HttpServer) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return _body(501, f"Unsupported method ({request.method[:20]!r})\n".encode(), TEXT)
+        path = request.raw_path.split("?", 1)[0]
+        if metrics and path == METRICS_PATH:
+            if authorizer is not None:  # a TokenReview and a SubjectAccessReview: calls, on a worker
+                decision = await server.blocking(authorizer.check, request.headers.get("Authorization"))
+                if decision.status != 200:
+                    return _body(decision.status, (decision.message + "\n").encode(), TEXT)
+            return _body(200, await server.blocking(endpoints.metrics), CONTENT_TYPE_LATEST)
+        probe = {"/healthz": endpoints.healthz, "/livez": endpoints.healthz,
+                 "/readyz": endpoints.readyz}.get(path) if probes else None
+        if probe is None:
+            served = [*(PROBE_PATHS if probes else ()), *((METRICS_PATH,) if metrics else ())]
+            return _body(404, f"not found; this port serves {', '.join(served)}\n".encode(), "text/plain")
+        result = await server.blocking(probe)
+        return _body(200 if result.ok else 503, (result.text + "\n").encode(), TEXT)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # a probe every few seconds would flood the logs
+    return answer
 
-    return Handler
+
+def _body(status: int, body: bytes, content_type: str) -> web.Response:
+    return web.Response(status=status, body=body, headers={"Content-Type": content_type})
 
 
 def listen_address(address: str) -> tuple[str, int]:
@@ -79,15 +73,13 @@ def listen_address(address: str) -> tuple[str, int]:
     return parsed
 
 
-class OpsServer(ServerThread):
+class OpsServer(HttpServer):
     """One listener for the probes, the metrics, or both."""
 
     def __init__(self, address: str, endpoints: Endpoints, *, probes: bool = True, metrics: bool = True,
                  authorizer: MetricsAuthorizer | None = None, certificate: ReloadingCertificate | None = None) -> None:
-        handler = _handler(endpoints, probes, metrics, authorizer)
-        server = BoundedHTTPServer(listen_address(address), handler, OPS_LIMITS, name=f"ops-{address}",
-                                   tls=certificate.current if certificate is not None else None)
-        super().__init__(server, f"ops-{address}")
+        super().__init__(listen_address(address), _handler(endpoints, probes, metrics, authorizer), OPS_LIMITS,
+                         name=f"ops-{address}", tls=certificate)
         self.serves_probes, self.serves_metrics = probes, metrics
 
 

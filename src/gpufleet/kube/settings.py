@@ -100,9 +100,10 @@ class WebhookSettings:
     runtime_class_name: str | None = None
     # Bind a fractional pod only if the webhook mutated it; off only where another tool sets the env var.
     require_mutation: bool = True
-    # The listener's bounds (gpufleet.kube.serving): connections served at once, connections waiting for a
-    # worker (more are refused), and deadlines for the TLS handshake and for reading the whole request. The
-    # API server gives the webhook 5 seconds (timeoutSeconds), so a request slower than that is lost anyway.
+    # The listener's bounds (gpufleet.kube.serving): threads answering reviews at once, complete requests
+    # waiting for one (more get a 503; connections themselves cost no thread), and deadlines for the TLS
+    # handshake, the headers and the body. The API server gives the webhook 5 seconds (timeoutSeconds), so a
+    # request slower than that is lost anyway.
     workers: int = 8
     queue: int = 16
     handshake_timeout: float = 5.0

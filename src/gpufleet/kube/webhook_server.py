@@ -3,9 +3,10 @@
 
 Every answer is one of: 200 with an AdmissionReview; 400 with ``{"message": ...}`` saying what is wrong with
 the request (Content-Type, Content-Length, a truncated or non-UTF-8 body, JSON nested deeper than
-:data:`MAX_DEPTH`, a field of the wrong shape); 404 for another path; 408 when the request does not arrive
-within the read timeout. Connections are served by a bounded pool with handshake and read deadlines
-(:mod:`gpufleet.kube.serving`), and the certificate is reloaded when cert-manager rotates it.
+:data:`MAX_DEPTH`, a field of the wrong shape); 404 for another path; 408 when the body does not arrive within
+the read timeout; 503 when every worker is busy and the queue full. Connections are served by
+:mod:`gpufleet.kube.serving` (aiohttp: a slow client costs a coroutine; deadlines on the handshake, the headers
+and the body), and the certificate is reloaded when cert-manager rotates it.
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ import json
 import logging
 from typing import Any
 
+from aiohttp import web
+
 from gpufleet.api import safejson
 from gpufleet.kube.health import listen_address
 from gpufleet.kube.lint_settings import LintSettings
 from gpufleet.kube.serving import (
-    BoundedHandler,
-    BoundedHTTPServer,
     ClientError,
+    Endpoint,
+    HttpServer,
     ReloadingCertificate,
-    ServerThread,
     ServingLimits,
+    json_error,
+    require_json_content_type,
 )
 from gpufleet.kube.settings import WebhookSettings
 from gpufleet.kube.validating import VALIDATE_PATH, ClusterSource, Validator, no_cluster
@@ -39,44 +43,46 @@ MAX_BODY = 3 * 1024 * 1024 + 64 * 1024
 MAX_DEPTH = 100
 
 
-def make_handler(policy: WebhookPolicy, validator: Validator | None = None) -> type[BoundedHandler]:
+def make_handler(policy: WebhookPolicy, validator: Validator | None = None) -> Endpoint:
+    """The endpoint answering AdmissionReviews on ``/mutate-pods`` (and ``/validate`` with a ``validator``)."""
     paths = (MUTATE_PATH, VALIDATE_PATH) if validator is not None else (MUTATE_PATH,)
 
-    class Handler(BoundedHandler):
-        def do_POST(self) -> None:
-            try:
-                body = self.read_body(MAX_BODY)
-                path = self.path.split("?", 1)[0]
-                if path not in paths:
-                    raise ClientError(404, f"not found: this webhook serves POST {' and '.join(paths)}")
-                self.require_json_content_type()
-                try:
-                    request = safejson.loads(body, depth_limit=MAX_DEPTH)
-                    answer = review(request, policy) if path == MUTATE_PATH else validator.review(request)  # type: ignore[union-attr]
-                except (safejson.JsonBodyError, BadReview) as e:
-                    raise ClientError(400, f"bad AdmissionReview: {e}") from None
-            except ClientError as e:
-                self._send(e.status, {"message": e.message})
-                return
-            except Exception:  # a bug here must cost one request, not the connection's thread or a traceback
-                log.exception("webhook: answering an AdmissionReview failed")
-                self._send(500, {"message": "internal error in the gpufleet webhook; see its logs"})
-                return
-            self._send(200, answer)
+    def decide(body: bytes, path: str) -> dict[str, Any]:
+        try:
+            request = safejson.loads(body, depth_limit=MAX_DEPTH)
+            return review(request, policy) if path == MUTATE_PATH else validator.review(request)  # type: ignore[union-attr]
+        except (safejson.JsonBodyError, BadReview) as e:
+            raise ClientError(400, f"bad AdmissionReview: {e}") from None
 
-        def _send(self, code: int, body: Any) -> None:
-            self.send_body(code, json.dumps(body, separators=(",", ":")).encode(), "application/json")
+    async def answer(request: web.BaseRequest, server: HttpServer) -> web.StreamResponse:
+        try:
+            if request.method != "POST":
+                raise ClientError(501, f"Unsupported method ({request.method[:20]!r}): this webhook serves POST")
+            body = await server.read_body(request, MAX_BODY)
+            path = request.raw_path.split("?", 1)[0]
+            if path not in paths:
+                raise ClientError(404, f"not found: this webhook serves POST {' and '.join(paths)}")
+            require_json_content_type(request)
+            return _json(200, await server.blocking(decide, body, path))
+        except ClientError as e:
+            return _json(e.status, {"message": e.message})
+        except Exception:  # a bug here must cost one request, not the connection or a traceback to the client
+            log.exception("webhook: answering an AdmissionReview failed")
+            return _json(500, {"message": "internal error in the gpufleet webhook; see its logs"})
 
-    return Handler
+    return answer
 
 
-class WebhookServer(ServerThread):
+def _json(status: int, body: Any) -> web.Response:
+    return web.Response(status=status, body=json.dumps(body, separators=(",", ":")).encode(),
+                        content_type="application/json")
+
+
+class WebhookServer(HttpServer):
     def __init__(self, address: str, cert_file: str, key_file: str, policy: WebhookPolicy,
                  limits: ServingLimits | None = None, validator: Validator | None = None) -> None:
-        certificate = ReloadingCertificate(cert_file, key_file, "webhook")
-        server = BoundedHTTPServer(listen_address(address), make_handler(policy, validator),
-                                   limits or ServingLimits(), name="webhook", tls=certificate.current)
-        super().__init__(server, "webhook")
+        super().__init__(listen_address(address), make_handler(policy, validator), limits or ServingLimits(),
+                         name="webhook", tls=ReloadingCertificate(cert_file, key_file, "webhook"), errors=json_error)
 
     @classmethod
     def from_settings(cls, settings: WebhookSettings, scheduler_name: str, lint: LintSettings | None = None,
