@@ -62,14 +62,14 @@ def test_an_object_that_makes_the_core_fail_is_found_set_aside_and_told(
 ) -> None:
     # A bug reached only through one pod: the core raises whenever it sees it. The scheduler must find that
     # pod by itself (it does not know which one it is), set it aside and schedule everything else.
-    real_entry = world_module._entry
+    real_entry = world_module.pod_entry
 
     def buggy_entry(key: str, raw: dict[str, Any], *args: Any, **kwargs: Any) -> world_module.PodEntry:
         if key == f"{NS}/poison":
             raise ZeroDivisionError("a bug reached through this pod")
         return real_entry(key, raw, *args, **kwargs)
 
-    monkeypatch.setattr(world_module, "_entry", buggy_entry)
+    monkeypatch.setattr(world_module, "pod_entry", buggy_entry)
     apisim.create(r.NODES, node("n1", gpus=4))
     for i in range(5):
         apisim.create(r.PODS, pod(f"p{i}", gpus=0))

@@ -93,13 +93,16 @@ def test_logs_go_to_stderr_as_it_is_when_each_record_comes(monkeypatch: pytest.M
 READY_TIMEOUT = 5.0  # long enough for "solo" to be bound and marked Ready first, even on a loaded machine
 
 
-def test_a_gang_not_ready_in_time_is_evicted(apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+# An hour's cycle period: the waitForPodsReady timeout's own timer wakes the cycle that evicts.
+@pytest.mark.parametrize("cycle_period", [0.2, 3600.0])
+def test_a_gang_not_ready_in_time_is_evicted(apisim: ApiSim, live_scheduler: Callable[..., Scheduler],
+                                            cycle_period: float) -> None:
     apisim.create(r.NODES, node("n0", gpus=4))
     for i in range(2):
         apisim.create(r.PODS, pod(f"g{i}", group="pair", group_size=2))
     apisim.create(r.PODS, pod("solo"))
     kueue = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=READY_TIMEOUT))
-    sched = live_scheduler(settings=fast_settings(kueue=kueue))
+    sched = live_scheduler(settings=fast_settings(kueue=kueue, cycle_period=cycle_period))
     # The kubelet reports "solo" ready as soon as it is bound (before its own timeout can pass on a loaded
     # machine); the gang's pods never become ready (an image that never pulls).
     wait_until(lambda: bound_node(apisim, "solo") is not None, timeout=READY_TIMEOUT, what="solo bound")

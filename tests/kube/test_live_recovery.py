@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kmock
+import pytest
 from kube_apisim import ApiSim, failure, status
 from live_env import (
     NS,
@@ -138,8 +139,10 @@ def test_a_gang_whose_binds_fail_is_completed_on_its_chosen_nodes_next_cycle(
     assert 'code="409"' not in sched.metrics.exposition().decode()  # nothing was ever bound twice
 
 
+# An hour's cycle period: the repair timeout's own timer wakes the cycle that evicts (no resync runs meanwhile).
+@pytest.mark.parametrize("cycle_period", [0.2, 3600.0])
 def test_a_gang_that_cannot_be_completed_is_evicted_and_planned_again(
-    apisim: ApiSim, live_scheduler: Callable[..., Scheduler]
+    apisim: ApiSim, live_scheduler: Callable[..., Scheduler], cycle_period: float
 ) -> None:
     for i in range(2):
         apisim.create(r.NODES, node(f"n{i}", gpus=2))
@@ -153,7 +156,8 @@ def test_a_gang_that_cannot_be_completed_is_evicted_and_planned_again(
     apisim.create(r.PODS, pod("w2", group="ring", group_size=4, created=stamp(started)))
     apisim.create(r.PODS, pod("w3", group="ring", group_size=4, created=stamp(started)))
     settings = fast_settings(binding=BindingSettings(workers=4, retries=1, retry_backoff=0.01,
-                                                     gang_repair_timeout=1.0, assume_timeout=10.0))
+                                                     gang_repair_timeout=1.0, assume_timeout=10.0),
+                             cycle_period=cycle_period)
     sched = live_scheduler(settings=settings)
     wait_until(lambda: apisim.get(r.PODS, NS, "w0") is None and apisim.get(r.PODS, NS, "w1") is None,
                what="partial gang evicted")

@@ -61,3 +61,29 @@ def test_own_bindings_landing_and_queue_status_alone_do_not_wake_the_loop_anythi
     wakeup.close()
     cache.apply(r.PODS, "DELETED", elsewhere)
     assert wakeup.version == 6  # no longer listening
+
+
+def test_a_waiting_pods_condition_does_not_wake_the_loop_its_phase_or_spec_does() -> None:
+    cache, assumed = ObjectCache(), AssumedPods(30.0)
+    wakeup = Wakeup(cache, assumed, clock=lambda: 1000.0)
+    cache.apply(r.PODS, "ADDED", versioned(pod("p"), 1))
+    assert wakeup.version == 1
+    told = versioned(pod("p"), 2)
+    told["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]}
+    cache.apply(r.PODS, "MODIFIED", told)  # our own PodScheduled=False on a pod that waits
+    assert (wakeup.version, wakeup.skipped) == (1, 1)
+    failed = versioned(told, 3)
+    failed["status"] = {**told["status"], "phase": "Failed"}  # type: ignore[dict-item]
+    cache.apply(r.PODS, "MODIFIED", failed)
+    assert wakeup.version == 2  # its phase: work
+    relabelled = versioned(failed, 4)
+    relabelled["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "other"}  # type: ignore[index]
+    cache.apply(r.PODS, "MODIFIED", relabelled)
+    assert wakeup.version == 3  # its metadata: work
+    running = versioned(pod("r", node_name="n0"), 5)
+    cache.apply(r.PODS, "ADDED", running)
+    ready = versioned(running, 6)
+    ready["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    cache.apply(r.PODS, "MODIFIED", ready)
+    assert wakeup.version == 5  # a bound pod's status (its readiness) still wakes the loop

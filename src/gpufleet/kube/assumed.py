@@ -74,6 +74,11 @@ class AssumedPods:
         with self._lock:
             return set(self._pods)
 
+    def next_expiry(self) -> float | None:
+        """When the earliest assumption lapses (its capacity is then free again), or None with none held."""
+        with self._lock:
+            return min((a.expires for a in self._pods.values()), default=None)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._pods)

@@ -37,7 +37,8 @@ from gpufleet.kube.eventsink import EventSink
 from gpufleet.kube.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.kube.fleet_metrics import FleetMetrics
 from gpufleet.kube.grants import visible_devices
-from gpufleet.kube.informer import CacheSnapshot, ObjectCache
+from gpufleet.kube.increment import ChangeLog, Kept, carried_pods, extend
+from gpufleet.kube.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.quarantine import Quarantine, find_culprit
@@ -49,6 +50,7 @@ from gpufleet.kube.resources import SCHEDULER_RESOURCES, ResourceType
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.wakeup import Wakeup
 from gpufleet.kube.world import World, assemble, finish, hold_pods_of
+from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,9 @@ _QUEUED = re.compile(r"(Waiting|Next) in ClusterQueue ")
 _EVICTED_SEEN_WITHIN = 2.0
 # A cycle that fails sets aside at most this many objects before it gives up (and retries next period).
 MAX_CULPRITS_PER_CYCLE = 3
+# Queue statuses are worked out from every workload the policy holds: a cycle that carries on from the last
+# works them out at most this often (seconds), a timer bringing the last word when a burst ends.
+STATUS_EVERY = 1.0
 
 
 @dataclass(slots=True)
@@ -75,6 +80,7 @@ class _Decided:
     statuses: list[tuple[Any, JsonDict, JsonDict]]
     world_s: float
     policy_s: float
+    due: list[float] = field(default_factory=list)  # times a timer falls due (wall clock): see next_due
 
 
 @dataclass(slots=True)
@@ -93,7 +99,12 @@ class CycleReport:
     world_s: float = 0.0
     policy_s: float = 0.0
     api_s: float = 0.0
+    carried: bool = False  # carried on from the last cycle's world and policy (gpufleet.kube.increment)
     bind_cpu_s: float = 0.0  # CPU our API client spent in the bind jobs (all writer threads together)
+    # When the next cycle must run though nothing changes (wall clock): the earliest timer of the world and the
+    # policy (a gang's repair timeout, waitForPodsReady, a requeue backoff), of the pods
+    # assumed and of the PodDisruptionBudget shields; None when no timer is pending.
+    next_due: float | None = None
 
 
 def pending_reason(info: WorkloadInfo | None, message: str) -> str:
@@ -144,7 +155,16 @@ class CycleRunner:
         # When the next cycle is worth running (not for our own Bindings landing), and the Bindings in flight.
         self.wakeup = Wakeup(cache, self.assumed)
         self.binds = BindQueue(self.binder, self.assumed, workers=b.workers, metrics=metrics,
-                               on_release=self.wakeup.poke)
+                               on_release=self._released)
+        # What the next cycle may carry on from (gpufleet.kube.increment): the last world and policy, the cache's
+        # changes since, whether a Binding was given up since, whether the last round stopped at its budget.
+        self.changes = ChangeLog(cache)
+        self.kept: Kept | None = None
+        self._released_since = False
+        self._round_cut = False
+        self._last_full = float("-inf")
+        self._statuses_at = float("-inf")  # when queue statuses were last worked out
+        self._status_due: float | None = None  # when they are to be worked out again, if changes wait for it
         self.count = 0
         self.fleet = FleetMetrics(metrics)  # gpufleet.kube.fleet_metrics: the fleet's gauges and counters
         # Whose queue objects each cycle reads (gpufleet.kube.queuesource), and beside Kueue, Kueue's Workloads.
@@ -158,6 +178,12 @@ class CycleRunner:
         self.pool.shutdown(wait=True)
         self.events.close()
         self.wakeup.close()
+        self.changes.close()
+
+    def _released(self) -> None:
+        """A Binding was given up: its capacity is free, which the kept policy does not know."""
+        self._released_since = True
+        self.wakeup.poke()
 
     # --- the cycle --------------------------------------------------------------------------------------
 
@@ -166,7 +192,13 @@ class CycleRunner:
         now = self.clock()
         report = CycleReport(self.count, now)
         started = time.perf_counter()
-        d = self._decide_isolating(self.cache.snapshot(), now)
+        snapshot = self.cache.snapshot()
+        d = self._carry_on(snapshot, now)
+        report.carried = d is not None
+        if d is None:
+            self._last_full = self._statuses_at = now
+            self._status_due = None
+            d = self._decide_isolating(snapshot, now)
         world, plan = d.world, d.plan
         report.world_s, report.policy_s = d.world_s, d.policy_s
         self._gauge(world, plan)
@@ -185,6 +217,8 @@ class CycleRunner:
         api_started = time.perf_counter()
         self._apply(report, jobs, victims, unschedulable, statuses, now)
         self.fleet.carried_out(plan, victims, report.evicted)
+        report.next_due = self._next_due(d.due, now)  # after the writes: a refused eviction shields its victim
+        self._keep(d, snapshot, victims)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
         self.metrics.cycle_phase.labels("api").inc(report.api_s)
@@ -195,6 +229,77 @@ class CycleRunner:
                      extra={"cycle": report.number, "core_s": round(report.core_s, 4),
                             "api_s": round(report.api_s, 4), "policy_cycles": report.policy_cycles})
         return report
+
+    # --- carrying on from the last cycle (gpufleet.kube.increment) ----------------------------------------
+
+    def _carry_on(self, snapshot: CacheSnapshot, now: float) -> _Decided | None:
+        """The cycle's decisions from the last cycle's world and policy and the changes since, when those allow
+        it (see gpufleet.kube.increment); None: this cycle must rebuild everything."""
+        kept, self.kept = self.kept, None  # taken whatever happens: a failure must not leave it half-changed
+        changes = self.changes.between(kept.version if kept is not None else 0, snapshot.version)
+        released, self._released_since = self._released_since, False
+        # An assumption or a shield lapsing changes what the kept policy holds (capacity, candidates): a full cycle.
+        lapsed = any(t is not None and t <= now for t in (self.assumed.next_expiry(), self.shields.next_expiry()))
+        if (kept is None or changes is None or released or lapsed or kept.timer_due(now) or self.quarantine.held
+                or now - self._last_full >= self.settings.cycle_period):
+            return None
+        try:
+            return self._decide_carried(snapshot, kept, changes, now)
+        except Exception:
+            log.exception("carrying on from the last cycle failed; rebuilding everything instead")
+            return None
+
+    def _decide_carried(self, snapshot: CacheSnapshot, kept: Kept, changes: list[CacheChange],
+                        now: float) -> _Decided | None:
+        started = time.perf_counter()
+        s = self.settings
+        carried = carried_pods(kept, changes, scheduler_name=s.scheduler_name, parse=self.parse,
+                               assumed=self.assumed, require_mutation=s.webhook.require_mutation)
+        if carried is None or any(e.problem is not None for e in carried.new) or extend(kept, carried.new,
+                                                                                      now) is None:
+            return None
+        world, policy = kept.world, kept.policy
+        due = [t for t in kept.due if t > now]
+        landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
+        if landed and gangs.timed_out(world, planner.Plan(policy).pods_ready_policy, due, only=landed):
+            return None  # their clocks have just started; should one have run out already, a full cycle evicts
+        world_s = time.perf_counter() - started
+        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        self.parked.remember(policy)
+        policy_s = time.perf_counter() - started - world_s
+        if (wake := policy.next_wakeup(now)) is not None:
+            due.append(wake)
+        return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []),
+                        self._unschedulable(world, plan), self._carried_statuses(snapshot, world, policy, now),
+                        world_s, policy_s, due)
+
+    def _carried_statuses(self, snapshot: CacheSnapshot, world: World, policy: KueuePolicy,
+                          now: float) -> list[tuple[Any, JsonDict, JsonDict]]:
+        """Queue statuses, at most every :data:`STATUS_EVERY` seconds: the work grows with every workload the
+        policy holds, and a burst of new pods must not pay it for each."""
+        if now - self._statuses_at < STATUS_EVERY:
+            self._status_due = self._statuses_at + STATUS_EVERY
+            return []
+        self._statuses_at, self._status_due = now, None
+        kinds = self.queue_kinds
+        problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
+        return queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
+                              local_queues=kinds.local_queues)
+
+    def _keep(self, d: _Decided, snapshot: CacheSnapshot, victims: list[Victim]) -> None:
+        """What the next cycle may carry on from: none after an eviction (pods leave, shields change), beside
+        Kueue, or with objects set aside or invalid (a full cycle holds their pods back)."""
+        if victims or self.settings.beside_kueue.enabled or self.quarantine.held or d.world.invalid:
+            self.kept = None
+            return
+        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due)
+
+    def _next_due(self, due: list[float], now: float) -> float | None:
+        """The earliest of the cycle's timers, the assumptions' and the shields' expiries, after ``now`` (one
+        already past was acted on by this cycle, or is not a timer: it must not make the loop spin)."""
+        times = [*due, *(t for t in (self.assumed.next_expiry(), self.shields.next_expiry(), self._status_due)
+                         if t is not None)]
+        return min((t for t in times if t > now), default=None)
 
     # --- the core, and what to do when it fails ----------------------------------------------------------
 
@@ -210,10 +315,12 @@ class CycleRunner:
                          queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *kinds.resources))
         hold_pods_of(world, [(res, h.key, f"is set aside, so its pods wait: {h.message}") for h in self.quarantine.held
                              if (res := self._resource(h.resource)) is not None])
+        due: list[float] = []
         if s.beside_kueue.enabled:
-            return self._decide_beside(snapshot, world, gangs.repair(world, s.binding.gang_repair_timeout), started)
+            return self._decide_beside(snapshot, world, gangs.repair(world, s.binding.gang_repair_timeout, due),
+                                       started, due)
         finish(world)  # workloads first: a gang is a JobSet's pods as much as a pod group's
-        repairs = gangs.repair(world, s.binding.gang_repair_timeout)
+        repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
         world_s = time.perf_counter() - started
         policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=parked,
                                      quota_only=s.quota_only)
@@ -221,15 +328,17 @@ class CycleRunner:
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
         parked.remember(policy)
         policy_s = time.perf_counter() - started - world_s
-        timeouts = gangs.timed_out(world, plan.pods_ready_policy)
+        timeouts = gangs.timed_out(world, plan.pods_ready_policy, due)
+        if (wake := policy.next_wakeup(now)) is not None:
+            due.append(wake)
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
                         self._victims(world, plan, [*repairs, *timeouts]), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
-                                       local_queues=kinds.local_queues), world_s, policy_s)
+                                       local_queues=kinds.local_queues), world_s, policy_s, due)
 
     def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
-                       started: float) -> _Decided:
+                       started: float, due: list[float]) -> _Decided:
         """Beside Kueue (gpufleet.kube.beside): Kueue admitted, we place and answer our AdmissionChecks; Kueue
         writes the queue statuses and does preemption and waitForPodsReady."""
         s = self.settings
@@ -240,7 +349,8 @@ class CycleRunner:
         policy_s = time.perf_counter() - started - world_s
         plan = result.plan
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
-                        self._unschedulable(world, plan), beside.status_writes(result, world.now), world_s, policy_s)
+                        self._unschedulable(world, plan), beside.status_writes(result, world.now), world_s, policy_s,
+                        due)
 
     def _decide_isolating(self, snapshot: CacheSnapshot, now: float) -> _Decided:
         """:meth:`_decide`, and when it raises, find the object responsible, set it aside and decide again
@@ -386,7 +496,9 @@ class CycleRunner:
         # Not waited for: the binding workers fill in the report's bound and bind_failed as the jobs end, and
         # release the assumptions of pods not bound (gpufleet.kube.bindqueue).
         self.binds.submit(report, jobs, now)
-        if report.policy_s >= self.settings.round_budget or report.policy_cycles >= self.settings.max_cycles_per_round:
+        self._round_cut = (report.policy_s >= self.settings.round_budget
+                           or report.policy_cycles >= self.settings.max_cycles_per_round)
+        if self._round_cut:
             self.wakeup.poke()  # the round stopped at its budget or cycle limit: there may be more to admit
         others: list[Future[Any]] = []
         if self.may_write():

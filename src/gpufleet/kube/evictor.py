@@ -65,6 +65,11 @@ class Shields:
                 del self._until[key]
             return set(self._until)
 
+    def next_expiry(self) -> float | None:
+        """When the earliest shield lapses (its workload is a candidate again), or None with none held."""
+        with self._lock:
+            return min(self._until.values(), default=None)
+
 
 def _name(pod: JsonDict) -> tuple[str, str, str | None]:
     meta = pod.get("metadata") or {}

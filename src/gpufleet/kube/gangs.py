@@ -33,7 +33,7 @@ bound is evicted with reason ``PodsReadyTimeout``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,8 +70,9 @@ def _created(e: PodEntry) -> float:
     return stamp if stamp is not None else 0.0
 
 
-def repair(world: World, timeout: float) -> list[GangAction]:
-    """Complete or evict partially bound gangs; completed members are charged in ``world.cluster``."""
+def repair(world: World, timeout: float, due: list[float] | None = None) -> list[GangAction]:
+    """Complete or evict partially bound gangs; completed members are charged in ``world.cluster``. When a
+    partial gang's timeout is still to come, its time is appended to ``due`` (the cycle must run again then)."""
     actions: list[GangAction] = []
     workloads = {w.key: w for w in world.workloads}
     for key, members in sorted(world.gangs().items()):
@@ -89,7 +90,10 @@ def repair(world: World, timeout: float) -> list[GangAction]:
             continue  # its controller's later pods join it (join): never evicted for being partial
         since = max([*(_created(m) for m in unbound),
                      min((m.intent.at for m in held if m.intent and m.intent.at), default=0.0)])
-        if world.now - since >= timeout:
+        if world.now - since < timeout:
+            if due is not None:
+                due.append(since + timeout)
+        else:
             victims = tuple(m.key for m in held if not m.deleting)
             if victims:
                 w = workloads.get(key)
@@ -202,10 +206,13 @@ def _ready(e: PodEntry) -> bool:
     return False
 
 
-def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None]) -> list[GangAction]:
-    """Workloads past their waitForPodsReady timeout; ``policy_for`` gives a workload's policy (None: off)."""
+def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None],
+              due: list[float] | None = None, only: Collection[str] | None = None) -> list[GangAction]:
+    """Workloads past their waitForPodsReady timeout; ``policy_for`` gives a workload's policy (None: off). The
+    timeouts still to come are appended to ``due``. ``only``: these workloads, not all."""
     actions: list[GangAction] = []
-    for workload, keys in sorted(world.pods_of.items()):
+    chosen = world.pods_of.items() if only is None else [(w, world.pods_of[w]) for w in only if w in world.pods_of]
+    for workload, keys in sorted(chosen):
         policy = policy_for(workload)
         if policy is None or not policy.enable:
             continue
@@ -218,7 +225,10 @@ def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None])
         started = min((p.intent.at for p in live if p.intent and p.intent.at), default=None)
         if started is None:
             started = min(_created(p) for p in live)
-        if world.now - started >= policy.timeout_s:
+        if world.now - started < policy.timeout_s:
+            if due is not None:
+                due.append(started + policy.timeout_s)
+        else:
             actions.append(GangAction(workload, "evict", tuple(p.key for p in live), PODS_READY_TIMEOUT,
                                       f"not all pods were ready {policy.timeout_s:g}s after the workload was bound"))
     return actions

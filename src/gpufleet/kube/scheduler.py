@@ -37,7 +37,9 @@ from gpufleet.kube.workloadsource import watched_resources
 log = logging.getLogger(__name__)
 
 _UNHEALTHY_AFTER = 10
-_TIMERS_WAIT_BINDS = 3  # cycle periods a timers-only cycle may wait for the Bindings in flight
+_TIMERS_WAIT_BINDS = 3  # cycle periods a timers-only cycle may wait for the Bindings in flight (at most ...)
+_TIMER_PERIOD = 5.0  # ... periods of this many seconds; also the retry pace after a failed cycle
+_TIMER_LATE = 0.01  # seconds after a timer's time that its cycle starts
 
 
 class Scheduler:
@@ -181,17 +183,18 @@ class Scheduler:
                 self._led = True
                 seen = self.runner.wakeup.version
                 try:
-                    self.reports.append(self.runner.run())
+                    report = self.runner.run()
+                    self.reports.append(report)
                     self.failures = 0
                 except Exception:
                     # One bad object or a bug must not take scheduling down for every pod: log it, count it,
-                    # retry after a cycle period (the next cycle rebuilds everything from the cache anyway).
+                    # retry soon (the next cycle rebuilds everything from the cache anyway).
                     self.failures += 1
                     self.metrics.cycle_failures.inc()
                     log.exception("scheduling cycle failed (%d in a row)", self.failures)
-                    self._stop.wait(self.settings.cycle_period)
+                    self._stop.wait(min(self.settings.cycle_period, _TIMER_PERIOD))
                     continue
-                self._wait_for_work(seen)
+                self._wait_for_work(seen, report.next_due)
         except Exception:
             log.exception("the scheduling loop failed")
             self.exit_code = 1
@@ -199,15 +202,19 @@ class Scheduler:
             if self._stop.is_set() or self.exit_code:
                 self._done.set()
 
-    def _wait_for_work(self, seen: int) -> None:
+    def _wait_for_work(self, seen: int, due: float | None) -> None:
         """Until there is work (gpufleet.kube.wakeup: a change in the cluster other than our own Bindings
-        landing, a failed Binding, a round stopped at its budget; then a short pause to gather related events)
-        or a cycle period passes. A cycle for the timers alone (backoffs and timeouts of seconds to minutes)
-        waits while Bindings are in flight, up to :data:`_TIMERS_WAIT_BINDS` periods: it would decide nothing
-        they do not, and rebuild the world with the CPU they need."""
+        landing, a failed Binding, a round stopped at its budget; then a short pause to gather related events),
+        a timer of the last cycle falls due (``due``, wall clock: CycleReport.next_due), or a cycle period
+        passes (a resync, for what no timer tells). Nothing new and no timer due: no cycle. A cycle for the
+        timers alone (backoffs and timeouts of seconds to minutes) waits while Bindings are in flight, a little
+        longer: it would decide nothing they do not, and rebuild the world with the CPU they need."""
         started = time.monotonic()
         deadline = started + self.settings.cycle_period
-        latest = started + _TIMERS_WAIT_BINDS * self.settings.cycle_period
+        if due is not None:
+            # A hair late rather than early: a cycle run just before its timer would find it not yet due.
+            deadline = min(deadline, started + max(0.0, due - self.runner.clock()) + _TIMER_LATE)
+        latest = deadline + (_TIMERS_WAIT_BINDS - 1) * min(self.settings.cycle_period, _TIMER_PERIOD)
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= deadline and (now >= latest or not self.runner.binds.in_flight()):

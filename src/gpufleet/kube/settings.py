@@ -10,7 +10,7 @@ form as manifest errors. The file::
       leaseDuration: 15s
       renewDeadline: 10s
       retryPeriod: 2s
-    cyclePeriod: 5s                     # longest wait between cycles; a change in the cluster wakes one sooner
+    cyclePeriod: 5m                     # resync: the longest wait between cycles when nothing changes
     metricsBindAddress: ":8080"
     healthProbeBindAddress: ":8081"
     placementProfile: gpufleet          # a profile of gpufleet.scheduling.placement
@@ -149,7 +149,9 @@ class BesideKueueSettings:
 class SchedulerSettings:
     scheduler_name: str = "gpufleet"
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
-    cycle_period: float = 5.0  # a full rebuild; changes in the cluster wake a cycle much sooner
+    # A resync: the longest wait between cycles when nothing changes and no timer falls due (changes and timers
+    # wake a cycle at once; kube-scheduler flushes its unschedulable pods after 5 minutes alike).
+    cycle_period: float = 300.0
     min_cycle_interval: float = 0.02  # coalesces a burst of watch events into one cycle
     max_cycles_per_round: int = 10_000
     round_budget: float = 2.0  # seconds of policy cycles before the decisions so far are carried out

@@ -11,10 +11,13 @@ therefore waits for *work*, counted here:
   - a ClusterQueue's or LocalQueue's status alone changing (ours, written by the cycles; or Kueue's): no
     decision reads a queue's status; nor the status of a workload kind's object (a Job's, a Deployment's: their
     controllers rewrite it as their pods come and go, and the pods' own changes wake the cycle);
+  - the status of a pod that holds no node changing but for its phase: our own ``PodScheduled=False``
+    conditions on the pods that wait (a backlog of thousands writes as many), which no decision reads;
 * a Binding that failed (:meth:`Wakeup.poke`): the capacity assumed for it is free again;
 * a cycle whose round stopped at its time budget or cycle limit with more to admit (:meth:`Wakeup.poke`).
 
-The cycle period still runs a cycle when nothing happens (timers: backoffs, timeouts).
+Timers (backoffs, timeouts, assumptions and shields lapsing) wake a cycle when they fall due
+(``CycleReport.next_due``); with neither work nor a timer, the loop waits for the cycle period (a resync).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class Wakeup:
         self._unlisten()
 
     def _changed(self, change: CacheChange) -> None:
-        if self._own_bind_landed(change) or _unread_status_only(change):
+        if self._own_bind_landed(change) or unread_status_only(change) or _waiting_pod_status(change):
             self.skipped += 1
             return
         self.poke()
@@ -81,14 +84,26 @@ _STATUS_UNREAD = frozenset({"ClusterQueue", "LocalQueue", *(
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
 
 
-def _unread_status_only(change: CacheChange) -> bool:
+def unread_status_only(change: CacheChange) -> bool:
     old, new = change.old, change.new
     if change.type != "MODIFIED" or old is None or new is None or new.get("kind") not in _STATUS_UNREAD:
         return False
-    return _without_status(old) == _without_status(new)
+    return without_status(old) == without_status(new)
 
 
-def _without_status(obj: dict[str, Any]) -> dict[str, Any]:
+def _waiting_pod_status(change: CacheChange) -> bool:
+    """A pod that holds no node, before and after, whose change is in its status alone, its phase kept."""
+    old, new = change.old, change.new
+    if change.resource != PODS.key or change.type != "MODIFIED" or old is None or new is None:
+        return False
+    if (old.get("spec") or {}).get("nodeName") or (new.get("spec") or {}).get("nodeName"):
+        return False
+    if (old.get("status") or {}).get("phase") != (new.get("status") or {}).get("phase"):
+        return False
+    return without_status(old) == without_status(new)
+
+
+def without_status(obj: dict[str, Any]) -> dict[str, Any]:
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META}
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 

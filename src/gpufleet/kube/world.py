@@ -140,7 +140,7 @@ class World:
         return [e for e in self.pods.values() if e.ours and e.node is None and not e.terminal and not e.deleting]
 
 
-def _entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, assumed: AssumedPods,
+def pod_entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, assumed: AssumedPods,
            now: float, require_mutation: bool) -> PodEntry:
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
@@ -236,7 +236,7 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     cluster = ClusterState.from_nodes(nodes)
 
     raw_pods = snapshot.of(r.PODS)
-    pods = {key: _entry(key, raw_pods[key], parse, scheduler_name, assumed, now, require_mutation)
+    pods = {key: pod_entry(key, raw_pods[key], parse, scheduler_name, assumed, now, require_mutation)
             for key in sorted(raw_pods)}
     parse.forget_except(r.PODS, raw_pods)
     for gone in assumed.keys() - raw_pods.keys():

@@ -1,0 +1,299 @@
+"""Live scheduling latency beside a backlog, and the scheduler's CPU while nothing changes (issue 27's scenario).
+
+A platform team's everyday cluster: N nodes × 8 whole A100-80GB, 5 of each node's 8 GPUs held by bound pods
+(62 %), B pending 16-GPU pods that fit on no node (the backlog of big jobs), then A new one-GPU pods created at
+R per second. The emulator of the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run
+in a process of their own, as in ``bench/kube_binding.py``.
+
+Each run reports:
+
+* **idle CPU**: once the scheduler has looked at the whole backlog (a cycle reports B pending, and no cycle ran
+  for 3 s since), the scheduler process's CPU over ``--idle`` seconds in which nothing changes, as a share of
+  one core (with the old code, its periodic cycles);
+* **create → Binding**: for each new pod, from the moment the emulator created it (its watch event leaves then)
+  to the moment the emulator accepted its Binding: p50, p99, max, and how many were bound within ``--within``
+  seconds of their creation;
+* the cycles run meanwhile (how many carried on from the last, the longest core phase), the scheduler's peak RSS;
+* the emulator's checks on its final state (no pod bound twice, no node over its GPUs, no GPU handed twice).
+
+``--baseline REF`` (default: the code before issue 27's timers, e36a5e0) runs the same scenario with the scheduler
+of that git revision, alternating with the current code, and prints the ratios.
+
+    .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
+                                           [--idle 20] [--within 120] [--repeat 1] [--baseline REF|none]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "kube"))
+sys.path.append(str(ROOT / "bench"))
+
+from kube_binding import _ask, _emit, _final_state  # noqa: E402  (sibling modules of this script)
+from revision_src import revision_src  # noqa: E402
+
+BASELINE_REF = "e36a5e0"  # the live scheduler before its cycles ran on timers (issue 27)
+
+JsonDict = dict[str, Any]
+
+
+# --- the emulator process ---------------------------------------------------------------------------------
+
+
+def emulator_role(args: argparse.Namespace) -> int:
+    import kmock
+    from kmock._internal import parsing as kmock_parsing
+    from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
+    from live_env import cluster_queue, flavor, local_queue, node, pod
+
+    from gpufleet.kube import resources as r
+
+    class TimingSim(ApiSim):
+        """ApiSim that notes when each new pod was created and when its Binding was accepted (loop thread)."""
+
+        def __init__(self, harness: KmockThread) -> None:
+            super().__init__(harness, record_requests=False)
+            self.created: dict[str, float] = {}
+            self.bound: dict[str, float] = {}
+            self.accepted: dict[str, int] = {}
+
+        def _bind(self, res: Any, ns: str | None, name: str, body: JsonDict) -> Any:
+            out = super()._bind(res, ns, name, body)
+            key = f"{ns}/{name}"
+            self.accepted[key] = self.accepted.get(key, 0) + 1
+            self.bound.setdefault(key, time.monotonic())
+            return out
+
+    kmock_parsing.parse_path = parse_path_with_namespaces  # type: ignore[assignment]
+    harness = KmockThread(kmock.KubernetesScaffold)
+    harness.start()
+    sim = TimingSim(harness)
+    sim.serve(r.NODES, r.PODS, r.NAMESPACES, r.PRIORITY_CLASSES, r.LEASES, r.EVENTS, r.RESOURCE_FLAVORS,
+              r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES)
+    held = 5  # of each node's 8 GPUs
+
+    def fill(s: ApiSim) -> None:
+        for i in range(args.nodes):
+            name = f"node-{i:05d}"
+            s._create(r.NODES, node(name, gpus=8), None)
+            for j in range(held):
+                s._create(r.PODS, pod(f"run-{i:05d}-{j}", gpus=1, queue="team", node_name=name), None)
+        s._create(r.RESOURCE_FLAVORS, flavor(), None)
+        total = args.nodes * 8 + 16 * args.backlog + args.arrivals
+        queue = cluster_queue("all", gpus=total, cpu=str(total * 2))
+        for quota in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
+            if quota["name"] == "memory":
+                quota["nominalQuota"] = f"{total * 2}Gi"  # every pod asks 1Gi: quota for all of them
+        s._create(r.CLUSTER_QUEUES, queue, None)
+        s._create(r.LOCAL_QUEUES, local_queue("team", "all"), None)
+        for k in range(args.backlog):
+            s._create(r.PODS, pod(f"big-{k:05d}", gpus=16, queue="team"), None)
+
+    sim.harness.call(lambda: fill(sim), timeout=600)
+    _emit({"url": sim.url})
+
+    def arrive() -> None:
+        for k in range(args.arrivals):
+            due = started + k / args.rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            name = f"new-{k:05d}"
+
+            def create(name: str = name) -> None:
+                sim._create(r.PODS, pod(name, gpus=1, queue="team"), None)
+                sim.created[f"{pod_ns}/{name}"] = time.monotonic()
+
+            sim.harness.call(create, timeout=60)
+
+    from live_env import NS as pod_ns
+
+    started = 0.0
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "arrive":
+            started = time.monotonic()
+            threading.Thread(target=arrive, daemon=True).start()
+            _emit({"ok": True})
+        elif command == "report":
+            def gather() -> JsonDict:
+                latencies = [sim.bound[k] - t for k, t in sim.created.items() if k in sim.bound]
+                return {"created": len(sim.created), "latencies": latencies,
+                        "double_bound": sorted(k for k, n in sim.accepted.items() if n > 1),
+                        **_final_state(sim, r.PODS.key, r.NODES.key)}
+            _emit(sim.harness.call(gather, timeout=120))
+        elif command == "quit":
+            break
+    sim.close()
+    harness.stop()
+    return 0
+
+
+# --- the scheduler process --------------------------------------------------------------------------------
+
+
+def scheduler_role(args: argparse.Namespace) -> int:
+    from gpufleet.kube import settings as ks
+    from gpufleet.kube.client import KubeClient
+    from gpufleet.kube.informer import Backoff
+    from gpufleet.kube.scheduler import Scheduler
+
+    # The production defaults, but for the HTTP endpoints (none).
+    settings = ks.SchedulerSettings(metrics_bind_address="127.0.0.1:0", health_probe_bind_address="127.0.0.1:0")
+    client = KubeClient(host=args.url, timeout=30.0)
+    sched = Scheduler(client, settings, identity="bench", leader_elect=False, serve=False,
+                      informer_options={"backoff": Backoff(initial=0.05, maximum=0.2, jitter=0.0),
+                                        "min_watch_seconds": 0.0})
+    sched.start()
+    if not sched.informers.wait_for_sync(600.0):
+        _emit({"error": "informers did not sync"})
+        return 1
+    _emit({"synced": True})
+    marked = 0
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "pending":
+            reports = list(sched.reports)
+            _emit({"cycles": len(reports), "pending": reports[-1].pending if reports else -1})
+        elif command == "cpu":
+            marked = len(sched.reports)
+            _emit({"cpu_s": time.process_time(), "cycles": marked})
+        elif command == "stop":
+            break
+    sched.stop()
+    client.close()
+    reports = list(sched.reports)[marked:]
+    _emit({"cycles": len(reports), "carried": sum(1 for c in reports if getattr(c, "carried", False)),
+           "core_max": max((c.core_s for c in reports), default=0.0),
+           "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    return 0
+
+
+# --- the orchestrator -------------------------------------------------------------------------------------
+
+
+def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "tests" / "kube")]))
+    command = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--nodes", str(args.nodes),
+               "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate), *extra]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_once(args: argparse.Namespace, src: Path) -> JsonDict:
+    emulator = _child("emulator", args, [], ROOT / "src")
+    scheduler: subprocess.Popen[str] | None = None
+    try:
+        url = _ask(emulator)["url"]
+        scheduler = _child("scheduler", args, ["--url", url], src)
+        _ask(scheduler)
+        deadline = time.monotonic() + args.timeout
+        # Settled: a cycle reported the whole backlog pending, and no cycle ran for 3 s since (the conditions it
+        # wrote on the backlog's pods have come back through the watch).
+        last, quiet_since = -1, time.monotonic()
+        while True:
+            answer = _ask(scheduler, "pending")
+            if answer["cycles"] != last:
+                last, quiet_since = answer["cycles"], time.monotonic()
+            if answer["pending"] >= args.backlog and time.monotonic() - quiet_since >= 3.0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the scheduler never settled with the whole backlog pending")
+            time.sleep(0.2)
+        before = _ask(scheduler, "cpu")
+        time.sleep(args.idle)
+        after = _ask(scheduler, "cpu")
+        _ask(emulator, "arrive")
+        end = time.monotonic() + args.arrivals / args.rate + args.within
+        state = _ask(emulator, "report")
+        while len(state["latencies"]) < args.arrivals and time.monotonic() < end:
+            time.sleep(0.5)
+            state = _ask(emulator, "report")
+        cycles = _ask(scheduler, "stop")
+        emulator.stdin.write("quit\n")  # type: ignore[union-attr]
+        emulator.stdin.flush()  # type: ignore[union-attr]
+    finally:
+        for proc in (scheduler, emulator):
+            if proc is not None:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    latencies = state["latencies"]
+    return {"idle_core": (after["cpu_s"] - before["cpu_s"]) / args.idle,
+            "idle_cycles": after["cycles"] - before["cycles"],
+            "bound": sum(1 for x in latencies if x <= args.within), "p50": _percentile(latencies, 0.5),
+            "p99": _percentile(latencies, 0.99), "max": max(latencies, default=float("nan")),
+            "cycles": cycles["cycles"], "carried": cycles["carried"], "core_max": cycles["core_max"],
+            "rss_mib": cycles["rss_mib"],
+            "checks": not (state["double_bound"] or state["overcommitted_nodes"] or state["shared_gpus_nodes"])}
+
+
+def _line(label: str, run: JsonDict, args: argparse.Namespace) -> str:
+    return (f"{label:9} idle {100 * run['idle_core']:5.1f}% of a core ({run['idle_cycles']} cycles in {args.idle:g}s)  "
+            f"create->Binding p50 {run['p50']:7.3f}s p99 {run['p99']:7.3f}s max {run['max']:7.3f}s  "
+            f"bound within {args.within:g}s {run['bound']}/{args.arrivals}  cycles {run['cycles']} "
+            f"({run['carried']} carried on, longest core {run['core_max']:.3f}s)  peak RSS {run['rss_mib']:.0f} MiB  "
+            f"checks "
+            f"{'ok' if run['checks'] else 'VIOLATED'}  load {os.getloadavg()[0]:.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--role", choices=("orchestrator", "emulator", "scheduler"), default="orchestrator",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--backlog", type=int, default=500, help="pending 16-GPU pods that fit on no node")
+    parser.add_argument("--arrivals", type=int, default=200, help="new one-GPU pods")
+    parser.add_argument("--rate", type=float, default=5.0, help="new pods per second")
+    parser.add_argument("--idle", type=float, default=20.0, help="seconds of nothing changing, CPU measured")
+    parser.add_argument("--within", type=float, default=120.0, help="seconds after its creation a pod counts bound")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the backlog's first look")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each code")
+    parser.add_argument("--baseline", default=BASELINE_REF, help="git revision of the previous code; 'none' to skip")
+    args = parser.parse_args()
+    if args.role == "emulator":
+        return emulator_role(args)
+    if args.role == "scheduler":
+        return scheduler_role(args)
+    print(f"{args.nodes} nodes x 8 GPUs, {args.nodes * 5} pods bound, {args.backlog} pending 16-GPU pods, "
+          f"{args.arrivals} new one-GPU pods at {args.rate:g}/s ({os.cpu_count()} CPUs)", flush=True)
+    runs: dict[str, list[JsonDict]] = {"current": [], "baseline": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        codes = [("current", ROOT / "src")]
+        if args.baseline != "none":
+            codes.append(("baseline", revision_src(args.baseline, Path(tmp))))
+        for _ in range(args.repeat):
+            for label, src in codes:
+                run = run_once(args, src)
+                runs[label].append(run)
+                print(_line(label, run, args), flush=True)
+    if runs["baseline"]:
+        def median(label: str, key: str) -> float:
+            return statistics.median(r[key] for r in runs[label])
+        for key, what in (("idle_core", "idle CPU"), ("p50", "p50 create->Binding"), ("p99", "p99 create->Binding")):
+            cur, base = median("current", key), median("baseline", key)
+            print(f"{what}: baseline / current = {base / cur if cur else float('inf'):.1f}x "
+                  f"({base:.3g} -> {cur:.3g})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

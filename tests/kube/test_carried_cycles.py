@@ -1,0 +1,156 @@
+"""Cycles that carry on from the last one (gpufleet.kube.increment) decide what a full rebuild decides.
+
+In process, no API server: an ObjectCache filled by hand, a CycleRunner whose writes are never carried out. A
+first cycle is a full one; pods created after it are decided by carrying on from it, and, on the same snapshot,
+by a second runner that rebuilds everything. Placements may differ where nodes tie (each keeps its own random
+tie-breaking), so the comparison is on what users see: which workloads are admitted, which wait and why, and
+that no node or GPU is handed out twice."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from live_env import NS, cluster_queue, fast_settings, flavor, local_queue, node, pod
+
+from gpufleet.kube import resources as r
+from gpufleet.kube.annotations import Intent
+from gpufleet.kube.client import KubeClient
+from gpufleet.kube.cycle import CycleRunner, _Decided
+from gpufleet.kube.informer import ObjectCache
+from gpufleet.kube.metrics import SchedulerMetrics
+
+JsonDict = dict[str, Any]
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.cache = ObjectCache()
+        self._rv = itertools.count(1)
+        self.put(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        self.put(r.RESOURCE_FLAVORS, flavor())
+        self.put(r.CLUSTER_QUEUES, cluster_queue("cq", 10_000, cpu="100000"))
+        self.put(r.LOCAL_QUEUES, local_queue("lq", "cq"))
+
+    def put(self, res: r.ResourceType, obj: JsonDict, event: str = "ADDED") -> None:
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(next(self._rv))
+        meta.setdefault("uid", f"uid-{meta.get('namespace', '')}-{meta['name']}")
+        self.cache.apply(res, event, obj)
+
+
+def runner(cluster: Cluster) -> CycleRunner:
+    # Never started and never asked to write: the client points nowhere.
+    return CycleRunner(KubeClient(host="http://127.0.0.1:9"), cluster.cache, fast_settings(cycle_period=3600.0),
+                       identity="t", metrics=SchedulerMetrics(), may_write=lambda: False)
+
+
+def first_cycle(run: CycleRunner, now: float) -> _Decided:
+    """A full cycle, kept as run() keeps it (its admissions assumed as run() assumes them)."""
+    snapshot = run.cache.snapshot()
+    assert run._carry_on(snapshot, now) is None  # nothing kept yet
+    run._last_full = run._statuses_at = now
+    d = run._decide_isolating(snapshot, now)
+    for job in d.jobs:
+        for p in job.pods:
+            run.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
+    run._keep(d, snapshot, d.victims)
+    return d
+
+
+def outcome(d: _Decided) -> tuple[set[str], dict[str, str]]:
+    return {a.workload for a in d.plan.admitted}, dict(d.plan.pending)
+
+
+def build(gpus_per_node: list[int], held: list[int], backlog: int) -> Cluster:
+    c = Cluster()
+    for i, (gpus, busy) in enumerate(zip(gpus_per_node, held, strict=True)):
+        c.put(r.NODES, node(f"n{i}", gpus=gpus))
+        for j in range(min(busy, gpus)):
+            c.put(r.PODS, pod(f"run-{i}-{j}", queue="lq", node_name=f"n{i}"))
+    for k in range(backlog):
+        c.put(r.PODS, pod(f"big-{k}", gpus=16, queue="lq", created=f"2026-01-01T00:00:{k:02d}Z"))
+    return c
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpus_per_node=st.lists(st.integers(1, 8), min_size=1, max_size=5),
+       held=st.lists(st.integers(0, 8), min_size=5, max_size=5),
+       backlog=st.integers(0, 4), arrivals=st.integers(1, 12))
+def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
+        gpus_per_node: list[int], held: list[int], backlog: int, arrivals: int) -> None:
+    c = build(gpus_per_node, held[:len(gpus_per_node)], backlog)
+    kept = runner(c)
+    now = time.time()
+    first_cycle(kept, now)
+    assert kept.kept is not None
+    for k in range(arrivals):
+        c.put(r.PODS, pod(f"new-{k}", queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
+    snapshot = c.cache.snapshot()
+    carried = kept._carry_on(snapshot, now + 1)
+    assert carried is not None, "new plain pods are carried on from the kept cycle"
+    fresh = runner(c)
+    fresh.assumed = kept.assumed.copy()  # what the kept cycle admitted is being bound: both see it held
+    rebuilt = fresh._decide_isolating(snapshot, now + 1)
+    assert outcome(carried) == outcome(rebuilt)
+    free = sum(g - min(h, g) for g, h in zip(gpus_per_node, held, strict=False))
+    assert len(carried.plan.admitted) == min(arrivals, free)
+    carried.world.cluster.check_invariants()
+    devices = [d for job in carried.jobs for p in job.pods for d in p.devices]
+    assert len(devices) == len(set(devices)) == len(carried.plan.admitted)
+
+
+def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:
+    c = build([4, 4], [2, 2], backlog=1)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.NODES, node("n9", gpus=8))  # a node: capacity the kept world does not have
+    c.put(r.PODS, pod("new", queue="lq"))
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None
+    assert run.kept is None  # taken: the full cycle that follows keeps its own
+
+
+def test_pods_that_belong_together_wait_for_a_full_cycle() -> None:
+    c = build([8], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    for i in range(2):
+        c.put(r.PODS, pod(f"g{i}", queue="lq", group="pair", group_size=2))
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None  # a pod group: built whole by a full cycle
+
+
+def test_a_timer_due_or_the_resync_makes_the_cycle_a_full_one() -> None:
+    c = build([4], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    assert run.kept is not None
+    run.kept.due.append(now + 5)
+    c.put(r.PODS, pod("a", queue="lq"))
+    assert run._carry_on(c.cache.snapshot(), now + 6) is None  # the timer fell due
+    first_cycle(run, now + 6)
+    c.put(r.PODS, pod("b", queue="lq"))
+    assert run._carry_on(c.cache.snapshot(), now + 6 + 3600) is None  # an hour since the last full cycle
+    first_cycle(run, now + 7)
+    run.shields.add(f"{NS}/victim", now + 8)
+    c.put(r.PODS, pod("c", queue="lq"))
+    assert run._carry_on(c.cache.snapshot(), now + 9) is None  # a shield lapsed: the victim is a candidate again
+
+
+def test_queue_statuses_are_worked_out_at_most_once_a_second_and_a_timer_brings_the_last() -> None:
+    c = build([8], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("a", queue="lq"))
+    soon = run._carry_on(c.cache.snapshot(), now + 0.5)
+    assert soon is not None and soon.plan.admitted and soon.statuses == []
+    assert run._next_due(soon.due, now + 0.5) == now + 1.0  # the status it left out is due then
+    run._keep(soon, c.cache.snapshot(), [])
+    later = run._carry_on(c.cache.snapshot(), now + 1.0)  # the timer's cycle: no change, statuses written
+    assert later is not None and {res.kind for res, _, _ in later.statuses} == {"ClusterQueue", "LocalQueue"}
