@@ -9,6 +9,7 @@ that no node or GPU is handed out twice."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from gpufleet.kube.client import KubeClient
 from gpufleet.kube.cycle import CycleRunner, _Decided
 from gpufleet.kube.informer import ObjectCache
 from gpufleet.kube.metrics import SchedulerMetrics
+from gpufleet.kube.queuestatus import QueueCounts
 
 JsonDict = dict[str, Any]
 
@@ -61,16 +63,25 @@ def first_cycle(run: CycleRunner, now: float) -> _Decided:
     return d
 
 
+def _nonzero(counts: QueueCounts) -> dict[str, Any]:
+    def clean(values: dict[Any, Any]) -> dict[Any, Any]:
+        return {k: (clean(v) if isinstance(v, dict) else v) for k, v in values.items() if v}
+    return {name: clean(getattr(counts, name)) for name in ("cq_pending", "cq_admitted", "lq_pending",
+                                                             "lq_admitted", "lq_usage")}
+
+
 def outcome(d: _Decided) -> tuple[set[str], dict[str, str]]:
     return {a.workload for a in d.plan.admitted}, dict(d.plan.pending)
 
 
 def build(gpus_per_node: list[int], held: list[int], backlog: int) -> Cluster:
+    """Nodes with ``held`` GPUs each taken by one-GPU pods, ours and, every third, another scheduler's."""
     c = Cluster()
     for i, (gpus, busy) in enumerate(zip(gpus_per_node, held, strict=True)):
         c.put(r.NODES, node(f"n{i}", gpus=gpus))
         for j in range(min(busy, gpus)):
-            c.put(r.PODS, pod(f"run-{i}-{j}", queue="lq", node_name=f"n{i}"))
+            scheduler = "default-scheduler" if j % 3 == 2 else "gpufleet"
+            c.put(r.PODS, pod(f"run-{i}-{j}", queue="lq", node_name=f"n{i}", scheduler=scheduler))
     for k in range(backlog):
         c.put(r.PODS, pod(f"big-{k}", gpus=16, queue="lq", created=f"2026-01-01T00:00:{k:02d}Z"))
     return c
@@ -79,14 +90,27 @@ def build(gpus_per_node: list[int], held: list[int], backlog: int) -> Cluster:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpus_per_node=st.lists(st.integers(1, 8), min_size=1, max_size=5),
        held=st.lists(st.integers(0, 8), min_size=5, max_size=5),
-       backlog=st.integers(0, 4), arrivals=st.integers(1, 12))
+       backlog=st.integers(0, 4), arrivals=st.integers(1, 12),
+       ends=st.lists(st.sampled_from(["deleted", "Succeeded", "Failed", "terminating"]), max_size=6))
 def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
-        gpus_per_node: list[int], held: list[int], backlog: int, arrivals: int) -> None:
+        gpus_per_node: list[int], held: list[int], backlog: int, arrivals: int, ends: list[str]) -> None:
     c = build(gpus_per_node, held[:len(gpus_per_node)], backlog)
     kept = runner(c)
     now = time.time()
     first_cycle(kept, now)
     assert kept.kept is not None
+    # Running pods end (ours and another scheduler's): deleted, finished, or being deleted and still running.
+    running = sorted(k for k, o in c.cache.snapshot().of(r.PODS).items() if (o.get("spec") or {}).get("nodeName"))
+    for key, how in zip(running, ends, strict=False):
+        obj = json.loads(json.dumps(c.cache.get(r.PODS, key)))
+        if how == "deleted":
+            c.put(r.PODS, obj, "DELETED")
+            continue
+        if how == "terminating":
+            obj["metadata"]["deletionTimestamp"] = "2026-01-03T00:00:00Z"
+        else:
+            obj["status"]["phase"] = how
+        c.put(r.PODS, obj, "MODIFIED")
     for k in range(arrivals):
         c.put(r.PODS, pod(f"new-{k}", queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
     snapshot = c.cache.snapshot()
@@ -97,8 +121,12 @@ def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
     rebuilt = fresh._decide_isolating(snapshot, now + 1)
     assert outcome(carried) == outcome(rebuilt)
     free = sum(g - min(h, g) for g, h in zip(gpus_per_node, held, strict=False))
-    assert len(carried.plan.admitted) == min(arrivals, free)
+    freed = sum(1 for how in ends[:len(running)] if how != "terminating")
+    assert len(carried.plan.admitted) == min(arrivals, free + freed)
     carried.world.cluster.check_invariants()
+    # The queue counts carried on are what counting every workload again gives.
+    assert carried.counts is not None
+    assert _nonzero(carried.counts) == _nonzero(QueueCounts(carried.plan.policy))
     devices = [d for job in carried.jobs for p in job.pods for d in p.devices]
     assert len(devices) == len(set(devices)) == len(carried.plan.admitted)
 
@@ -154,3 +182,22 @@ def test_queue_statuses_are_worked_out_at_most_once_a_second_and_a_timer_brings_
     run._keep(soon, c.cache.snapshot(), [])
     later = run._carry_on(c.cache.snapshot(), now + 1.0)  # the timer's cycle: no change, statuses written
     assert later is not None and {res.kind for res, _, _ in later.statuses} == {"ClusterQueue", "LocalQueue"}
+
+
+def test_a_node_heartbeat_is_carried_a_node_that_changes_is_not() -> None:
+    c = build([4, 4], [1, 1], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    beat = node("n0", gpus=4)
+    beat["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-06T10:00:00Z"}]
+    c.put(r.NODES, beat, "MODIFIED")
+    c.put(r.PODS, pod("a", queue="lq"))
+    carried = run._carry_on(c.cache.snapshot(), now + 1)
+    assert carried is not None and [a.workload for a in carried.plan.admitted] == [f"{NS}/a"]
+    run._keep(carried, c.cache.snapshot(), [])
+    cordoned = node("n1", gpus=4)
+    cordoned["spec"] = {"unschedulable": True}
+    c.put(r.NODES, cordoned, "MODIFIED")
+    c.put(r.PODS, pod("b", queue="lq"))
+    assert run._carry_on(c.cache.snapshot(), now + 2) is None  # the node's parse changed: a full cycle

@@ -214,6 +214,27 @@ def test_admissions_are_counted_when_the_cache_shows_them_bound() -> None:
     assert value(m, "gpufleet_gang_wait_seconds_count", cluster_queue="prod") == 1
     fleet.observe(world, plan)  # nothing new: nothing counted twice
     assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") == 2
+    # A cycle that carried on from the last names the workloads whose pods' bindings changed: only those are
+    # looked at, and what was counted stays counted.
+    fleet.observe(world, plan, changed={"ml/a"})
+    assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") == 2
+
+
+def test_a_carried_cycle_counts_the_admissions_of_the_workloads_it_names() -> None:
+    now = 1_800_000_000.0
+    base = {"nodes": [node("a0", gpus=4)], **queues(quota_cq("prod", 4))}
+    landed = pod("b", gpus=1, queue="prod", created=stamp(now - 20), node_name="a0",
+                 annotations={k: v for k, v in intent_annotations("a0", (), now - 2, None).items() if v is not None})
+    m = SchedulerMetrics()
+    fleet = FleetMetrics(m)
+    world, plan = cycle({**base, "pods": [pod("b", gpus=1, queue="prod", created=stamp(now - 20))]}, now - 5)
+    fleet.observe(world, plan)
+    world, plan = cycle({**base, "pods": [landed]}, now)
+    fleet.observe(world, plan, changed=set())  # told nothing changed: nothing looked at, nothing counted
+    assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") is None
+    fleet.observe(world, plan, changed={"ml/b"})
+    assert value(m, "gpufleet_admitted_workloads_total", cluster_queue="prod") == 1
+    assert value(m, "gpufleet_admission_wait_time_seconds_sum", cluster_queue="prod") == 18
 
 
 def test_evictions_count_only_when_carried_out() -> None:

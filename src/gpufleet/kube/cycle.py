@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.api.errors import shown
+from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import beside, gangs, planner
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import Intent
@@ -37,13 +38,13 @@ from gpufleet.kube.eventsink import EventSink
 from gpufleet.kube.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.kube.fleet_metrics import FleetMetrics
 from gpufleet.kube.grants import visible_devices
-from gpufleet.kube.increment import ChangeLog, Kept, carried_pods, extend
+from gpufleet.kube.increment import ChangeLog, Kept, carried_pods, extend, release
 from gpufleet.kube.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.quarantine import Quarantine, find_culprit
 from gpufleet.kube.queuesource import QueueChooser, QueueKinds
-from gpufleet.kube.queuestatus import queue_statuses, write_status
+from gpufleet.kube.queuestatus import QueueCounts, queue_statuses, write_status
 from gpufleet.kube.ratelimit import TokenBucket
 from gpufleet.kube.recorder import Recorder
 from gpufleet.kube.resources import SCHEDULER_RESOURCES, ResourceType
@@ -81,6 +82,9 @@ class _Decided:
     world_s: float
     policy_s: float
     due: list[float] = field(default_factory=list)  # times a timer falls due (wall clock): see next_due
+    counts: QueueCounts | None = None  # the policy's workloads per queue, when worked out
+    # The workloads whose pods' bindings changed since the last cycle, when carried on from it; None: any.
+    changed: set[str] | None = None
 
 
 @dataclass(slots=True)
@@ -202,7 +206,6 @@ class CycleRunner:
         world, plan = d.world, d.plan
         report.world_s, report.policy_s = d.world_s, d.policy_s
         self._gauge(world, plan)
-        self.fleet.observe(world, plan)
         self._reject(world)
         for job in d.jobs:
             for p in job.pods:
@@ -216,6 +219,8 @@ class CycleRunner:
 
         api_started = time.perf_counter()
         self._apply(report, jobs, victims, unschedulable, statuses, now)
+        # The fleet's gauges after the writes: the Bindings are on their way while they are worked out.
+        self.fleet.observe(world, plan, counts=d.counts, changed=d.changed)
         self.fleet.carried_out(plan, victims, report.evicted)
         report.next_due = self._next_due(d.due, now)  # after the writes: a refused eviction shields its victim
         self._keep(d, snapshot, victims)
@@ -255,12 +260,16 @@ class CycleRunner:
         s = self.settings
         carried = carried_pods(kept, changes, scheduler_name=s.scheduler_name, parse=self.parse,
                                assumed=self.assumed, require_mutation=s.webhook.require_mutation)
-        if carried is None or any(e.problem is not None for e in carried.new) or extend(kept, carried.new,
-                                                                                      now) is None:
+        if carried is None or any(e.problem is not None for e in carried.new):
             return None
+        submitted = extend(kept, carried.new, now)
+        if submitted is None:
+            return None
+        release(kept, carried, now)
         world, policy = kept.world, kept.policy
         due = [t for t in kept.due if t > now]
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
+        changed = landed | set(carried.ended)
         if landed and gangs.timed_out(world, planner.Plan(policy).pods_ready_policy, due, only=landed):
             return None  # their clocks have just started; should one have run out already, a full cycle evicts
         world_s = time.perf_counter() - started
@@ -269,11 +278,28 @@ class CycleRunner:
         policy_s = time.perf_counter() - started - world_s
         if (wake := policy.next_wakeup(now)) is not None:
             due.append(wake)
+        counts = self._carried_counts(kept.counts, policy, submitted, plan)
         return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []),
-                        self._unschedulable(world, plan), self._carried_statuses(snapshot, world, policy, now),
-                        world_s, policy_s, due)
+                        self._unschedulable(world, plan), self._carried_statuses(snapshot, world, policy, counts, now),
+                        world_s, policy_s, due, counts, changed)
 
-    def _carried_statuses(self, snapshot: CacheSnapshot, world: World, policy: KueuePolicy,
+    @staticmethod
+    def _carried_counts(counts: QueueCounts | None, policy: KueuePolicy, submitted: list[Workload],
+                        plan: planner.Plan) -> QueueCounts:
+        """The kept counts with this cycle's submissions and admissions; counted afresh after a preemption (its
+        victims and their preemptors change state in ways not tracked here)."""
+        if counts is None or plan.preempted:
+            return QueueCounts(policy)
+        new = {w.key for w in submitted}
+        for key in new:
+            if (info := policy.info(key)) is not None:
+                counts.add(info)  # as it stands: pending, or admitted in this very cycle
+        for a in plan.admitted:
+            if a.workload not in new and (info := policy.info(a.workload)) is not None:
+                counts.admitted(info)
+        return counts
+
+    def _carried_statuses(self, snapshot: CacheSnapshot, world: World, policy: KueuePolicy, counts: QueueCounts,
                           now: float) -> list[tuple[Any, JsonDict, JsonDict]]:
         """Queue statuses, at most every :data:`STATUS_EVERY` seconds: the work grows with every workload the
         policy holds, and a burst of new pods must not pay it for each."""
@@ -284,7 +310,7 @@ class CycleRunner:
         kinds = self.queue_kinds
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         return queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
-                              local_queues=kinds.local_queues)
+                              local_queues=kinds.local_queues, counts=counts)
 
     def _keep(self, d: _Decided, snapshot: CacheSnapshot, victims: list[Victim]) -> None:
         """What the next cycle may carry on from: none after an eviction (pods leave, shields change), beside
@@ -292,7 +318,7 @@ class CycleRunner:
         if victims or self.settings.beside_kueue.enabled or self.quarantine.held or d.world.invalid:
             self.kept = None
             return
-        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due)
+        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts)
 
     def _next_due(self, due: list[float], now: float) -> float | None:
         """The earliest of the cycle's timers, the assumptions' and the shields' expiries, after ``now`` (one
@@ -332,10 +358,12 @@ class CycleRunner:
         if (wake := policy.next_wakeup(now)) is not None:
             due.append(wake)
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
+        counts = QueueCounts(policy)
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
                         self._victims(world, plan, [*repairs, *timeouts]), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
-                                       local_queues=kinds.local_queues), world_s, policy_s, due)
+                                       local_queues=kinds.local_queues, counts=counts), world_s, policy_s, due,
+                        counts)
 
     def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
                        started: float, due: list[float]) -> _Decided:

@@ -38,6 +38,7 @@ from gpufleet.kube import resources as r
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.informer import CacheChange, ObjectCache
 from gpufleet.kube.parsing import ParseCache
+from gpufleet.kube.queuestatus import QueueCounts
 from gpufleet.kube.wakeup import unread_status_only, without_status
 from gpufleet.kube.world import PodEntry, World, pod_entry
 from gpufleet.scheduling.kueue import KueuePolicy
@@ -87,6 +88,7 @@ class Kept:
     policy: KueuePolicy
     version: int  # the cache version of the snapshot they were built from (or last carried on to)
     due: list[float] = field(default_factory=list)  # the timers the world reported (wall clock)
+    counts: QueueCounts | None = None  # the policy's pending and admitted workloads per queue, kept up to date
 
     def timer_due(self, now: float) -> bool:
         return any(t <= now for t in self.due)
@@ -94,11 +96,14 @@ class Kept:
 
 @dataclass(slots=True)
 class Carried:
-    """What the changes since the kept cycle bring: the pods of ours created since, and the pods whose Bindings
-    landed (their waitForPodsReady clock starts)."""
+    """What the changes since the kept cycle bring: the pods of ours created since, the pods whose Bindings landed
+    (their waitForPodsReady clock starts), our single-pod workloads that ended (deleted, finished or being deleted
+    before they held a node) and the other schedulers' pods that stopped holding capacity."""
 
-    new: list[PodEntry]
-    landed: list[str]
+    new: list[PodEntry] = field(default_factory=list)
+    landed: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)  # workload keys
+    freed: list[str] = field(default_factory=list)  # pod keys
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -106,23 +111,25 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
     """The pods of ours created since ``kept``, with ``kept.world`` brought up to date for the other changes (our
     Bindings landed, statuses); None when a change needs a full cycle (see the module doc)."""
     world = kept.world
-    nodes = {n.name: n for n in world.nodes}
+    nodes: dict[str, Node] | None = None  # by name, made at the first node change
     new: dict[str, PodEntry] = {}
-    landed: list[str] = []
+    out = Carried()
     for c in changes:
         if c.resource == r.PODS.key:
-            if not _pod_change(world, c, new, landed, scheduler_name=scheduler_name, parse=parse, assumed=assumed,
+            if not _pod_change(world, c, new, out, scheduler_name=scheduler_name, parse=parse, assumed=assumed,
                                require_mutation=require_mutation):
                 return None
         elif c.resource == r.NODES.key:
+            nodes = nodes if nodes is not None else {n.name: n for n in world.nodes}
             if c.type != "MODIFIED" or c.new is None or not _same_node(nodes.get(c.key), parse, c.key, c.new):
                 return None
         elif not unread_status_only(c):
             return None
-    return Carried(list(new.values()), landed)
+    out.new = list(new.values())
+    return out
 
 
-def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], landed: list[str], *, scheduler_name: str,
+def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Carried, *, scheduler_name: str,
                 parse: ParseCache, assumed: AssumedPods, require_mutation: bool) -> bool:
     """Apply one pod change to ``world`` (or to ``new``, the pods created since); False when it needs a full
     cycle."""
@@ -140,7 +147,9 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], landed: 
             return False
         new[c.key] = created
         return True
-    if c.type == "DELETED" or c.old is None or c.new is None:
+    if c.type == "DELETED":
+        return c.key not in new and _ended(world, c.key, None, out)
+    if c.old is None or c.new is None:
         return False
     if c.key in new:
         if without_status(c.old) != without_status(c.new) or _phase(c.old) != _phase(c.new):
@@ -159,12 +168,52 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], landed: 
             return False
         assumed.confirm(c.key)
         entry.raw, entry.node, entry.assumed = c.new, new_node, False
-        landed.append(c.key)
+        out.landed.append(c.key)
         return True
-    if without_status(c.old) != without_status(c.new) or _phase(c.old) != _phase(c.new):
+    if old_node != new_node:
+        return False
+    if without_status(c.old, _DELETION) != without_status(c.new, _DELETION):
+        return False
+    if _phase(c.new) in _TERMINAL or (c.new.get("metadata") or {}).get("deletionTimestamp"):
+        if _phase(c.old) in _TERMINAL:
+            entry.raw = c.new
+            return True
+        return _ended(world, c.key, c.new, out)
+    if _phase(c.old) != _phase(c.new):
         return False
     entry.raw = c.new  # its conditions: what the recorder compares before writing its own again
     return True
+
+
+def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
+    """A pod deleted (``raw`` None), finished or being deleted (``raw`` its new state): the single-pod workload of
+    ours it made ends, or the capacity another scheduler's pod held is free; the world is brought up to date as a
+    full cycle would build it. False (a full cycle) for a pod of a workload of several pods (a gang's member
+    going is for the gang's repair to judge) or one the world does not know."""
+    entry = world.pods.get(key)
+    if entry is None:
+        return False
+    workload = world.workload_of.get(key) if entry.ours else None
+    if entry.ours and (workload is None or world.pods_of.get(workload) != [key]):
+        return False
+    held = entry.holds_capacity
+    if raw is None:
+        del world.pods[key]
+    else:
+        entry.raw = raw
+        entry.terminal = _phase(raw) in _TERMINAL
+        entry.deleting = bool((raw.get("metadata") or {}).get("deletionTimestamp"))
+        if held and not entry.terminal:
+            return True  # being deleted, still running: it holds its node until it is gone, as a full cycle says
+    if workload is not None:
+        out.ended.append(workload)
+    elif held:
+        out.freed.append(key)
+    return True
+
+
+_TERMINAL = ("Succeeded", "Failed")
+_DELETION = ("deletionTimestamp", "deletionGracePeriodSeconds")
 
 
 def _phase(obj: JsonDict) -> Any:
@@ -204,3 +253,26 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
         world.workload_of[key] = w.key
         kept.policy.submit(w, now)
     return workloads
+
+
+def release(kept: Kept, carried: Carried, now: float) -> None:
+    """What ended since the kept cycle, given back as the simulator gives it back: our workloads finished
+    (``Policy.finish``: their quota and nodes released, parked workloads woken), other schedulers' pods' capacity
+    freed on the nodes (workloads waiting for nodes woken)."""
+    world, policy = kept.world, kept.policy
+    for key in carried.freed:
+        if key in world.cluster.placements:
+            world.cluster.release(key)
+    if carried.freed:
+        policy.state.unpark_placement(now)
+    if not carried.ended:
+        return
+    ended = set(carried.ended)
+    for key in ended:
+        info = policy.info(key)
+        if info is not None and kept.counts is not None:
+            kept.counts.add(info, -1)  # as it stood: pending or admitted; finished, it is counted nowhere
+        policy.finish(key, now)
+        for pod in world.pods_of.pop(key, []):
+            world.workload_of.pop(pod, None)
+    world.workloads = [w for w in world.workloads if w.key not in ended]

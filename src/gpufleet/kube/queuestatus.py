@@ -23,7 +23,7 @@ from gpufleet.kube.informer import CacheSnapshot
 from gpufleet.kube.resources import ResourceType
 from gpufleet.scheduling.charges import format_quota
 from gpufleet.scheduling.kueue import KueuePolicy
-from gpufleet.scheduling.kueue.info import State
+from gpufleet.scheduling.kueue.info import State, WorkloadInfo
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +53,36 @@ class QueueCounts:
         self.lq_admitted: dict[tuple[str, str], int] = {}
         self.lq_usage: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
         for info in policy.state.infos.values():
-            lq = (info.namespace, info.local_queue) if info.local_queue else None
-            if info.state is State.PENDING:
-                if info.cluster_queue:
-                    self.cq_pending[info.cluster_queue] = self.cq_pending.get(info.cluster_queue, 0) + 1
-                if lq:
-                    self.lq_pending[lq] = self.lq_pending.get(lq, 0) + 1
-            elif info.state is State.ADMITTED and info.admission is not None:
-                cq = info.admission.cluster_queue
-                if cq:
-                    self.cq_admitted[cq] = self.cq_admitted.get(cq, 0) + 1
-                if lq:
-                    self.lq_admitted[lq] = self.lq_admitted.get(lq, 0) + 1
-                    usage = self.lq_usage.setdefault(lq, {})
-                    for fr, v in info.admission.usage.items():
-                        usage[fr] = usage.get(fr, 0) + v
+            self.add(info)
+
+    def add(self, info: WorkloadInfo, sign: int = 1) -> None:
+        """Count ``info`` as it stands (``sign`` -1: take it out): a cycle that carries on from the last updates
+        its counts with the workloads it submitted and admitted instead of counting every workload again."""
+        lq = (info.namespace, info.local_queue) if info.local_queue else None
+        if info.state is State.PENDING:
+            if info.cluster_queue:
+                self.cq_pending[info.cluster_queue] = self.cq_pending.get(info.cluster_queue, 0) + sign
+            if lq:
+                self.lq_pending[lq] = self.lq_pending.get(lq, 0) + sign
+        elif info.state is State.ADMITTED and info.admission is not None:
+            cq = info.admission.cluster_queue
+            if cq:
+                self.cq_admitted[cq] = self.cq_admitted.get(cq, 0) + sign
+            if lq:
+                self.lq_admitted[lq] = self.lq_admitted.get(lq, 0) + sign
+                usage = self.lq_usage.setdefault(lq, {})
+                for fr, v in info.admission.usage.items():
+                    usage[fr] = usage.get(fr, 0) + sign * v
+
+    def admitted(self, info: WorkloadInfo) -> None:
+        """``info``, counted pending before, is now admitted."""
+        assert info.state is State.ADMITTED
+        if info.cluster_queue:
+            self.cq_pending[info.cluster_queue] = self.cq_pending.get(info.cluster_queue, 0) - 1
+        if info.local_queue:
+            lq = (info.namespace, info.local_queue)
+            self.lq_pending[lq] = self.lq_pending.get(lq, 0) - 1
+        self.add(info)
 
 
 def cluster_queue_status(name: str, policy: KueuePolicy, counts: QueueCounts, old: Mapping[str, Any] | None,
@@ -126,10 +141,11 @@ def local_queue_status(namespace: str, name: str, cluster_queue: str, policy: Ku
 
 def queue_statuses(snapshot: CacheSnapshot, policy: KueuePolicy, problems: Mapping[str, str], now: float, *,
                    cluster_queues: ResourceType = r.CLUSTER_QUEUES, local_queues: ResourceType = r.LOCAL_QUEUES,
-                   ) -> list[tuple[ResourceType, JsonDict, JsonDict]]:
+                   counts: QueueCounts | None = None) -> list[tuple[ResourceType, JsonDict, JsonDict]]:
     """(resource, cached object, wanted status) for every queue whose status must change; ``cluster_queues`` and
-    ``local_queues``: gpufleet.io's kinds or Kueue's (the queue source of the cycle)."""
-    counts = QueueCounts(policy)
+    ``local_queues``: gpufleet.io's kinds or Kueue's (the queue source of the cycle); ``counts``: the policy's,
+    when the caller keeps them."""
+    counts = counts if counts is not None else QueueCounts(policy)
     out: list[tuple[ResourceType, JsonDict, JsonDict]] = []
     for name, obj in sorted(snapshot.of(cluster_queues).items()):
         old = obj.get("status")

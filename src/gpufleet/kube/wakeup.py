@@ -103,7 +103,8 @@ def _waiting_pod_status(change: CacheChange) -> bool:
     return without_status(old) == without_status(new)
 
 
-def without_status(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META}
+def without_status(obj: dict[str, Any], ignored: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``obj`` without its status and the metadata that changes with every write (and ``ignored``)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META and k not in ignored}
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 

@@ -106,6 +106,8 @@ def room_candidates(state: SchedulerState, info: WorkloadInfo, cq: CQSpec, borro
     itself borrows, only those borrowWithinCohort lets it take (lower priority, within the threshold), as for quota
     targets, so that a victim never comes back ahead of it. Read against the quota tree as it stands."""
     p = cq.preemption
+    if p.within_cluster_queue == "Never" and p.reclaim_within_cohort == "Never":
+        return []  # no rule lets it evict anything: no need to walk every admitted workload to find that out
     skip = set(exclude)
     root = state.queues.tree_of.get(cq.name)
     tree = state.tree
@@ -166,6 +168,8 @@ def make_room(state: SchedulerState, info: WorkloadInfo, cq: CQSpec, usage: Mapp
         borrows = not preemptor.fits(cq.name, usage, False)
         skip = {t.info.key for t in targets} | {v.key for v in held}
         candidates = room_candidates(state, info, cq, borrows, skip)
+        if not candidates:
+            return Room(None, why)  # nothing it may evict: the victim search could only fail
         found = gangs.victims(groups, [c.info for c in candidates])
         if not found:
             return Room(None, why)
