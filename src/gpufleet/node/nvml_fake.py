@@ -10,7 +10,12 @@ Faults: append JSON lines to ``MACHINE.events`` while the agent runs::
     {"gpu": 0, "xid": 79}                  # an XID on GPU 0 (the whole GPU)
     {"gpu": 1, "xid": 94, "gi": 2}         # on GPU 1's MIG device of GPU instance 2 (optional "ci" too)
 
-A malformed line is reported (file and line) and skipped; it never stops the agent.
+A malformed line is reported (file and line) and skipped; it never stops the agent. The file is read as an
+untrusted input (docs/limits.md): opened without blocking and refused unless it is a regular file (a FIFO at that
+path would otherwise block the events thread), read at most :data:`EVENTS_CHUNK` bytes at a time from where the
+last read stopped (a 2 GB append costs many bounded reads, never one huge one), an incomplete last line carried
+to the next read, and each line checked before it is parsed (at most 4,096 characters, UTF-8, a JSON object at
+most 20 levels deep whose fields are non-negative integers of at most 18 digits).
 
 Telemetry moves with load: the agent tells the fake how many pods hold each GPU and each MIG device
 (``holders``, by UUID), and utilisation, framebuffer use (per MIG instance too), power and temperature follow
@@ -25,16 +30,21 @@ import json
 import logging
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufleet.api.errors import Problems
 from gpufleet.api.inventory import inventory_from_json
-from gpufleet.api.manifests import load_manifests
+from gpufleet.api.limits import MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, MAX_JSON_DEPTH
+from gpufleet.api.manifests import ManifestBuilder, Manifests
 from gpufleet.api.nodepool import expand_node_pool
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION, NodePool
+from gpufleet.api.safejson import max_depth
+from gpufleet.api.source import InputBudget, load_text, read_file_text
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, GpuModel
 from gpufleet.gpu.mig import geometry_for
 from gpufleet.gpu.sharing import DevicePluginConfig, SharingError, make_gpus
@@ -56,6 +66,18 @@ FAKE_DRIVER_VERSION = "550.127.05"
 FAKE_CUDA_DRIVER_VERSION = 12040  # CUDA 12.4, what driver 550 ships
 EVENTS_SUFFIX = ".events"
 MAX_EVENT_LINE = 4096  # characters: an event is a small object; a longer line is skipped, never parsed
+# Bytes read from MACHINE.events at a time: memory per read is bounded whatever is appended at once.
+EVENTS_CHUNK = 2**20
+# A line's bytes held while its newline has not come: 4,096 characters of UTF-8 are at most 16 KiB, so a longer
+# partial line is over the limit already and only its length is kept.
+_MAX_LINE_BYTES = 4 * MAX_EVENT_LINE
+_MAX_EVENT_INT = 10**MAX_INT_DIGITS - 1
+# Bad lines reported one by one per read; beyond, one message gives the count and the line numbers (a flood of
+# garbage costs a few log lines, not one per line).
+MAX_REPORTED_LINES = 100
+# A MACHINE file describes one machine (a NodePool, perhaps among others): 3 MiB, the API server's limit on one
+# object, is far above any (the examples are under 1 KiB) and keeps a re-read on every change cheap.
+MAX_MACHINE_BYTES = MAX_DOCUMENT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +91,16 @@ class FakeMachineSpec:
 
 
 def load_machine_spec(path: str) -> FakeMachineSpec:
-    """Read MACHINE; raise :class:`NvmlError` with every problem (file, line, field) when it is not usable."""
+    """Read MACHINE; raise :class:`NvmlError` with every problem (file, line, field) when it is not usable.
+
+    Read once, as every file gpufleet takes (:func:`gpufleet.api.source.read_file_text`): opened without blocking,
+    a regular file only, at most :data:`MAX_MACHINE_BYTES`, UTF-8; then parsed as manifests are."""
     where = Path(path)
-    if not where.is_file():
-        what = "is a folder" if where.is_dir() else "is not a regular file" if where.exists() else "no such file"
+    if where.is_dir() or not os.path.lexists(path):
+        what = "is a folder" if where.is_dir() else "no such file"
         raise NvmlError(f"--nvml fake:{path}: {what}; give a YAML file holding one gpufleet.io/v1alpha1 "
                         "NodePool (see examples/)")
-    loaded = load_manifests([path])
+    loaded = _load_machine_file(path)
     if loaded.problems.errors:
         raise NvmlError("\n".join(str(p) for p in loaded.problems.errors))
     pools = [p for p in loaded.node_pools if p.gpu is not None]
@@ -89,6 +114,17 @@ def load_machine_spec(path: str) -> FakeMachineSpec:
         return _spec_from_pool(pool)
     except SharingError as e:
         raise NvmlError(f"{path}: NodePool {pool.name}: {e}") from e
+
+
+def _load_machine_file(path: str) -> Manifests:
+    problems = Problems()
+    budget = InputBudget(MAX_MACHINE_BYTES, limit="gpufleet's limit on a MACHINE file")
+    builder = ManifestBuilder(problems)
+    text = read_file_text(path, problems, budget, skip_irregular=False)
+    if text is None:
+        return builder.out
+    load_text(text, path, problems, budget, sink=builder.add)
+    return builder.finish()
 
 
 def _spec_from_pool(pool: NodePool) -> FakeMachineSpec:
@@ -134,6 +170,99 @@ _ROW_REMAPPED_XID = 63
 _ROW_REMAP_FAILED_XID = 64
 
 
+class _EventsFile:
+    """The lines appended to ``MACHINE.events``, read as an untrusted input.
+
+    Each :meth:`read` opens the file without blocking (``O_NONBLOCK``: opening a FIFO nobody writes to would
+    otherwise block the events thread) and looks at it with ``fstat`` before reading: anything but a regular file
+    is reported once and never read. It then reads at most :data:`EVENTS_CHUNK` bytes from where the last read
+    stopped and hands on each complete line once, with its number; the incomplete last line is carried to the
+    next read (only its length once it is longer than any line taken). A file that shrinks or is replaced
+    (another inode) is read again from its top."""
+
+    def __init__(self, path: Path, on_line: Callable[[int, bytes | None, int], None]) -> None:
+        self.path = path
+        self.on_line = on_line  # (line number, its bytes or None when too long to hold, its length in bytes)
+        self.identity: tuple[int, int] | None = None
+        self.offset = 0
+        self.line = 0
+        self.partial = bytearray()
+        self.overlong = 0  # bytes of the current line dropped so far: 0 while the line is held
+        self.problem: str | None = None
+
+    def _restart(self, identity: tuple[int, int]) -> None:
+        self.identity = identity
+        self.offset = self.line = self.overlong = 0
+        self.partial.clear()
+
+    def _report(self, problem: str) -> None:
+        """Say a problem with the file itself once, not on every read while it lasts."""
+        if problem != self.problem:
+            self.problem = problem
+            log.warning("%s: %s", self.path, problem)
+
+    def read(self) -> bool:
+        """Read one bounded chunk; True when more bytes are already waiting after it."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self.problem = None
+            return False
+        except OSError as e:
+            self._report(f"cannot open it ({e.strerror}); fix: check the file's permissions")
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self._report("not a regular file (a pipe, device or socket): reading it could block or never end, "
+                             "so it is not read; fix: make MACHINE.events a regular file and append lines to it")
+                return False
+            identity = (st.st_dev, st.st_ino)
+            if identity != self.identity or st.st_size < self.offset:  # replaced or truncated: from the top
+                self._restart(identity)
+            size = st.st_size
+            data = os.pread(fd, min(EVENTS_CHUNK, size - self.offset), self.offset) if size > self.offset else b""
+        except OSError as e:
+            self._report(f"cannot read it ({e.strerror})")
+            return False
+        finally:
+            os.close(fd)
+        self.problem = None
+        if not data:
+            return False
+        self.offset += len(data)
+        self._split(data)
+        return self.offset < size
+
+    def _split(self, data: bytes) -> None:
+        pieces = data.split(b"\n")
+        rest = pieces.pop()  # after the last newline: the start of a line still being written
+        for i, piece in enumerate(pieces):
+            self.line += 1
+            if i == 0 and self.overlong:
+                self.on_line(self.line, None, self.overlong + len(piece))
+                self.overlong = 0
+                continue
+            if i == 0 and self.partial:
+                piece = bytes(self.partial) + piece
+                self.partial.clear()
+            self.on_line(self.line, None if len(piece) > _MAX_LINE_BYTES else piece, len(piece))
+        if not rest:
+            return
+        if pieces:  # a new line started in this chunk; the carried one (if any) ended above
+            held = 0
+        elif self.overlong:
+            self.overlong += len(rest)
+            return
+        else:
+            held = len(self.partial)
+        if held + len(rest) > _MAX_LINE_BYTES:
+            self.overlong = held + len(rest)
+            self.partial.clear()
+        else:
+            self.partial += rest
+
+
 class FakeNvml:
     """:class:`~gpufleet.node.contract.NvmlBackend` over a MACHINE file and its ``.events`` file."""
 
@@ -147,8 +276,10 @@ class FakeNvml:
         self.events_path = Path(path + EVENTS_SUFFIX)
         self._holders = holders or (lambda: {})
         self._clock = clock
-        self._offset = 0
-        self._line = 0
+        self._events_file = _EventsFile(self.events_path, self._take_line)
+        self._new_events: list[XidEvent] = []
+        self._unsaid: tuple[int, int, int] | None = None  # bad lines of this read not said one by one: n, first, last
+        self._reported = 0
         self._closed = threading.Event()
         self._thermal = {g.uuid: _Thermal(last=clock()) for g in self.spec.machine.gpus}
         self._samples = 0
@@ -225,61 +356,83 @@ class FakeNvml:
     # --- faults --------------------------------------------------------------------------------------
 
     def wait_events(self, timeout: float) -> list[XidEvent]:
+        """The events appended since the last call, waiting up to ``timeout`` for some. Each read is one bounded
+        chunk; while more bytes wait, the next chunk is read at once, until events come or the time is up."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            events = self._read_new_lines()
-            if events or self._closed.is_set() or time.monotonic() >= deadline:
+            more = self._read_chunk()
+            if self._new_events or self._closed.is_set() or time.monotonic() >= deadline:
+                events, self._new_events = self._new_events, []
                 return events
-            self._closed.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            if not more:
+                self._closed.wait(min(0.05, max(0.0, deadline - time.monotonic())))
 
-    def _read_new_lines(self) -> list[XidEvent]:
+    def _read_chunk(self) -> bool:
+        self._reported = 0
         try:
-            with self.events_path.open("rb") as f:
-                f.seek(0, 2)
-                size = f.tell()
-                if size < self._offset:  # truncated or replaced: start again from the top
-                    self._offset, self._line = 0, 0
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            log.warning("cannot read %s: %s", self.events_path, e)
-            return []
-        if b"\n" not in data:  # a line still being written waits for its newline
-            return []
-        complete, _, _ = data.rpartition(b"\n")
-        self._offset += len(complete) + 1
-        events = []
-        for raw in complete.split(b"\n"):
-            self._line += 1
-            event = self._parse(raw.decode("utf-8", errors="replace"), self._line)
-            if event is not None:
-                events.append(event)
-                with self._lock:
-                    state = self._thermal[event.gpu_uuid]
-                    state.last_xid = event.xid
-                    state.dbe += event.xid in _DBE_XIDS
-                    state.remapped_uncorrectable += event.xid == _ROW_REMAPPED_XID
-                    state.remap_failed |= event.xid == _ROW_REMAP_FAILED_XID
-        return events
+            return self._events_file.read()
+        finally:
+            self._flush_bad_lines()
 
-    def _parse(self, text: str, line: int) -> XidEvent | None:
-        if not text.strip():
+    def _bad(self, line: int, message: str, *args: object) -> None:
+        """Report one bad line (file and line first), one by one up to :data:`MAX_REPORTED_LINES` per read."""
+        if self._reported < MAX_REPORTED_LINES:
+            self._reported += 1
+            log.warning("%s:%d: " + message, self.events_path, line, *args)
+        else:
+            n, first, _ = self._unsaid or (0, line, line)
+            self._unsaid = (n + 1, first, line)
+
+    def _flush_bad_lines(self) -> None:
+        if self._unsaid is not None:
+            n, first, last = self._unsaid
+            self._unsaid = None
+            log.warning("%s: %d more bad lines skipped (lines %d to %d); fix: append one JSON object per line, "
+                        "such as {\"gpu\": 0, \"xid\": 79}", self.events_path, n, first, last)
+
+    def _take_line(self, line: int, raw: bytes | None, size: int) -> None:
+        event = self._parse(line, raw, size)
+        if event is None:
+            return
+        self._new_events.append(event)
+        with self._lock:
+            state = self._thermal.get(event.gpu_uuid)
+            if state is None:  # the machine changed under the event: no such GPU any more
+                return
+            state.last_xid = event.xid
+            state.dbe += event.xid in _DBE_XIDS
+            state.remapped_uncorrectable += event.xid == _ROW_REMAPPED_XID
+            state.remap_failed |= event.xid == _ROW_REMAP_FAILED_XID
+
+    def _parse(self, line: int, raw: bytes | None, size: int) -> XidEvent | None:
+        if raw is None:
+            self._bad(line, "a line of %s bytes, more than an event's %s characters; skipped unparsed", f"{size:,}",
+                      f"{MAX_EVENT_LINE:,}")
             return None
-        where = f"{self.events_path}:{line}"
+        if not raw.strip():
+            return None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self._bad(line, "not UTF-8 (%s at byte %d of the line); skipped; fix: write events as UTF-8 JSON",
+                      e.reason, e.start)
+            return None
         if len(text) > MAX_EVENT_LINE:
-            log.warning("%s: a line of %d characters, more than an event's %d; skipped", where, len(text),
-                        MAX_EVENT_LINE)
+            self._bad(line, "a line of %d characters, more than an event's %d; skipped", len(text), MAX_EVENT_LINE)
+            return None
+        depth = max_depth(raw)
+        if depth > MAX_JSON_DEPTH:
+            self._bad(line, "not JSON (nested too deep): %d levels, at most %d (see docs/limits.md); skipped", depth,
+                      MAX_JSON_DEPTH)
             return None
         try:
             doc = json.loads(text)
-        except (ValueError, RecursionError) as e:  # deeply nested brackets exhaust the parser's recursion
-            log.warning("%s: not JSON (%s); write lines such as {\"gpu\": 0, \"xid\": 79}", where,
-                        e if isinstance(e, ValueError) else "nested too deep")
+        except (ValueError, RecursionError) as e:  # RecursionError: the depth check above makes it unreachable
+            self._bad(line, "not JSON (%s); write lines such as {\"gpu\": 0, \"xid\": 79}",
+                      e if isinstance(e, ValueError) else "nested too deep")
             return None
         if not isinstance(doc, dict):
-            log.warning("%s: expected an object such as {\"gpu\": 0, \"xid\": 79}", where)
+            self._bad(line, "expected an object such as {\"gpu\": 0, \"xid\": 79}")
             return None
         gpus = self.spec.machine.gpus
         fields: dict[str, int] = {}
@@ -288,14 +441,18 @@ class FakeNvml:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                log.warning("%s: field %s must be a non-negative integer, got %r", where, key, value)
+                self._bad(line, "field %s must be a non-negative integer, got %.40r", key, value)
+                return None
+            if value > _MAX_EVENT_INT:
+                self._bad(line, "field %s: at most %d digits (gpufleet's limit on an integer in text; see "
+                          "docs/limits.md), got %d digits", key, MAX_INT_DIGITS, len(str(value)))
                 return None
             fields[key] = value
         if "gpu" not in fields or "xid" not in fields:
-            log.warning("%s: fields gpu and xid are required, e.g. {\"gpu\": 0, \"xid\": 79}", where)
+            self._bad(line, "fields gpu and xid are required, e.g. {\"gpu\": 0, \"xid\": 79}")
             return None
         if fields["gpu"] >= len(gpus):
-            log.warning("%s: field gpu: the machine has GPUs 0..%d, got %d", where, len(gpus) - 1, fields["gpu"])
+            self._bad(line, "field gpu: the machine has GPUs 0..%d, got %d", len(gpus) - 1, fields["gpu"])
             return None
         return XidEvent(gpus[fields["gpu"]].uuid, fields["xid"], fields.get("gi", ALL_INSTANCES),
                         fields.get("ci", ALL_INSTANCES))
