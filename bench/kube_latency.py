@@ -2,8 +2,9 @@
 
 A platform team's everyday cluster: N nodes × 8 whole A100-80GB, 5 of each node's 8 GPUs held by bound pods
 (62 %), B pending 16-GPU pods that fit on no node (the backlog of big jobs), then A new one-GPU pods created at
-R per second. The emulator of the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run
-in a process of their own, as in ``bench/kube_binding.py``.
+R per second (``--finish-rate F``: running pods deleted at F per second meanwhile, as Jobs complete). The
+emulator of the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of
+their own, as in ``bench/kube_binding.py``.
 
 Each run reports:
 
@@ -20,7 +21,8 @@ Each run reports:
 of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
-                                           [--idle 20] [--within 120] [--repeat 1] [--baseline REF|none]
+                                           [--finish-rate 0] [--idle 20] [--within 120] [--repeat 1]
+                                           [--baseline REF|none]
 """
 
 from __future__ import annotations
@@ -104,6 +106,16 @@ def emulator_role(args: argparse.Namespace) -> int:
     sim.harness.call(lambda: fill(sim), timeout=600)
     _emit({"url": sim.url})
 
+    def finish() -> None:
+        """Running pods end (their Jobs complete) at --finish-rate per second while the new ones arrive."""
+        k = 0
+        while args.finish_rate > 0 and k < args.nodes * held and time.monotonic() < started + args.arrivals / args.rate:
+            due = started + k / args.finish_rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            i, j = divmod(k, held)
+            sim.harness.call(lambda i=i, j=j: sim._delete(r.PODS, pod_ns, f"run-{i:05d}-{j}"), timeout=60)
+            k += 1
+
     def arrive() -> None:
         for k in range(args.arrivals):
             due = started + k / args.rate
@@ -124,6 +136,7 @@ def emulator_role(args: argparse.Namespace) -> int:
         if command == "arrive":
             started = time.monotonic()
             threading.Thread(target=arrive, daemon=True).start()
+            threading.Thread(target=finish, daemon=True).start()
             _emit({"ok": True})
         elif command == "report":
             def gather() -> JsonDict:
@@ -185,7 +198,8 @@ def scheduler_role(args: argparse.Namespace) -> int:
 def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "tests" / "kube")]))
     command = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--nodes", str(args.nodes),
-               "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate), *extra]
+               "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate),
+               "--finish-rate", str(args.finish_rate), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
@@ -263,6 +277,8 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=500, help="pending 16-GPU pods that fit on no node")
     parser.add_argument("--arrivals", type=int, default=200, help="new one-GPU pods")
     parser.add_argument("--rate", type=float, default=5.0, help="new pods per second")
+    parser.add_argument("--finish-rate", type=float, default=0.0,
+                        help="running pods deleted per second while the new ones arrive (churn)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of nothing changing, CPU measured")
     parser.add_argument("--within", type=float, default=120.0, help="seconds after its creation a pod counts bound")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the backlog's first look")
@@ -274,7 +290,9 @@ def main() -> int:
     if args.role == "scheduler":
         return scheduler_role(args)
     print(f"{args.nodes} nodes x 8 GPUs, {args.nodes * 5} pods bound, {args.backlog} pending 16-GPU pods, "
-          f"{args.arrivals} new one-GPU pods at {args.rate:g}/s ({os.cpu_count()} CPUs)", flush=True)
+          f"{args.arrivals} new one-GPU pods at {args.rate:g}/s"
+          + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
+          + f" ({os.cpu_count()} CPUs)", flush=True)
     runs: dict[str, list[JsonDict]] = {"current": [], "baseline": []}
     with tempfile.TemporaryDirectory() as tmp:
         codes = [("current", ROOT / "src")]

@@ -225,3 +225,19 @@ def test_a_cluster_without_nodes_leaves_the_pods_waiting_for_nodes() -> None:
     info = policy.info("default/w")
     assert info is not None and info.placement_parked  # waits for nodes, not for quota
     assert not policy.cycle(s.now + 1)
+
+
+def test_a_release_wakes_the_workloads_parked_for_nodes_but_not_those_larger_than_any_node() -> None:
+    # Two 4-CPU nodes. "first" and "second" take them; "later" (3 CPUs) waits for room; "huge" asks 6 CPUs in one
+    # pod: no node has that many, whatever is released.
+    s = Scenario(FLAVOR + cq("team", 100, None) + TWO_NODES + job("first", "team", cpu="4", created=1)
+                 + job("second", "team", cpu="4", created=2) + job("huge", "team", cpu="6", created=3)
+                 + job("later", "team", cpu="3", created=4), cluster=True)
+    s.until_stable()
+    assert s.admitted() == {"first", "second"}
+    parked = s.policy.state.placement_parked
+    assert set(parked) == {"default/huge", "default/later"}
+    s.policy.finish("default/first", s.now)
+    assert set(parked) == {"default/huge"}  # woken: "later", which the freed node can hold
+    s.until_stable()
+    assert s.admitted() == {"second", "later"} and "huge" in s.pending()

@@ -24,7 +24,7 @@ from gpufleet.cli.options import (
     output_format,
 )
 from gpufleet.cli.validate import load, print_problems
-from gpufleet.scheduling.snapshot_plan import STABLE_CAP, Cycle, PlanResult, run_cycles
+from gpufleet.scheduling.snapshot_plan import STABLE_CAP, Cycle, PlanResult, run_cycles, settled
 from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PreemptedWorkload
 from gpufleet.web.source_files import QUOTA_ONLY  # the dashboard says it in the same words
 
@@ -56,20 +56,6 @@ def filtered(result: PlanResult, namespace: str | None) -> PlanResult:
 def quota_only(result: PlanResult) -> bool:
     """The plan had no nodes: admission checked quota only, no pod was placed."""
     return result.policy is not None and result.policy.cluster is None
-
-
-def settled(result: PlanResult) -> PlanResult:
-    """The cycles of ``--until-stable`` without the last one when it changed nothing (it only showed that another
-    cycle would change nothing): the cycle before it ends with the same pending workloads, given the last
-    cycle's reasons."""
-    if len(result.cycles) < 2:
-        return result
-    last = result.cycles[-1]
-    if last.decisions.admitted or last.decisions.preempted:
-        return result
-    before = result.cycles[-2]
-    cycles = [*result.cycles[:-2], Cycle(before.decisions, last.pending)]
-    return PlanResult(cycles, result.usage, result.policy, result.workloads)
 
 
 def plan_document(result: PlanResult) -> dict[str, Any]:

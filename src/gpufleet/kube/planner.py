@@ -71,18 +71,14 @@ def shield(policy: KueuePolicy, workloads: Collection[str]) -> None:
             table.pop(key, None)
 
 
-def _active(policy: KueuePolicy) -> int:
-    """Workloads that could be a ClusterQueue's head in the next cycle (not parked)."""
-    return sum(len(q.active) for q in policy.state.queues.queues.values())
-
-
 def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: float = 2.0) -> Plan:
-    """Policy cycles until one admits nothing and parks nothing (every head left is stuck or there is
-    none), or a budget is spent."""
+    """Policy cycles until another would change nothing (``KueuePolicy.settled``: every head left was just
+    evaluated and is stuck, or there is none, as the simulator's engine stops), or a budget is spent. (Counting
+    the heads was not enough: a cycle that woke parked workloads and parked them again looked stuck while the
+    workload behind them had not been tried.)"""
     plan = Plan(policy)
     started = time.perf_counter()
     evicting: set[str] = set()
-    active = _active(policy)
     while plan.cycles < max_cycles:
         decisions = policy.cycle(now)
         plan.cycles += 1
@@ -91,8 +87,7 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
             if p.workload not in evicting:
                 evicting.add(p.workload)
                 plan.preempted.append(p)
-        before, active = active, _active(policy)
-        if (not decisions.admitted and active >= before) or time.perf_counter() - started > budget_s:
+        if (not decisions.admitted and policy.settled()) or time.perf_counter() - started > budget_s:
             break
     plan.pending = {p.workload: p.reason for p in policy.pending_report()}
     return plan

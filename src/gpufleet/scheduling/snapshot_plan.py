@@ -59,3 +59,17 @@ def run_cycles(manifests: Manifests, cycles: int, until_stable: bool) -> PlanRes
     usage = {cq: {flavor: {r: format_quota(r, v) for r, v in resources.items()} for flavor, resources in per.items()}
              for cq, per in policy.usage().items()}
     return PlanResult(results, usage, policy, workloads)
+
+
+def settled(result: PlanResult) -> PlanResult:
+    """The cycles of ``--until-stable`` without the last one when it changed nothing (it only showed that another
+    cycle would change nothing): the cycle before it ends with the same pending workloads, given the last
+    cycle's reasons. What ``plan`` prints and the dashboard counts."""
+    if len(result.cycles) < 2:
+        return result
+    last = result.cycles[-1]
+    if last.decisions.admitted or last.decisions.preempted:
+        return result
+    before = result.cycles[-2]
+    cycles = [*result.cycles[:-2], Cycle(before.decisions, last.pending)]
+    return PlanResult(cycles, result.usage, result.policy, result.workloads)

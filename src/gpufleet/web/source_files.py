@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 
 from gpufleet.api.manifests import Manifests
-from gpufleet.scheduling.snapshot_plan import run_cycles
+from gpufleet.scheduling.snapshot_plan import run_cycles, settled
 from gpufleet.web.clusterview import PlannerFacts, build_view
 from gpufleet.web.contract import ClusterView, PreemptionView, SimulationView, SourceKind
 from gpufleet.web.source_static import StaticSource
@@ -26,7 +26,7 @@ class FilesSource(StaticSource):
     def __init__(self, manifests: Manifests, title: str, *, clock: float | None = None) -> None:
         super().__init__()
         self.title = title
-        result = run_cycles(manifests, 1, until_stable=True)
+        result = settled(run_cycles(manifests, 1, until_stable=True))  # the cycles gpufleet plan prints
         policy = result.policy
         assert policy is not None
         pending = {p.workload: p.reason for p in (result.cycles[-1].pending if result.cycles else [])}

@@ -53,7 +53,8 @@ _UNASSIGNED = Assignment()
 class Entry:
     """A nominated head: its assignment, its preemption targets, and what processing decided."""
 
-    __slots__ = ("admitted", "assignment", "cq", "held", "info", "message", "reason", "skipped", "targets")
+    __slots__ = ("admitted", "assignment", "cq", "held", "info", "message", "reason", "room_held", "skipped",
+                 "targets")
 
     def __init__(self, info: WorkloadInfo, cq: CQSpec) -> None:
         self.info = info
@@ -65,6 +66,8 @@ class Entry:
         self.reason = GENERIC  # requeue reason
         self.message = ""
         self.held: dict[FR, int] = {}  # quota it holds back in this cycle's snapshot (resourcesToReserve)
+        # A room an earlier cycle's preemption made for it was still held when it was processed (kueue.room).
+        self.room_held = False
 
     @property
     def cq_name(self) -> str:
@@ -285,9 +288,15 @@ class Cycle:
         e.info.last_tried = None
 
     def _skip(self, e: Entry, message: str) -> None:
+        """Kueue's setSkipped: the next flavor search tries every flavor again, except for a preemptor whose room
+        on nodes was held for it (kueue.room): its search keeps starting at the flavors it made room in, as after
+        the preemption (:meth:`_issue_with_room`). Kueue starts over here too, but its flavor search knows nodes;
+        ours knows quota only, and would take the preemptor to an earlier flavor that fits in quota but not on
+        nodes, to wait for nodes while the room its evictions made is free."""
         e.skipped = True
         e.message = message
-        e.info.last_tried = None
+        if not e.room_held:
+            e.info.last_tried = None
 
     def _process(self, e: Entry) -> None:
         """:meth:`_decide` with the rooms of other nominations held (the cycle decides directly without rooms)."""
@@ -296,6 +305,7 @@ class Cycle:
         if not rooms.nominations:
             self._decide(e)
             return
+        e.room_held = e.info.key in rooms.nominations
         rooms.drop(e.info.key)  # its own room: it is decided again now
         lower = rooms.below(e.info.key, e.info.priority)
         try:

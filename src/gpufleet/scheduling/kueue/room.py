@@ -28,8 +28,9 @@ Two more things keep a preemption from freeing nothing its preemptor uses:
   cycle's snapshot; kube-scheduler keeps a preemptor's nominated node for it against pods of lower or equal
   priority);
 * the cycle makes the preemptor's next flavor search start at the flavors it made room in
-  (``FlavorAssigner.resume_at``): Kueue starts over after a preemption, but its flavor search knows nodes, and ours
-  knows quota only.
+  (``FlavorAssigner.resume_at``), and keeps it there when the preemptor, processed with its room held, is skipped
+  (no longer fits, overlapping targets): Kueue starts over after a preemption and after a skip, but its flavor
+  search knows nodes, and ours knows quota only.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ nodes are known; placements are real as soon as they are decided.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from gpufleet.cluster.state import ClusterState
@@ -178,11 +178,27 @@ class SchedulerState:
             self.unpark_placement(now)
 
     def unpark_placement(self, now: float) -> None:
-        waiting = list(self.placement_parked.values())
-        self.placement_parked.clear()
+        """Wake the workloads parked for nodes, but those with a pod larger than any node (more GPUs than a node
+        has, say): capacity freed on nodes cannot help them, and trying every one of them again at each release
+        cost most of a cycle beside a backlog of such workloads (kube-scheduler's queueing hints skip the same)."""
+        if not self.placement_parked:
+            return
+        largest = self._largest_node()
+        waiting = [i for i in self.placement_parked.values() if not _larger_than_any_node(i, largest)]
         for info in waiting:
+            del self.placement_parked[info.key]
             info.placement_parked = False
         self.queues.unpark_where(waiting, now)
+
+    def _largest_node(self) -> dict[str, int]:
+        """Per resource, the most any node has allocatable (the resources no node has are left out)."""
+        largest: dict[str, int] = {}
+        if self.cluster is not None:
+            for ns in self.cluster.nodes.values():
+                for resource, amount in ns.allocatable.items():
+                    if amount > largest.get(resource, 0):
+                        largest[resource] = amount
+        return largest
 
     def settled(self) -> bool:
         """Whether another cycle would change nothing: the last one admitted and preempted nothing, no quota was
@@ -208,3 +224,14 @@ class SchedulerState:
             yield from q.pending()
         yield from self.no_quota.values()
         yield from self.unqueued.values()
+
+
+def _larger_than_any_node(info: WorkloadInfo, largest: Mapping[str, int]) -> bool:
+    """Whether one of the workload's pods asks more of a resource than any node has allocatable (only resources
+    some node has are judged: the others are for placement's own checks)."""
+    for ps in info.podsets:
+        for resource, amount in ps.template.requests.items():
+            most = largest.get(resource)
+            if most is not None and amount > most:
+                return True
+    return False
