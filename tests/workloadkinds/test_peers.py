@@ -99,16 +99,16 @@ def test_kai_quick_start_queues_run_work_on_idle_capacity_quota_only() -> None:
     assert not m.problems.errors
     admitted, pending = _admitted_and_pending(m)
     assert admitted == {"default/gpu-pod", "default/cpu-only-pod"}, pending
-    # quota 0, limit -1: nothing deserved, no cap; the parent is a Cohort under the cluster's Cohort "kai"
+    # quota 0, limit -1: nothing deserved, no cap; the parent is a Cohort under the cluster's Cohort "kai:(root)"
     assert _quotas(m, "kai:default-queue")["nvidia.com/gpu"] == (0, None)
     (leaf,) = [cq for cq in m.cluster_queues if cq.name == "kai:default-queue"]
     assert leaf.cohort == "kai:default-parent-queue" and leaf.preemption.reclaim_within_cohort == "Any"
-    assert {c.name: c.parent for c in m.cohorts} == {"kai:default-parent-queue": "kai", "kai": None}
+    assert {c.name: c.parent for c in m.cohorts} == {"kai:default-parent-queue": "kai:(root)", "kai:(root)": None}
 
 
 def test_kai_pool_is_the_clusters_capacity_beyond_what_the_queues_deserve() -> None:
     m = manifests(_KAI_QUICKSTART + _KAI_PODS + _ONE_GPU_NODE)
-    assert _quotas(m, "kai")["nvidia.com/gpu"] == (2, None)  # 2 GPUs in the cluster, 0 deserved
+    assert _quotas(m, "kai:(root)")["nvidia.com/gpu"] == (2, None)  # 2 GPUs in the cluster, 0 deserved
     admitted, _ = _admitted_and_pending(m)
     assert admitted == {"default/gpu-pod", "default/cpu-only-pod"}
 
@@ -145,7 +145,7 @@ spec:
     weights = {cq.name: cq.fair_weight for cq in m.cluster_queues}
     assert weights["kai:team-a"] == 3.0 and weights["kai:team-b"] == 1.0
     assert [c.fair_weight for c in m.cohorts if c.name == "kai:research"] == [2.0]
-    assert _quotas(m, "kai")["nvidia.com/gpu"] == (0, None)  # 2 GPUs, 8 deserved: nothing beyond
+    assert _quotas(m, "kai:(root)")["nvidia.com/gpu"] == (0, None)  # 2 GPUs, 8 deserved: nothing beyond
 
 
 def test_queue_warnings_carry_file_and_line() -> None:
@@ -451,15 +451,58 @@ def test_tas_slices_with_a_required_topology_are_said_left_out() -> None:
     assert "team-a/multislice" in pending
 
 
-def test_tas_slices_alone_hold_the_workload_rather_than_place_it_without_topology() -> None:
-    m = manifests(_MULTISLICE.replace(
-        "              kueue.x-k8s.io/podset-required-topology: cloud.provider.com/topology-block\n", "")
-        + _PLAIN_QUEUE)
+# A TAS flavor beside the plain one: 4 nodes of 4 CPUs in 2 racks of one block (Kueue's TAS sample topology).
+_TAS_QUEUE = _PLAIN_QUEUE.replace("    - name: plain\n", """    - name: racks
+      resources:
+      - {name: cpu, nominalQuota: 100}
+    - name: plain
+""") + """---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: racks}
+spec: {nodeLabels: {pool: tas}, topologyName: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata: {name: default}
+spec:
+  levels:
+  - nodeLabel: cloud.provider.com/topology-block
+  - nodeLabel: cloud.provider.com/topology-rack
+""" + "".join(f"""---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n{i}
+  labels: {{kubernetes.io/hostname: n{i}, pool: tas, cloud.provider.com/topology-block: b1,
+           cloud.provider.com/topology-rack: r{i // 2}}}
+status:
+  allocatable: {{cpu: "4", memory: 64Gi, pods: "20"}}
+""" for i in range(4))
+
+_SLICES_ALONE = _MULTISLICE.replace(
+    "              kueue.x-k8s.io/podset-required-topology: cloud.provider.com/topology-block\n", "")
+
+
+def test_tas_slices_alone_are_placed_on_a_flavor_with_a_topology_as_kueue_does() -> None:
+    # Kueue reads a slice-only request as topology-aware scheduling anywhere in the flavor's topology: never on a
+    # flavor without one (where gpufleet used to place it), never held forever (what gpufleet did next).
+    m = manifests(_SLICES_ALONE + _PLAIN_QUEUE)
     assert not m.problems.errors
     (w,) = [w for w in m.problems.warnings if "slices of 4 pods" in w.message]
-    assert w.code == LEFT_OUT and "held pending" in w.message
+    assert w.code == LEFT_OUT and "on a flavor with a topology" in w.message
+    assert w.line == _line_of(_SLICES_ALONE, "podset-slice-required-topology:")
+    assert w.field == ("spec.replicatedJobs[0].template.spec.template.metadata.annotations."
+                       "kueue.x-k8s.io/podset-slice-required-topology")
     admitted, pending = _admitted_and_pending(m)
-    assert not admitted and "slices of 4 pods" in pending["team-a/multislice"]
+    assert not admitted and "does not support TopologyAwareScheduling" in pending["team-a/multislice"]
+    admitted, pending = _admitted_and_pending(manifests(_SLICES_ALONE + _TAS_QUEUE))
+    assert admitted == {"team-a/multislice"}, pending
+
+
+def _line_of(text: str, needle: str) -> int:
+    """The line of ``needle`` in a document given to :func:`manifests` (its text's first line is line 1)."""
+    return next(i for i, line in enumerate(text.split("\n"), 1) if needle in line)
 
 
 def test_malformed_slices_are_errors_as_kueues_webhook_refuses_them() -> None:
@@ -469,7 +512,94 @@ def test_malformed_slices_are_errors_as_kueues_webhook_refuses_them() -> None:
         "              kueue.x-k8s.io/podset-slice-required-topology: cloud.provider.com/topology-rack\n", ""))
     assert any("needs kueue.x-k8s.io/podset-slice-required-topology" in e.message for e in alone.problems.errors)
     bad = manifests(_MULTISLICE.replace('podset-slice-size: "4"', 'podset-slice-size: "four"'))
-    assert any("positive whole number" in e.message for e in bad.problems.errors)
+    assert any("whole number of at least 1" in e.message for e in bad.problems.errors)
+
+
+def test_a_slice_size_must_evenly_divide_the_pod_set_and_is_said_at_the_annotation() -> None:
+    # KEP-2724, "PodSet Slice size validation": 3 does not divide the 8 workers
+    text = _MULTISLICE.replace('podset-slice-size: "4"', 'podset-slice-size: "3"')
+    m = manifests(text + _PLAIN_QUEUE)
+    (e,) = m.problems.errors
+    assert "does not evenly divide the pod set's 8 pods" in e.message
+    assert e.line == _line_of(text, "podset-slice-size:")
+    assert e.field == ("spec.replicatedJobs[0].template.spec.template.metadata.annotations."
+                       "kueue.x-k8s.io/podset-slice-size")
+    assert not m.controllers.owners  # refused, as Kueue's webhook refuses it
+
+
+def test_a_jobsets_slice_size_defaults_to_its_jobs_parallelism() -> None:
+    no_size = _MULTISLICE.replace('              kueue.x-k8s.io/podset-slice-size: "4"\n', "")
+    m = manifests(no_size + _PLAIN_QUEUE)
+    assert not m.problems.errors, [str(e) for e in m.problems.errors]
+    assert any("slices of 4 pods" in w.message for w in m.problems.warnings)  # parallelism 4: each Job a slice
+    # any other kind must give the size
+    job = manifests("""
+apiVersion: batch/v1
+kind: Job
+metadata: {name: sliced, namespace: team-a, labels: {kueue.x-k8s.io/queue-name: tas-queue}}
+spec:
+  parallelism: 4
+  completions: 4
+  template:
+    metadata:
+      annotations:
+        kueue.x-k8s.io/podset-slice-required-topology: cloud.provider.com/topology-rack
+    spec:
+      restartPolicy: Never
+      containers: [{name: w, image: busybox}]
+""")
+    (e,) = job.problems.errors
+    assert "needs kueue.x-k8s.io/podset-slice-size" in e.message and e.line == 11
+
+
+def test_tas_slices_alone_on_a_kueue_workload_object_need_a_flavor_with_a_topology_too() -> None:
+    text = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata: {name: sliced, namespace: team-a}
+spec:
+  queueName: tas-queue
+  podSets:
+  - name: workers
+    count: 8
+    template:
+      metadata:
+        annotations:
+          kueue.x-k8s.io/podset-slice-required-topology: cloud.provider.com/topology-rack
+          kueue.x-k8s.io/podset-slice-size: "4"
+      spec:
+        restartPolicy: Never
+        containers:
+        - {name: worker, image: busybox, resources: {requests: {cpu: "1"}}}
+"""
+    m = manifests(text + _PLAIN_QUEUE)
+    assert not m.problems.errors, [str(e) for e in m.problems.errors]
+    (w,) = [w for w in m.problems.warnings if "slices of 4 pods" in w.message]
+    assert w.line == _line_of(text, "podset-slice-required-topology:")
+    assert w.field == "spec.podSets[0].template.metadata.annotations.kueue.x-k8s.io/podset-slice-required-topology"
+    admitted, pending = _admitted_and_pending(m)
+    assert not admitted and "does not support TopologyAwareScheduling" in pending["team-a/sliced"]
+    admitted, _ = _admitted_and_pending(manifests(text + _TAS_QUEUE))
+    assert admitted == {"team-a/sliced"}
+    bad = text.replace('podset-slice-size: "4"', 'podset-slice-size: "3"')
+    (e,) = manifests(bad + _PLAIN_QUEUE).problems.errors
+    assert "does not evenly divide" in e.message and e.line == _line_of(bad, "podset-slice-size:")
+
+
+def test_a_pods_malformed_slices_are_said_at_the_annotation() -> None:
+    text = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  annotations:
+    kueue.x-k8s.io/podset-slice-size: "1"
+spec:
+  containers: [{name: c, image: busybox}]
+"""
+    (e,) = manifests(text).problems.errors
+    assert "needs kueue.x-k8s.io/podset-slice-required-topology" in e.message
+    assert e.line == 7 and e.field == "metadata.annotations.kueue.x-k8s.io/podset-slice-size"
 
 
 # ---- 5. HAMi --------------------------------------------------------------------------------------------------
@@ -559,31 +689,6 @@ def test_one_fractional_rule_serves_the_parser_and_the_webhook() -> None:
     assert is_fractional({"gpu-memory": "2000"}, ["nvidia.com/gpucores"])  # HAMi's share is not a device
 
 
-def test_tas_slices_alone_on_a_kueue_workload_object_hold_it_too() -> None:
-    m = manifests("""
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: Workload
-metadata: {name: sliced, namespace: team-a}
-spec:
-  queueName: tas-queue
-  podSets:
-  - name: workers
-    count: 8
-    template:
-      metadata:
-        annotations:
-          kueue.x-k8s.io/podset-slice-required-topology: cloud.provider.com/topology-rack
-          kueue.x-k8s.io/podset-slice-size: "4"
-      spec:
-        restartPolicy: Never
-        containers:
-        - {name: worker, image: busybox, resources: {requests: {cpu: "1"}}}
-""" + _PLAIN_QUEUE)
-    assert not m.problems.errors, [str(e) for e in m.problems.errors]
-    admitted, pending = _admitted_and_pending(m)
-    assert not admitted and "slices of 4 pods" in pending["team-a/sliced"]
-
-
 def test_a_pod_volcano_schedules_without_a_queue_is_in_volcanos_default_queue() -> None:
     m = manifests(_VOLCANO_DEPLOYMENT.replace("      annotations: {scheduling.volcano.sh/queue-name: test}\n", ""))
     (w,) = build_workloads(m)
@@ -599,6 +704,125 @@ def test_kai_queue_naming_a_missing_parent_is_a_top_level_queue_said_so() -> Non
     (w,) = [w for w in m.problems.warnings if "parentQueue default-parent-queue" in w.message]
     assert w.file == "queues.yaml" and w.field == "spec.parentQueue"
     (leaf,) = [cq for cq in m.cluster_queues if cq.name == "kai:default-queue"]
-    assert leaf.cohort == "kai"
+    assert leaf.cohort == "kai:(root)"
     admitted, _ = _admitted_and_pending(m)
     assert admitted == {"default/gpu-pod", "default/cpu-only-pod"}
+
+
+# ---- review of issue 29: KAI's quota-less queues, names that cannot collide, one Volcano default --------------
+
+def test_a_kai_queue_with_only_a_limit_deserves_nothing_and_borrows_up_to_its_limit() -> None:
+    # KAI's quota is a plain number: unset is 0 deserved (Volcano's capability-only queue is another matter)
+    m = manifests("""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: capped}
+spec:
+  resources:
+    gpu: {limit: 4}
+---
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: other}
+spec:
+  resources:
+    gpu: {quota: 2, limit: -1}
+""" + _ONE_GPU_NODE.replace("count: 2}", "count: 8}"))
+    assert _quotas(m, "kai:capped")["nvidia.com/gpu"] == (0, 4)
+    assert _quotas(m, "kai:other")["nvidia.com/gpu"] == (2, None)
+    assert m.controllers.kai_deserved["nvidia.com/gpu"] == 2  # only quotas are deserved
+    assert _quotas(m, "kai:(root)")["nvidia.com/gpu"] == (6, None)  # 8 GPUs, 2 deserved
+
+
+def test_queues_made_for_kai_and_volcano_cannot_collide_with_the_inputs_own() -> None:
+    own = """
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Cohort
+metadata: {name: kai}
+spec: {}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Cohort
+metadata: {name: volcano}
+spec: {}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpufleet-any-node}
+spec: {nodeLabels: {pool: nowhere}}
+"""
+    m = manifests(_KAI_QUICKSTART + _KAI_PODS + "---" + _VOLCANO_DEPLOYMENT + own)
+    assert not m.problems.errors, [str(e) for e in m.problems.errors]
+    made = {c.name for c in m.cohorts if c.meta.source is None} | {cq.cohort for cq in m.cluster_queues}
+    assert {"kai:(root)", "volcano:(root)"} <= made and not made & {"kai", "volcano"}
+    assert {f.name for f in m.flavors} == {"gpufleet-any-node", "gpufleet:any-node"}
+    # the user's flavor (with node labels no node has) is not the one the translated queues use
+    admitted, _ = _admitted_and_pending(m)
+    assert {"default/gpu-pod", "default/cpu-only-pod"} <= admitted
+
+
+_VOLCANO_PYTORCH = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: pt, namespace: ml}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          schedulerName: volcano
+          containers: [{name: pytorch, image: x, resources: {requests: {cpu: "1"}}}]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          schedulerName: volcano
+          containers: [{name: pytorch, image: x, resources: {requests: {cpu: "1"}}}]
+"""
+
+
+def test_volcanos_default_queue_is_one_rule_for_every_kind() -> None:
+    m = manifests(_VOLCANO_PYTORCH)
+    (w,) = build_workloads(m)
+    assert w.queue == "volcano:default"  # as a Deployment's or a pod's
+    assert "volcano:default" in {cq.name for cq in m.cluster_queues}
+    admitted, _ = _admitted_and_pending(m)
+    assert admitted == {"ml/pt"}
+    named = _VOLCANO_PYTORCH.replace("    Worker:\n      replicas: 2\n      template:\n",
+                                     "    Worker:\n      replicas: 2\n      template:\n        metadata:\n"
+                                     "          annotations: {scheduling.volcano.sh/queue-name: test}\n")
+    m = manifests(_VOLCANO_DEPLOYMENT.split("---")[0] + "---\n" + named)
+    assert build_workloads(m)[0].queue == "volcano:test"  # Volcano reads the queue on the pods
+    job = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: j}
+spec:
+  template:
+    spec:
+      schedulerName: volcano
+      restartPolicy: Never
+      containers: [{name: c, image: x}]
+"""
+    assert build_workloads(manifests(job))[0].queue == "volcano:default"
+    ray = _KUBERAY_VOLCANO.replace("    volcano.sh/queue-name: kuberay-test-queue\n", "")
+    assert build_workloads(manifests(ray))[0].queue == "volcano:default"  # KubeRay's ray.io/scheduler-name
+    assert build_workloads(manifests(job.replace("volcano", "default-scheduler")))[0].queue is None
+
+
+def test_pods_of_a_missing_volcano_pod_group_are_in_volcanos_default_queue_too() -> None:
+    m = manifests("""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  annotations: {scheduling.k8s.io/group-name: absent}
+spec:
+  schedulerName: volcano
+  containers: [{name: c, image: x}]
+""")
+    (w,) = build_workloads(m)
+    assert w.queue == "volcano:default"
+    assert ("volcano:default", "default") in {(lq.meta.name, lq.meta.namespace) for lq in m.local_queues}

@@ -159,7 +159,7 @@ def test_kai_queue_tree_and_queue_label() -> None:
     gpu = cq.resource_groups[0].flavors[0].resources["nvidia.com/gpu"]
     assert (gpu.nominal, gpu.borrowing_limit) == (4, 4) and cq.cohort == "kai:default"
     # the parent queue (only leaves take work), under the cluster's Cohort, which KAI's top-level queues divide
-    assert {c.name: c.parent for c in m.cohorts} == {"kai:default": "kai", "kai": None}
+    assert {c.name: c.parent for c in m.cohorts} == {"kai:default": "kai:(root)", "kai:(root)": None}
 
 
 ALL = [e.sample for e in EXPECT] + ["job.yaml"]

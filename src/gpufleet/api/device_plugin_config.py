@@ -169,9 +169,13 @@ def _list_strategy(r: FieldReader) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def _time_slicing(r: FieldReader, mig_strategy: str, at: dict[str, tuple[str, int]]
+def _time_slicing(r: FieldReader, mig_strategy: str, at: dict[str, tuple[str, int]], agent: bool
                   ) -> tuple[dict[str, int], bool, bool]:
-    """The replicas per resource (``at`` gets where each is written), renameByDefault, failRequestsGreaterThanOne."""
+    """The replicas per resource (``at`` gets where each is written), renameByDefault, failRequestsGreaterThanOne.
+
+    More than 64 replicas is refused where the node agent reads its --config (it makes a device per replica);
+    for what a node offers (``agent`` False: plan, validate) it is only a warning, as NVIDIA's plugin has no such
+    limit, below the devices a node may advertise (4,096), which bounds what a plan makes."""
     _unknown(r, _TIME_SLICING)
     replicas: dict[str, int] = {}
     for item in r.items("resources"):
@@ -182,9 +186,14 @@ def _time_slicing(r: FieldReader, mig_strategy: str, at: dict[str, tuple[str, in
         name = item.text("name", required=True)
         # Bounded here, before anything is made per replica: 1,000,000 replicas would otherwise become a million
         # devices on every GPU of every node running the agent.
-        count = item.integer("replicas", required=True, maximum=limits.REPLICAS_PER_GPU)
+        count = item.integer("replicas", required=True,
+                             maximum=limits.REPLICAS_PER_GPU if agent else limits.DEVICES_PER_NODE)
         if name is None or count is None:
             continue
+        if count > limits.MAX_REPLICAS_PER_GPU:
+            item.warning(f"{count:,} replicas are more than gpufleet's node agent takes: "
+                         f"{limits.REPLICAS_PER_GPU.says()}; NVIDIA's device plugin has no such limit, and plan "
+                         "and validate read the config as it is", "replicas")
         if name != GPU_RESOURCE and not name.startswith("nvidia.com/mig-"):
             item.error(f"{name} cannot be time-sliced", "name",
                        fix="name nvidia.com/gpu or a MIG resource such as nvidia.com/mig-1g.10gb")
@@ -260,7 +269,7 @@ def read_config(doc: Document, problems: Problems, *, for_node_agent: bool = Tru
                               "--inventory-only")
         ts = sharing.obj("timeSlicing")
         if ts is not None:
-            replicas, rename, fail_gt1 = _time_slicing(ts, mig, replicas_at)
+            replicas, rename, fail_gt1 = _time_slicing(ts, mig, replicas_at, agent)
     config = AgentDeviceConfig(
         sharing=DevicePluginConfig(mig_strategy=cast(Any, mig), time_slicing=replicas, rename_by_default=rename,
                                    fail_requests_greater_than_one=fail_gt1),

@@ -7,7 +7,9 @@ mutating webhook (:mod:`gpufleet.kube.webhook`) both call.
 * HAMi's resources: ``nvidia.com/gpu`` with ``nvidia.com/gpucores`` (percent of one GPU's compute),
   ``nvidia.com/gpumem`` (MiB per GPU) or ``nvidia.com/gpumem-percentage`` (percent of one GPU's memory). HAMi's
   device plugin hands out the GPU, so such a pod is not fractional in the webhook's sense; the parser reads it as
-  a share of one GPU all the same (:func:`hami_share`).
+  a share of one GPU all the same (:func:`hami_share`). HAMi's resources stay in the pod's requests: a
+  ClusterQueue is charged them as the pod asks them (as Kueue charges them), while placement leaves them out
+  (:func:`placed_requests`): the share is placed on one GPU's thousandths and memory.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpufleet.api.objects import (
     KAI_FRACTION_ANNOTATION,
     KAI_MEMORY_ANNOTATION,
 )
+from gpufleet.gpu.constants import FRACTION_RESOURCE
 
 FRACTION_KEYS = (GPU_FRACTION_ANNOTATION, KAI_FRACTION_ANNOTATION)
 MEMORY_KEYS = (GPU_MEMORY_ANNOTATION, KAI_MEMORY_ANNOTATION)
@@ -32,6 +35,23 @@ HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 HAMI_RESOURCES = (HAMI_CORES, HAMI_MEMORY, HAMI_MEMORY_PERCENT)
 
+# What a pod is charged against ClusterQueue quota that no node's allocatable offers: gpufleet's fraction
+# (thousandths of a GPU) and HAMi's share. Placement leaves them out; the GPU's own thousandths and memory hold
+# the share (gpufleet.cluster.state).
+QUOTA_ONLY: frozenset[str] = frozenset({FRACTION_RESOURCE, *HAMI_RESOURCES})
+
+
+def placed_requests(requests: Mapping[str, int], fraction: bool) -> dict[str, int]:
+    """What a pod takes of a node's allocatable, from its ``requests`` (which are also what its ClusterQueue is
+    charged): less the quota-only resources (:data:`QUOTA_ONLY`) and, for a pod placed as a share of one GPU
+    (``fraction``: HAMi's ``nvidia.com/gpu`` beside its share), its GPU devices, which the share's grant on one
+    GPU stands for. The one rule for every placement: the fit check and the allocation."""
+    if fraction:
+        return {r: v for r, v in requests.items() if r not in QUOTA_ONLY and not r.startswith(GPU_PREFIX)}
+    if QUOTA_ONLY.isdisjoint(requests):
+        return dict(requests)
+    return {r: v for r, v in requests.items() if r not in QUOTA_ONLY}
+
 
 def is_fractional(annotations: Mapping[str, object], gpu_devices: Collection[str]) -> bool:
     """A pod whose ``annotations`` declare a share of one GPU, given the GPU device resources it requests
@@ -41,6 +61,18 @@ def is_fractional(annotations: Mapping[str, object], gpu_devices: Collection[str
         return True
     return any(key in annotations for key in MEMORY_KEYS) and not any(
         r.startswith(GPU_PREFIX) and r not in HAMI_RESOURCES for r in gpu_devices)
+
+
+def hami_conflict(annotations: Mapping[str, object], resources: Collection[str]) -> tuple[str, str] | None:
+    """Why a pod may not be read (the parser's error, the webhook's denial): it asks a HAMi share among
+    ``resources`` and carries a gpufleet or KAI fraction annotation, so two sharers would each split its GPU;
+    (reason, fix), or None when it does not."""
+    hami = [r for r in HAMI_RESOURCES if r in resources]
+    keys = [k for k in (*FRACTION_KEYS, *MEMORY_KEYS) if k in annotations]
+    if not hami or not keys:
+        return None
+    return (f"the pod asks a HAMi share ({', '.join(hami)}) and the annotation {keys[0]}: HAMi and gpufleet (or "
+            f"KAI) would each share its GPU", f"keep one: HAMi's resources or the {keys[0]} annotation")
 
 
 @dataclass(frozen=True, slots=True)

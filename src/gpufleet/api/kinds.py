@@ -20,10 +20,12 @@ from gpufleet.api.errors import LEFT_OUT, shown
 from gpufleet.api.gpushare import (
     FRACTION_KEYS,
     HAMI_CORES,
+    HAMI_MEMORY,
     HAMI_MEMORY_PERCENT,
     HAMI_RESOURCES,
     MEMORY_KEYS,
     HamiShare,
+    hami_conflict,
     hami_share,
     is_fractional,
 )
@@ -119,7 +121,9 @@ def format_amount(resource: str, amount: int) -> str:
 
 
 def _pod_cap(resource: str) -> limits.Limit | None:
-    return limits.GPUS_PER_POD if resource.startswith("nvidia.com/") else None
+    """GPU devices are counted per pod; HAMi's share resources are percentages and MiB of one GPU, bounded where
+    the share is read (:func:`_hami_demand`)."""
+    return limits.GPUS_PER_POD if resource.startswith("nvidia.com/") and resource not in HAMI_RESOURCES else None
 
 
 def _node_cap(resource: str) -> limits.Limit | None:
@@ -348,52 +352,113 @@ def _gpu_models(r: FieldReader, annotations: dict[str, str]) -> tuple[str, ...]:
     return tuple(models)
 
 
-def _gpu_demand(r: FieldReader, requests: ResourceList, annotations: dict[str, str]) -> GpuDemand:
-    demand = _gpu_demand_kind(r, requests, annotations)
+def _gpu_demand(r: FieldReader, requests: ResourceList, annotations: dict[str, str],
+                asks: list[HamiAsk]) -> GpuDemand:
+    demand = _gpu_demand_kind(r, requests, annotations, asks)
     models = _gpu_models(r, annotations)
     if models and demand.kind != "none":
         return replace(demand, models=models)
     return demand
 
 
-def _hami_demand(r: FieldReader, share: HamiShare, others: list[str], annotated: bool) -> GpuDemand:
-    """A pod asking HAMi's share of ``share.gpus`` GPUs (gpufleet.api.gpushare), as gpufleet places it."""
-    if annotated:
-        r.error("a pod asks a HAMi share (nvidia.com/gpucores, nvidia.com/gpumem) and a fraction annotation", "spec",
-                "containers", fix="keep one: HAMi's resources or the fraction annotation")
-        return NO_GPU
-    if others:
-        r.error(f"HAMi's nvidia.com/gpucores and nvidia.com/gpumem share nvidia.com/gpu devices; the pod also asks "
-                f"{', '.join(others)}", "spec", "containers",
-                fix="split the pod, or ask nvidia.com/gpu with HAMi's share alone")
-        return NO_GPU
+# A HAMi share asked by one container: its reader (for the fields errors point at) and what it asks.
+HamiAsk = tuple[FieldReader, HamiShare]
+
+
+def _hami_field(c: FieldReader, resource: str) -> tuple[str, str, str]:
+    """Where a container writes ``resource``: its limits, else its requests (HAMi reads either)."""
+    res = c.raw("resources")
+    lim = res.get("limits") if isinstance(res, dict) else None
+    return "resources", "limits" if isinstance(lim, dict) and resource in lim else "requests", resource
+
+
+def _largest_gpu_memory() -> tuple[int, str]:
+    """The most memory one GPU of the catalog has (MiB), and its model: the bound of a HAMi gpumem share."""
+    from gpufleet.gpu.catalog import DEFAULT_CATALOG
+
+    model = max(DEFAULT_CATALOG, key=lambda m: m.memory_mib)
+    return model.memory_mib, model.key
+
+
+def _hami_share_ok(c: FieldReader, share: HamiShare) -> bool:
+    """A container's HAMi share within HAMi's bounds, else an error at its field."""
     for name, value in ((HAMI_CORES, share.cores), (HAMI_MEMORY_PERCENT, share.memory_percent)):
         if value is not None and value > 100:
-            r.error(f"{name} is a percentage of one GPU: at most 100, got {value}", "spec", "containers",
+            c.error(f"{name} is a percentage of one GPU: at most 100, got {value}", *_hami_field(c, name),
                     fix=f"give {name} from 1 to 100")
-            return NO_GPU
+            return False
+    most, model = _largest_gpu_memory()
+    if share.memory_mib is not None and share.memory_mib > most:
+        c.error(f"{HAMI_MEMORY} is MiB of one GPU's memory: at most {most:,} (the largest GPU in the catalog, "
+                f"{model}), got {share.memory_mib:,}", *_hami_field(c, HAMI_MEMORY),
+                fix=f"give the MiB the container needs on each GPU, at most {most:,}; for all of a GPU's memory "
+                f"drop {HAMI_MEMORY}")
+        return False
     if share.gpus > limits.MAX_GPUS_PER_POD:
-        r.error(f"{GPU}: {share.gpus:,} devices in one pod is too many: {limits.GPUS_PER_POD.says()}", "spec",
-                "containers", fix="a pod runs on one node: ask for at most the devices one node has")
+        c.error(f"{GPU}: {share.gpus:,} devices in one pod is too many: {limits.GPUS_PER_POD.says()}",
+                *_hami_field(c, GPU), fix="a pod runs on one node: ask for at most the devices one node has")
+        return False
+    return True
+
+
+def _hami_whole(share: HamiShare) -> bool:
+    """All of each GPU: no memory share (or all of it), and all of its compute or none given."""
+    return share.exclusive or (share.milli >= 1000 and share.memory_mib is None)
+
+
+def _hami_demand(r: FieldReader, asks: list[HamiAsk], others: list[str], annotations: dict[str, str],
+                 hami: list[str]) -> GpuDemand:
+    """A pod whose containers ask HAMi shares (gpufleet.api.gpushare), as gpufleet places it. HAMi's semantics
+    are per container: each container asking a share gets its own."""
+    conflict = hami_conflict(annotations, hami)
+    if conflict is not None:
+        key = next(k for k in (*FRACTION_KEYS, *MEMORY_KEYS) if k in annotations)
+        r.error(conflict[0], "metadata", "annotations", key, fix=conflict[1])
         return NO_GPU
-    if share.exclusive or (share.milli >= 1000 and share.memory_mib is None):
+    if others:
+        asks[0][0].error(f"HAMi's nvidia.com/gpucores and nvidia.com/gpumem share nvidia.com/gpu devices; the pod "
+                         f"also asks {', '.join(others)}", "resources",
+                         fix="split the pod, or ask nvidia.com/gpu with HAMi's share alone")
+        return NO_GPU
+    if not all(_hami_share_ok(c, share) for c, share in asks):
+        return NO_GPU
+    if len(asks) > 1:
+        names = [str(c.raw("name") or "?") for c, _ in asks]
+        gpus = sum(share.gpus for _, share in asks)
+        mems = [share.memory_mib for _, share in asks if share.memory_mib is not None]
+        if not all(_hami_whole(share) for _, share in asks):  # whole GPUs all: nothing left out
+            asks[1][0].warning(
+                f"containers {', '.join(names)} each ask a HAMi share, which HAMi gives each container on its "
+                f"own; gpufleet plans one share per pod, so the pod is counted as {gpus} whole GPUs (left out)",
+                "resources", fix="ask the share in one container, or expect HAMi to pack more pods than gpufleet "
+                "says", code=LEFT_OUT)
+        if gpus > limits.MAX_GPUS_PER_POD:
+            r.error(f"{GPU}: {gpus:,} devices in one pod is too many: {limits.GPUS_PER_POD.says()}", "spec",
+                    "containers", fix="a pod runs on one node: ask for at most the devices one node has")
+            return NO_GPU
+        return GpuDemand(kind="gpu", count=gpus, resource=GPU, memory_mib=max(mems) if mems else None)
+    c, share = asks[0]
+    if _hami_whole(share):
         return GpuDemand(kind="gpu", count=share.gpus, resource=GPU)  # all of each GPU: HAMi shares it with none
     if share.gpus > 1:
-        r.warning(f"a HAMi share of {share.gpus} GPUs is counted as {share.gpus} whole GPUs: gpufleet's fraction is "
-                  "a share of one GPU (left out)", "spec", "containers",
+        c.warning(f"a HAMi share of {share.gpus} GPUs is counted as {share.gpus} whole GPUs: gpufleet's fraction is "
+                  "a share of one GPU (left out)", *_hami_field(c, GPU),
                   fix="ask nvidia.com/gpu: 1 to plan the share, or expect HAMi to pack more pods than gpufleet says",
                   code=LEFT_OUT)
         return GpuDemand(kind="gpu", count=share.gpus, resource=GPU, memory_mib=share.memory_mib)
     return GpuDemand(kind="fraction", count=1, milli=share.milli, memory_mib=share.memory_mib)
 
 
-def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[str, str]) -> GpuDemand:
+def _gpu_demand_kind(r: FieldReader, requests: ResourceList, annotations: dict[str, str],
+                     asks: list[HamiAsk]) -> GpuDemand:
+    """``asks``: the HAMi shares the pod's containers ask, one per container."""
     gpu_resources = {k: v for k, v in requests.items()
                      if k.startswith("nvidia.com/") and v > 0 and k not in HAMI_RESOURCES}
     hami = hami_share(requests)
     if hami is not None:
-        return _hami_demand(r, hami, sorted(set(gpu_resources) - {GPU}),
-                            any(k in annotations for k in (*FRACTION_KEYS, *MEMORY_KEYS)))
+        # a share asked by init containers alone: read at the pod's level
+        return _hami_demand(r, asks or [(r, hami)], sorted(set(gpu_resources) - {GPU}), annotations,
+                            [h for h in HAMI_RESOURCES if requests.get(h, 0) > 0])
     fraction_text = annotations.get(GPU_FRACTION_ANNOTATION, annotations.get(KAI_FRACTION_ANNOTATION))
     memory_text = annotations.get(GPU_MEMORY_ANNOTATION, annotations.get(KAI_MEMORY_ANNOTATION))
     fraction_key = GPU_FRACTION_ANNOTATION if GPU_FRACTION_ANNOTATION in annotations else KAI_FRACTION_ANNOTATION
@@ -468,10 +533,19 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
     priority: int | None = None
     scheduler = "default-scheduler"
     restart = "Always"
+    asks: list[HamiAsk] = []  # HAMi's shares, one per GPU container (HAMi's semantics are per container)
     if spec is not None:
         containers = list(spec.items("containers", required=True))
         for c in containers:
-            _container_resources(c, requests, limits, pod_validation)
+            own: ResourceList = {}
+            _container_resources(c, own, limits, pod_validation)
+            for k, v in own.items():
+                requests[k] = requests.get(k, 0) + v
+            # read only when the pod asks a HAMi share: then a container asking nvidia.com/gpu alone gets whole
+            # GPUs from HAMi (no memory share)
+            share = hami_share(own) or (HamiShare(own[GPU], None, None, None) if own.get(GPU, 0) > 0 else None)
+            if share is not None:
+                asks.append((c, share))
         for c in spec.items("initContainers"):
             init_req: ResourceList = {}
             init_lim: ResourceList = {}
@@ -495,15 +569,11 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
         priority = spec.integer("priority", minimum=-_INT32, maximum=_INT32)
         scheduler = spec.text("schedulerName", "default-scheduler") or "default-scheduler"
         restart = spec.enum("restartPolicy", ("Always", "OnFailure", "Never"), "Always")
-    gpu = _gpu_demand(r, requests, meta_annotations)
-    if gpu.wants_gpu and any(h in requests for h in HAMI_RESOURCES):
-        # HAMi's share is placed on the GPU's devices, as gpufleet's own fraction (no node offers gpucores/gpumem)
-        for h in HAMI_RESOURCES:
-            requests.pop(h, None)
-        if gpu.kind == "fraction":
-            requests.pop(GPU, None)
-    if gpu.kind == "fraction" and gpu.milli:
-        # Quota for a fractional pod is charged in thousandths of a GPU on a resource of its own.
+    gpu = _gpu_demand(r, requests, meta_annotations, asks)
+    if gpu.kind == "fraction" and gpu.milli and not any(requests.get(h, 0) > 0 for h in HAMI_RESOURCES):
+        # Quota for a fractional pod is charged in thousandths of a GPU on a resource of its own. A HAMi share is
+        # charged as the pod asks it (nvidia.com/gpu, gpucores, gpumem), as Kueue charges it; placement leaves
+        # those to the share's GPU (gpushare.placed_requests).
         requests[FRACTION_RESOURCE] = gpu.milli
     return PodTemplate(
         labels=meta_labels, annotations=meta_annotations, requests=requests, limits=limits,
@@ -977,7 +1047,7 @@ _MAX_GPU_MEMORY_MIB = 16 * 2**20  # 16 TiB: a bound on one GPU's memory, far abo
 
 
 def parse_node_pool(r: FieldReader) -> NodePool | None:
-    from gpufleet.gpu.catalog import DEFAULT_CATALOG
+    from gpufleet.gpu.catalog import DEFAULT_CATALOG, AmbiguousModelError
 
     meta = parse_meta(r, namespaced=False)
     spec = r.obj("spec", required=True)
@@ -1002,10 +1072,15 @@ def parse_node_pool(r: FieldReader) -> NodePool | None:
             gpu_r.error(f"GPU memory {shown(gpu_r.raw('memory'))} is out of range (more than 0, at most 16Ti)",
                         "memory", fix="give one GPU's memory, e.g. memory: 32Gi")
             memory_mib = None
-        found = DEFAULT_CATALOG.find(model)
-        if model and found is None and memory_mib is None and not gpu_r.has("memory"):
-            gpu_r.error(f"unknown GPU model {shown(model)} and no memory given", "model",
-                        fix="add gpu.memory (e.g. 32Gi) or use one of: " + ", ".join(m.key for m in DEFAULT_CATALOG))
+        try:
+            found = DEFAULT_CATALOG.lookup(model)  # the catalog's one rule: a name several models share is refused
+        except AmbiguousModelError as exc:
+            found = None
+            gpu_r.error(str(exc), "model")
+        else:
+            if model and found is None and memory_mib is None and not gpu_r.has("memory"):
+                gpu_r.error(f"unknown GPU model {shown(model)} and no memory given", "model", fix="add gpu.memory "
+                            "(e.g. 32Gi) or use one of: " + ", ".join(m.key for m in DEFAULT_CATALOG))
         layout = None
         mig_text = gpu_r.raw("migLayout")
         if mig_text is not None:

@@ -6,8 +6,10 @@
   mig-manager reads it from;
 * **the NVIDIA device plugin's configuration file** (``version: v1`` with ``flags:`` or ``sharing:``), the file its
   ``--config-file`` names: read as a device-plugin ConfigMap named after the file, key ``default``, the
-  configuration of every node that has no ``nvidia.com/device-plugin.config`` label (a ClusterPolicy that names
-  another ConfigMap still wins, as in a cluster);
+  configuration of every Node manifest that has no ``nvidia.com/device-plugin.config`` label and no gpufleet
+  inventory, when it is the input's only device-plugin ConfigMap (a ClusterPolicy that names another ConfigMap still
+  wins, as in a cluster). It has no effect on NodePools' nodes: their ``spec.sharing`` says how they share. A second
+  such file is refused: which of two ConfigMaps configures a node is the ClusterPolicy's to say;
 * **what gpufleet itself writes**: ``gpufleet advise``'s ``advice.json``, the ``whatif.json`` beside it and
   ``simulate --json``'s KPIs. They are skipped with a warning that says what they are and what reads them, so that
   ``gpufleet validate`` on a folder ``advise -o`` wrote into does not call them broken manifests.
@@ -31,13 +33,15 @@ from gpufleet.api.nvidia_config import (
     NvidiaConfigMap,
     _mig_parted,
 )
-from gpufleet.api.objects import ObjectMeta, SourceRef
+from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION, ObjectMeta, SourceRef
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document
 
 GPU_OPERATOR_NAMESPACE = "gpu-operator"  # the GPU Operator's namespace in NVIDIA's install guide
 DEVICE_PLUGIN_KEY = "default"  # the key of a device-plugin ConfigMap nodes without the label use
 ADVICE_KEYS = frozenset({"objective", "given", "proposal"})
+_DEVICE_PLUGIN_FILE = ("the NVIDIA device plugin's configuration file (version with flags or sharing), not a "
+                       "manifest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +97,25 @@ def recognise(doc: Document, problems: Problems) -> Recognised | None:
         config = read_config(doc, problems, for_node_agent=False, kind="device-plugin config", name=None)
         if problems.error_count > before:
             return Recognised()
+        first = next((w for w in problems.warnings
+                      if w.kind == "device-plugin config" and w.message.startswith(_DEVICE_PLUGIN_FILE)), None)
+        if first is not None:
+            # Two ConfigMaps that could configure the same nodes: the GPU Operator uses the one its ClusterPolicy
+            # names, and the input has no way to say which file that is.
+            problems.error(
+                f"a second device-plugin configuration file: {first.file}:{first.line} is one already, and gpufleet "
+                "cannot tell which of the two configures the nodes",
+                file=doc.file, line=doc.line, kind="device-plugin config",
+                fix="give one file; to keep several, wrap each in a ConfigMap (kubectl create configmap NAME "
+                    f"-n {GPU_OPERATOR_NAMESPACE} --from-file={DEVICE_PLUGIN_KEY}=FILE) and name the one that "
+                    "applies in a ClusterPolicy (spec.devicePlugin.config.name)")
+            return Recognised()
         problems.warning(
-            "the NVIDIA device plugin's configuration file (version with flags or sharing), not a manifest: read as "
-            f"device-plugin ConfigMap {GPU_OPERATOR_NAMESPACE}/{name}, key {DEVICE_PLUGIN_KEY}: the configuration of "
-            f"every GPU node without the label {DEVICE_PLUGIN_CONFIG_LABEL}",
+            f"{_DEVICE_PLUGIN_FILE}: read as device-plugin ConfigMap {GPU_OPERATOR_NAMESPACE}/{name}, key "
+            f"{DEVICE_PLUGIN_KEY}, which configures the GPU Nodes of the input that have neither the label "
+            f"{DEVICE_PLUGIN_CONFIG_LABEL} nor a {GPU_INVENTORY_ANNOTATION} inventory, when it is the input's only "
+            "device-plugin ConfigMap or a ClusterPolicy names it; it does not configure NodePools' nodes (a "
+            "NodePool's spec.sharing says how they share)",
             file=doc.file, line=doc.line, kind="device-plugin config",
             fix=f"in a cluster: kubectl create configmap {name} -n {GPU_OPERATOR_NAMESPACE} "
                 f"--from-file={DEVICE_PLUGIN_KEY}={doc.file}, and name it in the ClusterPolicy "

@@ -86,26 +86,48 @@ def non_finite(value: Any) -> str | None:
 
 
 def _no_constants(name: str) -> Any:
-    raise JsonBodyError(f"{name} is not valid JSON (JSON has no NaN or Infinity)")
+    raise JsonBodyError(f"{name} is not JSON (JSON has no NaN or Infinity)")
 
 
-def loads(data: bytes, *, depth_limit: int) -> Any:
+def loads(data: bytes, *, depth_limit: int, source: str | None = None, limit: str | None = None,
+          fix: str | None = None) -> Any:
     """Strict JSON from UTF-8 bytes: no other encoding, no NaN/Infinity (nor a number too big for a double),
-    nesting at most ``depth_limit``."""
+    nesting at most ``depth_limit``; :class:`JsonBodyError` says why not.
+
+    A body (``source`` None) is named "the body". A file's messages begin with its name, ``source`` (and the
+    line:column where the parser stopped), say which limit the nesting passed (``limit``, e.g. "gpufleet's limit on
+    a simulation result") and end with ``fix``, how to write the file again."""
+    def refuse(message: str, fix_first: str | None = None, at: str = "") -> JsonBodyError:
+        if source is None:
+            return JsonBodyError(f"the body is {message}" if message.startswith("not ") else message)
+        mend = " ".join(x for x in (fix_first, fix) if x)
+        return JsonBodyError(f"{source}{at}: {message}" + (f"; fix: {mend}" if mend else ""))
+
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise JsonBodyError(f"the body is not UTF-8 text (byte {e.start} is invalid)") from None
+        raise refuse(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     depth = max_depth(data)
     if depth > depth_limit:
-        raise JsonBodyError(f"the JSON is nested {depth} levels deep, more than the {depth_limit} allowed")
+        if source is None:
+            raise JsonBodyError(f"the JSON is nested {depth} levels deep, more than the {depth_limit} allowed")
+        raise refuse(f"the JSON is nested {depth:,} levels deep: at most {depth_limit}"
+                     + (f" ({limit}; see docs/limits.md)" if limit else ""))
     try:
         doc = json.loads(text, parse_constant=_no_constants)
-    except JsonBodyError:
-        raise
-    except ValueError as e:  # JSONDecodeError, and int() refusing more than 4,300 digits
-        raise JsonBodyError(f"the body is not valid JSON: {str(e)[:200]}") from None
+    except JsonBodyError as e:
+        raise refuse(str(e)) from None
+    except json.JSONDecodeError as e:
+        if source is None:
+            raise JsonBodyError(f"the body is not valid JSON: {str(e)[:200]}") from None
+        raise refuse(f"not JSON: {e.msg}", at=f":{e.lineno}:{e.colno}") from None
+    except ValueError as e:  # int() refusing more than 4,300 digits
+        raise refuse(f"not valid JSON: {str(e)[:200]}") from None
     where = non_finite(doc)
     if where is not None:
-        raise JsonBodyError(f"the number at {where or 'the top'} is not finite (too big for a double, such as 1e999)")
+        if source is None:
+            raise JsonBodyError(f"the number at {where or 'the top'} is not finite (too big for a double, such as "
+                                "1e999)")
+        raise refuse(f"{where or 'the document'}: the number is not finite (too big for a double, such as 1e999)",
+                     fix_first="write a finite number, or" if fix else "write a finite number")
     return doc

@@ -39,8 +39,11 @@ __all__ = [
     "emit_json",
     "emit_yaml",
     "error",
+    "flush",
+    "guarded",
     "make_table",
     "note",
+    "reader_gone",
     "say",
     "show",
     "stderr",
@@ -56,16 +59,65 @@ PIPE_WIDTH = 4096
 YAML_WIDTH = 1 << 30  # never fold a long string onto a second line in -o yaml
 
 
+_reader_gone = False  # standard output's reader went away (``| head -2``): what is still written is dropped
+
+
 def closed_pipe() -> None:
-    """End the program quietly with status 0 because its reader went away (``gpufleet plan ... | head -2``): a
-    closed pipe is not an error, as with kubectl. Standard output is pointed at /dev/null first, so that the
-    interpreter's last flush finds nowhere to fail."""
+    """Standard output's reader went away (``gpufleet plan ... | head -2``): a closed pipe is not an error, as with
+    kubectl, so the rest of the output is dropped quietly (standard output is pointed at /dev/null, where neither a
+    later write nor the interpreter's last flush can fail) and the command runs on to its own end and exit status:
+    0 for a plan, non-zero where it reports an error. Only standard output's closed pipe is this: a write to
+    anything else that finds its peer gone (standard error, a socket, a child process) is a real failure and is
+    raised as it is."""
+    global _reader_gone
+    _reader_gone = True
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
     except (OSError, ValueError, AttributeError):  # a stream without a file descriptor (a test runner's)
         pass
-    raise SystemExit(0)
+
+
+def reader_gone() -> bool:
+    """Whether standard output's reader has gone away (:func:`closed_pipe`)."""
+    return _reader_gone
+
+
+class GuardedStdout:
+    """Standard output with its closed pipe caught where it is met, in a write or a flush (:func:`closed_pipe`);
+    everything else is the stream's own. :func:`guarded` wraps a stream in one; the application puts one in
+    ``sys.stdout`` for the time of a command, so that what click writes there (help) is covered too."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            closed_pipe()
+            return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            closed_pipe()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def guarded(stream: TextIO) -> TextIO:
+    """``stream`` (standard output) with its closed pipe caught in its writes (:class:`GuardedStdout`)."""
+    return stream if isinstance(stream, GuardedStdout) else GuardedStdout(stream)  # type: ignore[return-value]
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -81,11 +133,12 @@ def _columns() -> int | None:
 
 
 class _Console(Console):
-    """rich's console, but a reader closing the pipe ends the program with status 0 (rich exits 1)."""
+    """rich's console, but a closed pipe is not its business: standard output's is caught below it
+    (:class:`GuardedStdout`), and any other (standard error's) is raised as it is, where rich would point standard
+    output at /dev/null and exit 1."""
 
     def on_broken_pipe(self) -> None:
-        self.quiet = True
-        closed_pipe()
+        raise  # called by rich inside its ``except BrokenPipeError``: re-raise that one
 
 
 def _console(stream: TextIO) -> Console:
@@ -96,8 +149,10 @@ def _console(stream: TextIO) -> Console:
 
 
 def stdout() -> Console:
-    """A console on the current standard output."""
-    return _console(sys.stdout)
+    """A console on the current standard output (quiet once its reader has gone)."""
+    console = _console(guarded(sys.stdout))
+    console.quiet = _reader_gone
+    return console
 
 
 def stderr() -> Console:
@@ -264,6 +319,11 @@ def show(table: Table, *, err: bool = False) -> None:
             console.print(Segments([*_rstrip(line), Segment.line()]), end="", crop=False)
 
 
+def flush() -> None:
+    """Flush standard output: a closed pipe met here is :func:`closed_pipe`'s, not an error."""
+    guarded(sys.stdout).flush()
+
+
 def emit(doc: Any, fmt: str) -> None:
     """A document on standard output in ``fmt``: ``json`` or ``yaml``."""
     if fmt == "json":
@@ -276,15 +336,15 @@ def emit(doc: Any, fmt: str) -> None:
 
 def write(text: str) -> None:
     """Text that is a command's output as it is (YAML, a script), on standard output."""
-    sys.stdout.write(text)
+    guarded(sys.stdout).write(text)
 
 
 def emit_json(doc: Any) -> None:
     """A document as JSON on standard output, exactly (no console in between)."""
-    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    guarded(sys.stdout).write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
 def emit_yaml(doc: Any) -> None:
     """A document as YAML on standard output."""
-    sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, default_flow_style=False,
-                                    width=YAML_WIDTH))
+    guarded(sys.stdout).write(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True,
+                                              default_flow_style=False, width=YAML_WIDTH))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import platform
 import sys
 from typing import Annotated, Any
@@ -26,24 +27,31 @@ from gpufleet.cli.scheduler import scheduler
 
 
 class _Gpufleet(typer.Typer):
-    """The application: a reader that closes the pipe early (``gpufleet plan ... | head -2``) ends every command
-    quietly with status 0 (typer and click would exit 1), whether the write that found the pipe closed was a
-    table's, a document's or the interpreter's last flush."""
+    """The application: a reader that closes standard output early (``gpufleet plan ... | head -2``) is no error
+    (typer and click would exit 1): the rest of the output is dropped and the command ends with its own status, 0
+    for a plan, non-zero where it reports an error (:func:`console.closed_pipe`). Any other closed pipe (standard
+    error, a socket, a child process) is a real failure: raised as it is, where click would exit 1 silently."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        stdout = sys.stdout
+        sys.stdout = console.guarded(stdout)  # click's own writes (help) too
         try:
             try:
                 return super().__call__(*args, **kwargs)
             finally:
-                sys.stdout.flush()  # buffered output meets a closed pipe here, not at the interpreter's exit
-        except BrokenPipeError:
-            console.closed_pipe()
-        except SystemExit:
-            # typer's own handling of EPIPE (click's, vendored): it wraps the streams in a PacifyFlushWrapper and
-            # exits 1
-            if type(sys.stdout).__name__ == "PacifyFlushWrapper":
-                console.closed_pipe()
+                console.flush()  # buffered output meets a closed pipe here, not at the interpreter's exit
+        except SystemExit as exc:
+            failure = exc.__context__
+            if type(sys.stdout).__name__ == "PacifyFlushWrapper" and isinstance(failure, OSError) \
+                    and failure.errno == errno.EPIPE:
+                # click's handling of EPIPE (vendored by typer): it exits 1 without a word, whatever the pipe was;
+                # standard output's never reaches it (caught in its writes), so this one is a real failure
+                sys.stderr = getattr(sys.stderr, "wrapped", sys.stderr)
+                raise failure from None
             raise
+        finally:
+            if isinstance(sys.stdout, console.GuardedStdout) or type(sys.stdout).__name__ == "PacifyFlushWrapper":
+                sys.stdout = stdout
 
 
 app = _Gpufleet(

@@ -8,7 +8,7 @@ import typer
 
 from gpufleet.cli import console
 from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, examples, new_app, output_format, usage_error
-from gpufleet.gpu.catalog import DEFAULT_CATALOG
+from gpufleet.gpu.catalog import DEFAULT_CATALOG, CatalogError
 from gpufleet.gpu.mig import (
     MigError,
     MigGeometry,
@@ -31,33 +31,14 @@ Model = Annotated[str, typer.Argument(help="GPU model, e.g. A100-SXM4-80GB, H100
                                       show_default=False, autocompletion=_complete_model)]
 
 
-def _spelling(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(" ", "-")
-
-
-def _ambiguous(model: str) -> list[str]:
-    """The MIG-capable models a short name could mean (``A100``: the 40 GB and the 80 GB one), when it names
-    more than one and is no model's key or product name exactly; else nothing. The MIG geometry differs between
-    them (a 40 GB A100 has 1g.5gb where an 80 GB one has 1g.10gb), so gpufleet does not pick one."""
-    given = _spelling(model).removeprefix("nvidia-")
-    exact = [m for m in DEFAULT_CATALOG if given in (_spelling(m.key), _spelling(m.product).removeprefix("nvidia-"),
-                                                     _spelling(m.nvml_name).removeprefix("nvidia-"))]
-    if exact:
-        return []
-    meant = [m.key for m in DEFAULT_CATALOG if m.mig_capable and any(
-        _spelling(n).removeprefix("nvidia-").removeprefix("tesla-").startswith(given)
-        for n in (m.key, m.product, m.nvml_name, *m.aliases))]
-    return meant if len(meant) > 1 else []
-
-
 def geometry(model: str) -> MigGeometry:
-    """The MIG geometry of a catalog model (any spelling the catalog knows); a usage error when it has none or
-    when the name is ambiguous (several MIG-capable models answer to it)."""
-    choices = _ambiguous(model)
-    if choices:
-        raise usage_error(f"{model} names {len(choices)} models with different MIG geometries: "
-                          f"{', '.join(choices)}; give one of them", "MODEL")
-    found = DEFAULT_CATALOG.find(model)
+    """The MIG geometry of a catalog model (a key, product name or alias: the catalog's one rule,
+    :meth:`Catalog.lookup`); a usage error when it has none, or when the name is one several models share (``A100``:
+    a 40 GB one has 1g.5gb where an 80 GB one has 1g.10gb, so gpufleet does not pick one)."""
+    try:
+        found = DEFAULT_CATALOG.lookup(model)
+    except CatalogError as exc:
+        raise usage_error(str(exc), "MODEL") from None
     geo = geometry_for(found.key if found else model)
     if geo is None:
         capable = ", ".join(m.key for m in DEFAULT_CATALOG if m.mig_capable)

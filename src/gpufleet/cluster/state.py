@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from gpufleet.api.gpushare import placed_requests
 from gpufleet.api.kinds import FRACTION_RESOURCE
 from gpufleet.api.objects import (
     GPU,
@@ -262,7 +263,10 @@ class ClusterState:
                     g.kind == "replica" and not 0 <= g.slot < len(gpu.replica_holders)):
                 raise InvariantError(f"{node} GPU {g.gpu} has no {g.kind} slot {g.slot} (pod {pod})")
         ids = tuple(grant_device_id(ns.gpus[g.gpu], g) for g in grants)
-        placement = Placement(pod, node, dict(requests), tuple(grants), ids)
+        # What the node is charged: the requests less what only quota is charged (a pod holding only fractions of
+        # GPUs: HAMi's nvidia.com/gpu too, which its share stands for)
+        fraction = bool(grants) and all(g.kind == "fraction" for g in grants)
+        placement = Placement(pod, node, placed_requests(requests, fraction), tuple(grants), ids)
         self._apply(placement)
         if self._log is not None:
             self._log.append((_ALLOC, placement))

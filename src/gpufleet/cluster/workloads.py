@@ -234,8 +234,9 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
             labels=first.meta.labels, annotations=first.meta.annotations, expected_pods=total, order=order,
             origin=first.meta))
     for (system, ns, name), members in adoption.missing_groups.items():
+        first = members[0]
         builder.group_of_pods(ns, name, members, hold=grouping.pod_group_hold(system, name),
-                              queue=queue_of(members[0].meta.labels, members[0].meta.annotations))
+                              queue=queue_of(first.meta.labels, first.meta.annotations, first.template.scheduler_name))
     for owner in owners:
         builder.owner(owner, adoption.claims.get(id(owner), []))
     for wl in manifests.workloads:
@@ -256,7 +257,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
             priority=priority, priority_class=pclass, created=_created(wl.meta), pod_sets=pod_sets,
             pods=pods, admission=wl.admission, labels=wl.meta.labels, annotations=wl.meta.annotations,
             active=wl.active, order=wl.meta.order, uid=wl.meta.uid, gang=sum(ps.count for ps in pod_sets) > 1,
-            origin=wl.meta, hold=None if wl.admission else manifests.controllers.workload_holds.get(wl.meta.key)))
+            origin=wl.meta))
     from gpufleet.cluster.kueue_objects import fold_kueue_workloads
 
     out[:] = fold_kueue_workloads(out)  # a Kueue Workload object and the Job (pods...) it stands for: counted once

@@ -19,7 +19,7 @@ order is the clouds' one. A user overrides any of them from a YAML file (:meth:`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -28,6 +28,16 @@ PriceSource = Literal["guide", "estimate", "user", "unknown"]
 
 class CatalogError(ValueError):
     """An unknown model, or a malformed override; the message says how to fix it."""
+
+
+class AmbiguousModelError(CatalogError):
+    """A name several models share (``A100``: the 40 GB and the 80 GB part) that is none's own name or alias."""
+
+    def __init__(self, name: str, choices: Sequence[str]) -> None:
+        self.name = name
+        self.choices = tuple(choices)
+        super().__init__(f"GPU model {name!r} names {len(self.choices)} models: {', '.join(self.choices)}; give one "
+                         "of them")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +138,7 @@ BUILTIN_MODELS: tuple[GpuModel, ...] = (
     _m("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", 40960, (8, 0), mig=True, nvlinks=12, price=2.9,
        source="estimate", aliases=("a100-40gb", "a100-sxm4-40gb")),
     _m("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 81920, (8, 0), mig=True, nvlinks=12, price=3.2,
-       source="guide", aliases=("a100", "a100-80gb")),
+       source="guide", aliases=("a100-80gb",)),  # not "a100": the 40 GB part is one too
     _m("H100-SXM5-80GB", "NVIDIA H100 80GB HBM3", 81559, (9, 0), mig=True, nvlinks=18, price=7.0,
        source="guide", aliases=("h100", "h100-80gb", "h100-sxm5")),
     _m("H100-NVL-94GB", "NVIDIA H100 NVL", 95830, (9, 0), mig=True, nvlinks=12, price=7.5,
@@ -146,6 +156,12 @@ BUILTIN_MODELS: tuple[GpuModel, ...] = (
 
 def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _bare(normed: str) -> str:
+    """A normalised name without what a product label adds: the vendor, -SHARED, -MIG-<profile>."""
+    normed = re.sub(r"-shared$", "", re.sub(r"-mig-.*$", "", normed))
+    return normed.removeprefix("nvidia-").removeprefix("tesla-")
 
 
 class Catalog:
@@ -181,8 +197,31 @@ class Catalog:
             key = self._index.get(stripped)
         return self._models.get(key) if key is not None else None
 
-    def get(self, name: str) -> GpuModel:
+    def shared_by(self, name: str) -> list[str]:
+        """The models whose names begin with ``name`` as a whole word (``A100``: A100-SXM4-40GB and
+        A100-SXM4-80GB; ``V100-SXM2``: both V100s), when it is none's own name or alias; else nothing."""
+        if self.find(name) is not None:
+            return []
+        given = _bare(_norm(name))
+        if not given:
+            return []
+        return [m.key for m in self if any(n == given or n.startswith(given + "-") for n in (
+            _bare(_norm(x)) for x in (m.key, m.product, m.nvml_name, *m.aliases)))]
+
+    def lookup(self, name: str) -> GpuModel | None:
+        """The one rule for a model's name: a key, product label, NVML name or declared alias names its model
+        (``h100`` is H100-SXM5-80GB's alias); any other name several models share is an
+        :class:`AmbiguousModelError` listing them (``A100``); a name nobody answers to is None."""
         model = self.find(name)
+        if model is not None:
+            return model
+        choices = self.shared_by(name)
+        if len(choices) > 1:
+            raise AmbiguousModelError(name, choices)
+        return None
+
+    def get(self, name: str) -> GpuModel:
+        model = self.lookup(name)
         if model is None:
             known = ", ".join(sorted(self._models))
             raise CatalogError(
@@ -192,8 +231,9 @@ class Catalog:
         return model
 
     def resolve(self, name: str, memory_mib: int | None = None) -> GpuModel:
-        """A known model, or an ad-hoc one when its memory is given (the trace's ``G2``)."""
-        model = self.find(name)
+        """A known model (:meth:`lookup`: a name several models share is an error, memory given or not), or an
+        ad-hoc one when its memory is given (the trace's ``G2``)."""
+        model = self.lookup(name)
         if model is not None:
             if memory_mib is not None and memory_mib != model.memory_mib:
                 return replace(model, memory_mib=memory_mib)

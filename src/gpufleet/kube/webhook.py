@@ -137,12 +137,15 @@ def _compact(value: Any) -> str:
 
 def mutate(pod: Mapping[str, Any], policy: WebhookPolicy) -> tuple[list[JsonDict] | None, str | None]:
     """JSON patch operations for ``pod`` ([] when nothing to do), or (None, why) to deny it."""
-    if not is_fractional(pod):
-        return [], None
     spec = _mapping(pod.get("spec"))
     if (spec.get("schedulerName") or "default-scheduler") != policy.scheduler_name:
         return [], None  # another scheduler's pod: its GPU sharing is not ours to wire
     gpus = _gpu_requests(spec)
+    conflict = gpushare.hami_conflict(_annotations(pod), gpus)
+    if conflict is not None:  # the parser's error (gpufleet.api.kinds): gpufleet would not place it
+        return None, f"{conflict[0]}; {conflict[1]}"
+    if not gpushare.is_fractional(_annotations(pod), gpus):
+        return [], None  # a whole-GPU pod, or HAMi's share alone: the device plugin (HAMi's) hands out the GPU
     if gpus:
         return None, (f"a fractional GPU pod must not also request {', '.join(gpus)}: the device plugin would "
                       "give it whole GPUs of its own choosing; drop the request and keep the fraction annotation")

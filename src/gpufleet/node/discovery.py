@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,13 +189,38 @@ def _check_device_count(gpus: Sequence[PhysicalGpu], config: AgentDeviceConfig) 
     if not shared:  # no replicas to lower: a machine beyond what gpufleet serves
         raise DiscoveryError(message)
     worst = max(shared, key=counts.__getitem__)
-    physical = counts[worst] // sharing.replicas_for(worst)
-    room = (MAX_DEVICES_PER_NODE - (total - counts[worst])) // physical
-    fix = (f"lower the replicas of {worst} to at most {room}" if room >= 2
-           else f"stop time-slicing {worst}, or time-slice fewer resources")
+    physical = {r: counts[r] // sharing.replicas_for(r) for r in shared}
+    room = (MAX_DEVICES_PER_NODE - (total - counts[worst])) // physical[worst]
+    fix = f"lower the replicas of {worst} to at most {room}" if room >= 2 else _fewer_replicas(counts, physical,
+                                                                                              sharing.replicas_for)
     field, line = config.replicas_at.get(worst, ("sharing.timeSlicing", None))
     raise DiscoveryError(str(ManifestError(message, config.source, line, KIND if config.source else None,
                                            field=field, fix=fix)))
+
+
+def _fewer_replicas(counts: Mapping[str, int], physical: Mapping[str, int], replicas: Callable[[str], int]) -> str:
+    """What brings the machine within the limit when lowering one resource's replicas is not enough: the fewest
+    resources to stop time-slicing (those with the most devices first), and the highest replicas, one for every
+    other time-sliced resource, that then fit; each step computed, so that the fix is true of this machine."""
+    fixed = sum(n for r, n in counts.items() if r not in physical)
+    order = sorted(physical, key=lambda r: (-physical[r], r))
+    for k in range(len(order) + 1):
+        stopped, rest = order[:k], order[k:]
+        base = fixed + sum(physical[r] for r in stopped)
+
+        def devices(cap: int, base: int = base, rest: list[str] = rest) -> int:
+            return base + sum(physical[r] * min(replicas(r), cap) for r in rest)
+
+        top = max((replicas(r) for r in rest), default=1)
+        cap = next((c for c in range(top, 1, -1) if devices(c) <= MAX_DEVICES_PER_NODE), None)
+        if cap is None and (rest or base > MAX_DEVICES_PER_NODE):
+            continue
+        steps = [f"stop time-slicing {' and '.join(stopped)}"] if stopped else []
+        lowered = [r for r in rest if cap is not None and replicas(r) > cap]
+        if lowered:
+            steps.append(f"lower the replicas of {' and '.join(lowered)} to at most {cap}")
+        return f"{', and '.join(steps)} ({devices(cap or 1):,} devices)"
+    return "none: even without time-slicing this machine has more GPU devices than gpufleet serves"
 
 
 def discover(machine: Machine, config: AgentDeviceConfig, *, unhealthy_gpus: Collection[int] = (),

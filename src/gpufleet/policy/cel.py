@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufleet.api.gpushare import FRACTION_KEYS, HAMI_RESOURCES, MEMORY_KEYS
 from gpufleet.api.objects import VISIBLE_DEVICES_FIELD_PATH as FIELD_PATH
 from gpufleet.policy.containers import (
-    FRACTION_ANNOTATIONS,
     GPU_PREFIX,
     GPUFLEET_FRACTION_ANNOTATIONS,
     KAI_FRACTION_CONTAINER_ANNOTATION,
@@ -66,15 +66,24 @@ def _annotated(keys: tuple[str, ...]) -> str:
             + ", ".join(f"'{a}'" for a in keys) + "].exists(a, a in t.metadata.annotations))")
 
 
-FRACTIONAL = _annotated(FRACTION_ANNOTATIONS)
+_HAMI = "[" + ", ".join(f"'{r}'" for r in HAMI_RESOURCES) + "]"
+# A container asking a GPU device: an nvidia.com/ resource other than HAMi's share (gpushare.is_fractional).
+_DEVICE_CONTAINER = (f"({_names('requests')}.exists(k, k.startsWith('{GPU_PREFIX}') && !(k in {_HAMI})) || "
+                     f"{_names('limits')}.exists(k, k.startsWith('{GPU_PREFIX}') && !(k in {_HAMI})))")
+# gpushare.is_fractional: a share annotation, or a memory annotation on a pod asking no GPU device.
+FRACTIONAL = (f"({_annotated(FRACTION_KEYS)} || ({_annotated(MEMORY_KEYS)} && "
+              f"!{ALL_CONTAINERS}.exists(c, {_DEVICE_CONTAINER})))")
 GPU_POD = f"({FRACTIONAL} || {ALL_CONTAINERS}.exists(c, {GPU_CONTAINER}))"
 # KAI's fraction goes to the container gpu-fraction-container-name names, else to the first one.
 _KAI_NAMED = f"t.metadata.annotations['{KAI_FRACTION_CONTAINER_ANNOTATION}']"
+_KAI_CHOSEN = (f"({_annotated((KAI_FRACTION_CONTAINER_ANNOTATION,))} ? (has(c.name) && c.name == {_KAI_NAMED}) : "
+               f"(size({CONTAINERS}) > 0 && c == {CONTAINERS}[0]))")
 KAI_CONTAINERS = (f"({_annotated((KAI_FRACTION_CONTAINER_ANNOTATION,))} ? "
                   f"{ALL_CONTAINERS}.filter(c, has(c.name) && c.name == {_KAI_NAMED}) : "
                   f"(size({CONTAINERS}) > 0 ? [{CONTAINERS}[0]] : []))")
-GPU_CONTAINERS = (f"({_annotated(GPUFLEET_FRACTION_ANNOTATIONS)} ? {CONTAINERS} : {FRACTIONAL} ? "
-                  f"{KAI_CONTAINERS} + {ALL_CONTAINERS}.filter(c, {GPU_CONTAINER}) : "
+# containers.gpu_containers: the chosen container first, then the others asking a GPU, each once.
+GPU_CONTAINERS = (f"({FRACTIONAL} ? ({_annotated(GPUFLEET_FRACTION_ANNOTATIONS)} ? {CONTAINERS} : "
+                  f"{KAI_CONTAINERS} + {ALL_CONTAINERS}.filter(c, {GPU_CONTAINER} && !{_KAI_CHOSEN})) : "
                   f"{ALL_CONTAINERS}.filter(c, {GPU_CONTAINER}))")
 
 

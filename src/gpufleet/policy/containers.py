@@ -6,16 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpufleet.api.objects import (
-    GPU_FRACTION_ANNOTATION,
-    GPU_MEMORY_ANNOTATION,
-    KAI_FRACTION_ANNOTATION,
-    KAI_MEMORY_ANNOTATION,
-)
+from gpufleet.api import gpushare
+from gpufleet.api.objects import GPU_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION
 from gpufleet.policy.model import RawTemplate
 
 GPU_PREFIX = "nvidia.com/"  # the parser's GPU resources (gpufleet.api.kinds): every nvidia.com/ resource
-FRACTION_ANNOTATIONS = (GPU_FRACTION_ANNOTATION, KAI_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION, KAI_MEMORY_ANNOTATION)
 GPUFLEET_FRACTION_ANNOTATIONS = (GPU_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION)
 # KAI's: the one container a KAI fraction (gpu-fraction, gpu-memory) is given to; without it, the first container.
 KAI_FRACTION_CONTAINER_ANNOTATION = "gpu-fraction-container-name"
@@ -51,9 +46,11 @@ def gpu_resources(c: Mapping[str, Any]) -> list[str]:
 
 
 def is_fractional(t: RawTemplate) -> bool:
-    """The template carries a GPU share or GPU memory annotation (gpufleet's or KAI's)."""
+    """The parser's and the webhook's rule (gpufleet.api.gpushare.is_fractional): a GPU share annotation, or a GPU
+    memory annotation on a pod that asks no GPU device (gpufleet's or KAI's annotations; on a pod asking
+    nvidia.com/gpu, the memory annotation is a hint for its whole GPUs)."""
     annotations = mapping(t.metadata.get("annotations"))
-    return any(key in annotations for key in FRACTION_ANNOTATIONS)
+    return gpushare.is_fractional(annotations, [r for _, c in containers(t) for r in gpu_resources(c)])
 
 
 def is_gpu_pod(t: RawTemplate) -> bool:
@@ -61,20 +58,21 @@ def is_gpu_pod(t: RawTemplate) -> bool:
 
 
 def gpu_containers(t: RawTemplate) -> list[tuple[str, Mapping[str, Any]]]:
-    """The containers that use a GPU: those naming an nvidia.com/ resource; in a pod with gpufleet's fraction
-    annotations, every (regular) container, since gpufleet's webhook shows each the shared GPU; in a pod with
+    """The containers that use a GPU: those naming an nvidia.com/ resource; in a fractional pod (:func:`is_fractional`)
+    with gpufleet's annotations, every (regular) container, since gpufleet's webhook shows each the shared GPU; with
     only KAI's, the one container KAI gives the fraction to: the one ``gpu-fraction-container-name`` names (a
-    regular or an init container), else the first (KAI's convention), beside any naming an nvidia.com/ resource."""
+    regular or an init container), else the first (KAI's convention), beside any naming an nvidia.com/ resource;
+    each once."""
+    if not is_fractional(t):
+        return [(p, c) for p, c in containers(t) if gpu_resources(c)]
     annotations = mapping(t.metadata.get("annotations"))
     if any(key in annotations for key in GPUFLEET_FRACTION_ANNOTATIONS):
         return list(containers(t, init=False))
-    if is_fractional(t):
-        name = annotations.get(KAI_FRACTION_CONTAINER_ANNOTATION)
-        chosen = ([(p, c) for p, c in containers(t) if c.get("name") == name] if isinstance(name, str)
-                  else list(containers(t, init=False))[:1])
-        paths = {p for p, _ in chosen}
-        return chosen + [(p, c) for p, c in containers(t) if gpu_resources(c) and p not in paths]
-    return [(p, c) for p, c in containers(t) if gpu_resources(c)]
+    name = annotations.get(KAI_FRACTION_CONTAINER_ANNOTATION)
+    chosen = ([(p, c) for p, c in containers(t) if c.get("name") == name] if isinstance(name, str)
+              else list(containers(t, init=False))[:1])
+    paths = {p for p, _ in chosen}
+    return chosen + [(p, c) for p, c in containers(t) if gpu_resources(c) and p not in paths]
 
 
 def declares(c: Mapping[str, Any], resource: str) -> bool:

@@ -9,7 +9,6 @@ how to make a new one. Beside the runs, an ``advice`` (``gpufleet advise -o DIR`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +68,6 @@ def check_result(doc: Any, path: str) -> tuple[dict[str, Any], ...]:
     return tuple(runs)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (a number must be finite)")
-
-
 def _read(path: Path) -> bytes:
     """The file's bytes as every input file is read (docs/limits.md): a regular file (a FIFO would block the
     start, ``/dev/zero`` never ends), within the limit on a result."""
@@ -85,27 +80,14 @@ def _read(path: Path) -> bytes:
 
 
 def _parse(data: bytes, path: Path) -> Any:
-    """The JSON of a result, its nesting bounded before the parser recurses and every number finite: a KPI
-    written ``1e999`` reads as infinity, which passes the checks and then cannot be served as JSON."""
-    depth = safejson.max_depth(data)
-    if depth > MAX_RESULT_DEPTH:
-        raise SimulationResultError(f"{path}: the JSON is nested {depth:,} levels deep: at most {MAX_RESULT_DEPTH} "
-                                    f"(gpufleet's limit on a simulation result; see docs/limits.md); fix: {REWRITE}")
+    """The JSON of a result as every untrusted JSON is read (:func:`safejson.loads`): its nesting bounded before the
+    parser recurses, every number finite (a KPI written ``1e999`` reads as infinity, which passes the checks and
+    then cannot be served as JSON); the file name, and the line:column where the parser stopped, in the error."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SimulationResultError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as e:
-        raise SimulationResultError(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from e
-    except ValueError as e:  # NaN or Infinity, or an integer of more than 4,300 digits
-        raise SimulationResultError(f"{path}: {str(e)[:200]}; fix: {REWRITE}") from e
-    where = safejson.non_finite(doc)
-    if where is not None:
-        raise SimulationResultError(f"{path}: {where or 'the document'}: the number is not finite (too big for a "
-                                    f"double, such as 1e999); fix: write a finite number, or {REWRITE}")
-    return doc
+        return safejson.loads(data, depth_limit=MAX_RESULT_DEPTH, source=str(path),
+                              limit="gpufleet's limit on a simulation result", fix=REWRITE)
+    except safejson.JsonBodyError as e:
+        raise SimulationResultError(str(e)) from None
 
 
 def load_result(path: Path) -> SimulationView:

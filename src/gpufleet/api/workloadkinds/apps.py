@@ -11,7 +11,7 @@ from gpufleet.api.kinds import parse_label_selector, parse_meta
 from gpufleet.api.objects import LabelSelector, ObjectMeta, PodTemplate
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.workloadkinds import names
-from gpufleet.api.workloadkinds.common import check_plan, count, pod_queue, queue_key, queue_label, read_template
+from gpufleet.api.workloadkinds.common import check_plan, count, queue_key, queue_label, read_template
 from gpufleet.api.workloadkinds.model import PodName, PodSetPlan, WorkloadOwner, WorkloadPlan
 from gpufleet.api.workloadkinds.table import RULES
 
@@ -40,8 +40,8 @@ def _owner(r: FieldReader, kind: str, meta: ObjectMeta, template: PodTemplate, s
            replicas: int, pod_name: PodName) -> WorkloadOwner | None:
     # Kueue reads the queue on the object (and copies it to the pods); one on the pod template works too.
     queue, system = queue_label(meta.labels)
-    if queue is None:  # Volcano reads its queue annotation on the pods
-        queue, system = pod_queue(template.labels, template.annotations, template.scheduler_name)
+    if queue is None:  # Volcano reads its queue annotation on the pods (its default queue: volcano_default_queue)
+        queue, system = queue_label(template.labels, template.annotations)
     owner = WorkloadOwner(meta=meta, rule=RULES[("apps", kind)],
                           workloads=[WorkloadPlan(meta.name, [PodSetPlan("main", replicas, template, pod_name)])],
                           queue=queue_key(queue, system), labels={**template.labels, **meta.labels},

@@ -158,7 +158,7 @@ def parse_job_set(r: FieldReader) -> WorkloadOwner | None:
         per_job = job_spec.pod_count
         total = replicas * per_job
         pod_name = _jobset_pod_name(ns, meta.name, name, per_job, job_spec.indexed)
-        pod_sets.append(PodSetPlan(name, total, job_spec.template, pod_name))
+        pod_sets.append(PodSetPlan(name, total, job_spec.template, pod_name, slice_default=job_spec.parallelism))
     if not pod_sets:
         return None
     queue, system = queue_label(meta.labels)

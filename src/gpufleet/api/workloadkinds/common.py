@@ -18,6 +18,7 @@ from gpufleet.api.workloadkinds.table import (
     VOLCANO_SCHEDULER,
 )
 
+KUBERAY_SCHEDULER_LABEL = "ray.io/scheduler-name"  # KubeRay's batch scheduler of a RayCluster or RayJob
 MAX_POD_SETS = 8  # Kueue's validation: a Workload holds 1 to 8 pod sets
 INT32 = 2**31 - 1
 
@@ -57,6 +58,24 @@ def pod_queue(labels: Mapping[str, str], annotations: Mapping[str, str],
     if name is None and scheduler_name == VOLCANO_SCHEDULER:
         return VOLCANO_DEFAULT_QUEUE, "volcano"
     return name, system
+
+
+def volcano_default_queue(owner: WorkloadOwner) -> None:
+    """One rule for every kind, as for a pod (:func:`pod_queue`): an object that names no queue and whose pods
+    Volcano schedules (a pod template with ``schedulerName: volcano``) is in the Volcano Queue its pod templates
+    name (Volcano reads the queue on the pods; the first named wins), else in Volcano's queue ``default``, where
+    Volcano puts the pod group made for them (Kubeflow's training operator and KubeRay leave its queue empty,
+    Volcano's webhook defaults it). A Ray object labelled ``ray.io/scheduler-name: volcano`` is one whose pods
+    Volcano schedules too."""
+    if owner.queue is not None or not owner.workloads:
+        return
+    templates = [ps.template for ps in owner.workloads[0].pod_sets]
+    volcano = [t for t in templates if t.scheduler_name == VOLCANO_SCHEDULER]
+    if not volcano and owner.labels.get(KUBERAY_SCHEDULER_LABEL) == VOLCANO_SCHEDULER:
+        volcano = templates  # KubeRay sets the pods' schedulerName itself
+    if volcano:
+        named = (t.annotations.get(VOLCANO_QUEUE_ANNOTATION) or t.labels.get(VOLCANO_QUEUE_LABEL) for t in volcano)
+        owner.queue = queue_key(next((n for n in named if n), VOLCANO_DEFAULT_QUEUE), "volcano")
 
 
 def queue_key(name: str | None, system: QueueSystem) -> str | None:

@@ -29,6 +29,7 @@ from gpufleet.api.workloadkinds import (
     tas,
     volcano,
 )
+from gpufleet.api.workloadkinds.common import volcano_default_queue
 from gpufleet.api.workloadkinds.fields import check_fields
 from gpufleet.api.workloadkinds.model import AdmissionCheck, ControllerObjects, ForeignQueue, WorkloadOwner
 from gpufleet.api.workloadkinds.table import RULES, SUPPORTING_KINDS, WELL_KNOWN_UNREAD, versions_of
@@ -128,7 +129,10 @@ def parse(r: FieldReader, api_version: str, kind: str) -> Any:
     if (group, kind) == ("trainer.kubeflow.org", "TrainJob"):
         return kubeflow.parse_train_job(r)
     parser = OWNER_PARSERS.get((group, kind)) or _SUPPORTING_PARSERS[(group, kind)]
-    return parser(r)
+    made = parser(r)
+    if isinstance(made, WorkloadOwner):
+        tas.check_owner(r, made)  # said here, where each annotation's line is known
+    return made
 
 
 def keep(obj: Any, objects: ControllerObjects, order: int) -> None:
@@ -151,6 +155,11 @@ def audit(r: FieldReader, api_version: str, kind: str, objects: ControllerObject
     group, _ = split_api_version(api_version)
     if group in _KUEUE_GROUPS and kind in _AUDITED:
         kueuefeatures.audit(r, kind, objects)
+    if (group, kind) in _SLICED:
+        tas.check_document(r, group, kind)
+
+
+_SLICED = (("", "Pod"), ("kueue.x-k8s.io", "Workload"))  # kinds not parsed here whose pod templates may ask slices
 
 
 def unread_kind(r: FieldReader, api_version: str, kind: str, readable: set[tuple[str, str]]) -> None:
@@ -187,8 +196,10 @@ def finish(m: Manifests) -> None:
     linkers, m.controllers.linkers = m.controllers.linkers, []
     for link in linkers:
         link(m.controllers, m.problems)
+    for owner in m.controllers.owners:
+        volcano_default_queue(owner)
     queues.translate_queues(m)
-    tas.check_slices(m)
+    tas.place_slices(m)
     for owner in m.controllers.owners:
         src = owner.meta.source
         for note in owner.notes:

@@ -38,6 +38,7 @@ from gpufleet.api.workloadkinds.model import (
     WorkloadPlan,
 )
 from gpufleet.api.workloadkinds.table import RULES
+from gpufleet.api.workloadkinds.tas import check_owner
 
 # kind -> (the field holding its replica specs, its replica types in Kueue's pod-set order)
 REPLICA_SPECS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -208,11 +209,12 @@ def _link_train_job(owner: WorkloadOwner, doc: Document, objects: ControllerObje
             "spec": jobset_spec}
     # Problems in the merged JobSet are the runtime's (or the TrainJob's overrides): said at the TrainJob.
     merged = Document(data=data, file=doc.file, line=doc.line, index=doc.index)
-    jobset = parse_job_set(FieldReader(merged, problems, kind=f"TrainJob (runtime {runtime_name})",
-                                       name=owner.key))
+    merged_r = FieldReader(merged, problems, kind=f"TrainJob (runtime {runtime_name})", name=owner.key)
+    jobset = parse_job_set(merged_r)
     if jobset is None:
         owner.hold = f"its runtime {runtime_kind} {runtime_name} does not describe valid pods"
         return
+    check_owner(merged_r, jobset)  # the runtime's slice annotations, said at the TrainJob
     owner.workloads = [WorkloadPlan(owner.meta.name, jobset.workloads[0].pod_sets)]
     owner.priority_class = owner.priority_class or first_priority_class(
         ps.template for ps in owner.workloads[0].pod_sets)

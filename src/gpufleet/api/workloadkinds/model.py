@@ -94,6 +94,9 @@ class PodSetPlan:
     template: PodTemplate
     pod_name: PodName
     min_count: int | None = None  # partial admission (Kueue's PodSet.minCount)
+    # Kueue's slice size when the pod set's template asks TAS slices without one (a JobSet: its Job's parallelism,
+    # each Job one slice); None: the size must be given (gpufleet.api.workloadkinds.tas)
+    slice_default: int | None = None
 
 
 @dataclass(slots=True)
@@ -199,8 +202,6 @@ class ControllerObjects:
     cluster_queue_checks: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Kueue Workload key -> its status.admissionChecks (name -> state)
     workload_checks: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Kueue Workload key -> why it is never admitted as it stands (a TAS request gpufleet does not implement)
-    workload_holds: dict[str, str] = field(default_factory=dict)
     generated_names: dict[tuple[str, str, str], int] = field(default_factory=dict)  # generateName uses
     # Kueue objects added to stand for Volcano's and KAI's queues (kind -> how many): not counted as input
     translated: dict[str, int] = field(default_factory=dict)

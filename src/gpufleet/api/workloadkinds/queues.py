@@ -1,22 +1,25 @@
 """Volcano and KAI Queues read as Kueue's objects, so that the workloads naming them are admitted against them by
 the same admission every other workload goes through.
 
-Each queue becomes a ClusterQueue named ``volcano:<queue>`` or ``kai:<queue>`` (the prefix keeps it apart from
-Kueue's own queues of the same name) with one flavor, ``gpufleet-any-node`` (no node labels), covering every
-resource the input requests (unlimited where the queue names no quota); every namespace that sends work to it
-gets a LocalQueue of the same name.
+Each queue becomes a ClusterQueue named ``volcano:<queue>`` or ``kai:<queue>`` with one flavor,
+``gpufleet:any-node`` (no node labels), covering every resource the input requests (unlimited where the queue
+names no quota); every namespace that sends work to it gets a LocalQueue of the same name. Every object made here
+has a colon in its name, which no Kubernetes name has: none can collide with an object of the input (a Kueue
+Cohort ``kai``, a ClusterQueue of a Volcano queue's name, a ResourceFlavor ``gpufleet-any-node``).
 
 * Volcano: nominal quota ``deserved`` (else ``capability``), borrowing up to ``capability`` from the other Volcano
-  queues (cohort ``volcano``); a resource neither names is unlimited, as in Volcano. The queue ``default``, which
-  Volcano creates itself, is unlimited when the input does not define it.
-* KAI: a leaf queue's ``quota`` (its deserved share) is the nominal quota, its ``limit`` the cap on its use
-  (borrowing limit ``limit - quota``; -1: none); a parent queue (``parentQueue``) is a Cohort whose subtree holds
-  the parent's quota (its own nominal quota is what the parent deserves beyond its children's quotas) and whose
-  borrowing limit is the parent's ``limit``. The top-level queues share the cluster, as in KAI: they all sit in the
-  Cohort ``kai``, whose quota is the cluster's capacity beyond what they deserve (unlimited when the input has no
-  nodes), so a queue of quota 0 and limit -1 (KAI's quick-start queues) runs on what is idle, and a queue under
-  its quota reclaims from those over theirs. ``overQuotaWeight`` is the fair-sharing weight (Kueue's
-  ``fairSharing.weight``, used when the Configuration enables fair sharing). Only leaf queues take work, as in KAI.
+  queues (Cohort ``volcano:(root)``); a resource neither names is unlimited, as in Volcano. The queue ``default``,
+  which Volcano creates itself, is unlimited when the input does not define it.
+* KAI (:func:`kai_quota`): a leaf queue's ``quota`` (its deserved share, a plain number: unset is 0, unlike
+  Volcano's queue with only ``capability``, which deserves it) is the nominal quota, its ``limit`` the cap on its
+  use (borrowing limit ``limit - quota``; -1: none; unset or 0: nothing above the quota); a parent queue
+  (``parentQueue``) is a Cohort whose subtree holds the parent's quota (its own nominal quota is what the parent
+  deserves beyond its children's quotas) and whose borrowing limit is the parent's ``limit``. The top-level queues
+  share the cluster, as in KAI: they all sit in the Cohort ``kai:(root)``, whose quota is the cluster's capacity
+  beyond what they deserve (their quotas only; unlimited when the input has no nodes), so a queue of quota 0 and
+  limit -1 (KAI's quick-start queues) runs on what is idle, and a queue under its quota reclaims from those over
+  theirs. ``overQuotaWeight`` is the fair-sharing weight (Kueue's ``fairSharing.weight``, used when the
+  Configuration enables fair sharing). Only leaf queues take work, as in KAI.
 
 Both reclaim what they lend (Kueue's ``reclaimWithinCohort: Any``). Approximated, said once per run: Volcano's
 proportion and capacity plugins and KAI's division of idle capacity (over-quota ``priority`` first, then weight
@@ -55,10 +58,14 @@ from gpufleet.gpu.constants import FRACTION_RESOURCE
 if TYPE_CHECKING:
     from gpufleet.api.manifests import Manifests
 
-ANY_NODE_FLAVOR = "gpufleet-any-node"
+# The objects made here are named with a colon, which no Kubernetes object name has: none can be mistaken for
+# (or collide with) an object of the input, a Kueue Cohort "kai" or a ResourceFlavor "gpufleet-any-node" included.
+ANY_NODE_FLAVOR = "gpufleet:any-node"
 UNLIMITED = 10**15  # in canonical units: far above any cluster (a petabyte, a trillion cores)
-VOLCANO_COHORT = "volcano"
-KAI_COHORT = "kai"  # the cluster, which KAI's top-level queues divide
+VOLCANO_COHORT = "volcano:(root)"  # the Cohort of every Volcano queue
+KAI_COHORT = "kai:(root)"  # the cluster, which KAI's top-level queues divide
+_VOLCANO_POD_GROUP = ("scheduling.volcano.sh", "PodGroup")
+VOLCANO_JOB_LABEL = "volcano.sh/job-name"  # on the pods of a Volcano Job, which gives their queue
 
 
 def translate_queues(m: Manifests) -> None:
@@ -77,10 +84,14 @@ def translate_queues(m: Manifests) -> None:
             wanted[key].add(owner.namespace)
             if owner.meta.source is not None:
                 naming.setdefault(key, owner.meta.source)
+    groups = {(o.namespace, o.meta.name) for o in m.controllers.owners if o.rule.key == _VOLCANO_POD_GROUP}
     for pod in m.pods:
         requested.update(pod.template.requests)
-        # a pod of no group that Volcano schedules is in Volcano's queue default (as cluster.workloads reads it)
-        alone = not any(a in pod.meta.annotations for a in VOLCANO_GROUP_ANNOTATIONS)
+        # a pod that Volcano schedules is in Volcano's queue default unless a group of the input gives its queue
+        # (as cluster.workloads reads it): a pod of no group, or of a PodGroup the input lacks
+        ns = pod.meta.namespace or "default"
+        group = next((pod.meta.annotations[a] for a in VOLCANO_GROUP_ANNOTATIONS if pod.meta.annotations.get(a)), None)
+        alone = group is None or ((ns, group) not in groups and not pod.meta.labels.get(VOLCANO_JOB_LABEL))
         label, label_system = pod_queue(pod.meta.labels, pod.meta.annotations,
                                         pod.template.scheduler_name if alone else None)
         if label is not None and label_system != "kueue":
@@ -109,7 +120,7 @@ def translate_queues(m: Manifests) -> None:
                                         [_group(covered, kai.cohort_quotas(q, covered))], _weight(q)))
                 continue
             cohort: str | None = above
-            quotas = {res: _quota(q, res) for res in covered}
+            quotas = {res: kai_quota(q, res) for res in covered}
         else:
             quotas = {res: _quota(q, res) for res in covered}
             if (system, name) in parents:  # a Volcano parent queue: a Cohort of its quota
@@ -206,7 +217,7 @@ class _KaiTree:
         key = (q.name, resource)
         if key in self._memo:
             return self._memo[key]
-        own = _quota(q, resource).nominal
+        own = _deserved(q, resource)
         kids = self.children.get(q.name, [])
         if kids and depth < 64:  # a cycle of parentQueue is refused with the cohort tree; stop here too
             own = max(own, min(UNLIMITED, sum(self.subtree(c, resource, depth + 1) for c in kids)))
@@ -231,7 +242,7 @@ class _KaiTree:
 
 
 def size_kai_pool(m: Manifests) -> None:
-    """Give the Cohort ``kai`` (the cluster KAI's top-level queues divide) the cluster's capacity beyond what
+    """Give the Cohort ``kai:(root)`` (the cluster KAI's top-level queues divide) the cluster's capacity beyond what
     those queues deserve, once the input's nodes are known; without nodes it stays unlimited."""
     if not m.controllers.kai_deserved or not m.nodes:
         return
@@ -257,7 +268,27 @@ def _count(m: Manifests, kind: str, n: int) -> None:
         m.controllers.translated[kind] = m.controllers.translated.get(kind, 0) + n
 
 
+def kai_quota(q: ForeignQueue, resource: str) -> Quota:
+    """A KAI leaf queue's quota of ``resource``: nominal its ``quota`` (a plain number: unset is 0, nothing
+    deserved; -1 unlimited), borrowing up to its ``limit`` (-1: no limit; unset or 0: nothing above the quota).
+    A resource the queue does not name is unlimited."""
+    if resource not in q.nominal:
+        return Quota(UNLIMITED)
+    nominal = q.nominal[resource]
+    if nominal >= UNLIMITED:
+        return Quota(UNLIMITED)
+    cap = q.limit.get(resource)
+    return Quota(nominal, None if cap is None else max(0, cap - nominal))
+
+
+def _deserved(q: ForeignQueue, resource: str) -> int:
+    """What a KAI queue deserves of ``resource`` by itself: its quota only (what it may borrow is not deserved)."""
+    return min(UNLIMITED, q.nominal.get(resource, 0))
+
+
 def _quota(q: ForeignQueue, resource: str) -> Quota:
+    """A Volcano queue's quota of ``resource``: nominal ``deserved`` (else ``capability``), borrowing up to
+    ``capability``; unlimited when it names neither."""
     nominal = q.nominal.get(resource)
     limit = q.limit.get(resource)
     if nominal is None and limit is None:

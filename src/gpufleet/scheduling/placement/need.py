@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.api.kinds import FRACTION_RESOURCE
+from gpufleet.api.gpushare import placed_requests
 from gpufleet.api.objects import CPU, HOSTNAME_LABEL, MEMORY, GpuDemand, NodeSelectorTerm, Toleration
 from gpufleet.scheduling.types import PodRequest
 
@@ -23,7 +23,7 @@ IDENTITY_LABELS: frozenset[str] = frozenset({HOSTNAME_LABEL})
 @dataclass(frozen=True, slots=True, eq=False)
 class PodNeed:
     key: str
-    charge: dict[str, int]  # what ClusterState.allocate charges (the template's requests)
+    charge: dict[str, int]  # what ClusterState.allocate charges (the requests less the quota-only ones)
     requests: tuple[tuple[str, int], ...]  # allocatable resources to check, sorted; zero amounts dropped
     cpu: int
     memory: int
@@ -69,14 +69,15 @@ class Interner:
 def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
     """The pod's need; without an ``intern``, its keys are -1 (a one-off check that caches nothing)."""
     t = req.template
-    requests = tuple(sorted((r, a) for r, a in t.requests.items() if a and r != FRACTION_RESOURCE))
+    placed = placed_requests(t.requests, t.gpu.kind == "fraction")  # quota-only resources left out
+    requests = tuple(sorted((r, a) for r, a in placed.items() if a))
     selector = tuple(sorted(t.node_selector.items()))
     tolerations = t.tolerations + req.extra_tolerations
     node_labels = tuple(sorted(req.node_labels))
     constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu, req.memory_hint, req.avoid_gpus)
     return PodNeed(
         key=req.key,
-        charge=dict(t.requests),
+        charge=placed,
         requests=requests,
         cpu=t.requests.get(CPU, 0),
         memory=t.requests.get(MEMORY, 0),
