@@ -169,3 +169,29 @@ def test_a_pod_asking_for_ephemeral_storage_is_placed_and_every_short_resource_i
     [pending] = cycle.pending
     assert pending.workload == "default/too-big"
     assert pending.reason == ("0/2 nodes are available: 2 Insufficient nvidia.com/gpu, cpu and ephemeral-storage.")
+
+
+def test_a_pool_whose_nodes_would_advertise_too_many_devices_is_refused_before_any_node_is_made() -> None:
+    # 64 A100s cut in seven 1g.10gb instances, each time-sliced 64 ways: 28,672 devices per node. Each of the 5,000
+    # nodes used to be made (its devices listed) and refused one by one; the pool is now refused as it is read.
+    text = """apiVersion: gpufleet.io/v1alpha1
+kind: NodePool
+metadata: {name: huge}
+spec:
+  count: 5000
+  cpu: "64"
+  memory: 512Gi
+  gpu: {model: A100-SXM4-80GB, count: 64, migLayout: "1g.10gb:7"}
+  sharing:
+    migStrategy: mixed
+    timeSlicing:
+      resources:
+      - {name: nvidia.com/mig-1g.10gb, replicas: 64}
+"""
+    m = manifests(text)
+    assert m.node_pools == [] and m.nodes == []
+    [error] = [e for e in m.problems.errors if e.kind == "NodePool"]
+    assert "28,672 GPU devices" in error.message and "at most 4,096" in error.message
+    assert error.field is not None and error.field.endswith("sharing") and error.line == 9
+    fits = text.replace("replicas: 64", "replicas: 9")  # 64 x 7 x 9 = 4,032
+    assert len(manifests(fits.replace("count: 5000", "count: 1")).nodes) == 1

@@ -1046,6 +1046,22 @@ def parse_sharing(r: FieldReader | None) -> DevicePluginConfig:
 _MAX_GPU_MEMORY_MIB = 16 * 2**20  # 16 TiB: a bound on one GPU's memory, far above any product
 
 
+def _pool_devices_fit(spec: FieldReader, model: Any, gpu: NodePoolGpu, sharing: DevicePluginConfig) -> bool:
+    """Whether each node of the pool advertises at most the devices a node may (counted on one node's GPUs,
+    without making the devices: 64 GPUs cut in 7 MIG instances with 64 replicas each are 28,672)."""
+    from gpufleet.gpu.sharing import advertised_counts, make_gpus
+
+    mig_on = gpu.mig_layout is not None and sharing.mig_strategy != "none"
+    devices = sum(advertised_counts(make_gpus("pool", model, gpu.count, gpu.mig_layout if mig_on else None),
+                                    sharing).values())
+    if devices <= limits.MAX_DEVICES_PER_NODE:
+        return True
+    spec.error(f"each node would advertise {devices:,} GPU devices ({gpu.count} GPUs"
+               f"{', MIG' if mig_on else ''}, time-slicing replicas included): {limits.DEVICES_PER_NODE.says()}",
+               "sharing", fix="lower the time-slicing replicas or the GPUs per node")
+    return False
+
+
 def parse_node_pool(r: FieldReader) -> NodePool | None:
     from gpufleet.gpu.catalog import DEFAULT_CATALOG, AmbiguousModelError
 
@@ -1118,6 +1134,8 @@ def parse_node_pool(r: FieldReader) -> NodePool | None:
                 per_domain[label] = size
     for problem in sharing.validate():
         spec.error(problem, "sharing")
+    if gpu is not None and found is not None and not _pool_devices_fit(spec, found, gpu, sharing):
+        return None  # refused before a single node is made: each would be refused anyway, at a great cost
     return NodePool(
         meta=meta, count=count or 0, name_prefix=spec.text("namePrefix", meta.name) or meta.name, gpu=gpu,
         cpu_milli=milli_value(cpu) if cpu is not None else 0,
