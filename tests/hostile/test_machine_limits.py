@@ -8,10 +8,6 @@ traceback, within the promise of docs/limits.md.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +15,7 @@ import pytest
 
 from gpufleet.node.nvml_fake import MAX_MACHINE_BYTES
 
-from .test_hostile_inputs import DRIVER, MAX_CPU_SECONDS, MAX_RSS_MIB, MAX_WALL_SECONDS
-from .test_input_limits_everywhere import Run, _dev_zero, _fifo, _file
+from .test_input_limits_everywhere import Run, _dev_zero, _fifo, _file, assert_clear_error_within_bounds, run_in_driver
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE_TEXT = (ROOT / "examples" / "node" / "dgx-a100.yaml").read_text()
@@ -42,27 +37,9 @@ RUNS = [
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("machine")
-    jobs = []
-    for run in RUNS:
-        where = folder / run.name
-        where.mkdir()
-        jobs.append({"id": run.name, "argv": run.make(where)})
-    env = {**os.environ, "HOSTILE_SCRATCH": str(folder), "COLUMNS": "200", "NO_COLOR": "1"}
-    proc = subprocess.run([sys.executable, str(DRIVER)], input=json.dumps(jobs), capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return {r["id"]: r for r in json.loads(proc.stdout)}
+    return run_in_driver(RUNS, tmp_path_factory.mktemp("machine"), timeout=600)
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
 def test_a_bad_machine_file_gets_a_clear_error_within_bounds(run: Run, results: dict[str, dict[str, Any]]) -> None:
-    r = results[run.name]
-    output = r["output"]
-    assert "Traceback" not in output, output[-3000:]
-    assert r["exit"] == 1, f"exit {r['exit']}:\n{output[-3000:]}"
-    for text in run.expect:
-        assert text in output, f"{text!r} not in:\n{output[-3000:]}"
-    assert r["max_rss_mib"] < MAX_RSS_MIB, f"{r['max_rss_mib']} MiB"
-    assert r["cpu_seconds"] < MAX_CPU_SECONDS, f"{r['cpu_seconds']} s of CPU"
-    assert r["seconds"] < MAX_WALL_SECONDS, f"{r['seconds']} s"
+    assert_clear_error_within_bounds(run, results[run.name])

@@ -123,7 +123,12 @@ def nvidia_config_kind(text: str) -> ConfigKind | None:
     docs = load_text(text, "<configmap>", Problems())
     if len(docs) != 1 or not isinstance(docs[0].data, Mapping):
         return None
-    data = docs[0].data
+    return nvidia_shape(docs[0].data)
+
+
+def nvidia_shape(data: Mapping[Any, Any]) -> Literal["device-plugin", "mig-parted"] | None:
+    """Which NVIDIA configuration a parsed document is by its shape: the device plugin's (``version`` with
+    ``flags`` or ``sharing``), mig-parted's (``version`` with ``mig-configs``), or neither (None)."""
     if "version" not in data:
         return None
     if "mig-configs" in data:

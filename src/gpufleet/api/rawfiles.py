@@ -32,6 +32,7 @@ from gpufleet.api.nvidia_config import (
     MIG_PARTED_KEY,
     NvidiaConfigMap,
     _mig_parted,
+    nvidia_shape,
 )
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION, ObjectMeta, SourceRef
 from gpufleet.api.reader import FieldReader
@@ -51,17 +52,6 @@ class Recognised:
     config_map: NvidiaConfigMap | None = None
 
 
-def _nvidia_shape(data: Mapping[object, object]) -> str | None:
-    """The same test :func:`gpufleet.api.nvidia_config.nvidia_config_kind` makes on a ConfigMap's value."""
-    if "version" not in data:
-        return None
-    if "mig-configs" in data:
-        return "mig-parted"
-    if "flags" in data or "sharing" in data:
-        return "device-plugin"
-    return None
-
-
 def _config_map_name(file: str) -> str:
     """A Kubernetes name from the file's name (``time-slicing.yaml`` -> ``time-slicing``)."""
     stem = PurePath(file).stem.lower() if file and not file.startswith("<") else ""
@@ -75,7 +65,7 @@ def recognise(doc: Document, problems: Problems) -> Recognised | None:
     data = doc.data
     if not isinstance(data, Mapping) or "kind" in data or "apiVersion" in data:
         return None
-    shape = _nvidia_shape(data)
+    shape = nvidia_shape(data)
     before = problems.error_count
     if shape == "mig-parted":
         name = DEFAULT_MIG_PARTED_CONFIG
