@@ -24,6 +24,7 @@ from gpufleet.kube.cycle import CycleRunner, _Decided
 from gpufleet.kube.informer import ObjectCache
 from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.queuestatus import QueueCounts
+from gpufleet.kube.recorder import Recorder
 
 JsonDict = dict[str, Any]
 
@@ -201,3 +202,16 @@ def test_a_node_heartbeat_is_carried_a_node_that_changes_is_not() -> None:
     c.put(r.NODES, cordoned, "MODIFIED")
     c.put(r.PODS, pod("b", queue="lq"))
     assert run._carry_on(c.cache.snapshot(), now + 2) is None  # the node's parse changed: a full cycle
+
+
+def test_a_pod_that_already_says_why_it_waits_costs_no_write_task() -> None:
+    # Thousands of pods wait with the same message cycle after cycle: the cycle asks the recorder first and hands a
+    # writer thread only the pods whose condition would change.
+    recorder = Recorder(KubeClient(host="http://127.0.0.1:9"), "gpufleet", "t")
+    waiting = pod("w", queue="lq")
+    waiting["metadata"]["resourceVersion"] = "7"
+    assert recorder.unschedulable_is_new(waiting, "0/3 nodes are available")
+    waiting["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "message": "0/3 nodes are available"}]
+    assert not recorder.unschedulable_is_new(waiting, "0/3 nodes are available")  # already said
+    assert recorder.unschedulable_is_new(waiting, "0/4 nodes are available")  # a new reason is written

@@ -530,7 +530,8 @@ class CycleRunner:
             self.wakeup.poke()  # the round stopped at its budget or cycle limit: there may be more to admit
         others: list[Future[Any]] = []
         if self.may_write():
-            others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable]
+            others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable
+                       if self.recorder.unschedulable_is_new(pod, msg)]
             others += [pool.submit(write_status, self.writes, res, obj, st) for res, obj, st in statuses]
         for victim, ev in evictions:
             try:

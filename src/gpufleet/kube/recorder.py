@@ -84,8 +84,9 @@ class Recorder:
     def preempted(self, pod: Mapping[str, Any], preemptor: str, reason: str, message: str = "") -> None:
         self.event(pod, PREEMPTED, preempted_note(preemptor, reason, message), "Preempting")
 
-    def unschedulable(self, pod: Mapping[str, Any], message: str, now: float) -> bool:
-        """Set PodScheduled=False (Unschedulable) and emit FailedScheduling, if the message is new."""
+    def unschedulable_is_new(self, pod: Mapping[str, Any], message: str) -> bool:
+        """Whether :meth:`unschedulable` would write anything: asked before handing it to a writer thread, so
+        that thousands of pods waiting with the same message cost no task each, cycle after cycle."""
         message = message[:_MAX_MESSAGE]
         meta = pod.get("metadata") or {}
         key, version = _key(pod), str(meta.get("resourceVersion") or "")
@@ -95,6 +96,15 @@ class Recorder:
             if not needs_unschedulable(pod, message):
                 self._written.pop(key, None)  # the cache shows it: nothing to remember
                 return False
+        return True
+
+    def unschedulable(self, pod: Mapping[str, Any], message: str, now: float) -> bool:
+        """Set PodScheduled=False (Unschedulable) and emit FailedScheduling, if the message is new."""
+        if not self.unschedulable_is_new(pod, message):
+            return False
+        message = message[:_MAX_MESSAGE]
+        meta = pod.get("metadata") or {}
+        key, version = _key(pod), str(meta.get("resourceVersion") or "")
         condition = {"type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE, "message": message,
                      "lastProbeTime": None, "lastTransitionTime": _stamp(now)}
         try:
