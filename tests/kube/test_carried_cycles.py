@@ -15,8 +15,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from live_env import NS, cluster_queue, fast_settings, flavor, local_queue, node, pod
+from live_env import NS, cluster_queue, fast_settings, flavor, local_queue, node, pod, priority_class, stamp
 
+from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import Intent
 from gpufleet.kube.client import KubeClient
@@ -55,18 +56,39 @@ def first_cycle(run: CycleRunner, now: float) -> _Decided:
     """A full cycle, kept as run() keeps it (its admissions assumed as run() assumes them)."""
     snapshot = run.cache.snapshot()
     assert run._carry_on(snapshot, now) is None  # nothing kept yet
-    run._last_full = run._statuses_at = now
-    d = run._decide_isolating(snapshot, now)
+    return _finish_cycle(run, snapshot, None, now)
+
+
+def step(run: CycleRunner, now: float) -> tuple[_Decided, bool]:
+    """One cycle as run() decides and keeps it, without its writes: (decisions, carried on)."""
+    snapshot = run.cache.snapshot()
+    carried = run._carry_on(snapshot, now)
+    return _finish_cycle(run, snapshot, carried, now), carried is not None
+
+
+def _finish_cycle(run: CycleRunner, snapshot: Any, d: _Decided | None, now: float) -> _Decided:
+    if d is None:
+        run._last_full = run._statuses_at = now
+        d = run._decide_isolating(snapshot, now)
     for job in d.jobs:
         for p in job.pods:
             run.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
+    run._mark_bound(d.world, d.jobs, now)
     run._keep(d, snapshot, d.victims)
     return d
 
 
+def land(c: Cluster, name: str, node_name: str) -> None:
+    """The Binding of ``name`` lands: the cache shows it on ``node_name``."""
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
+    obj["spec"]["nodeName"] = node_name
+    c.put(r.PODS, obj, "MODIFIED")
+
+
 def _nonzero(counts: QueueCounts) -> dict[str, Any]:
     def clean(values: dict[Any, Any]) -> dict[Any, Any]:
-        return {k: (clean(v) if isinstance(v, dict) else v) for k, v in values.items() if v}
+        cleaned = {k: (clean(v) if isinstance(v, dict) else v) for k, v in values.items()}
+        return {k: v for k, v in cleaned.items() if v}
     return {name: clean(getattr(counts, name)) for name in ("cq_pending", "cq_admitted", "lq_pending",
                                                              "lq_admitted", "lq_usage")}
 
@@ -215,3 +237,76 @@ def test_a_pod_that_already_says_why_it_waits_costs_no_write_task() -> None:
                                         "message": "0/3 nodes are available"}]
     assert not recorder.unschedulable_is_new(waiting, "0/3 nodes are available")  # already said
     assert recorder.unschedulable_is_new(waiting, "0/4 nodes are available")  # a new reason is written
+
+
+
+# Found by a review's differential fuzzing of carried cycles against rebuilds (2026-12-06), one test each.
+
+def test_a_pod_admitted_by_a_carried_cycle_can_be_a_victim_before_its_binding_lands() -> None:
+    c = Cluster()
+    preemption = {"withinClusterQueue": "LowerPriority"}
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 10_000, cpu="100000", preemption=preemption), "MODIFIED")
+    c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
+    c.put(r.PRIORITY_CLASSES, priority_class("high", 100))
+    c.put(r.NODES, node("n0", gpus=2))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("low", gpus=2, queue="lq", priority_class="low", created=stamp(now)))
+    d, carried = step(run, now + 1)
+    assert carried and [a.workload for a in d.plan.admitted] == [f"{NS}/low"]
+    c.put(r.PODS, pod("hi", gpus=2, queue="lq", priority_class="high", created=stamp(now + 1.5)))
+    d, _ = step(run, now + 2)  # "low" is assumed on n0, its Binding in flight: it is the victim, evicted
+    assert [(v.workload, len(v.pods)) for v in d.victims] == [(f"{NS}/low", 1)]
+    assert run.kept is None  # a preemption: the next cycle rebuilds
+
+
+def test_a_workload_a_carried_cycle_kept_out_is_woken_when_what_kept_it_out_ends() -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    c.put(r.NODES, node("n1", gpus=1))
+    c.put(r.PODS, pod("other", gpus=1, scheduler="default-scheduler", node_name="n1", created=stamp()))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("a", gpus=4, queue="lq", created=stamp(now)))
+    c.put(r.PODS, pod("b", gpus=2, queue="lq", created=stamp(now + 0.5)))
+    d, carried = step(run, now + 1)
+    assert carried and outcome(d)[0] == {f"{NS}/a"} and f"{NS}/b" in outcome(d)[1]
+    land(c, "a", "n0")
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/a"), "DELETED")  # "a" ends: n0 is empty again...
+    other = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/other")))
+    other["metadata"]["labels"]["x"] = "y"
+    c.put(r.PODS, other, "MODIFIED")  # ... in the same batch as a change that takes a full cycle
+    d, carried = step(run, now + 2)
+    assert not carried and outcome(d)[0] == {f"{NS}/b"}  # the parked memory knew "a" held n0: "b" is tried
+
+
+def test_a_pod_a_full_cycle_could_not_charge_keeps_its_claim_on_the_capacity_freed() -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    for name in ("other-a", "other-b"):  # another scheduler over-committed n0
+        c.put(r.PODS, pod(name, gpus=4, scheduler="default-scheduler", node_name="n0", created=stamp()))
+    run = runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    assert d.world.unaccounted == [f"{NS}/other-b"] and run.kept is None
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/other-a"), "DELETED")
+    c.put(r.PODS, pod("mine", gpus=4, queue="lq", created=stamp()))
+    d, carried = step(run, now + 1)
+    assert not carried and outcome(d)[0] == set()  # "other-b" is charged in the room "other-a" left
+
+
+def test_carried_cycles_do_not_block_admission_on_readiness_a_rebuild_does_not_wait_for() -> None:
+    kueue = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=300, block_admission=True))
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("a", queue="lq", created=stamp()))
+    run = CycleRunner(KubeClient(host="http://127.0.0.1:9"), c.cache, fast_settings(cycle_period=3600.0, kueue=kueue),
+                      identity="t", metrics=SchedulerMetrics(), may_write=lambda: False)
+    now = time.time()
+    d = first_cycle(run, now)
+    land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
+    c.put(r.PODS, pod("b", queue="lq", created=stamp()))
+    d, carried = step(run, now + 1)
+    assert carried and outcome(d)[0] == {f"{NS}/b"}

@@ -210,6 +210,7 @@ class CycleRunner:
         for job in d.jobs:
             for p in job.pods:
                 self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
+        self._mark_bound(world, d.jobs, now)
         report.policy_cycles = plan.cycles
         report.admitted = [a.workload for a in plan.admitted]
         report.completed_gangs = [a.workload for a in d.repairs if a.kind == "complete"]
@@ -272,9 +273,13 @@ class CycleRunner:
         changed = landed | set(carried.ended)
         if landed and gangs.timed_out(world, planner.Plan(policy).pods_ready_policy, due, only=landed):
             return None  # their clocks have just started; should one have run out already, a full cycle evicts
+        for key in list(policy.state.waiting_ready):
+            # A rebuild admits what holds nodes as ready (waitForPodsReady is judged on the pods, by gangs.timed_out):
+            # the kept policy must not block admission (blockAdmission) on what a rebuild would not.
+            policy.pods_ready(key, now)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
-        self.parked.remember(policy)
+        self.parked.remember(policy, world, _placed(plan))
         policy_s = time.perf_counter() - started - world_s
         if (wake := policy.next_wakeup(now)) is not None:
             due.append(wake)
@@ -312,10 +317,24 @@ class CycleRunner:
         return queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                               local_queues=kinds.local_queues, counts=counts)
 
+    @staticmethod
+    def _mark_bound(world: World, jobs: list[BindJob], now: float) -> None:
+        """The pods this cycle sends to nodes hold them in the world it keeps, as a rebuild sees them (assumed):
+        a later cycle that carries on must find them there (their capacity, a preemption's victims)."""
+        for job in jobs:
+            for p in job.pods:
+                entry = world.pods.get(p.key)
+                if entry is not None and entry.node is None:
+                    entry.node, entry.devices, entry.assumed = p.node, p.devices, True
+                    entry.intent = Intent(p.node, p.devices, now)
+
     def _keep(self, d: _Decided, snapshot: CacheSnapshot, victims: list[Victim]) -> None:
         """What the next cycle may carry on from: none after an eviction (pods leave, shields change), beside
         Kueue, or with objects set aside or invalid (a full cycle holds their pods back)."""
-        if victims or self.settings.beside_kueue.enabled or self.quarantine.held or d.world.invalid:
+        if (victims or d.plan.preempted or self.settings.beside_kueue.enabled or self.quarantine.held
+                or d.world.invalid or d.world.unaccounted):
+            # (unaccounted: pods a full cycle could not charge on their nodes; it retries at each cycle, as capacity
+            # comes free, which carrying on would give to new pods instead)
             self.kept = None
             return
         self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts)
@@ -352,7 +371,7 @@ class CycleRunner:
                                      quota_only=s.quota_only)
         repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
-        parked.remember(policy)
+        parked.remember(policy, world, _placed(plan))
         policy_s = time.perf_counter() - started - world_s
         timeouts = gangs.timed_out(world, plan.pods_ready_policy, due)
         if (wake := policy.next_wakeup(now)) is not None:
@@ -574,3 +593,8 @@ class CycleRunner:
                 log.debug("evicted pods still in the cache after %gs", timeout)
                 return
             version = self.cache.wait_for_change(version, timeout=left)
+
+
+def _placed(plan: planner.Plan) -> list[str]:
+    """The pods the plan's admissions put on nodes."""
+    return [p.pod for a in plan.admitted for p in a.pods if p.node is not None]

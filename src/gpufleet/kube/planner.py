@@ -128,6 +128,11 @@ class ParkedMemory:
         self._queues, self._nodes, self._holders = world.queue_generation, nodes, holders
         return count
 
-    def remember(self, policy: KueuePolicy) -> None:
+    def remember(self, policy: KueuePolicy, world: World, admitted: Collection[str] = ()) -> None:
+        """What the round just run left parked, and the pods holding capacity as it ends (``world``'s and the
+        pods it placed, ``admitted``): a later cycle re-parks only while none of those is gone. (Holders taken at
+        the round's start missed the pods it admitted: one of them ending would not have woken what it kept
+        out.)"""
         self._parked = {key: (name, info.message, info.placement_parked)
                         for name, q in policy.state.queues.queues.items() for key, info in q.parked.items()}
+        self._holders = frozenset(e.key for e in world.pods.values() if e.holds_capacity) | frozenset(admitted)

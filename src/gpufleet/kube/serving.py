@@ -267,6 +267,9 @@ class HttpServer:
         except asyncio.IncompleteReadError as e:
             raise ClientError(400, f"the body ended after {len(e.partial):,} of the {length:,} bytes of its "
                                    "Content-Length") from None
+        except ConnectionResetError:
+            # The client went away mid-body: nobody to answer, and nothing wrong with the server.
+            raise ClientError(400, "the connection was lost before the body arrived") from None
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread; a 503 when ``queue`` requests are already waiting for one."""
