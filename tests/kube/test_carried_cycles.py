@@ -310,3 +310,22 @@ def test_carried_cycles_do_not_block_admission_on_readiness_a_rebuild_does_not_w
     c.put(r.PODS, pod("b", queue="lq", created=stamp()))
     d, carried = step(run, now + 1)
     assert carried and outcome(d)[0] == {f"{NS}/b"}
+
+
+
+def test_a_bound_pod_starting_to_run_is_carried() -> None:
+    # The kubelet's Pending -> Running (and readiness) on every pod it starts: a status change a full cycle charges
+    # the same, so it must not make every cycle a full one on a real cluster.
+    c = build([4], [1], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    starting = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/run-0-0")))
+    starting["status"] = {"phase": "Pending"}  # bound, its containers being created
+    c.put(r.PODS, starting, "MODIFIED")
+    running = json.loads(json.dumps(starting))
+    running["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    c.put(r.PODS, running, "MODIFIED")
+    c.put(r.PODS, pod("a", queue="lq"))
+    d, carried = step(run, now + 1)
+    assert carried and outcome(d)[0] == {f"{NS}/a"}

@@ -14,7 +14,7 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   that belongs with others (a pod group, a Job's or a JobSet's pods) waits for a full cycle, where its whole
   workload is built;
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
-* a change to a pod's status alone, its phase kept (conditions, readiness);
+* a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
 * an unbound pod of another scheduler created, changed or deleted (never our business);
 * a queue kind's or a workload kind's status alone (no decision reads them);
 * a node whose parse is unchanged (a status heartbeat).
@@ -179,9 +179,11 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
             entry.raw = c.new
             return True
         return _ended(world, c.key, c.new, out)
-    if _phase(c.old) != _phase(c.new):
-        return False
-    entry.raw = c.new  # its conditions: what the recorder compares before writing its own again
+    if _phase(c.old) in _TERMINAL:
+        return False  # a finished pod running again: not something to carry
+    # Its status alone (conditions, readiness, Pending -> Running): a full cycle charges a pod that holds a node the
+    # same whatever its phase short of finished; the recorder compares its conditions before writing again.
+    entry.raw = c.new
     return True
 
 
