@@ -329,3 +329,14 @@ def test_a_bound_pod_starting_to_run_is_carried() -> None:
     c.put(r.PODS, pod("a", queue="lq"))
     d, carried = step(run, now + 1)
     assert carried and outcome(d)[0] == {f"{NS}/a"}
+
+
+
+def test_a_change_log_cleared_by_a_follower_makes_the_next_cycle_a_full_one() -> None:
+    c = build([4], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("a", queue="lq"))
+    run.changes.clear()  # what a follower does with the changes it will never carry on with
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None  # the changes since are not all known: rebuild

@@ -76,6 +76,13 @@ class ChangeLog:
             self._changes = [c for c in self._changes if c.version > upto]
             return out if complete else None
 
+    def clear(self) -> None:
+        """Forget the changes kept so far (a follower's: it runs no cycle), so that the next cycle is a full one."""
+        with self._lock:
+            if self._changes:
+                self._lost = self._changes[-1].version
+                self._changes.clear()
+
     def close(self) -> None:
         self._unlisten()
 

@@ -176,6 +176,7 @@ class Scheduler:
                         log.error("lost the Lease; exiting so that a fresh process rebuilds from the API")
                         self.exit_code = 1
                         return
+                    self.runner.changes.clear()  # a follower runs no cycle: it keeps no changes for one
                     self._stop.wait(0.05)
                     continue
                 if not self._led:
