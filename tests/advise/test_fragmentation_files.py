@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,9 @@ def test_the_report_carries_the_advice_figures(written: tuple[Path, dict[str, An
                 assert figure in text, (m["name"], figure)
             if m is not doc["given"]:
                 assert f"{m['pairedDelta']['mean']:+.3f} ± {m['pairedDelta']['sd']:.3f}" in text
-        assert ", ".join(map(str, doc["seeds"])) in text and f"measured in {doc['seconds']:.0f} s" in text
+        assert ", ".join(map(str, doc["seeds"])) in text
+        # The JSON keeps the time to 0.01 s, the text to the second: 0.504 s is "0.5" there and "1 s" here.
+        assert any(f"measured in {s} s" in text for s in {math.floor(doc["seconds"]), math.ceil(doc["seconds"])})
         for f in doc["files"]:
             assert f["file"] in text
     # Every configuration is a row of the table (the given one and each share), with why it was not chosen.
