@@ -40,7 +40,7 @@ from gpufleet.kube.informer import CacheChange, ObjectCache
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.queuestatus import QueueCounts
 from gpufleet.kube.wakeup import unread_status_only, without_status
-from gpufleet.kube.world import PodEntry, World, pod_entry
+from gpufleet.kube.world import TERMINAL_PHASES, PodEntry, World, pod_entry
 from gpufleet.scheduling.kueue import KueuePolicy
 
 JsonDict = dict[str, Any]
@@ -181,12 +181,12 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         return False
     if without_status(c.old, _DELETION) != without_status(c.new, _DELETION):
         return False
-    if _phase(c.new) in _TERMINAL or (c.new.get("metadata") or {}).get("deletionTimestamp"):
-        if _phase(c.old) in _TERMINAL:
+    if _phase(c.new) in TERMINAL_PHASES or (c.new.get("metadata") or {}).get("deletionTimestamp"):
+        if _phase(c.old) in TERMINAL_PHASES:
             entry.raw = c.new
             return True
         return _ended(world, c.key, c.new, out)
-    if _phase(c.old) in _TERMINAL:
+    if _phase(c.old) in TERMINAL_PHASES:
         return False  # a finished pod running again: not something to carry
     # Its status alone (conditions, readiness, Pending -> Running): a full cycle charges a pod that holds a node the
     # same whatever its phase short of finished; the recorder compares its conditions before writing again.
@@ -210,7 +210,7 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
         del world.pods[key]
     else:
         entry.raw = raw
-        entry.terminal = _phase(raw) in _TERMINAL
+        entry.terminal = _phase(raw) in TERMINAL_PHASES
         entry.deleting = bool((raw.get("metadata") or {}).get("deletionTimestamp"))
         if held and not entry.terminal:
             return True  # being deleted, still running: it holds its node until it is gone, as a full cycle says
@@ -221,7 +221,6 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
     return True
 
 
-_TERMINAL = ("Succeeded", "Failed")
 _DELETION = ("deletionTimestamp", "deletionGracePeriodSeconds")
 
 

@@ -50,7 +50,7 @@ JsonDict = dict[str, Any]
 
 QUEUE_KINDS = (r.PRIORITY_CLASSES, r.NAMESPACES, r.RESOURCE_FLAVORS, r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS,
                r.WORKLOAD_PRIORITY_CLASSES)
-_TERMINAL = ("Succeeded", "Failed")
+TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(slots=True)
@@ -163,7 +163,7 @@ def pod_entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, a
     entry = PodEntry(
         key=key, raw=raw, pod=pod, ours=ours, uid=uid,
         node=bound_node, devices=None, intent=read_intent(annotations),
-        terminal=status.get("phase") in _TERMINAL, deleting=bool(meta.get("deletionTimestamp")),
+        terminal=status.get("phase") in TERMINAL_PHASES, deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
     )
     if bound_node is not None:
