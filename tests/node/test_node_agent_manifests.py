@@ -1,5 +1,6 @@
 """deploy/node-agent.yaml and the chart's node-agent template: GPU nodes only, two host paths, RBAC limited to
-patching Nodes and reading Pods, a command line the CLI accepts, inventory-only by default."""
+patching Nodes, reading Pods and (for --dra) writing ResourceSlices, a command line the CLI accepts, inventory-only
+by default."""
 
 from __future__ import annotations
 
@@ -34,11 +35,13 @@ def daemonset_pod() -> Doc:
     return one("DaemonSet")["spec"]["template"]["spec"]  # type: ignore[no-any-return]
 
 
-def test_rbac_is_patching_nodes_and_reading_pods_and_nothing_else() -> None:
+def test_rbac_is_patching_nodes_reading_pods_writing_resource_slices_and_nothing_else() -> None:
     granted = {(g, res, verb) for rule in one("ClusterRole")["rules"] for g in rule["apiGroups"]
                for res in rule["resources"] for verb in rule["verbs"]}
+    slices = {("resource.k8s.io", "resourceslices", verb)  # --dra only: the node's own DRA pool
+              for verb in ("get", "list", "watch", "create", "update", "patch", "delete")}
     assert granted == {("", "nodes", "get"), ("", "nodes", "patch"),
-                       ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch")}
+                       ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch")} | slices
     lines = MANIFEST.read_text().splitlines()
     for i, line in enumerate(lines):
         if line.startswith("- apiGroups:"):

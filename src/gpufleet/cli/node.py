@@ -109,6 +109,8 @@ def discover_command(
     "gpufleet node agent --node-name $NODE_NAME --config /etc/gpufleet-node/config.yaml",
     "# on a workstation: a described machine, sockets in a scratch folder",
     "gpufleet node agent --node-name dgx-a100-0 --nvml fake:examples/node/dgx-a100.yaml --device-plugin-dir /tmp/dp",
+    "# DRA: ResourceSlices of gpu.nvidia.com instead of device plugins",
+    "gpufleet node agent --node-name $NODE_NAME --dra",
 ))
 def agent_command(
     node_name: Annotated[str, typer.Option("--node-name", help="This node's name (the DaemonSet passes "
@@ -132,9 +134,14 @@ def agent_command(
         "--inventory-only", envvar="GPUFLEET_INVENTORY_ONLY",
         help="Publish labels, inventory and metrics but serve no device plugin (clusters that keep NVIDIA's).")
     ] = False,
+    dra: Annotated[bool, typer.Option(
+        "--dra", envvar="GPUFLEET_DRA",
+        help="Publish this node's GPUs as DRA ResourceSlices of NVIDIA's driver gpu.nvidia.com (Kubernetes 1.34+) "
+             "instead of serving device plugins; never both on one node.")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Run the node agent until SIGTERM: labels and inventory on the Node, kubelet device plugins, XID health."""
+    """Run the node agent until SIGTERM: labels and inventory on the Node, kubelet device plugins (or, with --dra,
+    DRA ResourceSlices), XID health."""
     from gpufleet.kube.client import KubeClient
     from gpufleet.kube.config import ClusterConfig
     from gpufleet.kube.errors import ConfigError
@@ -156,6 +163,11 @@ def agent_command(
             raise usage_error(f"{value!r} is not a listen address (host:port, :port, or 0 to disable)", flag)
     if not node_name.strip():
         raise usage_error("the node name is empty", "--node-name")
+    if dra and inventory_only:
+        # Inventory-only means NVIDIA's device plugin serves this node: DRA beside it would offer every GPU twice.
+        raise usage_error("--dra and --inventory-only together would offer this node's GPUs through DRA and through "
+                          "NVIDIA's device plugin at once; remove NVIDIA's device plugin from the node and drop "
+                          "--inventory-only (GPUFLEET_INVENTORY_ONLY=false)", "--dra")
     try:
         policy = HealthPolicy.from_environment(os.environ)
     except HealthPolicyError as e:
@@ -172,7 +184,7 @@ def agent_command(
         node_name=node_name, device_plugin_dir=device_plugin_dir, pod_resources_socket=pod_resources_socket,
         metrics_bind_address=None if metrics_bind_address == "0" else metrics_bind_address,
         health_probe_bind_address=None if health_probe_bind_address == "0" else health_probe_bind_address,
-        inventory_only=inventory_only, health=policy)
+        inventory_only=inventory_only, health=policy, dra=dra)
     client = KubeClient(cluster, user_agent=f"gpufleet-node/{node_name}")
     machine_type_file = loaded.machine_type_file if loaded else DEFAULT_MACHINE_TYPE_FILE
     agent = NodeAgent(client, options, loaded,

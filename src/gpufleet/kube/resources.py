@@ -123,6 +123,10 @@ KUEUE_QUEUE_RESOURCES: tuple[ResourceType, ...] = (KUEUE_RESOURCE_FLAVORS, KUEUE
 CONFIG_MAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
 CLUSTER_POLICIES = ResourceType("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False)
 
+# DRA (Kubernetes 1.34+): the node agent's `--dra` mode publishes this node's GPUs as ResourceSlices of NVIDIA's
+# driver gpu.nvidia.com (gpufleet.node.dra_publisher); cluster-scoped, one pool per node.
+RESOURCE_SLICES = ResourceType("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False)
+
 # The workload kinds (Jobs, JobSets, Deployments, Kubeflow's and Ray's jobs...) and the kinds they refer to (Volcano's
 # and KAI's queues, training runtimes, Kueue's AdmissionChecks), at the version gpufleet reads first, as the one
 # table of workload kinds lists them (gpufleet.api.workloadkinds.table). The scheduler watches those the cluster

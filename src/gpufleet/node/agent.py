@@ -7,7 +7,9 @@ Threads, each with one job:
 * the **loop** recomputes what the node offers whenever something changed (health, fractional pods, the MIG
   layout it rediscovers every ``rediscover_period``), feeds the device plugins, patches the Node, watches the
   kubelet's socket to register again after a kubelet restart, and checks the kubelet's record of allocations;
-* the **device plugins** answer the kubelet on their gRPC servers (:mod:`gpufleet.node.deviceplugin`);
+* the **device plugins** answer the kubelet on their gRPC servers (:mod:`gpufleet.node.deviceplugin`); with
+  ``--dra`` there are none, and the loop publishes this node's GPUs as DRA ResourceSlices of NVIDIA's driver
+  ``gpu.nvidia.com`` instead (:mod:`gpufleet.node.dra_publisher`);
 * the **ops servers** serve ``/metrics`` (dcgm-exporter names) and ``/healthz``/``/readyz``.
 
 A whole GPU that fractional pods use is advertised Unhealthy on its whole-GPU and replica resources, so the
@@ -36,6 +38,9 @@ from gpufleet.node.contract import HolderCounts, Machine, NvmlError
 from gpufleet.node.deviceplugin import DeviceState
 from gpufleet.node.discovery import TIMESTAMP_LABEL, Discovery, discover, refresh_inventory
 from gpufleet.node.dpconfig import AgentDeviceConfig
+from gpufleet.node.dra_publisher import DraPublisher
+from gpufleet.node.dra_slices import DRIVER as DRA_DRIVER
+from gpufleet.node.dra_slices import devices as dra_devices
 from gpufleet.node.health import DeviceHealth, HealthPolicy
 from gpufleet.node.metrics import AgentMetrics, render_gpu_metrics
 from gpufleet.node.plugins import PluginManager
@@ -60,6 +65,9 @@ class AgentOptions:
     publish_retry: float = 2.0
     sync_timeout: float = 10.0  # how long start() waits for the first list of this node's pods
     informer_options: Mapping[str, Any] = field(default_factory=dict)
+    # Publish ResourceSlices (driver gpu.nvidia.com) instead of serving device plugins: never both on one node.
+    dra: bool = False
+    dra_resync_period: float = 60.0  # how often the slices are read back though nothing changed here
 
 
 BackendOpener = Callable[[Callable[[], HolderCounts]], OpenedBackend]
@@ -76,6 +84,8 @@ class NodeAgent:
         self.allocator = Allocator(self.tracker, self.pod_resources.list, self.metrics)
         self.allocator.on_allocated = self._allocated
         self.publisher = NodePublisher(client, options.node_name)
+        self.slices = DraPublisher(client, options.node_name, resync_period=options.dra_resync_period) \
+            if options.dra else None
         self.health = DeviceHealth(options.health)
         self._open_backend = open_backend
         self._device_config = device_config
@@ -96,6 +106,11 @@ class NodeAgent:
         self._last_holders: dict[str, int] = {}
         self._holders_due = 0.0
         self._pod_parses = ParseCache()  # this node's pods, parsed once per version (fractions, declared memory)
+        # The DRA devices last computed, and from what (the machine object and the Unhealthy UUIDs).
+        self._dra_input: tuple[Machine, frozenset[str]] | None = None
+        self._dra_devices: list[dict[str, Any]] = []
+        self._dra_published = False
+        self._dra_due = 0.0
 
     # --- start and stop ------------------------------------------------------------------------------
 
@@ -121,7 +136,11 @@ class NodeAgent:
         else:
             log.warning("this node's pods are not listed after %.0fs; serving devices now, GPUs that fractional pods "
                         "use are withheld once the list arrives", self.options.sync_timeout)
-        if not self.options.inventory_only:
+        if self.options.dra:
+            log.info("DRA mode: this node's GPUs are published as ResourceSlices of %s (pool %s); no device plugin is "
+                     "started, since a node must not offer its GPUs both ways (NVIDIA's chart refuses its DRA driver "
+                     "and the device plugin on one node)", DRA_DRIVER, self.options.node_name)
+        elif not self.options.inventory_only:
             self.plugins = PluginManager(self.options.device_plugin_dir, self.allocator, self.metrics)
             self.plugins.sync(self._device_states(self.discovery))
         self._start_servers()
@@ -154,6 +173,8 @@ class NodeAgent:
             thread.join(5.0)
         if self.plugins is not None:
             self.plugins.stop()
+        if self.slices is not None:
+            self._withdraw_slices(self.slices)
         for server in self._servers:
             server.stop()
         self.tracker.stop()
@@ -298,6 +319,8 @@ class NodeAgent:
         if self.plugins is not None:
             self.plugins.sync(self._device_states(found))
             self.plugins.check()
+        if self.slices is not None:
+            self._publish_slices(self.slices, found)
         self._publish(found)
         if self._verify_due is not None and time.monotonic() >= self._verify_due:
             self._verify_due = None
@@ -325,6 +348,32 @@ class NodeAgent:
         self.metrics.node_patches.labels("ok").inc()
         self._published = wanted
 
+    def _publish_slices(self, publisher: DraPublisher, found: Discovery) -> None:
+        """The DRA pool follows the machine and its health (where device plugins would be fed)."""
+        machine = found.machine
+        broken = frozenset(u for g in machine.gpus for u in (g.uuid, *(d.uuid for d in g.mig))
+                           if self.health.is_unhealthy(u))
+        if self._dra_input is None or self._dra_input[0] is not machine or self._dra_input[1] != broken:
+            self._dra_input = (machine, broken)
+            self._dra_devices = dra_devices(machine, unhealthy=broken)
+        if time.monotonic() < self._dra_due:
+            return
+        try:
+            publisher.sync(self._dra_devices)
+        except KubeError as e:
+            self._dra_due = time.monotonic() + self.options.publish_retry
+            log.warning("node %s: writing ResourceSlices failed (%s); retrying in %.0fs", self.options.node_name, e,
+                        self.options.publish_retry)
+            return
+        self._dra_published = True
+
+    def _withdraw_slices(self, publisher: DraPublisher) -> None:
+        try:
+            publisher.withdraw()
+        except KubeError as e:
+            log.warning("node %s: withdrawing its ResourceSlices failed (%s); they stay until the Node is deleted or "
+                        "the agent runs again", self.options.node_name, e)
+
     def _allocated(self) -> None:
         # The kubelet records an allocation right after Allocate returns; check it shortly after.
         self._verify_due = time.monotonic() + 0.2
@@ -346,6 +395,8 @@ class NodeAgent:
             problems.append("node labels not written yet")
         if self.plugins is not None and not self.plugins.registered:
             problems.append("device plugins not registered with the kubelet")
+        if self.slices is not None and not self._dra_published:
+            problems.append("ResourceSlices not written yet")
         return Probe(not problems, "; ".join(problems) or "ready")
 
     def exposition(self) -> bytes:
