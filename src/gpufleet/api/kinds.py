@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any, cast
 
 from gpufleet.api import limits
+from gpufleet.api.dra_podclaims import ClaimUse, container_claims, read_pod_claims
 from gpufleet.api.errors import LEFT_OUT, shown
 from gpufleet.api.gpushare import (
     FRACTION_KEYS,
@@ -59,6 +60,7 @@ from gpufleet.api.objects import (
     NodeSelectorTerm,
     ObjectMeta,
     Pod,
+    PodResourceClaim,
     PodSetAssignment,
     PodSetSpec,
     PodsReadyPolicy,
@@ -534,11 +536,14 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
     scheduler = "default-scheduler"
     restart = "Always"
     asks: list[HamiAsk] = []  # HAMi's shares, one per GPU container (HAMi's semantics are per container)
+    claim_uses: list[ClaimUse] = []  # the DRA claims the containers use (resources.claims)
+    resource_claims: tuple[PodResourceClaim, ...] = ()
     if spec is not None:
         containers = list(spec.items("containers", required=True))
         for c in containers:
             own: ResourceList = {}
             _container_resources(c, own, limits, pod_validation)
+            container_claims(c, claim_uses)
             for k, v in own.items():
                 requests[k] = requests.get(k, 0) + v
             # read only when the pod asks a HAMi share: then a container asking nvidia.com/gpu alone gets whole
@@ -550,8 +555,10 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
             init_req: ResourceList = {}
             init_lim: ResourceList = {}
             _container_resources(c, init_req, init_lim, pod_validation)
+            container_claims(c, claim_uses)
             for k, v in init_req.items():
                 requests[k] = max(requests.get(k, 0), v)
+        resource_claims = read_pod_claims(spec, claim_uses)
         node_selector = spec.string_map("nodeSelector")
         affinity = spec.obj("affinity")
         node_aff = affinity.obj("nodeAffinity") if affinity else None
@@ -579,7 +586,7 @@ def parse_pod_template(r: FieldReader, meta_labels: dict[str, str], meta_annotat
         labels=meta_labels, annotations=meta_annotations, requests=requests, limits=limits,
         node_selector=node_selector, required_affinity=tuple(required), preferred_affinity=tuple(preferred),
         tolerations=tuple(tolerations), priority_class_name=priority_class, priority=priority,
-        scheduler_name=scheduler, gpu=gpu, restart_policy=restart,
+        scheduler_name=scheduler, gpu=gpu, restart_policy=restart, resource_claims=resource_claims,
     )
 
 

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from gpufleet.api import rawfiles
+from gpufleet.api.dra_nodes import attach_dra_gpus
+from gpufleet.api.dra_objects import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from gpufleet.api.dra_parse import PARSERS as DRA_PARSERS
+from gpufleet.api.dra_refs import check_claim_references
 from gpufleet.api.errors import Problems
 from gpufleet.api.kinds import PARSERS
 from gpufleet.api.limits import COHORT_DEPTH, MAX_COHORT_DEPTH, MAX_NODES, NODES
@@ -67,6 +71,12 @@ class Manifests:
     # GPU nodes without gpufleet's inventory offer (gpufleet.api.nvidia_config)
     config_maps: list[NvidiaConfigMap] = field(default_factory=list)
     cluster_policies: list[ClusterPolicy] = field(default_factory=list)
+    # DRA (resource.k8s.io): the slices give nodes their GPUs (gpufleet.api.dra_nodes); classes, claims and
+    # templates are read and kept for the allocation to come (issue 28)
+    resource_slices: list[ResourceSlice] = field(default_factory=list)
+    device_classes: list[DeviceClass] = field(default_factory=list)
+    resource_claims: list[ResourceClaim] = field(default_factory=list)
+    resource_claim_templates: list[ResourceClaimTemplate] = field(default_factory=list)
     config: SchedulerConfig | None = None
     problems: Problems = field(default_factory=Problems)
     documents: int = 0
@@ -83,7 +93,9 @@ class Manifests:
             ("LocalQueue", self.local_queues), ("Cohort", self.cohorts),
             ("WorkloadPriorityClass", self.workload_priority_classes), ("Workload", self.workloads),
             ("Topology", self.topologies), ("ConfigMap", self.config_maps),
-            ("ClusterPolicy", self.cluster_policies))}
+            ("ClusterPolicy", self.cluster_policies), ("DeviceClass", self.device_classes),
+            ("ResourceSlice", self.resource_slices), ("ResourceClaim", self.resource_claims),
+            ("ResourceClaimTemplate", self.resource_claim_templates))}
         return {k: n for k, n in own.items() if n > 0} | self.controllers.counts()
 
 
@@ -92,6 +104,8 @@ _TARGET: dict[str, str] = {
     "PriorityClass": "priority_classes", "ResourceFlavor": "flavors", "ClusterQueue": "cluster_queues",
     "LocalQueue": "local_queues", "Cohort": "cohorts", "WorkloadPriorityClass": "workload_priority_classes",
     "Workload": "workloads", "Topology": "topologies", "ConfigMap": "config_maps", "ClusterPolicy": "cluster_policies",
+    "ResourceSlice": "resource_slices", "DeviceClass": "device_classes", "ResourceClaim": "resource_claims",
+    "ResourceClaimTemplate": "resource_claim_templates",
 }
 
 
@@ -132,9 +146,10 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
         if made is not None and problems.error_count == before:
             intake.keep(made, out.controllers, position)
         return
-    parser = PARSERS.get((group, str(kind))) or NVIDIA_PARSERS.get((group, str(kind)))
+    parser = PARSERS.get((group, str(kind))) or NVIDIA_PARSERS.get((group, str(kind))) \
+        or DRA_PARSERS.get((group, str(kind)))
     if parser is None:
-        intake.unread_kind(r, str(api_version), str(kind), set(PARSERS) | set(NVIDIA_PARSERS))
+        intake.unread_kind(r, str(api_version), str(kind), set(PARSERS) | set(NVIDIA_PARSERS) | set(DRA_PARSERS))
         return
     obj = parser(r)
     if obj is None or problems.error_count > before:
@@ -299,6 +314,8 @@ class ManifestBuilder:
         _expand_pools(out)
         _check_duplicates(out)
         configure_nodes(out.nodes, out.config_maps, out.cluster_policies, out.problems)
+        attach_dra_gpus(out.nodes, out.resource_slices, out.problems)  # after the pools: their Nodes exist now
+        check_claim_references(out)
         size_kai_pool(out)
         return out
 

@@ -8,7 +8,7 @@ Conversion happens once, in :mod:`gpufleet.api.kinds`, with Kubernetes' own roun
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 # Resource names live in gpufleet.gpu.constants, re-exported here for the importers that read them with the
 # objects.
@@ -19,6 +19,10 @@ from gpufleet.gpu.constants import MEMORY as MEMORY
 from gpufleet.gpu.constants import PODS as PODS
 from gpufleet.gpu.mig import MigPlacement
 from gpufleet.gpu.sharing import DevicePluginConfig
+
+if TYPE_CHECKING:
+    from gpufleet.api.dra_need import DraNeed
+    from gpufleet.api.dra_objects import DraGpu
 
 ResourceList = dict[str, int]
 
@@ -245,6 +249,9 @@ class Node:
     ready: bool = True
     gpus: GpuInventory | None = None
     pool: str | None = None  # the NodePool it came from, for per-pool reports
+    # The GPUs the input's ResourceSlices publish for this node (DRA, gpufleet.api.dra_nodes): when present they
+    # are the node's GPUs, in place of the inventory, labels and device-plugin resources.
+    dra_gpus: tuple[DraGpu, ...] = ()
 
     @property
     def name(self) -> str:
@@ -253,6 +260,25 @@ class Node:
     @property
     def labels(self) -> dict[str, str]:
         return self.meta.labels
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerClaim:
+    """A container's use of one of its pod's claims (``resources.claims[]``): all of it, or one request."""
+
+    container: str
+    request: str | None = None  # None: every device the claim allocates
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourceClaim:
+    """One entry of a pod's ``spec.resourceClaims`` (DRA): a claim by name, or one made per pod from a template,
+    and the containers that use it. Read and kept; no GPU demand comes of it yet (issue 28)."""
+
+    name: str
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+    used_by: tuple[ContainerClaim, ...] = ()
 
 
 @dataclass(slots=True)
@@ -272,6 +298,10 @@ class PodTemplate:
     scheduler_name: str = "default-scheduler"
     gpu: GpuDemand = NO_GPU
     restart_policy: str = "Always"
+    resource_claims: tuple[PodResourceClaim, ...] = ()  # spec.resourceClaims (DRA), with the containers using each
+    # What those claims ask, resolved against the input's DRA objects (gpufleet.cluster.dra_claims); None: no
+    # claims, or not resolved yet.
+    dra: DraNeed | None = None
 
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
@@ -287,6 +317,11 @@ class Pod:
     @property
     def key(self) -> str:
         return self.meta.key
+
+    @property
+    def resource_claims(self) -> tuple[PodResourceClaim, ...]:
+        """The pod's DRA claims (spec.resourceClaims), read but not yet turned into GPU demands."""
+        return self.template.resource_claims
 
 
 # ---- Kueue kinds ----------------------------------------------------------------------------------------------

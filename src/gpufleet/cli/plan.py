@@ -24,6 +24,8 @@ from gpufleet.cli.options import (
     output_format,
 )
 from gpufleet.cli.validate import load, print_problems
+from gpufleet.cluster.dra_devices import DraNodeSummary, dra_summary
+from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
 from gpufleet.scheduling.snapshot_plan import STABLE_CAP, Cycle, PlanResult, run_cycles, settled
 from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PreemptedWorkload
 from gpufleet.web.source_files import QUOTA_ONLY  # the dashboard says it in the same words
@@ -58,12 +60,37 @@ def quota_only(result: PlanResult) -> bool:
     return result.policy is not None and result.policy.cluster is None
 
 
+def dra_nodes(result: PlanResult) -> list[DraNodeSummary]:
+    """The nodes whose GPUs the input's DRA ResourceSlices publish (none without slices)."""
+    cluster = result.policy.cluster if result.policy is not None else None
+    return dra_summary((n.name, n.gpus) for n in cluster) if cluster is not None else []
+
+
 def plan_document(result: PlanResult) -> dict[str, Any]:
-    return {"quotaOnly": quota_only(result),
-            "cycles": [{"admitted": [a.to_json() for a in c.decisions.admitted],
-                        "preempted": [p.to_json() for p in c.decisions.preempted],
-                        "pending": [p.to_json() for p in c.pending]} for c in result.cycles],
-            "usage": result.usage}
+    doc: dict[str, Any] = {"quotaOnly": quota_only(result),
+                           "cycles": [{"admitted": [_admitted_json(a, result) for a in c.decisions.admitted],
+                                       "preempted": [p.to_json() for p in c.decisions.preempted],
+                                       "pending": [p.to_json() for p in c.pending]} for c in result.cycles],
+                           "usage": result.usage}
+    dra = dra_nodes(result)
+    if dra:  # only with DRA input: a plan of device-plugin nodes keeps the document it always had
+        doc["draNodes"] = [{"node": d.node, "driver": d.driver, "pools": list(d.pools), "model": d.model,
+                            "gpus": d.gpus, "wholeGpus": d.whole, "migDevices": dict(d.mig)} for d in dra]
+    return doc
+
+
+def _admitted_json(a: AdmittedWorkload, result: PlanResult) -> dict[str, Any]:
+    """An admission as JSON; a pod placed through DRA claims lists its claims' allocation results (``claims``)."""
+    out = a.to_json()
+    needs = pod_needs((p.key, p.template.dra) for w in result.workloads for p in w.pods)
+    if not needs:
+        return out
+    cluster = result.policy.cluster if result.policy is not None else None
+    for entry, p in zip(out["pods"], a.pods, strict=True):
+        claims = assignment_claims(needs, cluster, p.pod, p.node, p.devices)
+        if claims:
+            entry["claims"] = [c.to_json() for c in claims]
+    return out
 
 
 def _pods(a: AdmittedWorkload) -> str:
@@ -89,6 +116,15 @@ def _cycle_table(index: int, c: Cycle, wide: bool, quota: bool) -> console.Table
         rows.append([w.workload, console.styled("pending", "yellow"), "", w.reason, ""])
     for row in rows:
         table.add_row(*(row if wide else row[:4]))
+    return table
+
+
+def _dra_table(nodes: list[DraNodeSummary]) -> console.Table:
+    table = console.make_table("GPUs from DRA ResourceSlices", "NODE",
+                               "DRIVER", "MODEL", console.Column("GPUS", justify="right"),
+                               console.Column("WHOLE", justify="right"), "MIG DEVICES")
+    for d in nodes:
+        table.add_row(d.node, d.driver, d.model, str(d.gpus), str(d.whole), d.mig_text())
     return table
 
 
@@ -136,6 +172,10 @@ def plan(
             console.show(_cycle_table(i, c, wide=fmt is OutputFormat.wide, quota=quota_only(result)))
             console.say("")
         console.show(_usage_table(result.usage))
+        dra = dra_nodes(result)
+        if dra:
+            console.say("")
+            console.show(_dra_table(dra))
     pending = result.cycles[-1].pending if result.cycles else []
     if fail_on_pending and pending:
         where = f" in namespace {namespace}" if namespace else ""

@@ -36,6 +36,7 @@ class MigSlot:
     memory_mib: int
     compute_slices: int
     holder: str | None = None
+    dra_device: str | None = None  # its DRA device name when a ResourceSlice publishes it (driver, pool: its GPU's)
 
 
 @dataclass(slots=True)
@@ -57,6 +58,11 @@ class GpuSlot:
     replica_memory: dict[str, int] = field(default_factory=dict)
     mig: list[MigSlot] = field(default_factory=list)
     healthy: bool = True
+    # DRA identity when a ResourceSlice publishes it (driver, pool, device name; None: the device plugin's GPU, or
+    # a GPU offered only as its MIG devices, whose dra_device is on each MigSlot).
+    dra_driver: str | None = None
+    dra_pool: str | None = None
+    dra_device: str | None = None
 
     # ---- derived views -------------------------------------------------------------------------------------
     @property

@@ -10,8 +10,9 @@ placer then grants.
   instances (the single strategy advertises them as ``nvidia.com/gpu``);
 * a MIG resource (``nvidia.com/mig-3g.40gb``) takes free instances advertised under that name, with at least
   the memory the pod declares;
-* a fraction takes room on one whole-mode GPU: its thousandths and its memory (:func:`fraction_room`), on a node
-  open to fractions (:func:`fractions_closed`: the node label ``gpufleet.io/gpu-fractions: "false"`` closes it).
+* a fraction takes room on one whole-mode GPU (not one DRA publishes, which only claims hand out): its thousandths
+  and its memory (:func:`fraction_room`), on a node open to fractions (:func:`fractions_closed`: the node label
+  ``gpufleet.io/gpu-fractions: "false"`` closes it).
   The label is a rule for new placements, checked by the fit check (the placement filters); the device answers
   here ignore it, so fractional pods already running on a node closed since are still accounted.
 """
@@ -83,7 +84,9 @@ def free_mig(node: NodeState, resource: str, memory_mib: int | None) -> list[tup
 def fraction_room(gpu: GpuSlot, milli: int, memory_mib: int | None) -> tuple[int, int] | None:
     """The (thousandths, MiB) ``gpu`` would grant a fractional pod now (:func:`fraction_need`), or None: not a
     whole-mode GPU, held whole, unhealthy, or without room for the share or for the memory."""
-    if gpu.mode != "whole" or gpu.holder is not None or not gpu.healthy:
+    # A GPU published through DRA is handed out by claims alone: a fraction is the device plugin's way of sharing
+    # (KAI's and HAMi's shares ride on nvidia.com/gpu), which a DRA node does not run.
+    if gpu.mode != "whole" or gpu.holder is not None or not gpu.healthy or gpu.dra_driver is not None:
         return None
     share, memory = fraction_need(milli, memory_mib, gpu.memory_mib)
     if gpu.used_milli + share > MILLI or gpu.used_memory_mib + memory > gpu.memory_mib:

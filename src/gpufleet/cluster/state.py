@@ -27,6 +27,7 @@ from gpufleet.api.objects import (
 )
 from gpufleet.api.reader import parse_int_text
 from gpufleet.cluster.devices import DeviceGrant, GpuSlot, InvariantError, MigSlot, grant_device_id
+from gpufleet.cluster.dra_devices import dra_gpu_slots
 
 # The first-fit device search lives with the other free-device answers; importers find it here too.
 from gpufleet.cluster.free_devices import first_free_grants as first_free_grants
@@ -86,7 +87,10 @@ def _label_int(labels: dict[str, str], key: str, default: int) -> int:
 
 
 def _gpu_slots_from_node(node: Node, catalog: Catalog) -> tuple[list[GpuSlot], str | None]:
-    """Build the node's GPU slots from its inventory annotation, else from its resources and GFD labels."""
+    """Build the node's GPU slots from its DRA ResourceSlices, else its inventory annotation, else its resources
+    and GFD labels."""
+    if node.dra_gpus:
+        return dra_gpu_slots(node.dra_gpus), node.dra_gpus[0].model
     inv = node.gpus
     labels = node.labels
     if inv is not None:
@@ -159,11 +163,13 @@ def node_state_from(node: Node, catalog: Catalog = DEFAULT_CATALOG) -> NodeState
     gpus, model = _gpu_slots_from_node(node, catalog)
     labels = dict(node.labels)
     labels.setdefault(HOSTNAME_LABEL, node.name)
-    fail_gt1 = node.gpus.sharing.fail_requests_greater_than_one if node.gpus else False
+    # The inventory's sharing and NVLink pairs describe the device plugin's GPUs, not those DRA publishes.
+    inventory = node.gpus if not node.dra_gpus else None
+    fail_gt1 = inventory.sharing.fail_requests_greater_than_one if inventory else False
     return NodeState(
         name=node.name, labels=labels, taints=node.taints, allocatable=dict(node.allocatable), used={},
         gpus=gpus, unschedulable=node.unschedulable, ready=node.ready, pool=node.pool, gpu_model=model,
-        fail_requests_greater_than_one=fail_gt1, nvlinks=dict(node.gpus.nvlinks) if node.gpus else {},
+        fail_requests_greater_than_one=fail_gt1, nvlinks=dict(inventory.nvlinks) if inventory else {},
     )
 
 

@@ -39,6 +39,7 @@ from gpufleet.api.objects import (
 from gpufleet.api.reader import parse_int_text
 from gpufleet.api.workloadkinds.common import pod_queue, queue_key
 from gpufleet.api.workloadkinds.kueuefeatures import hold_reason
+from gpufleet.cluster.dra_claims import resolve_workload_claims
 
 
 @dataclass(slots=True)
@@ -262,6 +263,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
 
     out[:] = fold_kueue_workloads(out)  # a Kueue Workload object and the Job (pods...) it stands for: counted once
     _hold_for_admission_checks(out, manifests, problems)
+    resolve_workload_claims(out, manifests)  # DRA: each pod's claims become its GPU demand and allowed devices
     _unique_keys(out, problems)
     out.sort(key=lambda w: w.order)
     return _within_pod_limit(out, problems)

@@ -7,7 +7,9 @@ What is taken, each kind only where the server serves it (discovery):
   ReplicaSets, JobSets, Kubeflow's jobs and training runtimes, Ray, LeaderWorkerSets, Volcano's and KAI's kinds);
 * the queue kinds of both ``kueue.x-k8s.io`` and ``gpufleet.io``, Kueue's Workloads and AdmissionChecks;
 * NVIDIA's configuration: the GPU Operator's ClusterPolicy and the device plugin's and mig-parted's ConfigMaps
-  (those the ClusterPolicy names, and any other ConfigMap whose data is such a configuration; no other).
+  (those the ClusterPolicy names, and any other ConfigMap whose data is such a configuration; no other);
+* DRA (:data:`~gpufleet.api.workloadkinds.table.DRA_KINDS`): ResourceSlices, which give DRA nodes their GPUs,
+  DeviceClasses, ResourceClaims and ResourceClaimTemplates, in the first version gpufleet reads that is served.
 
 Each object is written as one YAML document, stripped to what scheduling reads (:func:`clean`): no
 managedFields, resourceVersion or last-applied annotation, no node images, no container env, command or
@@ -30,7 +32,7 @@ import yaml
 
 from gpufleet.api.limits import MAX_DOCUMENTS, MAX_INPUT_BYTES
 from gpufleet.api.nvidia_config import config_map_names, nvidia_config_kind
-from gpufleet.api.workloadkinds.table import RULES, SUPPORTING_KINDS
+from gpufleet.api.workloadkinds.table import DRA_KINDS, RULES, SUPPORTING_KINDS
 from gpufleet.kube import resources as r
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.discovery import Discovery
@@ -57,6 +59,9 @@ WORKLOAD_KINDS: tuple[KindRef, ...] = (
     *(KindRef(group, kind, versions) for (group, kind), versions in SUPPORTING_KINDS.items()
       if group != r.KUEUE_GROUP),
 )
+# The DRA kinds the manifest reader reads (gpufleet.api.dra_parse): a DRA node's GPUs are in its ResourceSlices.
+DRA_KIND_REFS: tuple[KindRef, ...] = tuple(KindRef(group, kind, versions)
+                                           for (group, kind), versions in DRA_KINDS.items())
 
 QUEUE_KINDS: tuple[ResourceType, ...] = (
     *r.KUEUE_QUEUE_RESOURCES, r.KUEUE_TOPOLOGIES, r.KUEUE_WORKLOADS, r.KUEUE_ADMISSION_CHECKS,
@@ -99,7 +104,7 @@ def take(client: KubeClient, namespace: str | None = None, *,
     discovery = Discovery(client)
     snap = Snapshot()
     kinds: list[ResourceType] = [*CORE_KINDS]
-    for ref in WORKLOAD_KINDS:
+    for ref in (*WORKLOAD_KINDS, *DRA_KIND_REFS):
         found = discovery.find(ref.group, ref.kind, ref.versions)
         if found is not None:
             kinds.append(found)

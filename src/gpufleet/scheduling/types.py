@@ -110,6 +110,9 @@ class PodRequest:
     # use; 0: nothing known), and the GPUs ("node/index") it must not share again (one OOM-killed it there).
     memory_hint: int = 0
     avoid_gpus: frozenset[str] = frozenset()
+    # DRA: the devices ("driver", "pool", "device") its claims allow, in groups (its devices all come from one);
+    # empty: no claims (gpufleet.cluster.dra_claims).
+    dra_groups: tuple[frozenset[tuple[str, str, str]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

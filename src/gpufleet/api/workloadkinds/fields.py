@@ -6,7 +6,7 @@ Only what is written here is checked: the levels gpufleet reads, and the Kuberne
 metadata, pod templates, Job specs). A field not in the schema is a warning with its file and line and, when a
 known field is close, the one probably meant (``queueingStrategie`` -> ``queueingStrategy``). A field the kind has
 but gpufleet's placement does not honour (:class:`Unread`: inter-pod affinity, topology spread, pod-level
-resources, runtime overhead, resource claims) is said too, as left out, where it is written.
+resources, runtime overhead) is said too, as left out, where it is written.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _fields(*names: str, **nested: Schema) -> dict[str, Schema]:
 META = _fields("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
                "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
                "ownerReferences", "finalizers", "managedFields")
-RESOURCES = _fields("requests", "limits", "claims")
+RESOURCES = _fields("requests", "limits", claims=ListOf(_fields("name", "request")))
 CONTAINER = _fields(
     "name", "image", "command", "args", "workingDir", "ports", "envFrom", "env", "resizePolicy", "restartPolicy",
     "restartPolicyRules", "volumeMounts", "volumeDevices", "livenessProbe", "readinessProbe", "startupProbe",
@@ -68,7 +68,8 @@ POD_SPEC = _fields(
     topologySpreadConstraints=Unread(f"topology spread constraints: {_PLACED_WITHOUT}"),
     overhead=Unread("the runtime's overhead: it is not added to the pod's requests"),
     resources=Unread("pod-level resources: the containers' resources are what gpufleet counts"),
-    resourceClaims=Unread("dynamic resource claims (DRA): the devices they claim are not planned"),
+    # read onto the pod (gpufleet.api.dra_podclaims), whose devices gpufleet.cluster.dra_claims plans
+    resourceClaims=ListOf(_fields("name", "resourceClaimName", "resourceClaimTemplateName")),
     containers=ListOf(CONTAINER), initContainers=ListOf(CONTAINER))
 POD_TEMPLATE = {"metadata": META, "spec": POD_SPEC}
 JOB_SPEC = _fields(
@@ -209,6 +210,12 @@ def check_fields(r: FieldReader, group: str, kind: str) -> int:
     schema = SCHEMAS.get((group, kind))
     if schema is None:
         return 0
+    return check_schema(r, schema, kind)
+
+
+def check_schema(r: FieldReader, schema: Mapping[str, Schema], kind: str) -> int:
+    """:func:`check_fields` against a schema the caller chooses (a kind whose fields differ between versions, such
+    as DRA's v1 and v1beta1, checks each version against its own); how many fields were warned about."""
     found: list[tuple[tuple[str | int, ...], str, list[str]]] = []
     unread: dict[str, tuple[tuple[str | int, ...], str]] = {}
     _walk(r.value, schema, (), found, unread)

@@ -16,6 +16,7 @@ error), and the well-known kinds gpufleet does not read (named as such, not "che
 
 from __future__ import annotations
 
+from gpufleet.api.dra_objects import DRA_GROUP, DRA_VERSIONS
 from gpufleet.api.workloadkinds.model import KindRule, OwnerLabels
 
 _JOB_LABELS = OwnerLabels("batch.kubernetes.io/job-name", index="batch.kubernetes.io/job-completion-index")
@@ -178,12 +179,19 @@ GROUP_VERSIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The DRA kinds gpufleet reads (gpufleet.api.dra_parse), at the versions the API server serves them: v1 since
+# Kubernetes 1.34, v1beta2 and v1beta1 before. Listed by kind, not by group: the group's other kinds
+# (DeviceTaintRule) are said as not read, whatever their version.
+DRA_KINDS: dict[tuple[str, str], tuple[str, ...]] = {
+    (DRA_GROUP, k): DRA_VERSIONS for k in ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")}
+
+
 def versions_of(group: str, kind: str) -> tuple[str, ...] | None:
     """The versions gpufleet reads of ``kind`` in ``group`` (None: the group is not one gpufleet knows)."""
     rule = RULES.get((group, kind))
     if rule is not None:
         return rule.versions
-    supporting = SUPPORTING_KINDS.get((group, kind))
+    supporting = SUPPORTING_KINDS.get((group, kind)) or DRA_KINDS.get((group, kind))
     if supporting is not None:
         return supporting
     return GROUP_VERSIONS.get(group)
@@ -211,6 +219,7 @@ _NOT_WORKLOADS = {
     "monitoring.coreos.com": ("ServiceMonitor", "PodMonitor", "PrometheusRule"),
     "kueue.x-k8s.io": ("MultiKueueConfig", "MultiKueueCluster", "ProvisioningRequestConfig"),
     "nvidia.com": ("NVIDIADriver",),  # ClusterPolicy is read (gpufleet.api.nvidia_config), as NVIDIA's ConfigMaps
+    "resource.k8s.io": ("DeviceTaintRule",),  # the other DRA kinds are read (DRA_KINDS)
     "scheduling.volcano.sh": ("HyperNode",),
     "kai.scheduler": ("Topology",),
     "kustomize.config.k8s.io": ("Kustomization",),

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 from gpufleet.cluster.free_devices import first_free_grants
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
+from gpufleet.scheduling.placement.dra import dra_problem, first_dra_grants, over_choices, with_choice
 from gpufleet.scheduling.placement.filters import pod_unfit_reason
+from gpufleet.scheduling.placement.need import compile_need
 from gpufleet.scheduling.types import PodRequest, TopologyRequest
 
 
@@ -28,7 +30,8 @@ class FirstFitPlacer:
     def _place_one(self, pod: PodRequest, nodes: Sequence[NodeState]) -> Placement | None:
         for node in nodes:
             if self._why_not(pod, node) is None:
-                grants = first_free_grants(node, pod.template.gpu)
+                grants = (first_dra_grants(compile_need(pod), node) if pod.dra_groups
+                          else first_free_grants(node, pod.template.gpu))
                 assert grants is not None, "the fit check passed, so the devices are there"
                 return self.cluster.allocate(pod.key, node.name, pod.template.requests, grants)
         return None
@@ -47,6 +50,11 @@ class FirstFitPlacer:
 
     # ---- Placer ------------------------------------------------------------------------------------------------
     def place(self, pods: Sequence[PodRequest], topology: TopologyRequest | None = None) -> list[Placement] | None:
+        if any(p.template.dra is not None for p in pods):
+            return over_choices(pods, lambda variant: self._place_in(variant, topology))
+        return self._place_in(pods, topology)
+
+    def _place_in(self, pods: Sequence[PodRequest], topology: TopologyRequest | None) -> list[Placement] | None:
         nodes = sorted(self.cluster.nodes.values(), key=lambda n: n.name)
         if topology is not None:
             domains: dict[str, list[NodeState]] = {}
@@ -63,6 +71,11 @@ class FirstFitPlacer:
         return self._place_all(pods, nodes)
 
     def explain(self, pod: PodRequest) -> str:
+        if pod.template.dra is not None:
+            problem = dra_problem([pod])
+            if problem is not None:
+                return problem
+            pod = (with_choice([pod], 0) or [pod])[0]
         nodes = list(self.cluster.nodes.values())
         reasons = Counter(r for n in nodes if (r := self._why_not(pod, n)) is not None)
         free = len(nodes) - sum(reasons.values())

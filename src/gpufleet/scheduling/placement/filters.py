@@ -28,6 +28,7 @@ from gpufleet.cluster.free_devices import (
 from gpufleet.cluster.state import NodeState
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.constants import DEFAULT_MAX_PODS, FRACTION_RESOURCE, MILLI
+from gpufleet.scheduling.placement.dra import DraDevices
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
 from gpufleet.scheduling.placement.nodeview import fraction_share, whole_gpus
 from gpufleet.scheduling.types import PodRequest
@@ -356,7 +357,8 @@ def memory_aware_filters() -> tuple[Filter, ...]:
 def default_filters() -> tuple[Filter, ...]:
     """Every filter, static ones first, in the order explain() attributes failures."""
     return (NodeReady(), NodeAffinity(), FlavorNodeLabels(), TaintToleration(), GpuModel(), FractionsAllowed(),
-            TimeSliceLimit(), GpuMemory(), Resources(), WholeGpus(), TimeSliceReplicas(), MigInstances(), Fraction())
+            TimeSliceLimit(), GpuMemory(), DraDevices(), Resources(), WholeGpus(), TimeSliceReplicas(), MigInstances(),
+            Fraction())
 
 
 DEFAULT_FILTERS = default_filters()

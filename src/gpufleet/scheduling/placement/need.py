@@ -35,6 +35,7 @@ class PodNeed:
     per_node: bool  # constrains an identity label or avoids GPUs: filters must run on every node, not per class
     memory_hint: int  # MiB it is expected to use on a time-sliced GPU (PodRequest.memory_hint; 0: unknown)
     avoid_gpus: frozenset[str]  # GPUs ("node/index") it must not share again
+    dra_groups: tuple[frozenset[tuple[str, str, str]], ...]  # DRA devices its claims allow (PodRequest.dra_groups)
     constraint_key: int  # interned: equal constraints, equal key (a small int hashes fast in hot loops)
     shape_key: int
 
@@ -74,7 +75,8 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
     selector = tuple(sorted(t.node_selector.items()))
     tolerations = t.tolerations + req.extra_tolerations
     node_labels = tuple(sorted(req.node_labels))
-    constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu, req.memory_hint, req.avoid_gpus)
+    constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu, req.memory_hint, req.avoid_gpus,
+                  req.dra_groups)
     return PodNeed(
         key=req.key,
         charge=placed,
@@ -86,9 +88,11 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
         affinity=t.required_affinity,
         tolerations=tolerations,
         node_labels=node_labels,
-        per_node=bool(req.avoid_gpus) or _mentions_identity(selector, t.required_affinity, node_labels),
+        per_node=bool(req.avoid_gpus or req.dra_groups)
+        or _mentions_identity(selector, t.required_affinity, node_labels),
         memory_hint=req.memory_hint,
         avoid_gpus=req.avoid_gpus,
+        dra_groups=req.dra_groups,
         constraint_key=intern(constraint) if intern is not None else -1,
         shape_key=intern((constraint, requests)) if intern is not None else -1,
     )

@@ -20,6 +20,7 @@ from gpufleet.api.objects import Topology
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
 from gpufleet.scheduling.fragmentation import FragmentationModel
 from gpufleet.scheduling.placement.devices import assign_devices
+from gpufleet.scheduling.placement.dra import dra_problem, over_choices, with_choice
 from gpufleet.scheduling.placement.explain import format_reasons
 from gpufleet.scheduling.placement.filters import fit_count
 from gpufleet.scheduling.placement.index import Best, ClassIndex, Result
@@ -227,6 +228,11 @@ class GpuPlacer:
         return [compile_need(p, self._intern) for p in pods]
 
     def place(self, pods: Sequence[PodRequest], topology: TopologyRequest | None = None) -> list[Placement] | None:
+        if any(p.template.dra is not None for p in pods):
+            return over_choices(pods, lambda variant: self._place(variant, topology))
+        return self._place(pods, topology)
+
+    def _place(self, pods: Sequence[PodRequest], topology: TopologyRequest | None) -> list[Placement] | None:
         self._prepare()
         needs = self._needs(pods)
         mark = self.cluster.checkpoint()
@@ -251,7 +257,14 @@ class GpuPlacer:
     def find_victims(self, pods: Sequence[PodRequest], candidates: Sequence[str],
                      topology: TopologyRequest | None = None) -> list[str] | None:
         """Greedy removal in candidate order until the pods fit, then fill-back: each removed victim, last
-        first, is put back when the pods still fit without removing it. All under a rolled-back checkpoint."""
+        first, is put back when the pods still fit without removing it. All under a rolled-back checkpoint.
+        Pods with DRA claims: the first of their choices some victims make room for."""
+        if any(p.template.dra is not None for p in pods):
+            return over_choices(pods, lambda variant: self._find_victims(variant, candidates, topology))
+        return self._find_victims(pods, candidates, topology)
+
+    def _find_victims(self, pods: Sequence[PodRequest], candidates: Sequence[str],
+                      topology: TopologyRequest | None) -> list[str] | None:
         self._prepare()
         needs = self._needs(pods)
         cluster = self.cluster
@@ -279,6 +292,11 @@ class GpuPlacer:
             cluster.rollback(outer)
 
     def explain(self, pod: PodRequest) -> str:
+        if pod.template.dra is not None:
+            problem = dra_problem([pod])
+            if problem is not None:
+                return problem
+            pod = (with_choice([pod], 0) or [pod])[0]
         self._prepare()
         [need] = self._needs([pod])
         if self.index is not None:

@@ -1,0 +1,54 @@
+"""What a pod's DRA claims ask, once resolved against the input (gpufleet.cluster.dra_claims): the GPU demands
+placement places, each with the devices allowed to meet it. Data only, kept on the pod's template."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.api.objects import GpuDemand
+
+DeviceKey = tuple[str, str, str]  # (driver, pool, device): a DRA device's identity, cluster-wide
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One request of one of the pod's claims, as allocation results name it (``main/sub`` for a firstAvailable
+    entry), and how many devices it takes."""
+
+    claim: str  # namespace/name of the ResourceClaim
+    request: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DraChoice:
+    """One way to meet every claim of the pod: the demand placed, the devices allowed (the pod's devices all come
+    from one group), and the requests in order (the devices are handed to them in that order)."""
+
+    demand: GpuDemand
+    groups: tuple[frozenset[DeviceKey], ...]
+    requests: tuple[ClaimRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DraNeed:
+    """What a pod's claims ask, resolved: ``choices`` best first, or a ``problem`` that keeps the pod pending."""
+
+    claims: tuple[str, ...]
+    choices: tuple[DraChoice, ...] = ()
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """One device allocated to a pod's claim, as ``status.allocation.devices.results[]`` writes it, with the claim."""
+
+    claim: str  # namespace/name
+    request: str  # ``main/sub`` for a firstAvailable entry
+    driver: str
+    pool: str
+    device: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"claim": self.claim, "request": self.request, "driver": self.driver, "pool": self.pool,
+                "device": self.device}

@@ -1,0 +1,367 @@
+"""A pod's DRA claims turned into what placement places: GPU demands, each with the devices allowed to meet it.
+
+gpufleet places a claimed GPU as it places any GPU (the same filters, scores, gangs, quotas and fragmentation),
+so the claims of a pod become one :class:`~gpufleet.api.objects.GpuDemand` (``count`` whole GPUs, or ``count``
+MIG devices of one profile) together with the DRA devices that may meet it. How:
+
+1. each claim comes from its template (one claim per pod, named as the resourceclaim controller names it) or is
+   the claim the pod names;
+2. each request's devices are those every selector of its DeviceClass and of the request match (CEL, evaluated
+   once per device and expression); a ``firstAvailable`` request tries its entries in the user's order, so a pod
+   has one :class:`DraChoice` per combination of entries, best first, and placement takes the first that fits
+   anywhere (as kube-scheduler does since 1.35, whatever its scorers prefer);
+3. a ``matchAttribute`` constraint splits the allowed devices into groups of one value: the devices a pod gets
+   all come from one group.
+
+What a pod asks that this cannot express is refused with a reason naming the claim and the request (the pod stays
+pending with it, never placed without its devices): ``allocationMode: All``, ``adminAccess``, requests of one pod
+that select different devices or mix whole GPUs with MIG devices, constraints that cover only some requests,
+devices that are not NVIDIA GPUs or MIG devices, claims that are already allocated or that several pods share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from itertools import product
+from typing import TYPE_CHECKING, Literal
+
+from gpufleet.api.dra_need import ClaimRequest, DeviceKey, DraChoice, DraNeed
+from gpufleet.api.dra_nodes import complete_pools
+from gpufleet.api.dra_objects import (
+    ClaimSpec,
+    Device,
+    DeviceClass,
+    DeviceSelection,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
+from gpufleet.api.errors import Problems
+from gpufleet.api.manifests import Manifests
+from gpufleet.api.objects import GpuDemand, Node, PodResourceClaim
+from gpufleet.cluster.dra_selectors import AttributeValue, SelectorError, device_activation, matches, parse_semver
+
+if TYPE_CHECKING:
+    from gpufleet.cluster.workloads import Workload
+
+NO_DRA_OBJECTS = ("its DRA claims cannot be planned: the input has no DRA objects (ResourceSlices, DeviceClasses, "
+                  "ResourceClaimTemplates, ResourceClaims); the live scheduler does not read them yet (issue 28)")
+MAX_CHOICES = 64  # combinations of firstAvailable entries tried per pod
+
+
+
+def device_key_text(key: DeviceKey) -> str:
+    return "/".join(key)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedDevice:
+    """A device of a complete pool, with the node it is on and what gpufleet plans it as: a whole GPU, or a MIG
+    device of ``profile`` (None: neither, which gpufleet does not plan)."""
+
+    node: str
+    driver: str
+    pool: str
+    device: Device
+    kind: Literal["whole", "mig"] | None
+    profile: str | None = None
+
+    @property
+    def key(self) -> DeviceKey:
+        return self.driver, self.pool, self.device.name
+
+
+@dataclass(slots=True)
+class DraCatalog:
+    """The DRA objects of the input, and the devices of its complete pools."""
+
+    classes: Mapping[str, DeviceClass] = field(default_factory=dict)
+    templates: Mapping[str, ResourceClaimTemplate] = field(default_factory=dict)
+    claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
+    devices: Sequence[PublishedDevice] = ()
+    _matches: dict[tuple[str, DeviceKey], bool] = field(default_factory=dict)
+    _failures: dict[str, str] = field(default_factory=dict)
+
+    def matching(self, selectors: Sequence[str]) -> tuple[list[PublishedDevice], str | None]:
+        """The devices every selector matches, and the first evaluation problem met (a device a selector fails on
+        is not matched, as kube-scheduler treats it)."""
+        found: list[PublishedDevice] = []
+        problem: str | None = None
+        for d in self.devices:
+            ok = True
+            for expression in selectors:
+                cached = self._matches.get((expression, d.key))
+                if cached is None:
+                    try:
+                        cached = matches(expression, _activation(d))
+                    except SelectorError as e:
+                        cached = False
+                        self._failures.setdefault(expression, f"selector {expression!r} on device "
+                                                              f"{device_key_text(d.key)}: {e}")
+                    self._matches[(expression, d.key)] = cached
+                if not cached:
+                    problem = problem or self._failures.get(expression)
+                    ok = False
+                    break
+            if ok:
+                found.append(d)
+        return found, problem
+
+
+def _activation(d: PublishedDevice) -> dict[str, object]:
+    attributes: dict[str, AttributeValue] = {}
+    for name, a in d.device.attributes.items():
+        if a.type == "version" and isinstance(a.value, str):
+            try:
+                attributes[name] = parse_semver(a.value)
+            except SelectorError:
+                continue  # not a version: the parser said so; the attribute is left out of CEL
+        else:
+            attributes[name] = a.value
+    capacity: dict[str, Fraction] = dict(d.device.capacity)
+    return device_activation(d.driver, attributes, capacity)
+
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the letters Kubernetes' generateName suffixes use
+
+
+def generated_claim_name(pod: str, claim: str, seed: str) -> str:
+    """The name the resourceclaim controller gives the claim it makes from a template for ``pod``: ``<pod>-<claim>-``
+    cut to 58 characters, then five random letters; here the letters come from ``seed`` so that a plan is
+    reproducible (the live cluster's name is read back from the pod's status)."""
+    base = f"{pod}-{claim}-"[:58]
+    digest = hashlib.sha256(seed.encode()).digest()
+    return base + "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
+
+
+def _claim_spec(namespace: str, pod: str, ref: PodResourceClaim, catalog: DraCatalog,
+                seed: str) -> tuple[str, ClaimSpec] | str:
+    if ref.resource_claim_template_name is not None:
+        key = f"{namespace}/{ref.resource_claim_template_name}"
+        template = catalog.templates.get(key)
+        if template is None:
+            return (f"claim {ref.name}: ResourceClaimTemplate {key} is not in the input; add it, or name an existing "
+                    "claim (resourceClaimName)")
+        return f"{namespace}/{generated_claim_name(pod, ref.name, seed)}", template.spec
+    key = f"{namespace}/{ref.resource_claim_name}"
+    claim = catalog.claims.get(key)
+    if claim is None:
+        return f"claim {ref.name}: ResourceClaim {key} is not in the input; add it"
+    if claim.allocation is not None:
+        return (f"claim {key} is already allocated; gpufleet does not plan pods on claims allocated before "
+                "(not implemented)")
+    return key, claim.spec
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    """One way to meet one request: what it is called in results, its devices, how many, and of what kind."""
+
+    request: str
+    devices: frozenset[DeviceKey]
+    count: int
+    kind: Literal["whole", "mig"]
+    profile: str | None
+
+
+def _options(claim: str, request_name: str, selections: Sequence[tuple[str, DeviceSelection]],
+             catalog: DraCatalog) -> list[_Option] | str:
+    out: list[_Option] = []
+    problems: list[str] = []
+    where = f"claim {claim} request {request_name}"
+    for name, s in selections:
+        if s.allocation_mode == "All":
+            problems.append(f"{where}: allocationMode All is not planned by gpufleet (not implemented); ask for a "
+                            "count")
+            continue
+        if s.admin_access:
+            problems.append(f"{where}: adminAccess is not planned by gpufleet (not implemented)")
+            continue
+        device_class = catalog.classes.get(s.device_class_name)
+        if device_class is None:
+            problems.append(f"{where}: DeviceClass {s.device_class_name} is not in the input; add it")
+            continue
+        found, failed = catalog.matching(device_class.selectors + s.selectors)
+        kinds = {(d.kind, d.profile) for d in found}
+        if not found:
+            problems.append(f"{where}: no device in the cluster matches DeviceClass {s.device_class_name} and the "
+                            "request's selectors" + (f" ({failed})" if failed else ""))
+            continue
+        if len(kinds) > 1 or None in {k for k, _ in kinds}:
+            problems.append(f"{where}: its devices are of several kinds ({_kinds_text(kinds)}); gpufleet plans a "
+                            "request of whole NVIDIA GPUs or of MIG devices of one profile (not implemented "
+                            "otherwise); add a selector on the device type or profile")
+            continue
+        (kind, profile), = kinds
+        assert kind is not None
+        out.append(_Option(name, frozenset(d.key for d in found), s.count, kind, profile))
+    if not out:
+        return "; ".join(problems) or f"{where}: it asks for nothing"
+    return out
+
+
+def _kinds_text(kinds: set[tuple[Literal["whole", "mig"] | None, str | None]]) -> str:
+    words = sorted("MIG " + (p or "?") if k == "mig" else "whole GPU" if k == "whole" else "not a GPU"
+                   for k, p in kinds)
+    return ", ".join(words)
+
+
+def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim], catalog: DraCatalog,
+                       shared: Mapping[str, int] | None = None) -> DraNeed:
+    """The pod's claims resolved into choices (or a problem). ``shared``: how many pods name each claim
+    (namespace/name), for the refusal of claims several pods share."""
+    claim_names: list[str] = []
+    per_request: list[tuple[str, list[_Option]]] = []
+    constraints: list[tuple[str, tuple[str, ...], str]] = []  # (claim, requests, attribute)
+    for ref in refs:
+        resolved = _claim_spec(namespace, pod, ref, catalog, f"{namespace}/{pod}/{ref.name}")
+        if isinstance(resolved, str):
+            return DraNeed(tuple(claim_names), problem=resolved)
+        claim, spec = resolved
+        if shared is not None and ref.resource_claim_name is not None and shared.get(claim, 0) > 1:
+            return DraNeed(tuple(claim_names), problem=(
+                f"claim {claim} is named by {shared[claim]} pods; gpufleet does not plan a claim several pods "
+                "share (not implemented)"))
+        claim_names.append(claim)
+        for q in spec.requests:
+            if q.exactly is not None:
+                options = _options(claim, q.name, [(q.name, q.exactly)], catalog)
+            else:
+                options = _options(claim, q.name, [(f"{q.name}/{s.name}", s.selection) for s in q.first_available],
+                                   catalog)
+            if isinstance(options, str):
+                return DraNeed(tuple(claim_names), problem=options)
+            per_request.append((claim, options))
+        for c in spec.constraints:
+            if c.match_attribute is None:
+                continue
+            covered = c.requests or tuple(q.name for q in spec.requests)
+            constraints.append((claim, covered, c.match_attribute))
+    choices: list[DraChoice] = []
+    problems: list[str] = []
+    for combo in product(*(options for _, options in per_request)):
+        if len(choices) >= MAX_CHOICES:
+            break
+        made = _choice([(claim, o) for (claim, _), o in zip(per_request, combo, strict=True)], constraints, catalog)
+        if isinstance(made, str):
+            problems.append(made)
+        else:
+            choices.append(made)
+    if not choices:
+        return DraNeed(tuple(claim_names), problem=problems[0] if problems else "the claims ask for no device")
+    return DraNeed(tuple(claim_names), tuple(choices))
+
+
+def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[str, tuple[str, ...], str]],
+            catalog: DraCatalog) -> DraChoice | str:
+    first_claim, first = picked[0]
+    for claim, o in picked[1:]:
+        if (o.kind, o.profile) != (first.kind, first.profile):
+            return (f"claim {claim} request {o.request} and claim {first_claim} request {first.request} ask for "
+                    "devices of different kinds; gpufleet plans one kind of device per pod (not implemented)")
+        if o.devices != first.devices:
+            return (f"claim {claim} request {o.request} and claim {first_claim} request {first.request} select "
+                    "different devices; gpufleet plans the requests of one pod on one set of devices (not "
+                    "implemented)")
+    count = sum(o.count for _, o in picked)
+    groups: tuple[frozenset[DeviceKey], ...] = (first.devices,)
+    if constraints:
+        names = {(claim, o.request.split("/")[0]) for claim, o in picked}
+        covered = {(claim, r) for claim, requests, _ in constraints for r in requests}
+        if covered & names != names or len({claim for claim, _, _ in constraints}) > 1:
+            return ("a matchAttribute constraint covers only some of the pod's requests, or several claims carry "
+                    "constraints; gpufleet plans one constraint scope per pod (not implemented)")
+        groups = _split(first.devices, [a for _, _, a in constraints], catalog)
+        if not groups:
+            return (f"no device of claim {first_claim} request {first.request} carries "
+                    + ", ".join(sorted({a for _, _, a in constraints})))
+    if first.kind == "whole":
+        demand = GpuDemand(kind="gpu", count=count)
+    else:
+        demand = GpuDemand(kind="mig", count=count, mig_profile=first.profile)
+    return DraChoice(demand, groups, tuple(ClaimRequest(claim, o.request, o.count) for claim, o in picked))
+
+
+def _split(devices: frozenset[DeviceKey], attributes: Sequence[str],
+           catalog: DraCatalog) -> tuple[frozenset[DeviceKey], ...]:
+    """``devices`` grouped by their values of every attribute (a device without one of them is in no group)."""
+    by_key = {d.key: d for d in catalog.devices}
+    groups: dict[tuple[object, ...], set[DeviceKey]] = {}
+    for key in devices:
+        d = by_key[key]
+        values = []
+        for a in attributes:
+            found = d.device.attributes.get(a)
+            if found is None:
+                break
+            values.append((found.type, found.value))
+        else:
+            groups.setdefault(tuple(values), set()).add(key)
+    return tuple(frozenset(g) for _, g in sorted(groups.items(), key=lambda kv: repr(kv[0])))
+
+
+def pods_per_claim(entries: Iterable[tuple[str, Sequence[PodResourceClaim]]]) -> dict[str, int]:
+    """How many pods name each claim (namespace/name), from (namespace, claims) per pod."""
+    out: dict[str, int] = {}
+    for namespace, refs in entries:
+        for ref in refs:
+            if ref.resource_claim_name is not None:
+                key = f"{namespace}/{ref.resource_claim_name}"
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+# ---- the input's claims, resolved for every pod ----------------------------------------------------------------
+
+def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) -> list[PublishedDevice]:
+    """The devices of the complete pools that are on the input's nodes, each with what gpufleet plans it as (the
+    node's DRA GPUs say which device is a whole GPU and which a MIG device of which profile). The pools' problems
+    were said when the nodes got their GPUs (gpufleet.api.dra_nodes); they are not said again here."""
+    if not slices:
+        return []
+    kinds: dict[DeviceKey, tuple[Literal["whole", "mig"], str | None]] = {}
+    for node in nodes:
+        for g in node.dra_gpus:
+            if g.device is not None:
+                kinds[(g.driver, g.pool, g.device)] = ("whole", None)
+            for m in g.mig:
+                kinds[(g.driver, g.pool, m.device)] = ("mig", m.profile)
+    named = {n.name for n in nodes}
+    out: list[PublishedDevice] = []
+    for pool in complete_pools(slices, Problems()):
+        for s in pool.slices:
+            if s.node_selection != "nodeName" or s.node_name not in named:
+                continue
+            for d in s.devices:
+                kind, profile = kinds.get((pool.driver, pool.name, d.name), (None, None))
+                out.append(PublishedDevice(s.node_name, pool.driver, pool.name, d, kind, profile))
+    return out
+
+
+def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests) -> int:
+    """Resolve the claims of every pod of ``workloads`` against the input (each pod's template gets its
+    :class:`DraNeed` and, when it can be met, the demand of its first choice); how many pods have claims."""
+    pods = [(w, p) for w in workloads for p in w.pods if p.template.resource_claims]
+    if not pods:
+        return 0
+    if not (manifests.resource_slices or manifests.device_classes or manifests.resource_claim_templates
+            or manifests.resource_claims):
+        # The live scheduler's informers do not watch DRA objects yet: say that, rather than "not in the input".
+        for _, p in pods:
+            p.template = replace(p.template, dra=DraNeed((), problem=NO_DRA_OBJECTS))
+        return len(pods)
+    catalog = DraCatalog(
+        classes={c.name: c for c in manifests.device_classes},
+        templates={t.key: t for t in manifests.resource_claim_templates},
+        claims={c.key: c for c in manifests.resource_claims},
+        devices=published_devices(manifests.nodes, manifests.resource_slices))
+    shared = pods_per_claim((w.namespace, p.template.resource_claims) for w, p in pods)
+    for w, p in pods:
+        name = p.key.split("/", 1)[1]
+        need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared)
+        gpu = need.choices[0].demand if need.choices else p.template.gpu
+        p.template = replace(p.template, dra=need, gpu=gpu)
+    return len(pods)

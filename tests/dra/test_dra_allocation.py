@@ -1,0 +1,258 @@
+"""DRA claims placed by gpufleet's placement: CEL selectors on devices, claims resolved into demands with the devices
+allowed, firstAvailable in the user's order, matchAttribute groups, and what is refused with a reason."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpufleet.api.dra_objects import (
+    ClaimSpec,
+    Device,
+    DeviceAttribute,
+    DeviceClass,
+    DeviceConstraint,
+    DeviceRequest,
+    DeviceSelection,
+    DeviceSubRequest,
+    DraGpu,
+    DraMigDevice,
+    ResourceClaimTemplate,
+)
+from gpufleet.api.objects import CPU, MEMORY, PODS, ObjectMeta, PodResourceClaim
+from gpufleet.cluster.dra_claims import DraCatalog, PublishedDevice, generated_claim_name, resolve_pod_claims
+from gpufleet.cluster.dra_devices import dra_gpu_slots
+from gpufleet.cluster.dra_selectors import SelectorError, device_activation, matches, parse_semver
+from gpufleet.cluster.state import ClusterState, NodeState
+from gpufleet.scheduling.placement import make_placer
+from gpufleet.scheduling.placement.dra import slot_key
+from gpufleet.scheduling.types import PodRequest
+from tests.placement.placement_helpers import pod
+
+DRIVER = "gpu.nvidia.com"
+GIB = 2**30
+GPU_CLASS = DeviceClass(ObjectMeta("gpu.nvidia.com"), "resource.k8s.io/v1",
+                        ("device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",))
+MIG_CLASS = DeviceClass(ObjectMeta("mig.nvidia.com"), "resource.k8s.io/v1",
+                        ("device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",))
+
+
+# ---- selectors -------------------------------------------------------------------------------------------------
+
+def _h100_activation() -> dict[str, object]:
+    return device_activation(DRIVER, {"type": "gpu", "productName": "NVIDIA H100 80GB HBM3",
+                                      "driverVersion": parse_semver("550.54.15"),
+                                      "resource.kubernetes.io/pcieRoot": "pci0000:00"},
+                             {"memory": Fraction(80 * GIB)})
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0", True),
+    ("device.capacity['gpu.nvidia.com'].memory.isLessThan(quantity('80Gi'))", False),
+    ("device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('550.100.0')) < 0", True),
+    ("device.attributes['gpu.nvidia.com'].driverVersion.major() == 550", True),
+    ("device.attributes['resource.kubernetes.io'].pcieRoot == 'pci0000:00'", True),
+    ("!('x' in device.attributes['other.example.com'])", True),  # an unknown domain reads as an empty map
+    ("device.attributes['gpu.nvidia.com'].productName.matches('A100')", False),
+])
+def test_selectors_evaluate_as_kubernetes_defines_them(expression: str, expected: bool) -> None:
+    assert matches(expression, _h100_activation()) is expected
+
+
+@pytest.mark.parametrize(("expression", "why"), [
+    ("device.attributes['gpu.nvidia.com'].nosuch == 1", "evaluating it failed"),
+    ("device.driver", "not a boolean"),
+    ("device.driver ==", "does not compile"),
+    ("cel.bind(x, 1, x == 1)", "cel.bind"),
+])
+def test_selector_failures_say_why(expression: str, why: str) -> None:
+    with pytest.raises(SelectorError, match=why):
+        matches(expression, _h100_activation())
+
+
+# ---- a small DRA cluster ---------------------------------------------------------------------------------------
+
+def _attr(kind: str, value: object) -> DeviceAttribute:
+    return DeviceAttribute(kind, value)  # type: ignore[arg-type]
+
+
+def _gpu_device(name: str, product: str, memory_gib: int, root: str) -> Device:
+    return Device(name, {f"{DRIVER}/type": _attr("string", "gpu"), f"{DRIVER}/productName": _attr("string", product),
+                         "resource.kubernetes.io/pcieRoot": _attr("string", root)},
+                  {f"{DRIVER}/memory": Fraction(memory_gib * GIB)})
+
+
+def _mig_device(name: str, profile: str) -> Device:
+    return Device(name, {f"{DRIVER}/type": _attr("string", "mig"), f"{DRIVER}/profile": _attr("string", profile)},
+                  {f"{DRIVER}/memory": Fraction(10 * GIB)})
+
+
+def _node(name: str, gpus: list[DraGpu]) -> NodeState:
+    return NodeState(name=name, labels={"kubernetes.io/hostname": name}, taints=(),
+                     allocatable={CPU: 64000, MEMORY: 512 * GIB, PODS: 110}, used={}, gpus=dra_gpu_slots(gpus),
+                     gpu_model=gpus[0].model)
+
+
+def _cluster_and_catalog(h100_nodes: int = 1, a100_nodes: int = 1) -> tuple[ClusterState, DraCatalog]:
+    nodes: list[NodeState] = []
+    published: list[PublishedDevice] = []
+    for n in range(h100_nodes):
+        name = f"h100-{n}"
+        gpus = [DraGpu(DRIVER, name, f"gpu-{i}", f"GPU-{name}-{i}", "H100-SXM5-80GB", 81559, i) for i in range(4)]
+        nodes.append(_node(name, gpus))
+        published += [PublishedDevice(name, DRIVER, name, _gpu_device(f"gpu-{i}", "NVIDIA H100 80GB HBM3", 80,
+                                                                      f"pci{i // 2}"), "whole") for i in range(4)]
+    for n in range(a100_nodes):
+        name = f"a100-{n}"
+        migs = tuple(DraMigDevice(f"gpu-0-mig-1g10gb-19-{s}", "1g.10gb", s, 9728, 1, f"MIG-{name}-{s}")
+                     for s in range(7))
+        nodes.append(_node(name, [DraGpu(DRIVER, name, None, f"GPU-{name}", "A100-SXM4-80GB", 81920, 0, mig=migs)]))
+        published += [PublishedDevice(name, DRIVER, name, _mig_device(m.device, "1g.10gb"), "mig", "1g.10gb")
+                      for m in migs]
+    catalog = DraCatalog(classes={"gpu.nvidia.com": GPU_CLASS, "mig.nvidia.com": MIG_CLASS}, devices=published)
+    return ClusterState(nodes), catalog
+
+
+def _template(name: str, *requests: DeviceRequest, constraints: tuple[DeviceConstraint, ...] = ()
+              ) -> ResourceClaimTemplate:
+    return ResourceClaimTemplate(ObjectMeta(name, "ml"), "resource.k8s.io/v1", ClaimSpec(requests, constraints))
+
+
+def _gpus(count: int, *selectors: str, name: str = "gpu") -> DeviceRequest:
+    return DeviceRequest(name, exactly=DeviceSelection("gpu.nvidia.com", selectors, count=count))
+
+
+def _claimed_pod(catalog: DraCatalog, key: str, template: str) -> PodRequest:
+    namespace, name = key.split("/")
+    refs = (PodResourceClaim("gpus", resource_claim_template_name=template),)
+    need = resolve_pod_claims(namespace, name, refs, catalog)
+    base = pod(key)
+    gpu = need.choices[0].demand if need.choices else base.template.gpu
+    return replace(base, template=replace(base.template, resource_claims=refs, dra=need, gpu=gpu))
+
+
+def _held_keys(cluster: ClusterState, key: str) -> list[tuple[str, str, str]]:
+    placed = cluster.placements[key]
+    node = cluster.nodes[placed.node]
+    out = []
+    for grant in placed.grants:
+        gpu = node.gpus[grant.gpu]
+        found = slot_key(gpu, gpu.mig[grant.slot] if grant.kind == "mig" else None)
+        assert found is not None
+        out.append(found)
+    return out
+
+
+# ---- resolving and placing -------------------------------------------------------------------------------------
+
+def test_a_template_claim_becomes_whole_gpus_on_the_devices_its_selector_allows() -> None:
+    cluster, catalog = _cluster_and_catalog()
+    catalog.templates = {"ml/two": _template("two", _gpus(
+        2, "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"))}
+    p = _claimed_pod(catalog, "ml/train", "two")
+    assert p.template.dra is not None and p.template.dra.problem is None
+    assert p.template.gpu.kind == "gpu" and p.template.gpu.count == 2
+    placed = make_placer(cluster, "gpufleet", random.Random(0)).place([p])
+    assert placed is not None and placed[0].node == "h100-0"
+    assert all(k[1] == "h100-0" for k in _held_keys(cluster, "ml/train"))
+    # The claim's name is the resourceclaim controller's: <pod>-<claim>-<five letters>, reproducible.
+    name = p.template.dra.claims[0].split("/")[1]
+    assert name.startswith("train-gpus-") and len(name) == len("train-gpus-") + 5
+    assert name == generated_claim_name("train", "gpus", "ml/train/gpus")
+
+
+def test_mig_claims_take_mig_devices_and_never_collide() -> None:
+    cluster, catalog = _cluster_and_catalog(h100_nodes=0)
+    catalog.templates = {"ml/mig": _template("mig", DeviceRequest(
+        "mig", exactly=DeviceSelection("mig.nvidia.com",
+                                       ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",))))}
+    placer = make_placer(cluster, "gpufleet", random.Random(0))
+    held: list[tuple[str, str, str]] = []
+    for i in range(7):
+        p = _claimed_pod(catalog, f"ml/inf-{i}", "mig")
+        assert p.template.gpu.kind == "mig" and p.template.gpu.mig_profile == "1g.10gb"
+        assert placer.place([p]) is not None
+        held += _held_keys(cluster, f"ml/inf-{i}")
+    assert len(set(held)) == 7
+    assert placer.place([_claimed_pod(catalog, "ml/inf-7", "mig")]) is None
+
+
+def test_first_available_takes_the_users_first_choice_that_fits_anywhere() -> None:
+    cluster, catalog = _cluster_and_catalog()
+    first = DeviceSubRequest("h100", DeviceSelection("gpu.nvidia.com", (
+        "device.attributes['gpu.nvidia.com'].productName.matches('H100')",), count=4))
+    second = DeviceSubRequest("mig", DeviceSelection("mig.nvidia.com", count=1))
+    catalog.templates = {"ml/pref": _template("pref", DeviceRequest("gpu", first_available=(first, second)))}
+    placer = make_placer(cluster, "gpufleet", random.Random(0))
+    a = _claimed_pod(catalog, "ml/a", "pref")
+    assert [c.requests[0].request for c in a.template.dra.choices] == ["gpu/h100", "gpu/mig"]  # type: ignore[union-attr]
+    assert placer.place([a]) is not None and cluster.placements["ml/a"].node == "h100-0"
+    # The H100s are taken: the next pod gets its second choice.
+    assert placer.place([_claimed_pod(catalog, "ml/b", "pref")]) is not None
+    assert cluster.placements["ml/b"].node == "a100-0"
+
+
+def test_match_attribute_keeps_a_pods_devices_under_one_value() -> None:
+    cluster, catalog = _cluster_and_catalog(a100_nodes=0)
+    catalog.templates = {"ml/pair": _template("pair", _gpus(2), constraints=(
+        DeviceConstraint((), "resource.kubernetes.io/pcieRoot"),))}
+    placer = make_placer(cluster, "gpufleet", random.Random(0))
+    one = _claimed_pod(catalog, "ml/one", "pair")
+    assert len(one.template.dra.choices[0].groups) == 2  # type: ignore[union-attr]
+    for key in ("ml/one", "ml/two"):
+        assert placer.place([_claimed_pod(catalog, key, "pair")]) is not None
+        held = _held_keys(cluster, key)
+        roots = {next(d for d in catalog.devices if d.key == k).device.attributes[
+            "resource.kubernetes.io/pcieRoot"].value for k in held}
+        assert len(roots) == 1
+
+
+@pytest.mark.parametrize(("request_", "words"), [
+    (DeviceRequest("all", exactly=DeviceSelection("gpu.nvidia.com", allocation_mode="All")), "allocationMode All"),
+    (DeviceRequest("nope", exactly=DeviceSelection("no-such-class")), "DeviceClass no-such-class"),
+    (_gpus(1, "device.attributes['gpu.nvidia.com'].productName == 'B200'", name="b200"), "no device in the cluster"),
+])
+def test_what_cannot_be_planned_stays_pending_naming_the_claim_and_request(request_: DeviceRequest,
+                                                                           words: str) -> None:
+    cluster, catalog = _cluster_and_catalog()
+    catalog.templates = {"ml/bad": _template("bad", request_)}
+    p = _claimed_pod(catalog, "ml/bad-pod", "bad")
+    assert p.template.dra is not None and p.template.dra.problem is not None
+    assert words in p.template.dra.problem and f"request {request_.name}" in p.template.dra.problem
+    placer = make_placer(cluster, "gpufleet", random.Random(0))
+    assert placer.place([p]) is None
+    assert words in placer.explain(p)
+
+
+def test_a_missing_template_is_named() -> None:
+    _, catalog = _cluster_and_catalog()
+    need = resolve_pod_claims("ml", "p", (PodResourceClaim("gpus", resource_claim_template_name="gone"),), catalog)
+    assert need.problem is not None and "ResourceClaimTemplate ml/gone is not in the input" in need.problem
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "mig"]), st.booleans()), min_size=1, max_size=20))
+def test_claimed_devices_are_never_shared_and_always_allowed(pods: list[tuple[str, bool]]) -> None:
+    cluster, catalog = _cluster_and_catalog(h100_nodes=2, a100_nodes=1)
+    catalog.templates = {
+        "ml/one": _template("one", _gpus(1)), "ml/two": _template("two", _gpus(2)),
+        "ml/pair": _template("pair", _gpus(2), constraints=(DeviceConstraint((), "resource.kubernetes.io/pcieRoot"),)),
+        "ml/mig": _template("mig", DeviceRequest("m", exactly=DeviceSelection("mig.nvidia.com")))}
+    placer = make_placer(cluster, "gpufleet", random.Random(0))
+    live: list[str] = []
+    for i, (template, release) in enumerate(pods):
+        key = f"ml/p{i}"
+        p = _claimed_pod(catalog, key, template)
+        if placer.place([p]) is not None:
+            live.append(key)
+            held = _held_keys(cluster, key)
+            assert any(set(held) <= g for g in p.template.dra.choices[0].groups)  # type: ignore[union-attr]
+        if release and live:
+            cluster.release(live.pop(0))
+    every = [k for key in live for k in _held_keys(cluster, key)]
+    assert len(every) == len(set(every))
