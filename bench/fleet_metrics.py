@@ -30,9 +30,9 @@ from gpufleet.kube import resources as r  # noqa: E402
 from gpufleet.kube.assumed import AssumedPods  # noqa: E402
 from gpufleet.kube.fleet_metrics import FleetMetrics  # noqa: E402
 from gpufleet.kube.informer import CacheSnapshot  # noqa: E402
-from gpufleet.kube.metrics import SchedulerMetrics  # noqa: E402
 from gpufleet.kube.parsing import ParseCache  # noqa: E402
 from gpufleet.kube.world import assemble, finish  # noqa: E402
+from gpufleet.scheduler_metrics import SchedulerMetrics  # noqa: E402
 
 JsonDict = dict[str, Any]
 

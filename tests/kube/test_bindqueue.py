@@ -19,8 +19,8 @@ from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.binder import Binder, BindJob, PodBind
 from gpufleet.kube.bindqueue import BindQueue
 from gpufleet.kube.client import KubeClient
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.recorder import Recorder
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 ASSUMED_AT, SETTLED_AT, TTL = 1000.0, 5000.0, 30.0
 

@@ -23,9 +23,9 @@ from gpufleet.kube.annotations import Intent
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.cycle import CycleRunner, _Decided
 from gpufleet.kube.informer import ObjectCache
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.queuestatus import QueueCounts
 from gpufleet.kube.recorder import Recorder
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 JsonDict = dict[str, Any]
 

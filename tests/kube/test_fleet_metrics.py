@@ -25,9 +25,9 @@ from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.evictor import Victim
 from gpufleet.kube.fleet_metrics import FleetMetrics
 from gpufleet.kube.informer import CacheSnapshot
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.world import World, assemble, finish
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 JsonDict = dict[str, Any]
 POOL = "gpufleet.io/node-pool"

@@ -15,7 +15,7 @@ from prom_tools import promtool
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from gpufleet.kube.metrics import SchedulerMetrics
+from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.sim.openmetrics import SimRun, local_queue_map, step_for, write_openmetrics
 from gpufleet.sim.records import Attempt, JobRecord, PodSpan, PoolInfo, SimResult
 

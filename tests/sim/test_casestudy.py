@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from gpufleet.sim import casestudy
-from gpufleet.sim.metrics import run_summary
 from gpufleet.sim.scenario import run_scenario
+from gpufleet.sim.summary import run_summary
 
 
 def test_exclusive_variant_drops_mig_and_time_slicing() -> None:

@@ -284,8 +284,8 @@ def whatif_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | No
     """The given configuration and the proposal as a ``simulate --json`` document (runs named ``given`` and
     ``proposal``, with their timelines), and the advice document beside them (the files' texts included)."""
     from gpufleet.advise.search import scenario_of
-    from gpufleet.sim.metrics import run_summary
     from gpufleet.sim.scenario import run_scenario
+    from gpufleet.sim.summary import run_summary
 
     runs = []
     for name, judged in (("given", advice.given), ("proposal", advice.chosen)):

@@ -196,8 +196,8 @@ def replay_scenarios(inp: AdviseInput, a: FragmentationAdvice) -> list[Scenario]
 
 def replayed_runs(inp: AdviseInput, a: FragmentationAdvice) -> list[dict[str, Any]]:
     """:func:`replay_scenarios` run, as ``simulate --json`` writes runs (module doc)."""
-    from gpufleet.sim.metrics import run_summary
     from gpufleet.sim.scenario import run_scenario
+    from gpufleet.sim.summary import run_summary
 
     return [run_summary(run_scenario(s, inp.policy, seed=inp.seed)) for s in replay_scenarios(inp, a)]
 

@@ -19,7 +19,7 @@ The live scheduler (``gpufleet scheduler``) on top of them:
   :mod:`~gpufleet.kube.queuestatus` (ClusterQueue/LocalQueue status); :mod:`~gpufleet.kube.annotations` names
   what is written on pods;
 * :mod:`~gpufleet.kube.webhook` and :mod:`~gpufleet.kube.webhook_server`: the fractional-GPU admission webhook;
-* :mod:`~gpufleet.kube.settings` (the ``--config`` file), :mod:`~gpufleet.kube.metrics`,
+* :mod:`~gpufleet.kube.settings` (the ``--config`` file), :mod:`~gpufleet.scheduler_metrics`,
   :mod:`~gpufleet.kube.health`, :mod:`~gpufleet.kube.logs`.
 
 Nothing is imported here, so ``import gpufleet`` never needs httpx.

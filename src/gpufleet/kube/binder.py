@@ -44,9 +44,9 @@ from gpufleet.kube.errors import (
     ServerError,
     TooManyRequests,
 )
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.recorder import Recorder
 from gpufleet.kube.resources import PODS
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.binder import Binder, BindJob, BindResult
-from gpufleet.kube.metrics import SchedulerMetrics
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 

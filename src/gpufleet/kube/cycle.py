@@ -40,7 +40,6 @@ from gpufleet.kube.fleet_metrics import FleetMetrics
 from gpufleet.kube.grants import visible_devices
 from gpufleet.kube.increment import ChangeLog, Kept, carried_pods, extend, release
 from gpufleet.kube.informer import CacheChange, CacheSnapshot, ObjectCache
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.quarantine import Quarantine, find_culprit
 from gpufleet.kube.queuesource import QueueChooser, QueueKinds
@@ -51,6 +50,7 @@ from gpufleet.kube.resources import SCHEDULER_RESOURCES, ResourceType
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.wakeup import Wakeup
 from gpufleet.kube.world import World, assemble, finish, hold_pods_of
+from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.errors import KubeError, NotFound, TooManyRequests
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.recorder import Recorder
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 

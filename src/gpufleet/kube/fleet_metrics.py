@@ -22,10 +22,10 @@ from collections.abc import Callable, Collection, Iterable
 from gpufleet.api.objects import PodTemplate
 from gpufleet.gpu.constants import MILLI
 from gpufleet.kube.evictor import Victim
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.planner import Plan
 from gpufleet.kube.queuestatus import QueueCounts
 from gpufleet.kube.world import World
+from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.charges import quota_value
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State, WorkloadInfo

@@ -27,12 +27,12 @@ from gpufleet.kube.cycle import CycleReport, CycleRunner
 from gpufleet.kube.health import Endpoints, OpsServer, Probe, ops_servers
 from gpufleet.kube.informer import InformerSet
 from gpufleet.kube.leader import LeaderElectionConfig, LeaderElector
-from gpufleet.kube.metrics import SchedulerMetrics
 from gpufleet.kube.resources import ResourceType
 from gpufleet.kube.settings import SchedulerSettings
 from gpufleet.kube.validating import CacheClusterSource
 from gpufleet.kube.webhook_server import WebhookServer
 from gpufleet.kube.workloadsource import watched_resources
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 

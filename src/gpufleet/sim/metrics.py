@@ -255,15 +255,3 @@ def queue_waits(result: SimResult) -> dict[str, list[float]]:
     for j in result.jobs:
         out[j.queue].extend(a.wait(result.run_end) for a in j.attempts)
     return {q: sorted(v) for q, v in sorted(out.items())}
-
-
-def run_summary(result: SimResult) -> dict[str, Any]:
-    """One entry of ``--json``'s ``runs`` (its ``timeline``, for the dashboard: :mod:`gpufleet.sim.timeline`)."""
-    from gpufleet.sim.timeline import timeline  # it imports this module
-    lines = job_lines(result)
-    return {"scenario": result.scenario, "policy": result.policy, "kpis": kpis(result, lines),
-            "per_queue": per_queue(result), **breakdowns(result, lines), "series": pool_series(result),
-            "timeline": timeline(result),
-            "run": {"events": result.events, "cycles": result.cycles, "wall_s": round(result.wall_s, 3),
-                    "run_end_s": round(result.run_end, 1), "capacity_gpus": result.capacity,
-                    "not_simulated": result.not_simulated, "notes": result.notes}}

@@ -5,7 +5,7 @@ turns it into TSDB blocks a Prometheus serves, so the dashboards that watch the 
 one, and "before" beside "after": every series carries a ``run`` label (the run's name, e.g.
 ``after (gpufleet)``), which live series do not have.
 
-The names, types and help texts are the live scheduler's (:class:`gpufleet.kube.metrics.SchedulerMetrics`);
+The names, types and help texts are the live scheduler's (:class:`gpufleet.scheduler_metrics.SchedulerMetrics`);
 the values come from the run's records (:mod:`gpufleet.sim.records`), sampled every ``step`` seconds of the
 measurement window so that Prometheus's five-minute lookback always finds a sample:
 
@@ -41,7 +41,7 @@ from typing import TextIO
 
 import numpy as np
 
-from gpufleet.kube.metrics import WAIT_BUCKETS, SchedulerMetrics
+from gpufleet.scheduler_metrics import WAIT_BUCKETS, SchedulerMetrics
 from gpufleet.sim.records import Attempt, JobRecord, SimResult
 from gpufleet.sim.series import FloatArray, Step
 

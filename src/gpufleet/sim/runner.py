@@ -14,13 +14,13 @@ from gpufleet.sim import casestudy
 from gpufleet.sim.claims import claim_rows, explain
 from gpufleet.sim.engine import Progress
 from gpufleet.sim.inputs import load_inputs
-from gpufleet.sim.metrics import run_summary
 from gpufleet.sim.model import FailureModels, SimConfig, SimulationError
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.report import RunOutput, duration_text
 from gpufleet.sim.scenario import Scenario, run_scenario
 from gpufleet.sim.sources.distributions import DistributionError, seconds
 from gpufleet.sim.sources.generator import GeneratorSpec
+from gpufleet.sim.summary import run_summary
 
 DEFAULT_POLICY = "gpufleet"
 

@@ -1,5 +1,8 @@
-"""Prometheus metrics of the live scheduler, on a registry of its own (tests run several schedulers in one
-process; the global default registry would refuse the second set of names).
+"""The scheduler's metric catalogue: every metric's name, type, labels, help text and buckets, in one neutral module
+that both drivers read. The live scheduler records into a :class:`SchedulerMetrics` on a registry of its own (tests
+run several schedulers in one process; the global default registry would refuse the second set of names), and
+``gpufleet simulate --metrics-out`` (gpufleet.sim.openmetrics) writes simulated series under the same names, types
+and help texts, taken from here. Nothing here imports the live driver or the simulator.
 
 Where Kueue has the same thing, the metric is Kueue's name and labels under the ``gpufleet_`` prefix
 (``kueue_admitted_active_workloads{cluster_queue}`` is ``gpufleet_admitted_active_workloads{cluster_queue}``), so
