@@ -16,6 +16,7 @@ from gpufleet.cluster.state import ClusterState, NodeState, Placement
 from gpufleet.scheduling.placement.dra import dra_problem, first_dra_grants, over_choices, with_choice
 from gpufleet.scheduling.placement.filters import pod_unfit_reason
 from gpufleet.scheduling.placement.need import compile_need
+from gpufleet.scheduling.placement.victims import smallest_victims
 from gpufleet.scheduling.types import PodRequest, TopologyRequest
 
 
@@ -86,29 +87,7 @@ class FirstFitPlacer:
 
     def find_victims(self, pods: Sequence[PodRequest], candidates: Sequence[str],
                      topology: TopologyRequest | None = None) -> list[str] | None:
-        cluster = self.cluster
-        mark = cluster.checkpoint()
-        try:
-            removed: list[Placement] = []
-            for pod in candidates:
-                if pod not in cluster.placements:
-                    continue
-                removed.append(cluster.release(pod))
-                if self._fits(pods, topology):
-                    break
-            else:
-                return None
-            victims = list(removed)
-            # Give back, newest removal first (the last one excluded), every pod not needed.
-            for p in reversed(removed[:-1]):
-                cluster.allocate(p.pod, p.node, p.requests, p.grants)
-                if self._fits(pods, topology):
-                    victims.remove(p)
-                else:
-                    cluster.release(p.pod)
-            return [p.pod for p in victims]
-        finally:
-            cluster.rollback(mark)
+        return smallest_victims(self.cluster, candidates, lambda: self._fits(pods, topology))
 
     def _fits(self, pods: Sequence[PodRequest], topology: TopologyRequest | None) -> bool:
         mark = self.cluster.checkpoint()

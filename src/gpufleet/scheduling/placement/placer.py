@@ -29,6 +29,7 @@ from gpufleet.scheduling.placement.nodeview import NodeView, TagIndex
 from gpufleet.scheduling.placement.profiles import Profile, build_scorers, make_profile
 from gpufleet.scheduling.placement.scorers import GpuScore, ReplicaSpread
 from gpufleet.scheduling.placement.topology import place_preferred, place_required
+from gpufleet.scheduling.placement.victims import smallest_victims
 from gpufleet.scheduling.types import Placer, PodRequest, TopologyRequest
 
 TieBreak = Literal["random", "name"]
@@ -256,9 +257,8 @@ class GpuPlacer:
 
     def find_victims(self, pods: Sequence[PodRequest], candidates: Sequence[str],
                      topology: TopologyRequest | None = None) -> list[str] | None:
-        """Greedy removal in candidate order until the pods fit, then fill-back: each removed victim, last
-        first, is put back when the pods still fit without removing it. All under a rolled-back checkpoint.
-        Pods with DRA claims: the first of their choices some victims make room for."""
+        """The smallest victims (gpufleet.scheduling.placement.victims, the one search every placer uses); pods
+        with DRA claims: for the first of their choices some victims make room for."""
         if any(p.template.dra is not None for p in pods):
             return over_choices(pods, lambda variant: self._find_victims(variant, candidates, topology))
         return self._find_victims(pods, candidates, topology)
@@ -267,29 +267,7 @@ class GpuPlacer:
                       topology: TopologyRequest | None) -> list[str] | None:
         self._prepare()
         needs = self._needs(pods)
-        cluster = self.cluster
-        outer = cluster.checkpoint()
-        try:
-            if self._fits(needs, topology):
-                return []
-            removed: list[Placement] = []
-            for key in candidates:
-                if key not in cluster.placements:
-                    continue
-                removed.append(cluster.release(key))
-                if self._fits(needs, topology):
-                    break
-            else:
-                return None
-            needed: set[str] = set()
-            for p in reversed(removed):
-                cluster.allocate(p.pod, p.node, p.requests, p.grants)
-                if not self._fits(needs, topology):
-                    cluster.release(p.pod)
-                    needed.add(p.pod)
-            return [k for k in candidates if k in needed]
-        finally:
-            cluster.rollback(outer)
+        return smallest_victims(self.cluster, candidates, lambda: self._fits(needs, topology))
 
     def explain(self, pod: PodRequest) -> str:
         if pod.template.dra is not None:
