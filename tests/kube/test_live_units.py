@@ -121,4 +121,4 @@ def test_a_cluster_queue_naming_a_missing_flavor_is_reported_inactive() -> None:
     lq = statuses[("LocalQueue", "ml/team")]
     assert lq["pendingWorkloads"] == 1 and lq["conditions"][0]["reason"] == "ClusterQueueDoesNotExist"
     info = policy.info("ml/p")
-    assert pending_reason(info, plan.pending["ml/p"]) == "Unqueued"
+    assert pending_reason(info) == "Unqueued"

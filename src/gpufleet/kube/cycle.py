@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,12 +52,11 @@ from gpufleet.kube.world import World, assemble, finish, hold_pods_of
 from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
+from gpufleet.scheduling.kueue.pending import PendingReason
 
 log = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
-
-_QUEUED = re.compile(r"(Waiting|Next) in ClusterQueue ")
 
 
 # How long a cycle waits for the pods it evicted to leave the cache (their watch events follow the answers).
@@ -111,23 +109,18 @@ class CycleReport:
     next_due: float | None = None
 
 
-def pending_reason(info: WorkloadInfo | None, message: str) -> str:
-    """A short, bounded label for the pending gauge (the full message goes to the pod's condition)."""
+def pending_reason(info: WorkloadInfo | None) -> str:
+    """A short, bounded label for the pending gauge (the full message goes to the pod's condition): the word the
+    core set when it decided (gpufleet.scheduling.kueue.pending), or what keeps the workload from queueing."""
     if info is None:
-        return "Unknown"
+        return PendingReason.UNKNOWN
     if info.problem and info.workload.hold:
-        return "Held"  # Kueue would hold it as it stands (admission checks, suspension...)
+        return PendingReason.HELD
     if info.problem:
-        return "Unqueued"
-    if "Pending the preemption" in message:
-        return "Preempting"
-    if info.placement_parked or "nodes are available" in message or "cannot all be placed" in message:
-        return "InsufficientNodes"
-    if message.startswith("couldn't assign flavors"):
-        return "InsufficientQuota"
-    if not message or _QUEUED.match(message):
-        return "Queued"
-    return "Other"
+        return PendingReason.UNQUEUED
+    if info.placement_parked:
+        return PendingReason.INSUFFICIENT_NODES
+    return info.pending
 
 
 class CycleRunner:
@@ -516,16 +509,17 @@ class CycleRunner:
             # only after an attempt: one merely waiting for its turn in a queue (Kueue keeps those gated)
             # shows in the queue's status and the pending gauge instead. Thousands of queued pods would
             # otherwise cost two writes each whenever the queue moves.
-            if not message or _QUEUED.match(message):
-                continue
+            info = plan.policy.info(workload) if workload is not None else None
+            if not message or info is None or not info.message:
+                continue  # not evaluated, or evaluated and fit: its place in the queue is all there is to say
             out.append((e.raw, message))
         return out
 
     def _gauge(self, world: World, plan: planner.Plan) -> None:
         counts: dict[tuple[str, str], int] = {}
-        for workload, message in plan.pending.items():
+        for workload in plan.pending:
             info = plan.policy.info(workload)
-            key = ((info.cluster_queue or "") if info else "", pending_reason(info, message))
+            key = ((info.cluster_queue or "") if info else "", pending_reason(info))
             counts[key] = counts.get(key, 0) + 1
         for e in world.pending():
             if e.problem is not None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from gpufleet.api.objects import PodsReadyPolicy
 from gpufleet.kube.world import World
 from gpufleet.scheduling.kueue import KueuePolicy, engine_placer_factory
+from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.types import AdmittedWorkload, PreemptedWorkload
 
 
@@ -102,7 +103,8 @@ class ParkedMemory:
     """Which workloads the last cycle left parked, and whether that still holds (see the module doc)."""
 
     def __init__(self) -> None:
-        self._parked: dict[str, tuple[str, str, bool]] = {}  # workload -> (ClusterQueue, message, for nodes)
+        # workload -> (ClusterQueue, message, pending reason, for nodes)
+        self._parked: dict[str, tuple[str, str, PendingReason, bool]] = {}
         self._queues = 0  # the queue kinds' generation (gpufleet.kube.parsing): workload objects change it not
         self._nodes = 0
         self._holders: frozenset[str] = frozenset()
@@ -115,12 +117,13 @@ class ParkedMemory:
         parked = self._parked if valid else {}
         count = 0
         queues = policy.state.queues.queues
-        for key, (cq, message, for_nodes) in parked.items():
+        for key, (cq, message, reason, for_nodes) in parked.items():
             info = policy.info(key)
             q = queues.get(cq)
             if info is not None and q is not None and key in q.active:
                 q.park(info)
                 info.message = message  # why it waits, for its pods' condition and the pending gauge
+                info.pending = reason
                 if for_nodes:
                     info.placement_parked = True
                     policy.state.placement_parked[key] = info
@@ -133,6 +136,6 @@ class ParkedMemory:
         pods it placed, ``admitted``): a later cycle re-parks only while none of those is gone. (Holders taken at
         the round's start missed the pods it admitted: one of them ending would not have woken what it kept
         out.)"""
-        self._parked = {key: (name, info.message, info.placement_parked)
+        self._parked = {key: (name, info.message, info.pending, info.placement_parked)
                         for name, q in policy.state.queues.queues.items() for key, info in q.parked.items()}
         self._holders = frozenset(e.key for e in world.pods.values() if e.holds_capacity) | frozenset(admitted)

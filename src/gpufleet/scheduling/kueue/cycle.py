@@ -30,6 +30,7 @@ from gpufleet.scheduling.kueue.memo import Lookup
 from gpufleet.scheduling.kueue.memo import Nomination as RememberedNomination  # room.Nomination is another
 from gpufleet.scheduling.kueue.modes import FIT, NO_FIT, PREEMPT, Granular, Mode, Outcome
 from gpufleet.scheduling.kueue.ordering import Orderable, classical, fair_sharing
+from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.preemption import Target
 from gpufleet.scheduling.kueue.queues import FAILED_AFTER_NOMINATION, GENERIC, NAMESPACE_MISMATCH, PENDING_PREEMPTION
 from gpufleet.scheduling.kueue.reservation import BACKFILL_LIMIT, quota_hold, starving
@@ -50,11 +51,16 @@ NO_ROOM_MESSAGE = "no preemption makes room on nodes"
 _UNASSIGNED = Assignment()
 
 
+def _quota_reason(assignment: Assignment) -> PendingReason:
+    """Queued when the flavor search fits quota (it may still wait for nodes or its turn), else quota is short."""
+    return PendingReason.QUEUED if assignment.outcome is FIT else PendingReason.INSUFFICIENT_QUOTA
+
+
 class Entry:
     """A nominated head: its assignment, its preemption targets, and what processing decided."""
 
-    __slots__ = ("admitted", "assignment", "cq", "held", "info", "message", "reason", "room_held", "skipped",
-                 "targets")
+    __slots__ = ("admitted", "assignment", "cq", "held", "info", "message", "pending", "reason", "room_held",
+                 "skipped", "targets")
 
     def __init__(self, info: WorkloadInfo, cq: CQSpec) -> None:
         self.info = info
@@ -65,6 +71,7 @@ class Entry:
         self.admitted = False
         self.reason = GENERIC  # requeue reason
         self.message = ""
+        self.pending = PendingReason.QUEUED  # why it waits, if it does (set with the message)
         self.held: dict[FR, int] = {}  # quota it holds back in this cycle's snapshot (resourcesToReserve)
         # A room an earlier cycle's preemption made for it was still held when it was processed (kueue.room).
         self.room_held = False
@@ -126,6 +133,7 @@ class Cycle:
                 if placed is None:
                     assert failed is not None
                     info.message = gangs.explain(failed, sum(len(g[1]) for g in groups))
+                    info.pending = PendingReason.INSUFFICIENT_NODES
                     self.decisions.pending.append(PendingWorkload(info.key, info.message))
                     continue
                 pods = [PodAssignment(p.pod, p.node, p.device_ids) for p in placed]
@@ -220,9 +228,11 @@ class Cycle:
             e = Entry(info, cq)
             if cq.stopped:
                 e.message = f"ClusterQueue {cq.name} is inactive"
+                e.pending = PendingReason.OTHER
             elif not (match if (match := matches[cq.name].get(info.namespace)) is not None
                       else state.namespace_match(cq, info.namespace)):
                 e.message = NAMESPACE_MISMATCH_MESSAGE
+                e.pending = PendingReason.OTHER
                 e.reason = NAMESPACE_MISMATCH
             else:
                 at: Lookup | None = None
@@ -233,11 +243,13 @@ class Cycle:
                         if answer.targets:  # most remembered nominations have none
                             e.targets = list(answer.targets)
                         e.message = answer.message
+                        e.pending = _quota_reason(e.assignment)
                         entries.append(e)
                         continue
                     at = answer  # none to recall: where the one made now is remembered
                 e.assignment, e.targets = self._assignments(info, cq)
                 e.message = e.assignment.message() if e.assignment.outcome is not FIT else ""
+                e.pending = _quota_reason(e.assignment)
                 if at is not None:
                     at.remember(cq, e.assignment, e.targets, e.message)
                 entries.append(e)
@@ -284,6 +296,7 @@ class Cycle:
                 self.state.begin_eviction(t.info, t.reason)
                 self.decisions.preempted.append(PreemptedWorkload(t.info.key, e.info.key, t.reason))
         e.reason = PENDING_PREEMPTION
+        e.pending = PendingReason.PREEMPTING
         e.message = (e.message + ". " if e.message else "") + f"Pending the preemption of {len(targets)} workload(s)"
         e.info.last_tried = None
 
@@ -295,6 +308,7 @@ class Cycle:
         nodes, to wait for nodes while the room its evictions made is free."""
         e.skipped = True
         e.message = message
+        e.pending = PendingReason.OTHER
         if not e.room_held:
             e.info.last_tried = None
 
@@ -363,6 +377,7 @@ class Cycle:
                          self.preempted.values())
         if room.targets is None:
             e.message = (e.message + ". " if e.message else "") + f"{NO_ROOM_MESSAGE}: {room.why}"
+            e.pending = PendingReason.INSUFFICIENT_NODES
             e.info.placement_parked = True
             if not e.cq.can_always_reclaim():
                 e.held = self._reserve(e)
@@ -395,9 +410,11 @@ class Cycle:
         room = make_room(self.state, e.info, e.cq, e.assignment.usage, groups, [], self.preempted.values(), why)
         if not room.targets:
             e.message = why
+            e.pending = PendingReason.INSUFFICIENT_NODES
             e.info.placement_parked = True
             return None
         e.message = "insufficient node capacity for the gang"
+        e.pending = PendingReason.INSUFFICIENT_NODES
         self._issue_with_room(e, room)
         return None
 
@@ -416,6 +433,7 @@ class Cycle:
             if holder != e.info.key:
                 continue
             e.message = reservation_message(e.info, cq, now)
+            e.pending = PendingReason.OTHER
             if not e.targets:
                 # A head whose preemption is under way charged its usage in the snapshot and is about to be
                 # admitted: nothing is backfilled beside it this cycle.
@@ -507,6 +525,7 @@ class Cycle:
             info.last_tried = e.assignment.last_tried
         reason = FAILED_AFTER_NOMINATION if e.skipped and e.reason == GENERIC else e.reason
         info.message = e.message
+        info.pending = e.pending
         info.state = PENDING
         if state.reservations.get(e.cq.name) == info.key:
             if e.reason != NAMESPACE_MISMATCH and not e.cq.stopped:

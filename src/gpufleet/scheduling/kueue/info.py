@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from gpufleet.api.objects import PREFERRED_TOPOLOGY_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION, PodTemplate
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.charges import quota_amounts
+from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.quota import FR
 from gpufleet.scheduling.types import PodAssignment
 
@@ -138,8 +139,8 @@ class WorkloadInfo:
     cycle, takes every pending workload in while nominating only the heads."""
 
     __slots__ = ("_podsets", "admission", "cluster_queue", "evicting", "key", "last_tried", "local_queue", "message",
-                 "namespace", "no_quota", "order", "placement_parked", "priority", "problem", "queue_ts", "ready",
-                 "ready_deadline", "requeue_at", "requeue_count", "shape", "state", "uid", "workload")
+                 "namespace", "no_quota", "order", "pending", "placement_parked", "priority", "problem", "queue_ts",
+                 "ready", "ready_deadline", "requeue_at", "requeue_count", "shape", "state", "uid", "workload")
 
     def __init__(self, workload: Workload, podsets: list[PodSetRequest] | None = None, *,
                  local_queue: str | None = None, cluster_queue: str | None = None, queue_ts: float = 0.0) -> None:
@@ -161,6 +162,7 @@ class WorkloadInfo:
         # index, -1 when every flavor was tried.
         self.last_tried: list[dict[int, int]] | None = None
         self.message = ""
+        self.pending = PendingReason.QUEUED  # why it waits (with the message), as the core decided it
         self.placement_parked = False  # parked because nodes, not quota, were short
         # What nomination reads of its pod sets (kueue.memo.head_key) as an id interned by the memo, when first
         # needed.

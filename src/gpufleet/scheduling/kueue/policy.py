@@ -31,6 +31,7 @@ from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import ADMITTED, FINISHED, AdmissionShape, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, resized
@@ -113,6 +114,7 @@ class KueuePolicy:
         if not workload.active:
             info.state = State.DEACTIVATED
             info.message = "The workload is inactive (spec.active: false); set it to true to queue it"
+            info.pending = PendingReason.OTHER
             return
         if bound:
             self._admit_bound(info, now)
@@ -157,6 +159,7 @@ class KueuePolicy:
             if policy.backoff_limit_count is not None and info.requeue_count + 1 > policy.backoff_limit_count:
                 info.state = State.DEACTIVATED
                 info.message = DEACTIVATED_MESSAGE
+                info.pending = PendingReason.OTHER
                 return
             info.requeue_count += 1
             delay = min(policy.backoff_base_s * 2 ** (info.requeue_count - 1), policy.backoff_max_s)

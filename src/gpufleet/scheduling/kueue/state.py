@@ -17,6 +17,7 @@ from gpufleet.scheduling.kueue.flavors import FlavorAssigner
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import ADMITTED, AdmissionRecord, AdmissionShape, WorkloadInfo
 from gpufleet.scheduling.kueue.memo import NominationMemo
+from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.preemption import Preemptor
 from gpufleet.scheduling.kueue.queues import QueueManager
 from gpufleet.scheduling.quota import QuotaTree
@@ -112,6 +113,7 @@ class SchedulerState:
         info.evicting = None
         info.last_tried = None
         info.message = ""
+        info.pending = PendingReason.QUEUED
         info.requeue_at = None
         if self.backoff:  # (mostly empty: a lookup in an empty table still costs a call)
             self.backoff.pop(info.key, None)
