@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.sim.fragbench import (
+from gpufleet.sim.fragbench.bench import (
     POLICIES,
     PUBLISHED_UNALLOCATED,
     REPORT_POINTS,
@@ -114,7 +114,7 @@ def main() -> int:
     print(main_table(main_summaries), flush=True)
     all_summaries = list(main_summaries)
     if args.plot:
-        from gpufleet.sim.fragbench_plot import plot_summaries
+        from gpufleet.sim.fragbench.plot import plot_summaries
 
         plot_summaries(main_summaries, args.plot)
         print(f"plot written to {args.plot}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.scheduling.fragmentation import TypicalPod
-from gpufleet.sim.fragbench_trace import Arrivals, BenchNode, BenchPod
+from gpufleet.sim.fragbench.trace import Arrivals, BenchNode, BenchPod
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"

@@ -7,8 +7,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from gpufleet.sim.fragbench import PolicySummary
-from gpufleet.sim.fragbench_report import MeanStd
+from gpufleet.sim.fragbench.bench import PolicySummary
+from gpufleet.sim.fragbench.report import MeanStd
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "fragmentation.py"
 

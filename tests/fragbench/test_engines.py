@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.sim.fragbench import (
+from gpufleet.sim.fragbench.bench import (
     POLICIES,
     REPORT_POINTS,
     BenchConfig,
@@ -20,7 +20,7 @@ from gpufleet.sim.fragbench import (
     summarize,
     to_json,
 )
-from gpufleet.sim.fragbench_trace import build_arrivals, load_trace, trace_typical_pods
+from gpufleet.sim.fragbench.trace import build_arrivals, load_trace, trace_typical_pods
 from gpufleet.sim.openb import DEFAULT_POD_FILE, GPU_NODE_FILE
 from tests.fragbench.helpers import write_trace
 

@@ -11,7 +11,7 @@ import pytest
 from gpufleet.scheduling.fgdplus import FgdPlusScorer, cpu_per_gpu, fill_waste_table, settled_waste_table
 from gpufleet.scheduling.fragmentation import FragmentationModel
 from gpufleet.scheduling.gpuscore import FgdScorer, GpuNodeView, GpuPodDemand
-from gpufleet.sim.fragbench_placer import PlacerEngine
+from gpufleet.sim.fragbench.placer import PlacerEngine
 from tests.fragbench.helpers import node, pod, typical
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from gpufleet.scheduling.fragmentation import FragmentationModel
-from gpufleet.sim.fragbench import simulate
-from gpufleet.sim.fragbench_placer import PlacerEngine
-from gpufleet.sim.fragbench_report import FragTracker, arrive_bins, bin_curve, mean_std
+from gpufleet.sim.fragbench.bench import simulate
+from gpufleet.sim.fragbench.placer import PlacerEngine
+from gpufleet.sim.fragbench.report import FragTracker, arrive_bins, bin_curve, mean_std
 from tests.fragbench.helpers import arrivals, node, pod, typical
 
 # Half-GPU pod with 4 cores (p=0.5), whole-GPU pod with 16 cores (p=0.3), CPU-only pod with 2 cores (p=0.2).

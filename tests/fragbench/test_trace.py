@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.sim.fragbench import simulate
-from gpufleet.sim.fragbench_trace import (
+from gpufleet.sim.fragbench.bench import simulate
+from gpufleet.sim.fragbench.trace import (
     BenchPod,
     TraceError,
     bench_catalog,

@@ -1,8 +1,8 @@
 """The fragmentation objective's measure: unallocated GPUs at saturation, FGD's fill-up, on the advisor's input.
 
 The fleet and the demand of ``gpufleet advise`` become the fragmentation benchmark's nodes and pods
-(:mod:`gpufleet.sim.fragbench_trace`), and each seed runs the benchmark's own fill-up
-(:func:`gpufleet.sim.fragbench.simulate`): the demand's pods shuffled and resampled to 130% of the GPU capacity,
+(:mod:`gpufleet.sim.fragbench.trace`), and each seed runs the benchmark's own fill-up
+(:func:`gpufleet.sim.fragbench.bench.simulate`): the demand's pods shuffled and resampled to 130% of the GPU capacity,
 the nodes shuffled, every pod offered once to the placement engine, nothing leaving. Read at 100% arrived:
 
 * unallocated GPUs, % of capacity, when the arrived GPU demand first reaches the capacity;
@@ -29,8 +29,8 @@ from gpufleet.cluster.free_devices import fractions_closed
 from gpufleet.cluster.state import node_state_from
 from gpufleet.gpu.constants import MILLI
 from gpufleet.scheduling.fragmentation import TypicalPod
-from gpufleet.sim.fragbench import simulate
-from gpufleet.sim.fragbench_trace import (
+from gpufleet.sim.fragbench.bench import simulate
+from gpufleet.sim.fragbench.trace import (
     MIB,
     Arrivals,
     BenchNode,

@@ -13,7 +13,7 @@ import typer
 
 from gpufleet.cli import console
 from gpufleet.cli.options import EXIT_FINDINGS, Output, OutputFormat, examples, new_app, usage_error
-from gpufleet.sim.fragbench import (
+from gpufleet.sim.fragbench.bench import (
     BASELINE_POLICIES,
     POLICIES,
     PUBLISHED_UNALLOCATED,
@@ -29,7 +29,7 @@ from gpufleet.sim.fragbench import (
     summarize,
     to_json,
 )
-from gpufleet.sim.fragbench_trace import TraceError
+from gpufleet.sim.fragbench.trace import TraceError
 
 __all__ = ["bench_app", "fragmentation", "render_table"]
 
@@ -185,7 +185,7 @@ def fragmentation(
         json_out.write_text(json.dumps(to_json(summaries), indent=1) + "\n")
         console.note(f"JSON written to {json_out}")
     if plot is not None:
-        from gpufleet.sim.fragbench_plot import plot_summaries
+        from gpufleet.sim.fragbench.plot import plot_summaries
 
         try:
             plot_summaries(summaries, plot)

@@ -12,7 +12,7 @@ Module map:
 * :mod:`.policies` policies by name; :mod:`.scenario`, :mod:`.inputs`, :mod:`.casestudy`, :mod:`.runner`
   what to run; :mod:`.claims` and :mod:`.report` how it is told.
 
-(``fragbench*`` and ``openb`` belong to the fragmentation benchmark.)
+(``fragbench`` and ``openb`` belong to the fragmentation benchmark.)
 """
 
 from gpufleet.sim.engine import Simulator, simulate_jobs

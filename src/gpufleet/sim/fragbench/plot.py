@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpufleet.sim.fragbench import PUBLISHED_UNALLOCATED, PolicySummary
+from gpufleet.sim.fragbench.bench import PUBLISHED_UNALLOCATED, PolicySummary
 
 __all__ = ["plot_summaries"]
 

@@ -8,7 +8,7 @@ typical pods as FGD's target workload.
 
 Node names get the prefix ``NNNN-`` of their position in the seed-shuffled order, as the reference simulator
 names them (``%04d-`` from ``rand.Perm``), so the placer's ``name`` tie-break takes the first tied node of
-the shuffled order (see :mod:`gpufleet.sim.fragbench` for why that is the reference's behaviour).
+the shuffled order (see :mod:`gpufleet.sim.fragbench.bench` for why that is the reference's behaviour).
 
 Each pod goes through ``placer.place([PodRequest])`` exactly as the scheduler places a one-pod workload:
 filters, scorers, tie-break, device choice and ``ClusterState.allocate`` are the placement engine's own.
@@ -25,7 +25,7 @@ from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.scheduling.fragmentation import FragmentationModel
 from gpufleet.scheduling.placement import GpuPlacer, TieBreak, make_placer, make_profile
 from gpufleet.scheduling.types import PodRequest
-from gpufleet.sim.fragbench_trace import BenchNode, BenchPod, build_cluster, pod_request_template
+from gpufleet.sim.fragbench.trace import BenchNode, BenchPod, build_cluster, pod_request_template
 
 __all__ = ["OUR_POLICY", "PlacerEngine", "fleet_gpus", "ordered_name"]
 

@@ -1,16 +1,16 @@
 """The fragmentation benchmark of FGD (Weng et al., USENIX ATC'23) on the openb trace, run with gpufleet's own
 placement plugins.
 
-One run (policy, trace, seed): build the arrival sequence (:func:`~gpufleet.sim.fragbench_trace.build_arrivals`:
+One run (policy, trace, seed): build the arrival sequence (:func:`~gpufleet.sim.fragbench.trace.build_arrivals`:
 shuffled trace inflated to 130% of GPU capacity, shuffled nodes), then offer the pods one at a time to the
 placement engine. A pod that fits nowhere fails and is not retried; nothing ever leaves. After every arrival
 the arrived GPU demand (failed pods included), the allocated milli-GPU and the cluster fragmentation (FGD's
 measure against the typical pods of the *original* trace, 95% cutoff) are recorded, and binned on the
-integer arrive ratio (:mod:`gpufleet.sim.fragbench_report`).
+integer arrive ratio (:mod:`gpufleet.sim.fragbench.report`).
 
 Placement goes through the scheduler's placement engine (``gpufleet.scheduling.placement``: ``make_profile``
 and ``make_placer``) on a :class:`~gpufleet.cluster.state.ClusterState` of the openb nodes, pods as
-:class:`~gpufleet.scheduling.types.PodRequest` (:mod:`gpufleet.sim.fragbench_placer`).
+:class:`~gpufleet.scheduling.types.PodRequest` (:mod:`gpufleet.sim.fragbench.placer`).
 
 Tie-break. Equal scores are common (FGD's score is ``int(sigmoid(Δ)·100)``, GpuClustering and GpuPacking
 are coarse integers). Breaking them uniformly at random, as kube-scheduler 1.20's ``selectHost`` would, does
@@ -39,9 +39,9 @@ import numpy as np
 
 from gpufleet.scheduling.fragmentation import FragmentationModel, TypicalPod
 from gpufleet.scheduling.gpuscore import SCORER_NAMES
-from gpufleet.sim.fragbench_placer import OUR_POLICY, PlacerEngine
-from gpufleet.sim.fragbench_report import MAX_BIN, FragTracker, MeanStd, bin_curve, mean_std
-from gpufleet.sim.fragbench_trace import (
+from gpufleet.sim.fragbench.placer import OUR_POLICY, PlacerEngine
+from gpufleet.sim.fragbench.report import MAX_BIN, FragTracker, MeanStd, bin_curve, mean_std
+from gpufleet.sim.fragbench.trace import (
     Arrivals,
     BenchNode,
     BenchPod,
