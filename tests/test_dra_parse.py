@@ -430,7 +430,7 @@ def test_a_pods_claims_are_read_onto_it_with_the_containers_using_them() -> None
     said = [w for w in m.problems.warnings if w.message == CLAIMS_NOT_ALLOCATED]
     assert len(said) == 1 and said[0].code == LEFT_OUT and said[0].field == "spec.resourceClaims"
     assert (said[0].file, said[0].line) == ("pod.yaml", 5)
-    assert "deviceClassMappings quota and the live scheduler's allocation are not implemented" in CLAIMS_NOT_ALLOCATED
+    assert "the live scheduler's allocation is not implemented" in CLAIMS_NOT_ALLOCATED
 
 
 def test_a_jobs_template_claims_ride_on_its_pods() -> None:

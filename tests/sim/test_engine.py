@@ -227,3 +227,15 @@ def test_a_policy_admitting_an_unknown_workload_is_an_error() -> None:
     cluster = cluster_of(pool("p", 1, 1))
     with pytest.raises(SimulationError, match="does not know"):
         simulate_jobs(Rogue(cluster), jobs_of(job("a")))
+
+
+def test_samples_go_on_when_every_job_arrives_at_the_start() -> None:
+    # 2 A100s, no horizon, both jobs arrive at 0: a holds one GPU for 1 h while b (2 GPUs) waits, so the idle GPU
+    # is stranded for the first hour of two. The first sample comes before the first cycle places anything; the
+    # samples once stopped there (nothing was live yet), and the run said 0% stranded from that one sample.
+    cluster = cluster_of(pool("p", 1, 2))
+    r = simulate_jobs(FifoPolicy(cluster), jobs_of(job("a", gpus=1, duration="1h") + job("b", gpus=2, duration="1h")))
+    times = [s[0] for s in r.stranded]
+    assert times[0] == 0.0 and times[-1] > 7000.0
+    assert any(stranded == 1.0 for _, stranded, _, _ in r.stranded)
+    assert kpis(r)["fragmentation_pct"] == 25.0

@@ -5,24 +5,25 @@ Checked as the API server checks a pod: each entry names one claim (``resourceCl
 pod lists, each (claim, request) once. The claims become :class:`~gpufleet.api.objects.PodResourceClaim` refs on
 the pod's template, with the containers that use each.
 
-Their devices are planned by gpufleet.cluster.dra_claims; what is not done yet (quota, live allocation) is said
-on every pod with claims, as left out (``--strict`` refuses it).
+Their devices are planned by gpufleet.cluster.dra_claims and charged to quota by gpufleet.cluster.dra_quota;
+what is not done yet (live allocation) is said on every pod with claims, as left out (``--strict`` refuses it).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from gpufleet.api.errors import LEFT_OUT, shown
 from gpufleet.api.objects import ContainerClaim, PodResourceClaim
 from gpufleet.api.reader import FieldReader
 
-CLAIMS_NOT_ALLOCATED = ("DRA claims are planned on NVIDIA GPUs and MIG devices (docs/dra.md); Kueue's "
-                        "deviceClassMappings quota and the live scheduler's allocation are not implemented yet "
-                        "(issue 28)")
-CLAIMS_NOT_ALLOCATED_FIX = ("plan and simulate place the claimed devices; they are charged to no ClusterQueue, and the "
-                            "live scheduler leaves such pods pending")
+CLAIMS_NOT_ALLOCATED = ("DRA claims are planned on NVIDIA GPUs and MIG devices and charged to quota as Kueue's "
+                        "deviceClassMappings say (docs/dra.md); the live scheduler's allocation is not implemented "
+                        "yet (issue 28)")
+CLAIMS_NOT_ALLOCATED_FIX = ("plan and simulate place the claimed devices; the live scheduler leaves such pods "
+                            "pending")
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -89,3 +90,18 @@ def read_pod_claims(spec: FieldReader, uses: list[ClaimUse]) -> tuple[PodResourc
     if claims:
         spec.warning(CLAIMS_NOT_ALLOCATED, "resourceClaims", fix=CLAIMS_NOT_ALLOCATED_FIX, code=LEFT_OUT)
     return claims
+
+
+def generated_claim_names(status: FieldReader, claims: tuple[PodResourceClaim, ...]) -> tuple[PodResourceClaim, ...]:
+    """The pod's template claims with the names the resourceclaim controller gave them (``status.
+    resourceClaimStatuses[]``: ``name`` the pod's claim, ``resourceClaimName`` the claim made for it)."""
+    made: dict[str, str] = {}
+    for entry in status.items("resourceClaimStatuses"):
+        name = entry.text("name")
+        claim = entry.text("resourceClaimName")
+        if name and claim:
+            made[name] = claim
+    if not made:
+        return claims
+    return tuple(replace(c, generated_name=made.get(c.name)) if c.resource_claim_template_name else c
+                 for c in claims)

@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any, cast
 
 from gpufleet.api import limits
-from gpufleet.api.dra_podclaims import ClaimUse, container_claims, read_pod_claims
+from gpufleet.api.dra_podclaims import ClaimUse, container_claims, generated_claim_names, read_pod_claims
 from gpufleet.api.errors import LEFT_OUT, shown
 from gpufleet.api.gpushare import (
     FRACTION_KEYS,
@@ -30,6 +30,7 @@ from gpufleet.api.gpushare import (
     hami_share,
     is_fractional,
 )
+from gpufleet.api.kueue_dra_config import parse_device_class_mappings, parse_feature_gates
 from gpufleet.api.objects import (
     CPU,
     GPU,
@@ -600,6 +601,8 @@ def parse_pod(r: FieldReader) -> Pod | None:
     status = r.obj("status")
     phase = status.enum("phase", ("Pending", "Running", "Succeeded", "Failed", "Unknown"), "Pending") \
         if status else "Pending"
+    if template is not None and status is not None and template.resource_claims:
+        template.resource_claims = generated_claim_names(status, template.resource_claims)
     return Pod(meta, template, node_name=spec.text("nodeName") if spec else None, phase=cast(Any, phase))
 
 
@@ -1017,11 +1020,14 @@ def parse_configuration(r: FieldReader) -> SchedulerConfig:
                      fix="use LessThanOrEqualToFinalShare and/or LessThanInitialShare")
         strategies = tuple(s for s in given if s in strategies)
     pods_ready = parse_pods_ready(r.obj("waitForPodsReady"))
+    gates = parse_feature_gates(r)
     return SchedulerConfig(
         fair_sharing=fs.flag("enable") if fs else False,
         fair_sharing_strategies=strategies,
         pods_ready=pods_ready or PodsReadyPolicy(),
         source=SourceRef(r.doc.file, r.doc.line),
+        device_class_mappings=parse_device_class_mappings(r, gates),
+        feature_gates=gates,
     )
 
 

@@ -273,12 +273,15 @@ class ContainerClaim:
 @dataclass(frozen=True, slots=True)
 class PodResourceClaim:
     """One entry of a pod's ``spec.resourceClaims`` (DRA): a claim by name, or one made per pod from a template,
-    and the containers that use it. Read and kept; no GPU demand comes of it yet (issue 28)."""
+    and the containers that use it (gpufleet.cluster.dra_claims turns them into GPU demands)."""
 
     name: str
     resource_claim_name: str | None = None
     resource_claim_template_name: str | None = None
     used_by: tuple[ContainerClaim, ...] = ()
+    # The claim the resourceclaim controller made from the template for this pod, as the pod's
+    # status.resourceClaimStatuses names it (a snapshot of a live cluster has it; None before it is made).
+    generated_name: str | None = None
 
 
 @dataclass(slots=True)
@@ -503,6 +506,20 @@ class Topology:
 FairSharingStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceClassMapping:
+    """An entry of the Configuration's ``resources.deviceClassMappings`` (Kueue's DRA quota): the devices of these
+    DeviceClasses are charged to ClusterQueue quota as the resource ``name``, one per device."""
+
+    name: str
+    device_class_names: tuple[str, ...]
+
+
+# The feature gates that turn Kueue's DRA integration on or off: KueueDRAIntegration since Kueue 0.18, which kept
+# DynamicResourceAllocation (0.14-0.17) as an alias.
+DRA_GATES = ("KueueDRAIntegration", "DynamicResourceAllocation")
+
+
 @dataclass(slots=True)
 class SchedulerConfig:
     """Kueue's controller Configuration (config.kueue.x-k8s.io/v1beta1), the parts the scheduler reads."""
@@ -512,6 +529,18 @@ class SchedulerConfig:
         "LessThanOrEqualToFinalShare", "LessThanInitialShare")
     pods_ready: PodsReadyPolicy = PodsReadyPolicy()
     source: SourceRef | None = None
+    device_class_mappings: tuple[DeviceClassMapping, ...] = ()
+    feature_gates: dict[str, bool] = field(default_factory=dict)  # featureGates, as written
+
+    @property
+    def dra_integration(self) -> bool:
+        """Whether Kueue charges DRA claims to quota: as ``featureGates`` says when it names the gate, else when
+        device classes are mapped. Kueue 0.14 (gpufleet's baseline) has the gate off by default; a Configuration
+        that maps device classes is written for a Kueue that has it on (0.18 and later, or the gate set)."""
+        for gate in DRA_GATES:
+            if gate in self.feature_gates:
+                return self.feature_gates[gate]
+        return bool(self.device_class_mappings)
 
 
 @dataclass(slots=True)

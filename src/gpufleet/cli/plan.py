@@ -25,6 +25,8 @@ from gpufleet.cli.options import (
 )
 from gpufleet.cli.validate import load, print_problems
 from gpufleet.cluster.dra_devices import DraNodeSummary, dra_summary
+from gpufleet.cluster.dra_quota import charge_lines
+from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
 from gpufleet.scheduling.snapshot_plan import STABLE_CAP, Cycle, PlanResult, run_cycles, settled
 from gpufleet.scheduling.types import AdmittedWorkload, Decisions, PreemptedWorkload
@@ -67,8 +69,10 @@ def dra_nodes(result: PlanResult) -> list[DraNodeSummary]:
 
 
 def plan_document(result: PlanResult) -> dict[str, Any]:
+    charged = _claim_charges(result)
     doc: dict[str, Any] = {"quotaOnly": quota_only(result),
-                           "cycles": [{"admitted": [_admitted_json(a, result) for a in c.decisions.admitted],
+                           "cycles": [{"admitted": [_with_claim_quota(_admitted_json(a, result), charged)
+                                                    for a in c.decisions.admitted],
                                        "preempted": [p.to_json() for p in c.decisions.preempted],
                                        "pending": [p.to_json() for p in c.pending]} for c in result.cycles],
                            "usage": result.usage}
@@ -91,6 +95,38 @@ def _admitted_json(a: AdmittedWorkload, result: PlanResult) -> dict[str, Any]:
         if claims:
             entry["claims"] = [c.to_json() for c in claims]
     return out
+
+
+def _claim_charges(result: PlanResult) -> dict[str, Workload]:
+    """The workloads whose DRA claims quota charges through deviceClassMappings, or says it charges them nothing."""
+    return {w.key: w for w in result.workloads
+            if w.claim_quota_note is not None or any(ps.claim_charges for ps in w.pod_sets)}
+
+
+def _with_claim_quota(out: dict[str, Any], charged: dict[str, Workload]) -> dict[str, Any]:
+    """An admission's JSON with what its claims were charged (``draQuota``, one entry per pod set and request) and
+    the same in words among its ``notes``."""
+    w = charged.get(out["workload"])
+    if w is None:
+        return out
+    entries = [{"podSet": ps.name, **c.to_json(ps.count)} for ps in w.pod_sets for c in ps.claim_charges]
+    if entries:
+        out["draQuota"] = entries
+    out["notes"] = [*out.get("notes", []), *charge_lines(w)]
+    return out
+
+
+def _claim_quota_table(result: PlanResult) -> console.Table | None:
+    """What the admitted workloads' DRA claims were charged, and through which mapping."""
+    charged = _claim_charges(result)
+    admitted = dict.fromkeys(a.workload for c in result.cycles for a in c.decisions.admitted if a.workload in charged)
+    if not admitted:
+        return None
+    table = console.make_table("DRA claims and ClusterQueue quota (Kueue's deviceClassMappings)", "WORKLOAD", "CHARGED")
+    for key in admitted:
+        for line in charge_lines(charged[key]):
+            table.add_row(key, line)
+    return table
 
 
 def _pods(a: AdmittedWorkload) -> str:
@@ -172,6 +208,10 @@ def plan(
             console.show(_cycle_table(i, c, wide=fmt is OutputFormat.wide, quota=quota_only(result)))
             console.say("")
         console.show(_usage_table(result.usage))
+        claim_quota = _claim_quota_table(result)
+        if claim_quota is not None:
+            console.say("")
+            console.show(claim_quota)
         dra = dra_nodes(result)
         if dra:
             console.say("")

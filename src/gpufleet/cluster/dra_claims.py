@@ -140,12 +140,19 @@ def generated_claim_name(pod: str, claim: str, seed: str) -> str:
 def _claim_spec(namespace: str, pod: str, ref: PodResourceClaim, catalog: DraCatalog,
                 seed: str) -> tuple[str, ClaimSpec] | str:
     if ref.resource_claim_template_name is not None:
+        if ref.generated_name is not None and f"{namespace}/{ref.generated_name}" in catalog.claims:
+            made = catalog.claims[f"{namespace}/{ref.generated_name}"]
+            if made.allocation is not None:
+                return (f"claim {made.key} is already allocated; gpufleet does not plan pending pods on claims "
+                        "allocated before (not implemented)")
+            return made.key, made.spec
         key = f"{namespace}/{ref.resource_claim_template_name}"
         template = catalog.templates.get(key)
         if template is None:
             return (f"claim {ref.name}: ResourceClaimTemplate {key} is not in the input; add it, or name an existing "
                     "claim (resourceClaimName)")
-        return f"{namespace}/{generated_claim_name(pod, ref.name, seed)}", template.spec
+        name = ref.generated_name or generated_claim_name(pod, ref.name, seed)
+        return f"{namespace}/{name}", template.spec
     key = f"{namespace}/{ref.resource_claim_name}"
     claim = catalog.claims.get(key)
     if claim is None:
@@ -207,6 +214,32 @@ def _kinds_text(kinds: set[tuple[Literal["whole", "mig"] | None, str | None]]) -
     words = sorted("MIG " + (p or "?") if k == "mig" else "whole GPU" if k == "whole" else "not a GPU"
                    for k, p in kinds)
     return ", ".join(words)
+
+
+def held_claims(namespace: str, refs: Sequence[PodResourceClaim], catalog: DraCatalog) -> DraNeed:
+    """What a pod bound to a node holds through its claims: the devices their allocations name (one choice, those
+    devices exactly), so that a snapshot's running pods keep their devices in a plan. A claim that is not in the
+    input or not allocated leaves the pod holding no claimed device, said."""
+    results: list[tuple[str, str, DeviceKey]] = []  # (claim, request, device)
+    for ref in refs:
+        name = ref.resource_claim_name or ref.generated_name
+        claim = catalog.claims.get(f"{namespace}/{name}") if name else None
+        if claim is None or claim.allocation is None:
+            what = f"claim {namespace}/{name}" if name else f"the claim made from template {ref.name}"
+            return DraNeed((), problem=f"{what} of this running pod is not in the input or not allocated: the "
+                                       "devices it holds are not known, so none is counted")
+        results += [(claim.key, d.request, (d.driver, d.pool, d.device)) for d in claim.allocation.devices]
+    by_key = {d.key: d for d in catalog.devices}
+    kinds = {(by_key[k].kind, by_key[k].profile) if k in by_key else (None, None) for _, _, k in results}
+    claims = tuple(dict.fromkeys(c for c, _, _ in results))
+    if not results or len(kinds) != 1 or None in {k for k, _ in kinds}:
+        return DraNeed(claims, problem="the devices its claims hold are not all whole GPUs or MIG devices of one "
+                                       "profile of the input's ResourceSlices: they are not counted")
+    (kind, profile), = kinds
+    demand = (GpuDemand(kind="gpu", count=len(results)) if kind == "whole"
+              else GpuDemand(kind="mig", count=len(results), mig_profile=profile))
+    requests = tuple(ClaimRequest(c, r, 1) for c, r, _ in results)
+    return DraNeed(claims, (DraChoice(demand, (frozenset(k for _, _, k in results),), requests),))
 
 
 def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim], catalog: DraCatalog,
@@ -343,7 +376,8 @@ def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) ->
 
 def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests) -> int:
     """Resolve the claims of every pod of ``workloads`` against the input (each pod's template gets its
-    :class:`DraNeed` and, when it can be met, the demand of its first choice); how many pods have claims."""
+    :class:`DraNeed` and, when it can be met, the demand of its first choice, as does its pod set's template);
+    how many pods have claims."""
     pods = [(w, p) for w in workloads for p in w.pods if p.template.resource_claims]
     if not pods:
         return 0
@@ -361,7 +395,25 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests)
     shared = pods_per_claim((w.namespace, p.template.resource_claims) for w, p in pods)
     for w, p in pods:
         name = p.key.split("/", 1)[1]
-        need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared)
+        if p.node_name is not None:
+            need = held_claims(w.namespace, p.template.resource_claims, catalog)  # running: what it holds
+        else:
+            need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared)
         gpu = need.choices[0].demand if need.choices else p.template.gpu
         p.template = replace(p.template, dra=need, gpu=gpu)
+    _pod_set_demands({id(w): w for w, _ in pods}.values())
     return len(pods)
+
+
+def _pod_set_demands(workloads: Iterable[Workload]) -> None:
+    """Give each pod set whose pods have claims the demand its pods got. Where a workload is counted whole rather
+    than pod by pod, its pod sets stand for their pods (the GPUs the dashboard shows for it, the simulator's job
+    size, advise's demand): without this a claimed workload counted as asking no GPU. The pods of a pod set come
+    from one template, so they ask the same devices; the claims themselves (names differ per pod) stay on the
+    pods."""
+    for w in workloads:
+        for ps in w.pod_sets:
+            first = next((p for p in w.pods if p.pod_set == ps.name and p.template.dra is not None
+                          and p.template.dra.choices), None)
+            if first is not None:
+                ps.template = replace(ps.template, gpu=first.template.gpu)

@@ -40,6 +40,7 @@ from gpufleet.api.reader import parse_int_text
 from gpufleet.api.workloadkinds.common import pod_queue, queue_key
 from gpufleet.api.workloadkinds.kueuefeatures import hold_reason
 from gpufleet.cluster.dra_claims import resolve_workload_claims
+from gpufleet.cluster.dra_quota import ClaimCharge, claim_quota
 
 
 @dataclass(slots=True)
@@ -57,10 +58,23 @@ class PodSet:
     count: int
     template: PodTemplate
     min_count: int | None = None
+    # What its DRA claims add to each pod's quota, as Kueue's deviceClassMappings charge them
+    # (gpufleet.cluster.dra_quota): quota only, never asked of a node's allocatable.
+    claim_charges: tuple[ClaimCharge, ...] = ()
 
     @property
     def requests(self) -> ResourceList:
         return self.template.requests
+
+    @property
+    def quota_requests(self) -> ResourceList:
+        """What one pod is charged against ClusterQueue quota: its requests and its claims' charges."""
+        if not self.claim_charges:
+            return self.template.requests
+        out = dict(self.template.requests)
+        for c in self.claim_charges:
+            out[c.resource] = out.get(c.resource, 0) + c.count
+        return out
 
 
 @dataclass(slots=True)
@@ -85,6 +99,8 @@ class Workload:
     uid: str | None = None  # a Kueue Workload's metadata.uid (Kueue's last tie-breaker among preemption candidates)
     gang: bool = True  # its pods are admitted and placed together (False: a per-pod workload of a serving kind)
     hold: str | None = None  # why Kueue would not admit it as it stands: it stays pending with this reason
+    # Why its DRA claims are charged to no quota although Kueue manages it (Kueue's DRA integration is off)
+    claim_quota_note: str | None = None
     origin: ObjectMeta | None = None  # the object it comes from (its file and line, its creation time)
 
     @property
@@ -264,6 +280,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
     out[:] = fold_kueue_workloads(out)  # a Kueue Workload object and the Job (pods...) it stands for: counted once
     _hold_for_admission_checks(out, manifests, problems)
     resolve_workload_claims(out, manifests)  # DRA: each pod's claims become its GPU demand and allowed devices
+    claim_quota(out, manifests)  # ... and their devices are charged to quota as Kueue's deviceClassMappings say
     _unique_keys(out, problems)
     out.sort(key=lambda w: w.order)
     return _within_pod_limit(out, problems)

@@ -3,7 +3,11 @@ its queue objects. Built from the manifests of ``--cluster`` and of the linted f
 informer cache (the webhook).
 
 Where a pod could ever run is the placement filters' answer on empty nodes (:func:`places`): the one fit check of
-``scheduling/placement/filters.py``, not a second one."""
+``scheduling/placement/filters.py``, not a second one.
+
+The quota resources Kueue charges DRA claims to (its Configuration's ``deviceClassMappings``) are offered by the
+nodes that publish devices of the mapped DeviceClasses (:attr:`ClusterView.claim_resources`): no node has them in
+its allocatable, yet a ClusterQueue's quota of one is backed there."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from functools import cached_property
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import ClusterQueue, LocalQueue, Node, PodTemplate, ResourceFlavor
 from gpufleet.api.workloadkinds.model import TrainingRuntime
+from gpufleet.cluster.dra_claims import DraCatalog, published_devices
 from gpufleet.cluster.state import NodeState, node_state_from
 from gpufleet.scheduling.placement.filters import DEFAULT_FILTERS
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
@@ -48,6 +53,9 @@ class ClusterView:
     # (an absent LocalQueue in a cluster we were not shown is not missing).
     knows_nodes: bool = False
     knows_queues: bool = False
+    # Resource -> the nodes that publish a device it is charged for: the resources of Kueue's deviceClassMappings
+    # (while its DRA integration is on), each offered where a device of one of its DeviceClasses is published.
+    claim_resources: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def from_manifests(cls, *bundles: Manifests, described: bool = False) -> ClusterView:
@@ -62,6 +70,8 @@ class ClusterView:
             # Kubernetes object can have: they are not the namespace's own.
             view.local_queues.extend(q for q in m.local_queues if ":" not in q.meta.name)
             view.runtimes.extend(m.controllers.runtimes)
+            for resource, nodes in _claim_resources(m).items():
+                view.claim_resources[resource] = view.claim_resources.get(resource, frozenset()) | nodes
         view.knows_nodes = bool(view.nodes)
         view.knows_queues = described or bool(view.cluster_queues)
         return view
@@ -123,6 +133,27 @@ class ClusterView:
 
     def fitting(self, template: PodTemplate, flavors: Sequence[ResourceFlavor] | None = None) -> list[NodeState]:
         return [v.node for v in self.verdicts(template, flavors) if v.reason is None]
+
+
+def _claim_resources(m: Manifests) -> dict[str, frozenset[str]]:
+    """The resources ``m``'s Kueue Configuration charges DRA claims to, each with the nodes publishing devices of
+    its DeviceClasses (a class's devices: those its selectors match, as claims see them); none while Kueue's DRA
+    integration is off or nothing is mapped (then no claim is charged to them)."""
+    config = m.config
+    if config is None or not config.dra_integration or not config.device_class_mappings:
+        return {}
+    classes = {c.name: c for c in m.device_classes}
+    catalog = DraCatalog(classes=classes, devices=published_devices(m.nodes, m.resource_slices))
+    out: dict[str, frozenset[str]] = {}
+    for mapping in config.device_class_mappings:
+        nodes: set[str] = set()
+        for name in mapping.device_class_names:
+            device_class = classes.get(name)
+            if device_class is not None:
+                found, _ = catalog.matching(device_class.selectors)
+                nodes.update(d.node for d in found)
+        out[mapping.name] = frozenset(nodes)
+    return out
 
 
 def _request(template: PodTemplate, flavor: ResourceFlavor | None) -> PodRequest:

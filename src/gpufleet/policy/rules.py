@@ -104,19 +104,23 @@ def _mib(mib: int) -> str:
 
 
 def _offer(node: NodeState) -> str:
-    """What one empty node offers a pod, in the words of its resources."""
+    """What one empty node offers a pod, in the words of its resources; GPUs a ResourceSlice publishes are offered
+    through DRA claims only (their slots carry resource names for grouping, which the node does not advertise)."""
     parts = []
     whole = [g for g in node.gpus if g.mode == "whole"]
     replicas = [g for g in node.gpus if g.mode == "replicas"]
     if whole:
-        parts.append(f"{len(whole)}x {whole[0].model} ({_mib(whole[0].memory_mib)}) as {whole[0].resource}")
+        how = f"through DRA claims ({whole[0].dra_driver})" if whole[0].dra_driver else f"as {whole[0].resource}"
+        parts.append(f"{len(whole)}x {whole[0].model} ({_mib(whole[0].memory_mib)}) {how}")
     if replicas:
         parts.append(f"{sum(g.replicas for g in replicas)} time-slice replicas of {replicas[0].model} as "
                      f"{replicas[0].resource}")
     migs: dict[str, int] = {}
     for g in node.gpus:
         for m in g.mig:
-            migs[m.resource] = migs.get(m.resource, 0) + 1
+            what = (f"MIG {m.placement.profile} through DRA claims ({g.dra_driver})" if g.dra_driver
+                    else m.resource)
+            migs[what] = migs.get(what, 0) + 1
     parts.extend(f"{n}x {r}" for r, n in sorted(migs.items()))
     if not parts:
         parts.append("no GPU")
@@ -471,9 +475,11 @@ def _gpu_resource(name: str) -> bool:
     return name.startswith(GPU_PREFIX) or name == FRACTION_RESOURCE
 
 
-def _offers(node: NodeState, resource: str) -> bool:
+def _offers(node: NodeState, resource: str, cluster: ClusterView) -> bool:
     if resource == FRACTION_RESOURCE:
-        return any(g.mode == "whole" for g in node.gpus)
+        return any(g.mode == "whole" and g.dra_driver is None for g in node.gpus)  # DRA GPUs take no fractions
+    if node.name in cluster.claim_resources.get(resource, ()):
+        return True  # charged for DRA claims (Kueue's deviceClassMappings): its devices are published here
     return node.allocatable.get(resource, 0) > 0 or device_kind(node, resource) is not None
 
 
@@ -489,7 +495,7 @@ def _check_flavor_nodes(s: Subject, cluster: ClusterView) -> Iterator[Hit]:
                 continue
             labelled = [n for n in cluster.states if all(n.labels.get(k) == v for k, v in flavor.node_labels.items())]
             for resource in resources_:
-                if not any(_offers(n, resource) for n in labelled):
+                if not any(_offers(n, resource, cluster) for n in labelled):
                     on = (f"{len(labelled)} node(s) with its nodeLabels" if labelled
                           else "no node with its nodeLabels " + (", ".join(
                               f"{k}={v}" for k, v in sorted(flavor.node_labels.items())) or "(none)"))

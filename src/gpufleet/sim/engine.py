@@ -171,7 +171,10 @@ class Simulator:
                     self._sample(t)
                     if len(self._stranded) >= 2 * cfg.samples and len(self._stranded) % cfg.samples == 0:
                         sample_step *= 2
-                    if self._live or (end is not None and t + sample_step <= end):
+                    # Pending jobs keep the samples going too: at an instant when only arrivals happen, the
+                    # sample comes before that instant's cycle, so what the cycle starts is not live yet (a run
+                    # whose jobs all arrive at 0 was sampled once, before anything was placed).
+                    if self._live or self._pending or (end is not None and t + sample_step <= end):
                         self.queue.push(t + sample_step, Kind.SAMPLE)
                     continue
                 if ev.kind not in (Kind.WAKEUP, Kind.TICK):

@@ -4,10 +4,14 @@ use, were it free, but that no pending pod fits now.
 A sample looks at every node with idle GPU capacity and asks whether at least one pending GPU pod would
 fit there on its own, with the placement filters' one node-fit check (ready, taints tolerated, selectors and
 allowed models matched, every requested resource free, the pod-count limit, and free devices for the pod's
-GPU demand). The idle capacity of a node where none fits is stranded when at least one pending pod could use
-the node were it empty (:func:`could_use`); a node no pending pod could ever use (a dedicated pool, a model or a
-device kind nobody waiting asks for) is spare, not stranded. While no GPU pod is pending nothing is stranded:
-idle capacity that nobody asks for is spare, not fragmented.
+GPU demand; for a pod with DRA claims, free devices its claims select). The idle capacity of a node where none
+fits is stranded when at least one pending pod could use the node were it empty (:func:`could_use`: the same
+check on the node with nothing held); a node no pending pod could ever use (a dedicated pool, a model or a
+device kind nobody waiting asks for, GPUs published through DRA for a fractional pod) is spare, not stranded.
+While no GPU pod is pending nothing is stranded: idle capacity that nobody asks for is spare, not fragmented.
+
+A pod with DRA claims is asked about as placement tries it: once per way its claims can be met
+(``firstAvailable``, each with the devices it allows); a pod whose claims cannot be met at all fits nowhere.
 
 This is a feasibility test for a metric, node by node and pod by pod; it neither scores nor allocates, and
 it ignores what a Kueue flavor would add to a pod (its node labels), so it can call capacity usable that a
@@ -17,26 +21,39 @@ queue's flavor would keep a pod away from.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import fields, replace
+from operator import attrgetter
 
 from gpufleet.api.objects import PodTemplate
-from gpufleet.cluster.devices import fraction_need
-from gpufleet.cluster.free_devices import demand_resource, device_kind
+from gpufleet.cluster.devices import GpuSlot, MigSlot
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.gpu.constants import MILLI
-from gpufleet.scheduling.placement.filters import DEFAULT_FILTERS, unfit_reason
+from gpufleet.scheduling.placement.dra import dra_problem, with_choice
+from gpufleet.scheduling.placement.filters import unfit_reason
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
 from gpufleet.scheduling.types import PodRequest
 
 MAX_SPECS = 64  # distinct pending pod shapes looked at per sample
 
 
-def _need(t: PodTemplate) -> PodNeed:
-    return compile_need(PodRequest("", t))
+def fit_needs(t: PodTemplate) -> list[PodNeed]:
+    """The pod as placement tries it (gpufleet.scheduling.placement.dra.over_choices): once per way its DRA
+    claims can be met, with the devices that way allows; once as it is without claims; never when its claims
+    cannot be met at all (placement refuses it everywhere)."""
+    request = PodRequest("", t)
+    if dra_problem([request]) is not None:
+        return []
+    out: list[PodNeed] = []
+    index = 0
+    while (variant := with_choice([request], index)) is not None:
+        out.append(compile_need(variant[0]))
+        index += 1
+    return out
 
 
 def fits_alone(node: NodeState, t: PodTemplate) -> bool:
     """Whether pod template ``t`` would fit on ``node`` as it is now."""
-    return unfit_reason(_need(t), node) is None
+    return any(unfit_reason(need, node) is None for need in fit_needs(t))
 
 
 def idle_gpus(node: NodeState) -> float:
@@ -53,42 +70,53 @@ def _pending_needs(pending: Iterable[PodTemplate]) -> list[PodNeed]:
             specs.append(t)
             if len(specs) >= MAX_SPECS:
                 break
-    return [_need(t) for t in specs]
+    return [need for t in specs for need in fit_needs(t)]
 
 
-_STATIC = tuple(f for f in DEFAULT_FILTERS if f.static)
+# The slots are copied field by field, positionally (dataclasses.replace costs several times more, and a sample
+# may copy thousands of GPUs); every field is carried over but those that say who holds the device, so a field
+# added to the slots later is kept without a change here.
+_GPU_FIELDS = tuple(f.name for f in fields(GpuSlot))
+_MIG_FIELDS = tuple(f.name for f in fields(MigSlot))
+_gpu_values = attrgetter(*_GPU_FIELDS)
+_mig_values = attrgetter(*_MIG_FIELDS)
+_GPU_HOLDER, _GPU_FRACTIONS, _GPU_REPLICAS, _GPU_REPLICA_MEMORY, _GPU_MIG = (_GPU_FIELDS.index(n) for n in (
+    "holder", "fractions", "replica_holders", "replica_memory", "mig"))
+_MIG_HOLDER = _MIG_FIELDS.index("holder")
+
+
+def _emptied_mig(m: MigSlot) -> MigSlot:
+    if m.holder is None:
+        return m
+    values = list(_mig_values(m))
+    values[_MIG_HOLDER] = None
+    return MigSlot(*values)
+
+
+def _emptied_gpu(g: GpuSlot) -> GpuSlot:
+    if g.is_free and not g.replica_memory:
+        return g  # nothing held: the slot itself serves (an emptied node is only read)
+    values = list(_gpu_values(g))
+    values[_GPU_HOLDER] = None
+    values[_GPU_FRACTIONS] = {}
+    values[_GPU_REPLICAS] = [None] * len(g.replica_holders)
+    values[_GPU_REPLICA_MEMORY] = {}
+    values[_GPU_MIG] = [_emptied_mig(m) for m in g.mig]
+    return GpuSlot(*values)
+
+
+def emptied(node: NodeState) -> NodeState:
+    """``node`` with nothing held on it: its GPUs (healthy or not, as they are), resources and pods all free.
+    The node itself is untouched; the copy shares what holds nothing with it, so it is for reading only."""
+    return replace(node, used={}, gpus=[_emptied_gpu(g) for g in node.gpus], pods=set())
 
 
 def could_use(need: PodNeed, node: NodeState) -> bool:
-    """Whether the pod would fit on ``node`` were nothing held there: every static filter passes (ready,
-    selectors, taints, model, device memory), the node's allocatable covers its requests, and the node offers
-    enough devices of the kind it asks for, counted free or not (healthy ones)."""
-    if unfit_reason(need, node, _STATIC) is not None:
-        return False
-    if any(node.allocatable.get(r, 0) < amount for r, amount in need.requests):
-        return False
-    g = need.gpu
-    if g.kind == "none":
-        return True
-    if g.kind == "fraction":
-        return any(gpu.mode == "whole" and gpu.healthy and fraction_need(g.milli, g.memory_mib, gpu.memory_mib)[0]
-                   <= MILLI for gpu in node.gpus)
-    resource = demand_resource(g)
-    if resource is None:
-        return False
-    kind = "mig" if g.kind == "mig" else device_kind(node, resource)
-    if kind == "whole":
-        total = sum(1 for gpu in node.gpus if gpu.mode == "whole" and gpu.resource == resource and gpu.healthy)
-    elif kind == "replicas":
-        total = sum(gpu.replicas for gpu in node.gpus if gpu.mode == "replicas" and gpu.resource == resource
-                    and gpu.healthy)
-    elif kind == "mig":
-        want = g.memory_mib or 0
-        total = sum(1 for gpu in node.gpus if gpu.mode == "mig" and gpu.healthy for m in gpu.mig
-                    if m.resource == resource and m.memory_mib >= want)
-    else:
-        return False
-    return total >= g.count
+    """Whether the pod would fit on ``node`` were nothing held there: the one node-fit check that placement
+    runs, asked about the node emptied (:func:`emptied`). So a device the pod could never get now is no device
+    it could use either (a GPU published through DRA for a fractional pod, a device its claims do not select);
+    a separate count of devices would drift from placement's rules."""
+    return unfit_reason(need, emptied(node)) is None
 
 
 def stranded_by_node(cluster: ClusterState, pending: Iterable[PodTemplate]) -> dict[str, tuple[float, float]]:
@@ -101,9 +129,10 @@ def stranded_by_node(cluster: ClusterState, pending: Iterable[PodTemplate]) -> d
         if free <= 0:
             continue
         stranded = 0.0
-        if needs and not any(unfit_reason(need, node) is None for need in needs) and any(
-                could_use(need, node) for need in needs):
-            stranded = free
+        if needs and not any(unfit_reason(need, node) is None for need in needs):
+            empty = emptied(node)  # once per node, not once per pending shape
+            if any(unfit_reason(need, empty) is None for need in needs):
+                stranded = free
         out[node.name] = (stranded, free)
     return out
 

@@ -191,9 +191,11 @@ SCHEMAS: dict[tuple[str, str], dict[str, Schema]] = {
     ("kueue.x-k8s.io", "AdmissionCheck"): _object(_fields("controllerName", "retryDelayMinutes", "parameters")),
     ("config.kueue.x-k8s.io", "Configuration"): _fields(
         "apiVersion", "kind", "namespace", "manageJobsWithoutQueueName", "managedJobsNamespaceSelector",
-        "waitForPodsReady", "fairSharing", "admissionFairSharing", "integrations", "resources", "featureGates",
+        "waitForPodsReady", "fairSharing", "admissionFairSharing", "integrations", "featureGates",
         "controller", "health", "metrics", "webhook", "leaderElection", "internalCertManagement",
-        "clientConnection", "queueVisibility", "multiKueue", "objectRetentionPolicies", "dra"),
+        "clientConnection", "queueVisibility", "multiKueue", "objectRetentionPolicies", "dra",
+        resources=_fields("excludeResourcePrefixes", "transformations",
+                          deviceClassMappings=ListOf(_fields("name", "deviceClassNames", "sources")))),
     ("gpufleet.io", "NodePool"): _object(_fields(
         "count", "namePrefix", "cpu", "memory", "pods", "labels", "taints",
         gpu=_fields("model", "count", "memory", "migLayout", "nvlink"),

@@ -125,8 +125,9 @@ def pod_set_requests(workload: Workload) -> list[PodSetRequest]:
     out = []
     for i, ps in enumerate(workload.pod_sets):
         t = ps.template
-        # Zero requests carry no quota and need no flavor (Kueue skips them too).
-        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, quota_amounts(t.requests), t,
+        # Zero requests carry no quota and need no flavor (Kueue skips them too). A pod set's DRA claims are
+        # charged beside its requests (quota_requests: the resources Kueue's deviceClassMappings name).
+        out.append(PodSetRequest(i, ps.name, ps.count, ps.min_count, quota_amounts(ps.quota_requests), t,
                                  topology_ask(t) if t.annotations else None))
     return out
 
