@@ -55,7 +55,7 @@ def _tolerated(node: NodeState, t: PodTemplate) -> bool:
 
 
 def stranded_fits_alone(node: NodeState, t: PodTemplate) -> bool:
-    """sim/stranded.fits_alone: allocatable counts only (no device check), no pod-count limit, models by exact
+    """placement/stranded.fits_alone: allocatable counts only (no device check), no pod-count limit, models by exact
     name."""
     if not node.ready or node.unschedulable or not _tolerated(node, t):
         return False

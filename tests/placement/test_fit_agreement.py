@@ -1,7 +1,7 @@
 """The one node-fit check against the three checks it replaced, and against what placers actually do
 (issue 15, item 6).
 
-Whether a pod fits a node was decided by the placement filters, by ``sim/stranded.fits_alone`` and by the
+Whether a pod fits a node was decided by the placement filters, by ``placement/stranded.fits_alone`` and by the
 reference first-fit placer (``kueue/firstfit``, through the first-fit device search). They drifted: GPU model
 aliases, the pod-count limit, device-level checks. Now all three ask the placement filters' ``unfit_reason``,
 and the first-fit search takes its devices from ``cluster.free_devices``.
@@ -23,7 +23,7 @@ from gpufleet.cluster.free_devices import first_free_grants
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.filters import pod_unfit_reason
-from gpufleet.sim.stranded import fits_alone
+from gpufleet.scheduling.placement.stranded import fits_alone
 from tests.placement import former_fit_checks as former
 from tests.placement.fit_cases import MODELS, NodeCase, PodCase, build_node, node_and_pod, request
 

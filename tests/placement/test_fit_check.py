@@ -10,7 +10,7 @@ from __future__ import annotations
 from gpufleet.cluster.free_devices import first_free_grants
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.placement.filters import pod_unfit_reason
-from gpufleet.sim.stranded import fits_alone, stranded_gpus
+from gpufleet.scheduling.placement.stranded import fits_alone, stranded_gpus
 from tests.placement import former_fit_checks as former
 from tests.placement.fit_cases import A100_ALIAS, NodeCase, PodCase, build_node, request
 

@@ -19,7 +19,7 @@ from gpufleet.cluster.state import ClusterState
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.filters import pod_unfit_reason
-from gpufleet.sim.stranded import fits_alone, stranded_gpus
+from gpufleet.scheduling.placement.stranded import fits_alone, stranded_gpus
 from tests.placement.fit_cases import NodeCase, PodCase, build_node, node_and_pod, request
 
 CLOSED_REASON = "node(s) closed to fractional GPUs (gpufleet.io/gpu-fractions=false)"

@@ -23,8 +23,8 @@ from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState
 from gpufleet.cluster.workloads import build_workloads
 from gpufleet.scheduling.placement import make_placer
+from gpufleet.scheduling.placement.stranded import could_use, fit_needs, fits_alone, stranded_by_node, stranded_gpus
 from gpufleet.scheduling.types import PodRequest
-from gpufleet.sim.stranded import could_use, fit_needs, fits_alone, stranded_by_node, stranded_gpus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dra"
 runner = CliRunner()

@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.cluster.devices import DeviceGrant
+from gpufleet.scheduling.placement.stranded import stranded_gpus
 from gpufleet.sim.metrics import busy_integrals, kpis, percentile, pool_series
 from gpufleet.sim.records import Attempt, JobRecord, PodSpan, PoolInfo, SimResult
 from gpufleet.sim.series import Step, bucket_means, integral
-from gpufleet.sim.stranded import stranded_gpus
 from tests.sim.helpers import cluster_of, job, jobs_of, pool
 
 

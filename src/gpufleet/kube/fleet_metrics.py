@@ -7,8 +7,8 @@ all its pods bound, seen by :meth:`FleetMetrics.observe`; an eviction once the E
 by :meth:`FleetMetrics.carried_out`.
 
 Nothing here is a second bookkeeping of the cluster: GPU shares come from the cluster state's devices
-(:mod:`gpufleet.sim.holdings`, which the simulator's metrics use too), fragmentation from
-:mod:`gpufleet.sim.stranded`, queue usage from the policy's quota tree and admitted counts from
+(:mod:`gpufleet.cluster.holdings`, which the simulator's metrics use too), fragmentation from
+:mod:`gpufleet.scheduling.placement.stranded`, queue usage from the policy's quota tree and admitted counts from
 :class:`~gpufleet.kube.queuestatus.QueueCounts`, as the ClusterQueue status shows them.
 """
 
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 
 from gpufleet.api.objects import PodTemplate
+from gpufleet.cluster.holdings import holding_of
 from gpufleet.gpu.constants import MILLI
 from gpufleet.kube.evictor import Victim
 from gpufleet.kube.planner import Plan
@@ -29,8 +30,7 @@ from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.charges import quota_value
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State, WorkloadInfo
-from gpufleet.sim.holdings import holding_of
-from gpufleet.sim.stranded import stranded_by_node
+from gpufleet.scheduling.placement.stranded import stranded_by_node
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class FleetMetrics:
         totals: dict[Labels, list[float]] = {}
         stranded = stranded_by_node(world.cluster, _pending_templates(policy, pending))
         for node in world.cluster.nodes.values():
-            # A stranded node's idle capacity is all stranded (sim.stranded looks at healthy GPUs only).
+            # A stranded node's idle capacity is all stranded (placement.stranded looks at healthy GPUs only).
             stuck = stranded.get(node.name, (0.0, 0.0))[0] > 0
             pool = node.pool or ""
             for g in node.gpus:

@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.api.objects import PodTemplate
+from gpufleet.cluster.holdings import Holding, holding_of, unplaced_holding
 from gpufleet.gpu.constants import MILLI
+from gpufleet.scheduling.placement.stranded import stranded_by_node
 from gpufleet.scheduling.types import Decisions, MemoryFeedback, Policy
 from gpufleet.sim.contention import Work, WorkClock
 from gpufleet.sim.events import Event, EventQueue, Kind
-from gpufleet.sim.holdings import Holding, holding_of, unplaced_holding
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
 from gpufleet.sim.records import Attempt, JobRecord, Outcome, PodSpan, PoolInfo, SimResult
-from gpufleet.sim.stranded import stranded_by_node
 
 Progress = Callable[[float, float], None]  # (virtual now, virtual end) -> None
 

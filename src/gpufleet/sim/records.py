@@ -90,7 +90,8 @@ class SimResult:
     pools: list[PoolInfo]
     jobs: list[JobRecord]
     spans: list[PodSpan]
-    stranded: list[tuple[float, float, float, int]]  # (time, GPUs stranded (sim/stranded.py), idle GPUs, pods pending)
+    # (time, GPUs stranded (scheduling/placement/stranded.py), idle GPUs, pods pending)
+    stranded: list[tuple[float, float, float, int]]
     events: int = 0
     cycles: int = 0
     wall_s: float = 0.0

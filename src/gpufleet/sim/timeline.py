@@ -5,7 +5,7 @@ Over ``buckets`` equal slices of the measurement window, each value the slice's 
 * per node with GPUs (up to :data:`MAX_NODES` nodes): its pool, model and GPUs, GPUs held and GPUs busy, so a
   replay shows which nodes are full, and which hold GPUs that do no work (held but not busy);
 * the whole cluster: jobs waiting and jobs running at the start of each slice, and the fragmentation %
-  (idle GPUs stranded, over capacity: :mod:`gpufleet.sim.stranded`'s samples);
+  (idle GPUs stranded, over capacity: :mod:`gpufleet.scheduling.placement.stranded`'s samples);
 * per queue, the wait distribution: the 0th, 5th, ... 100th percentile of the attempts' waits (a CDF).
 
 A fleet larger than :data:`MAX_NODES` gets no per-node series (``nodes_left_out`` says how many it has): the
