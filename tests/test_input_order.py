@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.cluster.workloads import build_workloads
+from gpufleet.cluster.build import build_workloads
 from gpufleet.scheduling.kueue import KueuePolicy
 from tests.conftest import manifests
 

@@ -7,7 +7,7 @@ import json
 
 from gpufleet.api.manifests import load_manifest_text
 from gpufleet.cli.plan import run_cycles
-from gpufleet.cluster.workloads import build_workloads
+from gpufleet.cluster.build import build_workloads
 
 CLUSTER = """apiVersion: gpufleet.io/v1alpha1
 kind: NodePool

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from gpufleet.api.manifests import load_manifest_text
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.state import ClusterState
-from gpufleet.cluster.workloads import build_workloads
 from gpufleet.gpu.sharing import gpu_uuid
 from gpufleet.scheduling.kueue import KueuePolicy
 

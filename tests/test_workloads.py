@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpufleet.cluster.workloads import build_workloads
+from gpufleet.cluster.build import build_workloads
 from tests.conftest import manifests
 
 PRIORITIES = """apiVersion: scheduling.k8s.io/v1

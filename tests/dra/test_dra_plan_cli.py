@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import ObjectMeta, Pod, PodResourceClaim, PodTemplate
 from gpufleet.cli.main import app
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.dra_claims import NO_DRA_OBJECTS
-from gpufleet.cluster.workloads import build_workloads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dra"
 runner = CliRunner()

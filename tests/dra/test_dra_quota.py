@@ -16,6 +16,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.dra_quota import (
     ALL_REFUSED,
     FIRST_AVAILABLE_REFUSED,
@@ -23,7 +24,7 @@ from gpufleet.cluster.dra_quota import (
     ClaimCharge,
     charge_lines,
 )
-from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.kueue.info import pod_set_requests
 from tests.conftest import manifests
 

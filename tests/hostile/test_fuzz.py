@@ -21,8 +21,8 @@ from gpufleet.api.manifests import build, load_manifest_text
 from gpufleet.api.objects import GPU_INVENTORY_ANNOTATION
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document, load_text
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.state import ClusterState
-from gpufleet.cluster.workloads import build_workloads
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
 from gpufleet.gpu.sharing import DevicePluginConfig, make_gpus
 

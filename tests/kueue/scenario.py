@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpufleet.api.manifests import Manifests
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.state import ClusterState
-from gpufleet.cluster.workloads import build_workloads
 from gpufleet.scheduling.kueue import KueuePolicy, PlacerFactory
 from gpufleet.scheduling.types import Decisions
 from tests.conftest import manifests as load

@@ -9,7 +9,7 @@ limits.
 
 from __future__ import annotations
 
-from gpufleet.cluster.workloads import build_workloads
+from gpufleet.cluster.build import build_workloads
 from tests.conftest import manifests
 from tests.kueue.scenario import Scenario
 

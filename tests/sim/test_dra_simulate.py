@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from gpufleet.api.manifests import Manifests, load_manifests
 from gpufleet.api.objects import PodTemplate
 from gpufleet.cli.main import app
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState
-from gpufleet.cluster.workloads import build_workloads
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.stranded import could_use, fit_needs, fits_alone, stranded_by_node, stranded_gpus
 from gpufleet.scheduling.types import PodRequest

@@ -15,7 +15,7 @@ from gpufleet.api.manifests import Manifests, load_manifest_text
 from gpufleet.api.workloadkinds import cron
 from gpufleet.cli.main import app
 from gpufleet.cli.plan import run_cycles
-from gpufleet.cluster.workloads import build_workloads
+from gpufleet.cluster.build import build_workloads
 
 QUEUES = """apiVersion: kueue.x-k8s.io/v1beta1
 kind: ResourceFlavor

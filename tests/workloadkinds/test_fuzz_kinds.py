@@ -16,7 +16,7 @@ from gpufleet.api.errors import MAX_MESSAGE_CHARS
 from gpufleet.api.manifests import build
 from gpufleet.api.source import Document
 from gpufleet.cli.plan import run_cycles
-from gpufleet.cluster.workloads import build_workloads
+from gpufleet.cluster.build import build_workloads
 
 DATA = Path(__file__).parent.parent / "data" / "workloads"
 SAMPLES = [doc for path in sorted(DATA.glob("*.yaml")) if not path.name.startswith("nodes-")

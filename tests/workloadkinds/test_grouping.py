@@ -4,7 +4,8 @@ controller puts on them: counted once, in plan as in the live scheduler (``creat
 from __future__ import annotations
 
 from gpufleet.api.manifests import Manifests, load_manifest_text
-from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.workloads import Workload
 
 JOB = """apiVersion: batch/v1
 kind: Job

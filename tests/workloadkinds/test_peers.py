@@ -8,7 +8,7 @@ from gpufleet.api.errors import LEFT_OUT
 from gpufleet.api.gpushare import is_fractional
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.workloadkinds.fields import SCHEMAS
-from gpufleet.cluster.workloads import build_workloads
+from gpufleet.cluster.build import build_workloads
 from gpufleet.kube import webhook
 from gpufleet.scheduling.snapshot_plan import run_cycles
 from tests.conftest import manifests

@@ -12,7 +12,8 @@ import pytest
 
 from gpufleet.api.manifests import Manifests, load_manifests
 from gpufleet.cli.plan import run_cycles
-from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.workloads import Workload
 
 DATA = Path(__file__).parent.parent / "data" / "workloads"
 QUEUES = str(DATA / "cluster-queues.yaml")

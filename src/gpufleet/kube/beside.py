@@ -44,8 +44,9 @@ from typing import Any
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests, build
 from gpufleet.api.objects import KUEUE_QUEUE_LABEL, KueueWorkload, Node, PodTemplate, ResourceFlavor
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.state import ClusterState
-from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod, build_workloads
+from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.kube import planner
 from gpufleet.kube import resources as r
 from gpufleet.kube.informer import CacheSnapshot

@@ -33,7 +33,8 @@ from typing import Any
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import Node
-from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import resources as r
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.informer import CacheChange, ObjectCache

@@ -11,7 +11,7 @@
   carries one for its node, else first-fit (pods of other schedulers);
 * our pods (``spec.schedulerName`` is ours): unbound ones are what the core schedules; bound ones are
   submitted too, so their quota is charged and they can be preempted. They are grouped into workloads as
-  ``plan`` groups them (:func:`~gpufleet.cluster.workloads.build_workloads` without creating missing pods): by
+  ``plan`` groups them (:func:`~gpufleet.cluster.build.build_workloads` without creating missing pods): by
   the owner their labels name (a JobSet's pods one gang, a Deployment's pods one workload each, a StatefulSet's
   pods one gang admitted with its first pod), else by Kueue pod group, else one workload per pod.
 
@@ -32,9 +32,10 @@ from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
 from gpufleet.api.reader import parse_int_text
 from gpufleet.api.workloadkinds.table import RULES
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.devices import InvariantError
 from gpufleet.cluster.state import ClusterState, first_free_grants
-from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import NODE_ANNOTATION, Intent, read_devices, read_intent
 from gpufleet.kube.assumed import AssumedPods

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.api.manifests import Manifests
+from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.state import ClusterState
-from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.charges import format_quota
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.types import Decisions, PendingWorkload

@@ -32,7 +32,8 @@ from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_LABEL, ObjectMeta
 from gpufleet.api.quantity import QuantityError, parse_quantity
 from gpufleet.api.reader import parse_int_text
-from gpufleet.cluster.workloads import Workload, build_workloads
+from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.workloads import Workload
 from gpufleet.sim.model import (
     ARRIVAL_ANNOTATION,
     BACKOFF_ANNOTATION,
