@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from gpufleet.sim.report import Report, Section, TableBlock, duration_text, to_markdown
-from gpufleet.sim.report_html import to_html
+from gpufleet.sim.report.build import Report, Section, TableBlock, duration_text, to_markdown
+from gpufleet.sim.report.html import to_html
 from tests.chromium import browser_page
 from tests.conftest import REPO
 from tests.sim.helpers import job, pool

@@ -47,7 +47,7 @@ from gpufleet.advise.nvidia import (
 )
 from gpufleet.advise.realise import Realised, realise
 from gpufleet.advise.reasons import KPI_WORDS, kpi_text
-from gpufleet.sim.report import BulletsBlock, Report, Section, TableBlock, duration_text, to_markdown
+from gpufleet.sim.report.build import BulletsBlock, Report, Section, TableBlock, duration_text, to_markdown
 
 if TYPE_CHECKING:
     from gpufleet.advise.search import Context
@@ -297,7 +297,7 @@ def whatif_document(ctx: Context, advice: Advice, files: Mapping[str, Path] | No
 
 def write(directory: Path, ctx: Context, advice: Advice) -> Written:
     """Write every file (module doc) into ``directory``."""
-    from gpufleet.sim.report_html import to_html
+    from gpufleet.sim.report.html import to_html
 
     directory.mkdir(parents=True, exist_ok=True)
     texts = file_texts(ctx, advice)

@@ -33,7 +33,7 @@ from gpufleet.advise.inputs import AdviseInput
 from gpufleet.advise.nvidia import label_script
 from gpufleet.advise.reasons import FRAGMENTATION_KPI_WORDS, kpi_text
 from gpufleet.api.objects import GPU_FRACTIONS_LABEL
-from gpufleet.sim.report import BulletsBlock, Report, Section, TableBlock, to_markdown
+from gpufleet.sim.report.build import BulletsBlock, Report, Section, TableBlock, to_markdown
 from gpufleet.sim.scenario import Scenario
 
 # The files ``-o DIR`` writes, in the order they are listed, and what each is for.
@@ -223,7 +223,7 @@ def write(directory: Path, inp: AdviseInput, a: FragmentationAdvice) -> dict[str
 def _write_report(directory: Path, inp: AdviseInput, a: FragmentationAdvice, texts: Mapping[str, str],
                   written: dict[str, Path]) -> None:
     """advice.md, advice.html and whatif.json into ``directory``, beside the files already ``written``."""
-    from gpufleet.sim.report_html import to_html
+    from gpufleet.sim.report.html import to_html
 
     for name in ("advice.md", "advice.html", "whatif.json"):
         written[name] = directory / name

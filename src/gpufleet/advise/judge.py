@@ -32,7 +32,7 @@ from gpufleet.advise.contract import Judged, Objective, Proposal
 from gpufleet.sim.jobs import JobLine, job_lines
 from gpufleet.sim.metrics import INFERENCE_ROLE, kpis, per_queue
 from gpufleet.sim.records import SimResult
-from gpufleet.sim.report import duration_text
+from gpufleet.sim.report.build import duration_text
 from gpufleet.sim.scenario import Scenario, run_scenario
 
 SUCCESS_SLACK_PTS = 1.0

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpufleet.advise.contract import FRAGMENTATION, Advice, Judged, NodeConfig, Proposal
-from gpufleet.sim.report import duration_text
+from gpufleet.sim.report.build import duration_text
 
 if TYPE_CHECKING:
     from gpufleet.advise.search import Context

@@ -150,7 +150,7 @@ def fragmentation(
     except ValueError as exc:
         raise usage_error(str(exc), "--inflate") from None
     if plot is not None:
-        from gpufleet.sim.report_plots import plotting_unavailable
+        from gpufleet.sim.report.plots import plotting_unavailable
 
         missing = plotting_unavailable()
         if missing is not None:  # said now, not after the runs

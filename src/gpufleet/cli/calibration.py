@@ -17,7 +17,7 @@ from gpufleet.sim.calibrate import (
     parse_targets,
     subject_for,
 )
-from gpufleet.sim.report import Section, TableBlock
+from gpufleet.sim.report.build import Section, TableBlock
 from gpufleet.sim.runner import Plan, plan
 
 # The guide's published "before" (casestudy.PUBLISHED_CLAIMS): 35% utilization, and a 62% success rate that the

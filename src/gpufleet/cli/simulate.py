@@ -16,9 +16,9 @@ from gpufleet.sim.calibrate import Calibration, parse_attribution, parse_targets
 from gpufleet.sim.jobs import write_jsonl
 from gpufleet.sim.model import SimulationError
 from gpufleet.sim.openmetrics import SimRun, local_queue_map, write_openmetrics
-from gpufleet.sim.report import KPI_ROWS, RunOutput, before_after, completion_rows, fmt, kpi_cell
-from gpufleet.sim.report_files import write_report
-from gpufleet.sim.report_plots import plotting_unavailable
+from gpufleet.sim.report.build import KPI_ROWS, RunOutput, before_after, completion_rows, fmt, kpi_cell
+from gpufleet.sim.report.files import write_report
+from gpufleet.sim.report.plots import plotting_unavailable
 from gpufleet.sim.runner import (
     Plan,
     casestudy_claims,

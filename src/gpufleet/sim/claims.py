@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.sim.casestudy import PUBLISHED_CLAIMS, PUBLISHED_INFERENCE_COST_CHANGE_PCT
-from gpufleet.sim.report import duration_text
+from gpufleet.sim.report.build import duration_text
 
 
 def pct_change(before: float | None, after: float | None) -> float | None:

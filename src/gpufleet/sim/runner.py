@@ -16,7 +16,7 @@ from gpufleet.sim.engine import Progress
 from gpufleet.sim.inputs import load_inputs
 from gpufleet.sim.model import FailureModels, SimConfig, SimulationError
 from gpufleet.sim.policies import POLICY_NAMES
-from gpufleet.sim.report import RunOutput, duration_text
+from gpufleet.sim.report.build import RunOutput, duration_text
 from gpufleet.sim.scenario import Scenario, run_scenario
 from gpufleet.sim.sources.distributions import DistributionError, seconds
 from gpufleet.sim.sources.generator import GeneratorSpec

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from gpufleet.sim.report import KPI_ROWS
+from gpufleet.sim.report.build import KPI_ROWS
 from gpufleet.web.contract import ClusterView, DataSource, NodeView, WorkloadView
 from gpufleet.web.whatif import advice_answer, calibration_answer
 

@@ -1,6 +1,6 @@
 """``gpufleet simulate --report DIR``: the report's files (``report.md`` with its PNG plots, and the self-contained
-``report.html``). The report itself is built in :mod:`gpufleet.sim.report`; its HTML and plots are drawn by
-:mod:`gpufleet.sim.report_html` and :mod:`gpufleet.sim.report_plots`, which read that module's blocks; this one
+``report.html``). The report itself is built in :mod:`gpufleet.sim.report.build`; its HTML and plots are drawn by
+:mod:`gpufleet.sim.report.html` and :mod:`gpufleet.sim.report.plots`, which read that module's blocks; this one
 writes what they give, so no report module imports its own readers."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.sim.report import RunOutput, Section, build_report, to_markdown
-from gpufleet.sim.report_html import to_html
-from gpufleet.sim.report_plots import plotting_unavailable, render_plots
+from gpufleet.sim.report.build import RunOutput, Section, build_report, to_markdown
+from gpufleet.sim.report.html import to_html
+from gpufleet.sim.report.plots import plotting_unavailable, render_plots
 
 
 @dataclass(frozen=True, slots=True)

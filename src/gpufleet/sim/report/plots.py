@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpufleet.sim.metrics import pool_series, queue_waits
-from gpufleet.sim.report import PLOT_HINT, Plot, RunOutput
+from gpufleet.sim.report.build import PLOT_HINT, Plot, RunOutput
 
 
 def plotting_unavailable() -> str | None:

@@ -7,7 +7,7 @@ import base64
 import re
 from html import escape
 
-from gpufleet.sim.report import BulletsBlock, FigureBlock, Report, TableBlock
+from gpufleet.sim.report.build import BulletsBlock, FigureBlock, Report, TableBlock
 
 STYLE = """
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1f2328; margin: 2rem auto;

@@ -5,8 +5,8 @@ side by side, the published claims beside ours with the reasons they differ (cas
 utilization per pool over time, per-queue waits, costs per team, model and class. Durations are written
 as people think of them (minutes, hours, days), not in seconds. :func:`write_report` writes it as
 ``report.md`` with PNG plots beside it and as one self-contained ``report.html`` (plots embedded;
-:mod:`gpufleet.sim.report_html`). The plots need matplotlib (``pip install 'gpufleet[report]'``): without
-it both files are written without plots and say so (:func:`gpufleet.sim.report_plots.plotting_unavailable`
+:mod:`gpufleet.sim.report.html`). The plots need matplotlib (``pip install 'gpufleet[report]'``): without
+it both files are written without plots and say so (:func:`gpufleet.sim.report.plots.plotting_unavailable`
 lets a driver say it before running anything).
 """
 
