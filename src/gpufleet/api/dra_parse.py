@@ -43,7 +43,7 @@ from gpufleet.api.dra_objects import (
 )
 from gpufleet.api.dra_podclaims import DNS_LABEL
 from gpufleet.api.dra_schemas import SCHEMAS
-from gpufleet.api.errors import LEFT_OUT, shown
+from gpufleet.api.errors import shown
 from gpufleet.api.kinds import parse_meta
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.workloadkinds.fields import check_schema
@@ -333,12 +333,9 @@ def parse_device_class(r: FieldReader) -> DeviceClass | None:
     spec = r.obj("spec")
     if meta is None:
         return None
+    # Pods asking this extended resource are placed on the class's devices where no device plugin offers it
+    # (gpufleet.cluster.dra_claims.extended_need).
     extended = spec.text("extendedResourceName") if spec is not None else None
-    if extended is not None and spec is not None:
-        spec.warning(f"pods asking {extended} are not given this class's devices by gpufleet yet (DRA-backed "
-                     "extended resources, issue 28); they go to nodes whose device plugin offers it",
-                     "extendedResourceName", fix="expect kube-scheduler (1.36 and later) to place such pods on DRA "
-                     "nodes too", code=LEFT_OUT)
     config = tuple(spec.each("config", _opaque)) if spec is not None else ()
     return DeviceClass(meta, str(r.raw("apiVersion")), _selectors(spec), config, extended)
 

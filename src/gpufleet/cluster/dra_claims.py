@@ -41,7 +41,7 @@ from gpufleet.api.dra_objects import (
 )
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
-from gpufleet.api.objects import GpuDemand, Node, PodResourceClaim
+from gpufleet.api.objects import GpuDemand, Node, PodResourceClaim, PodTemplate
 from gpufleet.cluster.dra_selectors import AttributeValue, SelectorError, device_activation, matches, parse_semver
 
 if TYPE_CHECKING:
@@ -378,7 +378,9 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests)
     """Resolve the claims of every pod of ``workloads`` against the input (each pod's template gets its
     :class:`DraNeed` and, when it can be met, the demand of its first choice, as does its pod set's template);
     how many pods have claims."""
-    pods = [(w, p) for w in workloads for p in w.pods if p.template.resource_claims]
+    extended = extended_resources(manifests.device_classes) if manifests.resource_slices else {}
+    pods = [(w, p) for w in workloads for p in w.pods if p.template.resource_claims
+            or (extended and p.node_name is None and any(r in extended for r in p.template.requests))]
     if not pods:
         return 0
     if not (manifests.resource_slices or manifests.device_classes or manifests.resource_claim_templates
@@ -395,7 +397,11 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests)
     shared = pods_per_claim((w.namespace, p.template.resource_claims) for w, p in pods)
     for w, p in pods:
         name = p.key.split("/", 1)[1]
-        if p.node_name is not None:
+        if not p.template.resource_claims:
+            need = extended_need(w.namespace, name, p.template, extended, catalog)
+            if need is None:
+                continue
+        elif p.node_name is not None:
             need = held_claims(w.namespace, p.template.resource_claims, catalog)  # running: what it holds
         else:
             need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared)
@@ -417,3 +423,43 @@ def _pod_set_demands(workloads: Iterable[Workload]) -> None:
                           and p.template.dra.choices), None)
             if first is not None:
                 ps.template = replace(ps.template, gpu=first.template.gpu)
+
+
+# ---- extended resources a DeviceClass backs (KEP-5004) ------------------------------------------------------
+
+IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+def extended_resources(classes: Sequence[DeviceClass]) -> dict[str, DeviceClass]:
+    """Which DeviceClass meets each extended resource a pod may ask for (``extendedResourceName``, and every
+    class's implicit ``deviceclass.resource.kubernetes.io/<class>``). Kubernetes gives a name two classes declare
+    to the one created later; creation times are rarely in an input, so the first by name is taken here."""
+    out: dict[str, DeviceClass] = {}
+    for c in sorted(classes, key=lambda c: c.name):
+        out.setdefault(IMPLICIT_EXTENDED_PREFIX + c.name, c)
+        if c.extended_resource_name:
+            out.setdefault(c.extended_resource_name, c)
+    return out
+
+
+def extended_need(namespace: str, pod: str, template: PodTemplate, extended: Mapping[str, DeviceClass],
+                  catalog: DraCatalog) -> DraNeed | None:
+    """How a pod asking an extended resource a DeviceClass backs is placed: first where a device plugin offers it
+    (the pod as it is), else on DRA devices of the class, as kube-scheduler's DynamicResources plugin does for
+    nodes without that device plugin. None when the class matches no device of the input."""
+    wanted = [(r, n) for r, n in sorted(template.requests.items()) if r in extended and n > 0]
+    if len(wanted) != 1:
+        return None  # none, or several extended resources at once: left to the device plugin's way
+    resource, count = wanted[0]
+    found, _ = catalog.matching(extended[resource].selectors)
+    kinds = {(d.kind, d.profile) for d in found}
+    if not found or len(kinds) != 1 or None in {k for k, _ in kinds}:
+        return None
+    (kind, profile), = kinds
+    demand = (GpuDemand(kind="gpu", count=count) if kind == "whole"
+              else GpuDemand(kind="mig", count=count, mig_profile=profile))
+    claim = f"{namespace}/{generated_claim_name(pod, 'extended-resources', f'{namespace}/{pod}/extended')}"
+    dra = DraChoice(demand, (frozenset(d.key for d in found),), (ClaimRequest(claim, "container-0-request-0",
+                                                                             count),),
+                    drop_requests=frozenset({resource}))
+    return DraNeed((claim,), (DraChoice(template.gpu, (), ()), dra))

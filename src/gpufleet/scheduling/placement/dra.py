@@ -100,7 +100,10 @@ def with_choice(pods: Sequence[PodRequest], index: int) -> list[PodRequest] | No
             continue
         used = used or index < len(need.choices)
         choice = need.choices[min(index, len(need.choices) - 1)]
-        out.append(replace(p, template=replace(p.template, gpu=choice.demand), dra_groups=choice.groups))
+        template = replace(p.template, gpu=choice.demand)
+        if choice.drop_requests:
+            template.requests = {k: v for k, v in template.requests.items() if k not in choice.drop_requests}
+        out.append(replace(p, template=template, dra_groups=choice.groups))
     return out if used or index == 0 else None
 
 
