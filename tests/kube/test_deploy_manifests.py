@@ -337,7 +337,8 @@ READ = ("get", "list", "watch")
 def test_cluster_role_reads_exactly_what_the_informers_watch() -> None:
     granted = permissions("ClusterRole")
     # Kueue's AdmissionChecks are read with Kueue's other kinds (deploy/kueue/, test_kueue_manifests).
-    watched = [*r.SCHEDULER_RESOURCES, *(res for res in r.WORKLOAD_RESOURCES if res.group != r.KUEUE_GROUP)]
+    watched = [*r.SCHEDULER_RESOURCES, *(res for res in r.WORKLOAD_RESOURCES if res.group != r.KUEUE_GROUP),
+               *r.DRA_RESOURCES]
     for res in watched:
         for verb in READ:
             assert (res.group, res.plural, verb) in granted, (res.key, verb)
@@ -355,6 +356,9 @@ def test_cluster_role_writes_only_what_the_scheduler_produces() -> None:
         ("gpufleet.io", "clusterqueues/status", "update"),
         ("gpufleet.io", "localqueues/status", "update"),
         ("gpufleet.io", "cohorts/status", "update"),
+        # DRA: a claim's finalizer, then its allocation and reservedFor, before the Binding (kube-scheduler's way)
+        ("resource.k8s.io", "resourceclaims", "update"),
+        ("resource.k8s.io", "resourceclaims/status", "update"),
     }
 
 

@@ -15,15 +15,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpufleet.api.errors import LEFT_OUT, shown
+from gpufleet.api.errors import shown
 from gpufleet.api.objects import ContainerClaim, PodResourceClaim
 from gpufleet.api.reader import FieldReader
-
-CLAIMS_NOT_ALLOCATED = ("DRA claims are planned on NVIDIA GPUs and MIG devices and charged to quota as Kueue's "
-                        "deviceClassMappings say (docs/dra.md); the live scheduler's allocation is not implemented "
-                        "yet (issue 28)")
-CLAIMS_NOT_ALLOCATED_FIX = ("plan and simulate place the claimed devices; the live scheduler leaves such pods "
-                            "pending")
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -87,8 +81,6 @@ def read_pod_claims(spec: FieldReader, uses: list[ClaimUse]) -> tuple[PodResourc
         used[name].append(use)
     claims = tuple(PodResourceClaim(name, by_name, by_template, tuple(used[name]))
                    for name, (by_name, by_template) in listed.items())
-    if claims:
-        spec.warning(CLAIMS_NOT_ALLOCATED, "resourceClaims", fix=CLAIMS_NOT_ALLOCATED_FIX, code=LEFT_OUT)
     return claims
 
 

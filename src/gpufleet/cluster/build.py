@@ -125,7 +125,8 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
             origin=wl.meta))
     out[:] = fold_kueue_workloads(out)  # a Kueue Workload object and the Job (pods...) it stands for: counted once
     _hold_for_admission_checks(out, manifests, problems)
-    resolve_workload_claims(out, manifests)  # DRA: each pod's claims become its GPU demand and allowed devices
+    # DRA: each pod's claims become its GPU demand and allowed devices (live: only claims that exist)
+    resolve_workload_claims(out, manifests, live=not create_missing)
     claim_quota(out, manifests)  # ... and their devices are charged to quota as Kueue's deviceClassMappings say
     _unique_keys(out, problems)
     out.sort(key=lambda w: w.order)

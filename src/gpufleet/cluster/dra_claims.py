@@ -22,9 +22,11 @@ devices that are not NVIDIA GPUs or MIG devices, claims that are already allocat
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import lru_cache
 from itertools import product
 from typing import TYPE_CHECKING, Literal
 
@@ -48,7 +50,8 @@ if TYPE_CHECKING:
     from gpufleet.cluster.workloads import Workload
 
 NO_DRA_OBJECTS = ("its DRA claims cannot be planned: the input has no DRA objects (ResourceSlices, DeviceClasses, "
-                  "ResourceClaimTemplates, ResourceClaims); the live scheduler does not read them yet (issue 28)")
+                  "ResourceClaimTemplates, ResourceClaims); live, the API server does not serve resource.k8s.io or "
+                  "the scheduler may not list it (deploy/rbac.yaml)")
 MAX_CHOICES = 64  # combinations of firstAvailable entries tried per pod
 
 
@@ -74,6 +77,18 @@ class PublishedDevice:
         return self.driver, self.pool, self.device.name
 
 
+@dataclass(frozen=True, slots=True)
+class Matched:
+    """What the devices some selectors match are, as a claim's resolution reads them (worked out once per list of
+    selectors: thousands of pods from one template ask the same)."""
+
+    any: bool
+    failed: str | None  # the first evaluation problem met
+    keys: frozenset[DeviceKey]
+    kinds: frozenset[tuple[Literal["whole", "mig"] | None, str | None]]
+    every: bool  # every device of their one kind in the fleet
+
+
 @dataclass(slots=True)
 class DraCatalog:
     """The DRA objects of the input, and the devices of its complete pools."""
@@ -82,8 +97,35 @@ class DraCatalog:
     templates: Mapping[str, ResourceClaimTemplate] = field(default_factory=dict)
     claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
     devices: Sequence[PublishedDevice] = ()
-    _matches: dict[tuple[str, DeviceKey], bool] = field(default_factory=dict)
+    _matches: dict[tuple[str, object], bool] = field(default_factory=dict)
     _failures: dict[str, str] = field(default_factory=dict)
+    # Whether some node offers GPUs outside DRA (the device plugin's): then a claim's devices must be named to
+    # placement even when they are all the DRA devices there are.
+    mixed: bool = True
+    _every: dict[tuple[str | None, str | None], frozenset[DeviceKey]] = field(default_factory=dict)
+    # Per list of selectors: what matching() found, and the same devices' keys as one shared set (thousands of pods
+    # from one template ask the same thing; one set also hashes once as a placement key).
+    _found: dict[tuple[str, ...], Matched] = field(default_factory=dict)
+
+    def every(self, kind: str | None, profile: str | None) -> frozenset[DeviceKey]:
+        """Every device of the fleet that gpufleet plans as ``kind`` (and ``profile``)."""
+        hit = self._every.get((kind, profile))
+        if hit is None:
+            hit = self._every[(kind, profile)] = frozenset(d.key for d in self.devices
+                                                           if (d.kind, d.profile) == (kind, profile))
+        return hit
+
+    def matching_keys(self, selectors: Sequence[str]) -> Matched:
+        """:meth:`matching`, remembered per list of selectors, with what a claim's resolution reads of it."""
+        key = tuple(selectors)
+        hit = self._found.get(key)
+        if hit is None:
+            found, failed = self.matching(selectors)
+            kinds = frozenset((d.kind, d.profile) for d in found)
+            keys = frozenset(d.key for d in found)
+            every = len(kinds) == 1 and keys == self.every(*next(iter(kinds)))
+            hit = self._found[key] = Matched(bool(found), failed, keys, kinds, every)
+        return hit
 
     def matching(self, selectors: Sequence[str]) -> tuple[list[PublishedDevice], str | None]:
         """The devices every selector matches, and the first evaluation problem met (a device a selector fails on
@@ -93,7 +135,11 @@ class DraCatalog:
         for d in self.devices:
             ok = True
             for expression in selectors:
-                cached = self._matches.get((expression, d.key))
+                # Devices that agree on everything the expression reads get the same answer: evaluated once
+                # (cel-python takes a fraction of a millisecond per device; a fleet's GPUs differ in little else
+                # than their uuid and PCI address, which few selectors read).
+                memo = (expression, _content_key(expression, d))
+                cached = self._matches.get(memo)
                 if cached is None:
                     try:
                         cached = matches(expression, _activation(d))
@@ -101,7 +147,7 @@ class DraCatalog:
                         cached = False
                         self._failures.setdefault(expression, f"selector {expression!r} on device "
                                                               f"{device_key_text(d.key)}: {e}")
-                    self._matches[(expression, d.key)] = cached
+                    self._matches[memo] = cached
                 if not cached:
                     problem = problem or self._failures.get(expression)
                     ok = False
@@ -109,6 +155,38 @@ class DraCatalog:
             if ok:
                 found.append(d)
         return found, problem
+
+
+# device.attributes["domain"].name / device.capacity["domain"].name: what an expression reads of a device by name.
+_NAMED = re.compile(r"""device\.(attributes|capacity)\[\s*(['"])([^'"]+)\2\s*\]\.([A-Za-z_][A-Za-z0-9_]*)""")
+_WHOLE_MAP = re.compile(r"device\.(attributes|capacity)(?!\[\s*['\"][^'\"]+['\"]\s*\]\.[A-Za-z_])")
+
+
+@lru_cache(maxsize=1024)
+def _reads(expression: str) -> frozenset[tuple[str, str]] | None:
+    """The (section, qualified name) pairs the expression reads, or None when it may read more (a whole map, a
+    map indexed without a name after it, ``in`` tests): then every attribute and capacity counts."""
+    if _WHOLE_MAP.search(expression):
+        return None
+    return frozenset((m.group(1), f"{m.group(3)}/{m.group(4)}") for m in _NAMED.finditer(expression))
+
+
+def _content_key(expression: str, d: PublishedDevice) -> object:
+    """What decides the expression's answer on ``d``: the driver and the attributes and capacities it reads (all
+    of them when that cannot be told)."""
+    reads = _reads(expression)
+    attributes, capacity = d.device.attributes, d.device.capacity
+    if reads is None:
+        return (d.driver, tuple(sorted((k, a.type, a.value) for k, a in attributes.items())),
+                tuple(sorted(capacity.items())))
+    picked: list[tuple[str, str, object]] = []
+    for section, name in sorted(reads):
+        if section == "attributes":
+            a = attributes.get(name)
+            picked.append((section, name, None if a is None else (a.type, a.value)))
+        else:
+            picked.append((section, name, capacity.get(name)))
+    return (d.driver, tuple(picked))
 
 
 def _activation(d: PublishedDevice) -> dict[str, object]:
@@ -138,8 +216,13 @@ def generated_claim_name(pod: str, claim: str, seed: str) -> str:
 
 
 def _claim_spec(namespace: str, pod: str, ref: PodResourceClaim, catalog: DraCatalog,
-                seed: str) -> tuple[str, ClaimSpec] | str:
+                seed: str, live: bool = False) -> tuple[str, ClaimSpec] | str:
     if ref.resource_claim_template_name is not None:
+        if live and (ref.generated_name is None or f"{namespace}/{ref.generated_name}" not in catalog.claims):
+            # Live, the claim must exist to be allocated: the resourceclaim controller makes it, and the pod's
+            # status names it (kube-scheduler's PreEnqueue waits the same way).
+            return (f"claim {ref.name}: waiting for the resourceclaim controller to create the claim from "
+                    f"ResourceClaimTemplate {namespace}/{ref.resource_claim_template_name}")
         if ref.generated_name is not None and f"{namespace}/{ref.generated_name}" in catalog.claims:
             made = catalog.claims[f"{namespace}/{ref.generated_name}"]
             if made.allocation is not None:
@@ -172,6 +255,7 @@ class _Option:
     count: int
     kind: Literal["whole", "mig"]
     profile: str | None
+    every: bool = False  # its devices are every device of its kind in the fleet
 
 
 def _options(claim: str, request_name: str, selections: Sequence[tuple[str, DeviceSelection]],
@@ -191,9 +275,9 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
         if device_class is None:
             problems.append(f"{where}: DeviceClass {s.device_class_name} is not in the input; add it")
             continue
-        found, failed = catalog.matching(device_class.selectors + s.selectors)
-        kinds = {(d.kind, d.profile) for d in found}
-        if not found:
+        matched = catalog.matching_keys(device_class.selectors + s.selectors)
+        failed, kinds = matched.failed, set(matched.kinds)
+        if not matched.any:
             problems.append(f"{where}: no device in the cluster matches DeviceClass {s.device_class_name} and the "
                             "request's selectors" + (f" ({failed})" if failed else ""))
             continue
@@ -204,7 +288,7 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
             continue
         (kind, profile), = kinds
         assert kind is not None
-        out.append(_Option(name, frozenset(d.key for d in found), s.count, kind, profile))
+        out.append(_Option(name, matched.keys, s.count, kind, profile, matched.every))
     if not out:
         return "; ".join(problems) or f"{where}: it asks for nothing"
     return out
@@ -242,15 +326,25 @@ def held_claims(namespace: str, refs: Sequence[PodResourceClaim], catalog: DraCa
     return DraNeed(claims, (DraChoice(demand, (frozenset(k for _, _, k in results),), requests),))
 
 
+def _reserved_for(namespace: str, pod: str, refs: Sequence[PodResourceClaim], catalog: DraCatalog) -> bool:
+    """Whether every claim of the pod exists, is allocated and is reserved for it."""
+    for ref in refs:
+        name = ref.resource_claim_name or ref.generated_name
+        claim = catalog.claims.get(f"{namespace}/{name}") if name else None
+        if claim is None or claim.allocation is None or all(c.name != pod for c in claim.reserved_for):
+            return False
+    return bool(refs)
+
+
 def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim], catalog: DraCatalog,
-                       shared: Mapping[str, int] | None = None) -> DraNeed:
+                       shared: Mapping[str, int] | None = None, *, live: bool = False) -> DraNeed:
     """The pod's claims resolved into choices (or a problem). ``shared``: how many pods name each claim
     (namespace/name), for the refusal of claims several pods share."""
     claim_names: list[str] = []
     per_request: list[tuple[str, list[_Option]]] = []
     constraints: list[tuple[str, tuple[str, ...], str]] = []  # (claim, requests, attribute)
     for ref in refs:
-        resolved = _claim_spec(namespace, pod, ref, catalog, f"{namespace}/{pod}/{ref.name}")
+        resolved = _claim_spec(namespace, pod, ref, catalog, f"{namespace}/{pod}/{ref.name}", live)
         if isinstance(resolved, str):
             return DraNeed(tuple(claim_names), problem=resolved)
         claim, spec = resolved
@@ -295,12 +389,16 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
         if (o.kind, o.profile) != (first.kind, first.profile):
             return (f"claim {claim} request {o.request} and claim {first_claim} request {first.request} ask for "
                     "devices of different kinds; gpufleet plans one kind of device per pod (not implemented)")
-        if o.devices != first.devices:
+        if o.devices is not first.devices and o.devices != first.devices:
             return (f"claim {claim} request {o.request} and claim {first_claim} request {first.request} select "
                     "different devices; gpufleet plans the requests of one pod on one set of devices (not "
                     "implemented)")
     count = sum(o.count for _, o in picked)
     groups: tuple[frozenset[DeviceKey], ...] = (first.devices,)
+    if not catalog.mixed and first.every:
+        # Every device of its kind in a fleet whose GPUs all come from DRA: no restriction to carry, and placement
+        # treats the pod like any other (by node class, not node by node).
+        groups = ()
     if constraints:
         names = {(claim, o.request.split("/")[0]) for claim, o in picked}
         covered = {(claim, r) for claim, requests, _ in constraints for r in requests}
@@ -374,7 +472,12 @@ def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) ->
     return out
 
 
-def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests) -> int:
+def _offers_gpus(node: Node) -> bool:
+    """Whether a node offers GPUs the device plugin's way (its inventory, or an nvidia.com resource)."""
+    return node.gpus is not None or any(r.startswith("nvidia.com/") for r in node.allocatable)
+
+
+def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests, *, live: bool = False) -> int:
     """Resolve the claims of every pod of ``workloads`` against the input (each pod's template gets its
     :class:`DraNeed` and, when it can be met, the demand of its first choice, as does its pod set's template);
     how many pods have claims."""
@@ -385,7 +488,7 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests)
         return 0
     if not (manifests.resource_slices or manifests.device_classes or manifests.resource_claim_templates
             or manifests.resource_claims):
-        # The live scheduler's informers do not watch DRA objects yet: say that, rather than "not in the input".
+        # No DRA objects at all (live: not served, or not listable): say that, rather than "not in the input".
         for _, p in pods:
             p.template = replace(p.template, dra=DraNeed((), problem=NO_DRA_OBJECTS))
         return len(pods)
@@ -393,7 +496,8 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests)
         classes={c.name: c for c in manifests.device_classes},
         templates={t.key: t for t in manifests.resource_claim_templates},
         claims={c.key: c for c in manifests.resource_claims},
-        devices=published_devices(manifests.nodes, manifests.resource_slices))
+        devices=published_devices(manifests.nodes, manifests.resource_slices),
+        mixed=any(not n.dra_gpus and _offers_gpus(n) for n in manifests.nodes))
     shared = pods_per_claim((w.namespace, p.template.resource_claims) for w, p in pods)
     for w, p in pods:
         name = p.key.split("/", 1)[1]
@@ -401,10 +505,12 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests)
             need = extended_need(w.namespace, name, p.template, extended, catalog)
             if need is None:
                 continue
-        elif p.node_name is not None:
-            need = held_claims(w.namespace, p.template.resource_claims, catalog)  # running: what it holds
+        elif p.node_name is not None or _reserved_for(w.namespace, name, p.template.resource_claims, catalog):
+            # Running, or its claims already allocated and reserved for it (a Binding that did not land yet):
+            # the devices are fixed, as kube-scheduler treats an allocated claim.
+            need = held_claims(w.namespace, p.template.resource_claims, catalog)
         else:
-            need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared)
+            need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared, live=live)
         gpu = need.choices[0].demand if need.choices else p.template.gpu
         p.template = replace(p.template, dra=need, gpu=gpu)
     _pod_set_demands({id(w): w for w, _ in pods}.values())

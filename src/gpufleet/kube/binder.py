@@ -23,6 +23,17 @@ answer is settled by reading the pod back:
 
 Nothing is bound twice: the API server refuses a second Binding, and a pod the cache shows bound (or that is
 assumed, being bound) is never handed to the binder.
+
+A pod with DRA claims has them allocated and reserved for it *before* its Binding, as kube-scheduler's
+DynamicResources PreBind does (a pod with ``spec.nodeName`` set is never allocated by anyone):
+:mod:`gpufleet.kube.claims` adds the delete-protection finalizer, then writes ``status.allocation`` (the planned
+devices, usable on the pod's node only) and appends the pod to ``status.reservedFor``, each guarded by the
+claim's resourceVersion. A claim that is missing, allocated to other devices or in use by another pod is never
+written, and the pod is not bound this time: the Binding goes out only when every claim is reserved for it. A
+claim found reserved for the pod with the same devices is an earlier attempt that lost its answer: done. When
+the pod is then certainly not bound (the Binding refused, the pod gone), its claims are released again, as
+kube-scheduler's Unreserve does, so the next cycle can allocate them anew; a Binding that may still land keeps
+them, for the pod would start without them.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpufleet.api.dra_need import ClaimResult
+from gpufleet.kube import claims as dra
 from gpufleet.kube.annotations import GANG_PLAN_ANNOTATION, PlannedPod, gang_plan, intent_annotations
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.errors import (
@@ -45,13 +58,22 @@ from gpufleet.kube.errors import (
     TooManyRequests,
 )
 from gpufleet.kube.recorder import Recorder
-from gpufleet.kube.resources import PODS
+from gpufleet.kube.resources import PODS, RESOURCE_CLAIMS
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 BindState = Literal["bound", "elsewhere", "gone", "unbound", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """One DRA claim of a pod to allocate before its Binding: the results placement chose for it."""
+
+    namespace: str
+    name: str
+    results: tuple[ClaimResult, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +85,7 @@ class PodBind:
     visible: str | None  # NVIDIA_VISIBLE_DEVICES for a fractional pod
     annotate: bool  # the Binding carries the intent annotations (GPU pods and gang members)
     raw: JsonDict  # the cached pod, for events
+    claims: tuple[ClaimWrite, ...] = ()  # its DRA claims, allocated and reserved for it before the Binding
 
     @property
     def namespace(self) -> str:
@@ -130,7 +153,11 @@ class Binder:
             if not anchored:
                 assert plan is not None
                 notes[GANG_PLAN_ANNOTATION] = plan
-            state, why = self._bind(p, notes)
+            added: set[str] = set()  # the claims this attempt put the finalizer on
+            claimed = self._reserve_claims(p, added)
+            state, why = claimed if claimed is not None else self._bind(p, notes)
+            if p.claims and state in ("unbound", "gone"):
+                self._unreserve_claims(p, added, why)
             if state == "bound":
                 result.bound.append(p.key)
                 anchored = True
@@ -208,6 +235,69 @@ class Binder:
         if state in ("bound", "elsewhere", "gone"):
             return state, why
         return ("unbound" if answered and state == "unbound" else "unknown"), why
+
+    # --- its DRA claims (kube-scheduler's PreBind and Unreserve) ----------------------------------------------
+
+    def _reserve_claims(self, p: PodBind, added: set[str] | None = None) -> tuple[BindState, str] | None:
+        """Allocate and reserve each of the pod's claims for it; None when all are, else the pod's state
+        ("unbound": its Binding is never sent) and why. ``added`` collects the claims (``namespace/name``) whose
+        finalizer this call wrote, so that releasing them may take it off again."""
+        if p.claims and not p.uid:
+            return "unbound", "a pod without a uid cannot be named in a claim's reservedFor"
+        for claim in p.claims:
+            refused = self._reserve_claim(p, claim, set() if added is None else added)
+            if refused is not None:
+                return refused
+        return None
+
+    def _reserve_claim(self, p: PodBind, claim: ClaimWrite, added: set[str]) -> tuple[BindState, str] | None:
+        assert p.uid is not None
+        key = f"{claim.namespace}/{claim.name}"
+        last = ""
+        error: KubeError | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                if not self.may_write():
+                    return "unbound", "lost the leadership mid-bind"
+                self.sleep(self._delay(attempt - 1, error))
+            try:
+                # Read it anew each attempt: a Conflict means someone wrote it meanwhile, and an unanswered write
+                # may have landed; judging the fresh claim settles both.
+                current = self.client.get(RESOURCE_CLAIMS, claim.name, claim.namespace)
+                verdict, why = dra.judge(current, claim.results, p.uid)
+                if verdict == "reserved":
+                    return None
+                if verdict == "refused":
+                    return "unbound", f"claim {key} {why}"
+                if dra.FINALIZER not in ((current.get("metadata") or {}).get("finalizers") or []):
+                    # First, so that the claim cannot be deleted while allocated: the API server keeps a claim with
+                    # this finalizer until the allocation is cleared and the finalizer taken off.
+                    current = self.client.replace(RESOURCE_CLAIMS, dra.with_finalizer(current), claim.namespace)
+                    added.add(key)
+                self.client.update_status(RESOURCE_CLAIMS, dra.reserved(current, claim.results, p.node, p.name, p.uid),
+                                          claim.namespace)
+                return None
+            except NotFound:
+                return "unbound", f"claim {key} does not exist (yet)"
+            except Conflict as e:
+                error, last = e, f"conflict: {e}"
+            except (ServerError, TooManyRequests, ApiConnectionError) as e:
+                error, last = e, str(e)  # transient, or no answer: the next read tells whether the write landed
+            except ApiError as e:
+                return "unbound", f"claim {key} refused: {e}"  # 403, 422...: nothing written by this request
+            except KubeError as e:
+                return "unbound", f"claim {key}: {e}"
+        return "unbound", f"claim {key} not reserved after {self.retries + 1} attempts: {last}"
+
+    def _unreserve_claims(self, p: PodBind, added: set[str], why: str) -> None:
+        """Release the pod's claims (kube-scheduler's Unreserve) once it is certainly not bound: the pod out of
+        ``reservedFor``, the allocation cleared when no consumer is left. Not after losing the leadership: the
+        new leader may have reserved the same claims for the same pod and bound it."""
+        if not p.uid or not self.may_write():
+            return
+        dra.release_all(self.client, [f"{c.namespace}/{c.name}" for c in p.claims], p.uid,
+                        why=f"pod {p.key} not bound ({why})", drop_finalizer=added, attempts=self.retries + 1,
+                        backoff=self.backoff, sleep=self.sleep)
 
     def _read_back(self, p: PodBind) -> BindState:
         try:

@@ -24,13 +24,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.api.dra_need import ClaimResult
 from gpufleet.api.errors import shown
 from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import beside, gangs, planner
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import Intent
 from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.binder import Binder, BindJob, PodBind
+from gpufleet.kube.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.kube.bindqueue import BindQueue
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.eventsink import EventSink
@@ -53,6 +54,7 @@ from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.pending import PendingReason
+from gpufleet.scheduling.placement.dra_results import claim_results, device_keys
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,26 @@ def pending_reason(info: WorkloadInfo | None) -> str:
     if info.placement_parked:
         return PendingReason.INSUFFICIENT_NODES
     return info.pending
+
+
+def _claim_writes(world: World, key: str, node: str, devices: Sequence[str]) -> tuple[ClaimWrite, ...]:
+    """What the binder writes on the pod's DRA claims before its Binding: each claim's allocation results (the
+    devices placement gave the pod, handed to the claims' requests); none for a pod without claims."""
+    if not world.dra.resource_claims:
+        return ()
+    entry = world.pods[key]
+    if entry.pod is None or not entry.pod.template.resource_claims:
+        return ()
+    workload = next((w for w in world.workloads if w.key == world.workload_of.get(key)), None)
+    pod = next((p for p in workload.pods if p.key == key), None) if workload is not None else None
+    if pod is None or pod.template.dra is None:
+        return ()
+    results = claim_results(pod.template.dra, device_keys(world.cluster, node, devices))
+    by_claim: dict[str, list[ClaimResult]] = {}
+    for res in results:
+        by_claim.setdefault(res.claim, []).append(res)
+    return tuple(ClaimWrite(claim.split("/", 1)[0], claim.split("/", 1)[1], tuple(found))
+                 for claim, found in by_claim.items())
 
 
 class CycleRunner:
@@ -481,7 +503,8 @@ class CycleRunner:
         node = world.cluster.nodes[placement.node]
         visible = visible_devices(node, placement.grants)
         devices = placement.device_ids
-        return PodBind(key, entry.uid, placement.node, devices, visible, gang or bool(devices), entry.raw)
+        return PodBind(key, entry.uid, placement.node, devices, visible, gang or bool(devices), entry.raw,
+                       claims=_claim_writes(world, key, placement.node, devices))
 
     def _victims(self, world: World, plan: planner.Plan, actions: Iterable[gangs.GangAction]) -> list[Victim]:
         out: list[Victim] = []

@@ -8,6 +8,12 @@ next cycles (:func:`gpufleet.kube.planner.shield`), so the preemptor picks other
 
 Pods already terminating are not evicted again; their resources stay charged until they are gone, as
 kube-scheduler counts terminating pods.
+
+An evicted pod's DRA claims are released (the pod out of ``reservedFor``, the allocation cleared when no consumer
+is left: :func:`gpufleet.kube.claims.release`) only when the pod is gone or finished. A pod that is still
+terminating runs on its devices until its grace period ends, and a claim released then would hand them to the
+preemptor while still in use; its claims are left to kube-controller-manager's resourceclaim controller, which
+releases them once the pod is gone, as it does for every pod.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpufleet.kube.claims import pod_claim_names, release_all
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.errors import KubeError, NotFound, TooManyRequests
 from gpufleet.kube.recorder import Recorder
+from gpufleet.kube.resources import PODS
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
@@ -103,6 +111,8 @@ class Evictor:
                 try:
                     self.client.evict(ns, name, pod_uid=uid, dry_run=dry_run)
                 except NotFound:
+                    if not dry_run:
+                        self._release_claims(pod)
                     continue  # already gone
                 except TooManyRequests as e:
                     log.info("eviction of %s/%s (workload %s) refused: %s", ns, name, victim.workload, e)
@@ -112,4 +122,32 @@ class Evictor:
                     return "failed", None, str(e)
                 if not dry_run:
                     self.recorder.preempted(pod, victim.preemptor, victim.reason, victim.message)
+                    self._release_claims(pod)
         return "evicted", None, ""
+
+    def _release_claims(self, pod: JsonDict) -> None:
+        """Release the claims reserved for an evicted pod, if it is gone already (see the module's docstring)."""
+        names = pod_claim_names(pod)
+        ns, name, uid = _name(pod)
+        if not names or not uid:
+            return
+        if not self._gone(ns, name, uid):
+            log.debug("pod %s/%s is still terminating: its claims %s are released once it is gone", ns, name, names)
+            return
+        release_all(self.client, [f"{ns}/{claim}" for claim in names], uid, why=f"evicted pod {ns}/{name}")
+
+    def _gone(self, ns: str, name: str, uid: str) -> bool:
+        """The pod no longer runs: deleted, replaced by another of its name, finished, or deleted before it was
+        ever bound (the resourceclaim controller's test). Unreadable counts as running: releasing is not urgent,
+        releasing too early hands out devices in use."""
+        try:
+            pod = self.client.get(PODS, name, ns)
+        except NotFound:
+            return True
+        except KubeError as e:
+            log.info("pod %s/%s not read after its eviction (%s): its claims are left to the resourceclaim "
+                     "controller", ns, name, e)
+            return False
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        return (meta.get("uid") != uid or status.get("phase") in ("Succeeded", "Failed")
+                or bool(meta.get("deletionTimestamp") and not spec.get("nodeName")))

@@ -19,6 +19,8 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 * a queue kind's or a workload kind's status alone (no decision reads them);
 * a node whose parse is unchanged (a status heartbeat).
 
+A pod with DRA claims, and any change to a DRA object, takes a full cycle.
+
 And never when the last cycle evicted or was refused an eviction, a Binding was given up since (its capacity is
 free again), objects are set aside, a timer of the last cycle has fallen due, or the change log lost changes:
 those take a full cycle, as does the periodic resync.
@@ -147,6 +149,10 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
     if spec.get("schedulerName") != scheduler_name and not spec.get("nodeName") and not (
             c.old is not None and (c.old.get("spec") or {}).get("nodeName")):
         return True  # another scheduler's pod that holds no node: none of our business, as in a full cycle
+    if spec.get("resourceClaims"):
+        # A pod with DRA claims is resolved against the claims' objects, which the controller creates and writes
+        # (its status names them): only a full cycle reads them together.
+        return False
     if c.type == "ADDED":
         if c.key in world.pods or c.key in new or spec.get("nodeName"):
             return False

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.api.dra_objects import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from gpufleet.api.errors import ManifestError, Problems
 from gpufleet.api.manifests import ManifestBuilder, Manifests, build
 from gpufleet.api.objects import Node, Pod
@@ -40,6 +41,7 @@ _HOLDINGS = ResourceType("", "v1", "pods (resources only)", "Pod", namespaced=Tr
 _HOLDINGS_OF = "pods"  # ResourceType("", "v1", "pods", ...).key: forgetting pods forgets their slim parses too
 
 JsonDict = dict[str, Any]
+DraObject = ResourceSlice | DeviceClass | ResourceClaim | ResourceClaimTemplate
 
 
 def document(obj: Mapping[str, Any], index: int = 0) -> Document:
@@ -71,7 +73,7 @@ def _content(obj: Mapping[str, Any]) -> str:
 class Parsed:
     """One object's parse: the typed object (None when invalid) and its problems."""
 
-    obj: Node | Pod | None
+    obj: Node | Pod | DraObject | None
     errors: tuple[ManifestError, ...]
 
     @property
@@ -142,11 +144,20 @@ class ParseCache:
                                                  "bug, please report it with the object", kind=resource.kind,
                                                  name=key),))
         else:
-            typed: Node | Pod | None = None
+            typed: Node | Pod | DraObject | None = None
             if resource.kind == "Node" and manifests.nodes:
                 typed = manifests.nodes[0]
             elif resource.kind == "Pod" and manifests.pods:
                 typed = manifests.pods[0]
+            else:
+                # The DRA kinds, each parsed on its own like a node (their links to each other and to pods are
+                # followed when workloads are built: gpufleet.cluster.dra_claims).
+                by_kind: dict[str, Sequence[DraObject]] = {
+                    "ResourceSlice": manifests.resource_slices, "DeviceClass": manifests.device_classes,
+                    "ResourceClaim": manifests.resource_claims,
+                    "ResourceClaimTemplate": manifests.resource_claim_templates}
+                found = by_kind.get(resource.kind, ())
+                typed = found[0] if found else None
             parsed = Parsed(typed, tuple(manifests.problems.errors))
         self._single[(resource.key, key)] = (rv, parsed)
         return parsed

@@ -126,6 +126,12 @@ CLUSTER_POLICIES = ResourceType("nvidia.com", "v1", "clusterpolicies", "ClusterP
 # DRA (Kubernetes 1.34+): the node agent's `--dra` mode publishes this node's GPUs as ResourceSlices of NVIDIA's
 # driver gpu.nvidia.com (gpufleet.node.dra_publisher); cluster-scoped, one pool per node.
 RESOURCE_SLICES = ResourceType("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False)
+DEVICE_CLASSES = ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
+RESOURCE_CLAIMS = ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True)
+RESOURCE_CLAIM_TEMPLATES = ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate",
+                                        namespaced=True)
+# What the live scheduler reads of DRA when the API server serves resource.k8s.io/v1 (Kubernetes 1.34 and later).
+DRA_RESOURCES: tuple[ResourceType, ...] = (RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
 
 # The workload kinds (Jobs, JobSets, Deployments, Kubeflow's and Ray's jobs...) and the kinds they refer to (Volcano's
 # and KAI's queues, training runtimes, Kueue's AdmissionChecks), at the version gpufleet reads first, as the one

@@ -59,12 +59,32 @@ def workload_resources(client: KubeClient, discovery: Discovery | None = None) -
     return tuple(found)
 
 
+def dra_resources(client: KubeClient, discovery: Discovery | None = None) -> tuple[ResourceType, ...]:
+    """The DRA kinds (ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate) at the version this cluster
+    serves, when it serves all four and this scheduler may list them; none otherwise (claiming pods then wait, said)."""
+    discovery = discovery or Discovery(client)
+    found: list[ResourceType] = []
+    for res in r.DRA_RESOURCES:
+        served = discovery.find(res.group, res.kind, ("v1", "v1beta2", "v1beta1"))
+        if served is None:
+            log.info("DRA not served (no %s in resource.k8s.io): pods with resource claims wait", res.kind)
+            return ()
+        if not can_list(client, served):
+            log.warning("DRA served but %s not listable by this scheduler (RBAC): pods with resource claims wait "
+                        "(grant get/list/watch: deploy/rbac.yaml)", served.kind)
+            return ()
+        found.append(served)
+    return tuple(found)
+
+
 def watched_resources(client: KubeClient, settings: SchedulerSettings) -> tuple[ResourceType, ...]:
     """Everything the scheduler's informers watch: the queue kinds of ``queues.source``
-    (:func:`~gpufleet.kube.queuesource.scheduler_resources`) and the workload kinds, each type once."""
+    (:func:`~gpufleet.kube.queuesource.scheduler_resources`), the workload kinds and the DRA kinds, each type
+    once."""
     base = scheduler_resources(client, settings)
     keys = {res.key for res in base}
-    return (*base, *(res for res in workload_resources(client) if res.key not in keys))
+    more = [res for res in (*workload_resources(client), *dra_resources(client)) if res.key not in keys]
+    return (*base, *more)
 
 
 def has_templates(res: ResourceType) -> bool:

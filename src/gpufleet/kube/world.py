@@ -27,14 +27,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpufleet.api.dra_need import DeviceKey
+from gpufleet.api.dra_nodes import attach_dra_gpus
 from gpufleet.api.errors import ManifestError, Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
 from gpufleet.api.reader import parse_int_text
 from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster.build import build_workloads
-from gpufleet.cluster.devices import InvariantError
-from gpufleet.cluster.state import ClusterState, first_free_grants
+from gpufleet.cluster.devices import DeviceGrant, InvariantError
+from gpufleet.cluster.dra_claims import DraCatalog, held_claims, published_devices
+from gpufleet.cluster.state import ClusterState, NodeState, first_free_grants
 from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import NODE_ANNOTATION, Intent, read_devices, read_intent
@@ -44,6 +47,7 @@ from gpufleet.kube.informer import CacheSnapshot
 from gpufleet.kube.parsing import ParseCache, WorkloadObject
 from gpufleet.kube.webhook import is_fractional, is_mutated
 from gpufleet.kube.workloadsource import WORKLOAD_KEYS
+from gpufleet.scheduling.placement.dra import slot_key
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +111,9 @@ class World:
     invalid: list[tuple[r.ResourceType, str, JsonDict, str]] = field(default_factory=list)
     # Changes when the queue kinds' objects change (not the workload kinds'), see gpufleet.kube.parsing.
     queue_generation: int = 0
+    # The DRA objects (ResourceSlices, DeviceClasses, ResourceClaims, ResourceClaimTemplates) when the cluster
+    # serves them: the nodes' DRA GPUs come from the slices, the pods' claims are resolved against the rest.
+    dra: Manifests = field(default_factory=Manifests)
 
     def manifests(self) -> Manifests:
         """The bundle the policy reads (queues and the Kueue Configuration); never the cached one itself."""
@@ -185,15 +192,18 @@ def pod_entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, a
     return entry
 
 
-def account(cluster: ClusterState, entry: PodEntry) -> bool:
-    """Charge ``entry``'s capacity and devices on its node: the recorded devices when they are valid there,
-    else first-fit devices, else capacity alone. False when not even that fits (or no such node)."""
+def account(cluster: ClusterState, entry: PodEntry, claimed: frozenset[DeviceKey] | None = None) -> bool:
+    """Charge ``entry``'s capacity and devices on its node: the devices its DRA claims' allocations name
+    (``claimed``), else the recorded devices when they are valid there, else first-fit devices, else capacity
+    alone. False when not even that fits (or no such node)."""
     assert entry.node is not None
     node = cluster.nodes.get(entry.node)
     if node is None or entry.pod is None:
         return False
     t = entry.pod.template
     tries = []
+    if claimed:
+        tries.append(keyed_grants(node, claimed))
     if entry.devices is not None:
         tries.append(grants_from_ids(node, t.gpu, entry.devices))
     tries += [first_free_grants(node, t.gpu), []]
@@ -234,6 +244,11 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
         else:
             invalid.append((r.NODES, key, raw_nodes[key], f"the node is left out: {parsed.message}"))
     parse.forget_except(r.NODES, raw_nodes)
+    dra = _dra_objects(snapshot, parse, invalid)
+    if dra.resource_slices:
+        # attach_dra_gpus writes on the nodes: copies, so the parse cache keeps the nodes as parsed.
+        nodes = [replace(n) for n in nodes]
+        attach_dra_gpus(nodes, dra.resource_slices, Problems())
     cluster = ClusterState.from_nodes(nodes)
 
     raw_pods = snapshot.of(r.PODS)
@@ -242,7 +257,7 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     parse.forget_except(r.PODS, raw_pods)
     for gone in assumed.keys() - raw_pods.keys():
         assumed.forget(gone)  # deleted before the cache ever showed it bound
-    world = World(now, queues, kueue, nodes, cluster, pods, queue_generation=both.generation)
+    world = World(now, queues, kueue, nodes, cluster, pods, queue_generation=both.generation, dra=dra)
     invalid += [(r.PODS, e.key, e.raw, e.problem) for e in pods.values()
                 if e.ours and e.pod is None and e.problem is not None]
     world.invalid = invalid + _invalid_queue_objects(snapshot, queues, queue_kinds) + [
@@ -250,8 +265,9 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     hold_pods_of(world, [(res, key, f"is invalid, so its pods wait: {why}") for res, key, _, why in both.rejected])
     # Recorded devices first: they are facts (or our own earlier choices); first-fit only fills around them.
     holders = [e for e in pods.values() if e.holds_capacity]
+    claimed = held_by_claims(world, holders)
     for e in sorted(holders, key=lambda e: (e.devices is None, e.key)):
-        if not account(cluster, e):
+        if not account(cluster, e, claimed.get(e.key)):
             world.unaccounted.append(e.key)
             log.warning("pod %s on %s: its resources could not be charged there", e.key, e.node)
     return world
@@ -299,6 +315,54 @@ def hold_pods_of(world: World, owners: Iterable[tuple[r.ResourceType, str, str]]
                           for k, v in source.items() if (e.namespace, k, v) in named), None)
 
 
+def _dra_objects(snapshot: CacheSnapshot, parse: ParseCache,
+                 invalid: list[tuple[r.ResourceType, str, JsonDict, str]]) -> Manifests:
+    """The DRA objects of the snapshot, each parsed on its own (memoised); an invalid one is left out, said."""
+    out = Manifests()
+    lists: dict[str, list[Any]] = {"ResourceSlice": out.resource_slices, "DeviceClass": out.device_classes,
+                                   "ResourceClaim": out.resource_claims,
+                                   "ResourceClaimTemplate": out.resource_claim_templates}
+    for res in r.DRA_RESOURCES:
+        raw = snapshot.of(res)
+        for key in sorted(raw):
+            parsed = parse.one(res, key, raw[key])
+            if parsed.obj is None:
+                invalid.append((res, key, raw[key], f"the {res.kind} is left out: {parsed.message}"))
+            else:
+                lists[res.kind].append(parsed.obj)
+        parse.forget_except(res, raw)
+    return out
+
+
+def held_by_claims(world: World, holders: Iterable[PodEntry]) -> dict[str, frozenset[DeviceKey]]:
+    """The DRA devices each bound pod holds through its claims' allocations (pods without claims left out)."""
+    dra = world.dra
+    if not dra.resource_claims:
+        return {}
+    catalog = DraCatalog(claims={c.key: c for c in dra.resource_claims},
+                         devices=published_devices(world.nodes, dra.resource_slices))
+    out: dict[str, frozenset[DeviceKey]] = {}
+    for e in holders:
+        if e.pod is None or not e.pod.template.resource_claims:
+            continue
+        need = held_claims(e.namespace, e.pod.template.resource_claims, catalog)
+        if need.choices:
+            out[e.key] = need.choices[0].groups[0]
+    return out
+
+
+def keyed_grants(node: NodeState, keys: frozenset[DeviceKey]) -> list[DeviceGrant] | None:
+    """The grants of the node's devices named by their DRA identity; None when one of them is not on the node."""
+    grants: list[DeviceGrant] = []
+    for gpu in node.gpus:
+        if slot_key(gpu) in keys:
+            grants.append(DeviceGrant("whole", gpu.index))
+        for k, mig in enumerate(gpu.mig):
+            if slot_key(gpu, mig) in keys:
+                grants.append(DeviceGrant("mig", gpu.index, k))
+    return grants if len(grants) == len(keys) else None
+
+
 def finish(world: World) -> None:
     """Build our workloads (single pods, pod groups, the workloads of the kinds watched) from our schedulable and
     bound pods."""
@@ -314,9 +378,14 @@ def finish(world: World) -> None:
         chosen.append(pod)
     problems = Problems()
     q = world.queues
+    dra = world.dra
     workloads = build_workloads(Manifests(pods=chosen, priority_classes=q.priority_classes,
                                           workload_priority_classes=q.workload_priority_classes,
-                                          local_queues=q.local_queues, controllers=q.controllers),
+                                          local_queues=q.local_queues, controllers=q.controllers,
+                                          nodes=world.nodes, resource_slices=dra.resource_slices,
+                                          device_classes=dra.device_classes, resource_claims=dra.resource_claims,
+                                          resource_claim_templates=dra.resource_claim_templates,
+                                          config=world.config),
                                 problems, create_missing=False)
     world.workloads = workloads
     for w in workloads:

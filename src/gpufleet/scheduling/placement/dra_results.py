@@ -30,7 +30,8 @@ def device_keys(cluster: ClusterState, node: str, device_ids: Iterable[str]) -> 
 def _chosen(need: DraNeed, keys: Sequence[DeviceKey]) -> DraChoice | None:
     held = set(keys)
     for choice in need.choices:
-        if sum(r.count for r in choice.requests) == len(keys) and any(held <= g for g in choice.groups):
+        if sum(r.count for r in choice.requests) == len(keys) and (
+                not choice.groups or any(held <= g for g in choice.groups)):
             return choice
     return None
 

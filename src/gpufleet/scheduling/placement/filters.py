@@ -214,7 +214,14 @@ class WholeGpus:
     def check(self, need: PodNeed, node: NodeState) -> str | None:
         g = need.gpu
         resource = demand_resource(g) if g.kind in ("gpu", "shared") else None
-        if resource is None or device_kind(node, resource) != "whole":
+        if resource is None:
+            return None
+        kind = device_kind(node, resource)
+        if kind is None:
+            # No GPU of the node offers it. A device-plugin pod is refused by its allocatable first; a pod whose
+            # GPUs come through DRA claims asks no allocatable, so this is where such a node is refused.
+            return f"Insufficient {resource}"
+        if kind != "whole":
             return None
         return None if len(free_whole(node, resource)) >= g.count else f"Insufficient {resource}"
 

@@ -1,0 +1,131 @@
+"""The live scheduler on DRA (issue 28): it watches ResourceSlices, DeviceClasses, ResourceClaims and their
+templates when the API server serves them, places a pod's claims on the devices they select, allocates and
+reserves each claim before the Binding as kube-scheduler does, counts what running pods' claims hold, and keeps a
+pod whose claim the controller has not created yet waiting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kube_apisim import ApiSim
+from live_env import NS, bindings, bound_node, scheduled_condition, wait_until
+
+from gpufleet.kube import resources as r
+from gpufleet.kube.scheduler import Scheduler
+
+JsonDict = dict[str, Any]
+CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
+                                                       "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}
+CLAIM_SPEC = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                     "count": 2}}]}}
+
+
+def _node(name: str) -> JsonDict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                       "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _slice(node: str, gpus: int) -> JsonDict:
+    devices = [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{i}"},
+                                                  "productName": {"string": "NVIDIA H100 80GB HBM3"}},
+                "capacity": {"memory": {"value": "81559Mi"}}} for i in range(gpus)]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpu.nvidia.com-0"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
+
+
+def _claim(name: str, allocated: list[str] | None = None, node: str = "dra-0", pod: str = "") -> JsonDict:
+    claim: JsonDict = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                       "metadata": {"name": name, "namespace": NS}, "spec": CLAIM_SPEC}
+    if allocated is not None:
+        claim["status"] = {
+            "allocation": {"devices": {"results": [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": node,
+                                                    "device": d} for d in allocated]}},
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"}]}
+    return claim
+
+
+def _pod(name: str, claim: str | None, *, node: str | None = None) -> JsonDict:
+    spec: JsonDict = {"schedulerName": "gpufleet",
+                      "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}],
+                      "containers": [{"name": "main", "image": "busybox",
+                                      "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpus"}]}}]}
+    status: JsonDict = {"phase": "Running" if node else "Pending"}
+    if node:
+        spec["nodeName"] = node
+    if claim:
+        status["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claim}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"},
+            "spec": spec, "status": status}
+
+
+def _cluster(apisim: ApiSim, gpus: int = 4) -> None:
+    apisim.serve(*r.DRA_RESOURCES)
+    apisim.create(r.NODES, _node("dra-0"))
+    apisim.create(r.DEVICE_CLASSES, CLASS)
+    apisim.create(r.RESOURCE_SLICES, _slice("dra-0", gpus))
+    apisim.create(r.RESOURCE_CLAIM_TEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                               "metadata": {"name": "two-gpus", "namespace": NS},
+                                               "spec": {"spec": CLAIM_SPEC}})
+
+
+def _allocated(apisim: ApiSim, name: str) -> list[str]:
+    claim = apisim.get(r.RESOURCE_CLAIMS, NS, name) or {}
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return sorted(res["device"] for res in results)
+
+
+def test_a_claiming_pod_is_allocated_reserved_and_bound(apisim: ApiSim,
+                                                        live_scheduler: Callable[..., Scheduler]) -> None:
+    _cluster(apisim)
+    apisim.create(r.RESOURCE_CLAIMS, _claim("train-gpus-abcde"))
+    apisim.create(r.PODS, _pod("train", "train-gpus-abcde"))
+    live_scheduler()
+    wait_until(lambda: bound_node(apisim, "train") == "dra-0", what="the claiming pod bound")
+    devices = _allocated(apisim, "train-gpus-abcde")
+    assert len(devices) == 2 and all(d.startswith("gpu-") for d in devices)
+    claim = apisim.get(r.RESOURCE_CLAIMS, NS, "train-gpus-abcde") or {}
+    assert [c["name"] for c in claim["status"]["reservedFor"]] == ["train"]
+    assert "resource.kubernetes.io/delete-protection" in claim["metadata"].get("finalizers", [])
+
+
+def test_a_running_pods_claimed_devices_are_not_handed_out_again(apisim: ApiSim,
+                                                                 live_scheduler: Callable[..., Scheduler]) -> None:
+    _cluster(apisim, gpus=4)
+    apisim.create(r.RESOURCE_CLAIMS, _claim("old-gpus-aaaaa", ["gpu-0", "gpu-1"], pod="old"))
+    apisim.create(r.PODS, _pod("old", "old-gpus-aaaaa", node="dra-0"))
+    apisim.create(r.RESOURCE_CLAIMS, _claim("new-gpus-bbbbb"))
+    apisim.create(r.PODS, _pod("new", "new-gpus-bbbbb"))
+    live_scheduler()
+    wait_until(lambda: bound_node(apisim, "new") == "dra-0", what="the new pod bound")
+    assert _allocated(apisim, "new-gpus-bbbbb") == ["gpu-2", "gpu-3"]
+
+
+def test_a_pod_waits_for_its_claim_to_be_created(apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    _cluster(apisim)
+    apisim.create(r.PODS, _pod("early", None))
+    live_scheduler()
+    wait_until(lambda: scheduled_condition(apisim.get(r.PODS, NS, "early")) is not None, what="a condition")
+    condition = scheduled_condition(apisim.get(r.PODS, NS, "early"))
+    assert condition is not None and "waiting for the resourceclaim controller" in condition["message"]
+    assert not bindings(apisim, "early")
+
+
+def test_a_claim_already_reserved_for_the_pod_keeps_its_devices(apisim: ApiSim,
+                                                                live_scheduler: Callable[..., Scheduler]) -> None:
+    # A Binding that did not land after the claim was written: the next cycle binds the pod on those very devices.
+    _cluster(apisim, gpus=4)
+    created = apisim.create(r.PODS, _pod("late", "late-gpus-ccccc"))
+    claim = _claim("late-gpus-ccccc", ["gpu-2", "gpu-3"], pod="late")
+    claim["status"]["reservedFor"][0]["uid"] = created["metadata"]["uid"]  # the API server's uid of the pod
+    apisim.create(r.RESOURCE_CLAIMS, claim)
+    live_scheduler()
+    wait_until(lambda: bound_node(apisim, "late") == "dra-0", what="the pod bound")
+    assert _allocated(apisim, "late-gpus-ccccc") == ["gpu-2", "gpu-3"]
+    [binding] = bindings(apisim, "late")
+    assert binding.data["metadata"]["annotations"]["gpufleet.io/devices"] == '["GPU-dra-0-2", "GPU-dra-0-3"]'
