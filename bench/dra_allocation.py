@@ -7,7 +7,7 @@ offered by the device plugin. Each run builds its cluster, resolves the claims (
 every device, the devices each claim allows), then places every pod with the ``gpufleet`` profile. Reported:
 pods/s of each path and the ratio (the goal: the DRA path costs at most 2x).
 
-    .venv/bin/python bench/dra_allocation.py [--nodes 1000] [--gpus 10] [--pods 10000] [--mixed]
+    .venv/bin/python bench/dra_allocation.py [--nodes 1000] [--gpus 10] [--pods 10000]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from gpufleet.api.objects import CPU, GPU, MEMORY, PODS, GpuDemand, ObjectMeta, 
 from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.dra_claims import DraCatalog, PublishedDevice, resolve_pod_claims
 from gpufleet.cluster.dra_devices import dra_gpu_slots
-from gpufleet.cluster.state import ClusterState, NodeState
+from gpufleet.cluster.state import ClusterState, NodeState, device_resources
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.types import PodRequest
 
@@ -57,15 +57,16 @@ def plugin_cluster(nodes: int, gpus: int) -> ClusterState:
                                    gpu_model=MODEL) for i in range(nodes)])
 
 
-def dra_cluster(nodes: int, gpus: int, mixed: bool) -> tuple[ClusterState, DraCatalog]:
+def dra_cluster(nodes: int, gpus: int) -> tuple[ClusterState, DraCatalog]:
     states: list[NodeState] = []
     published: list[PublishedDevice] = []
     for i in range(nodes):
         name = f"n{i}"
         draw = [DraGpu(DRIVER, name, f"gpu-{g}", f"GPU-{name}-{g}", MODEL, 81559, g) for g in range(gpus)]
+        slots = dra_gpu_slots(draw)
         states.append(NodeState(name=name, labels={"kubernetes.io/hostname": name}, taints=(),
-                                allocatable=_allocatable(gpus, False), used={}, gpus=dra_gpu_slots(draw),
-                                gpu_model=MODEL))
+                                allocatable={**_allocatable(gpus, False), **device_resources(slots)}, used={},
+                                gpus=slots, gpu_model=MODEL))
         for g in range(gpus):
             device = Device(f"gpu-{g}", {f"{DRIVER}/type": DeviceAttribute("string", "gpu"),
                                          f"{DRIVER}/productName": DeviceAttribute("string", "NVIDIA H100 80GB HBM3")},
@@ -75,7 +76,7 @@ def dra_cluster(nodes: int, gpus: int, mixed: bool) -> tuple[ClusterState, DraCa
         "gpu", exactly=DeviceSelection("gpu.nvidia.com")),)))
     catalog = DraCatalog(classes={"gpu.nvidia.com": DeviceClass(ObjectMeta("gpu.nvidia.com"), "resource.k8s.io/v1",
                                                                 (SELECTOR,))},
-                         templates={"ml/one-gpu": template}, devices=published, mixed=mixed)
+                         templates={"ml/one-gpu": template}, devices=published)
     return ClusterState(states), catalog
 
 
@@ -109,9 +110,6 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--gpus", type=int, default=10, help="GPUs per node")
     ap.add_argument("--pods", type=int, default=10_000)
-    ap.add_argument("--mixed", action="store_true",
-                    help="resolve as in a fleet where other nodes offer GPUs through the device plugin: each claim "
-                         "names its devices to placement, which then checks them node by node")
     args = ap.parse_args()
 
     started = time.perf_counter()
@@ -120,14 +118,13 @@ def main() -> int:
     plugin_s = time.perf_counter() - started
 
     started = time.perf_counter()
-    dra, catalog = dra_cluster(args.nodes, args.gpus, args.mixed)
+    dra, catalog = dra_cluster(args.nodes, args.gpus)
     pods = dra_pods(args.pods, catalog)
     resolved_s = time.perf_counter() - started
     dra_placed = place_all(dra, pods)
     dra_s = time.perf_counter() - started
 
-    print(f"{args.pods:,} single-GPU pods on {args.nodes:,} nodes x {args.gpus} GPUs"
-          + (" (claims resolved as in a mixed fleet)" if args.mixed else ""))
+    print(f"{args.pods:,} single-GPU pods on {args.nodes:,} nodes x {args.gpus} GPUs")
     print(f"device plugin (nvidia.com/gpu): {placed:,} placed in {plugin_s:.2f} s, {args.pods / plugin_s:,.0f} pods/s")
     print(f"DRA claims (gpu.nvidia.com):    {dra_placed:,} placed in {dra_s:.2f} s, {args.pods / dra_s:,.0f} pods/s "
           f"(claims resolved in {resolved_s:.2f} s)")

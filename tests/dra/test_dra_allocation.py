@@ -28,7 +28,7 @@ from gpufleet.api.objects import CPU, MEMORY, PODS, ObjectMeta, PodResourceClaim
 from gpufleet.cluster.dra_claims import DraCatalog, PublishedDevice, generated_claim_name, resolve_pod_claims
 from gpufleet.cluster.dra_devices import dra_gpu_slots
 from gpufleet.cluster.dra_selectors import SelectorError, device_activation, matches, parse_semver
-from gpufleet.cluster.state import ClusterState, NodeState
+from gpufleet.cluster.state import ClusterState, NodeState, device_resources
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.dra import slot_key
 from gpufleet.scheduling.types import PodRequest
@@ -93,9 +93,10 @@ def _mig_device(name: str, profile: str) -> Device:
 
 
 def _node(name: str, gpus: list[DraGpu]) -> NodeState:
+    slots = dra_gpu_slots(gpus)  # allocatable as node_state_from gives a DRA node: its devices as resources
     return NodeState(name=name, labels={"kubernetes.io/hostname": name}, taints=(),
-                     allocatable={CPU: 64000, MEMORY: 512 * GIB, PODS: 110}, used={}, gpus=dra_gpu_slots(gpus),
-                     gpu_model=gpus[0].model)
+                     allocatable={CPU: 64000, MEMORY: 512 * GIB, PODS: 110, **device_resources(slots)}, used={},
+                     gpus=slots, gpu_model=gpus[0].model)
 
 
 def _cluster_and_catalog(h100_nodes: int = 1, a100_nodes: int = 1) -> tuple[ClusterState, DraCatalog]:
@@ -251,7 +252,11 @@ def test_claimed_devices_are_never_shared_and_always_allowed(pods: list[tuple[st
         if placer.place([p]) is not None:
             live.append(key)
             held = _held_keys(cluster, key)
-            assert any(set(held) <= g for g in p.template.dra.choices[0].groups)  # type: ignore[union-attr]
+            # Allowed: one group's devices, or (no group named: the claim takes any DRA device of its kind) DRA
+            # devices of the demand's kind.
+            groups = p.template.dra.choices[0].groups  # type: ignore[union-attr]
+            kinds = {(d.kind, d.profile) for d in catalog.devices if d.key in set(held)}
+            assert any(set(held) <= g for g in groups) if groups else len(kinds) == 1
         if release and live:
             cluster.release(live.pop(0))
     every = [k for key in live for k in _held_keys(cluster, key)]

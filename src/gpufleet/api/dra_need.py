@@ -28,9 +28,9 @@ class DraChoice:
     demand: GpuDemand
     groups: tuple[frozenset[DeviceKey], ...]
     requests: tuple[ClaimRequest, ...]
-    # Resources of the pod's requests that this way meets through DRA devices rather than a node's allocatable:
-    # an extended resource a DeviceClass backs (extendedResourceName), taken out of what placement checks.
-    drop_requests: frozenset[str] = frozenset()
+    # The device plugin's way, not a claim's: an extended resource a DeviceClass backs (extendedResourceName) is
+    # tried first where a device plugin offers it.
+    plugin: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,8 @@ from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import GpuDemand, Node, PodResourceClaim, PodTemplate
 from gpufleet.cluster.dra_selectors import AttributeValue, SelectorError, device_activation, matches, parse_semver
+from gpufleet.gpu.constants import GPU
+from gpufleet.gpu.mig import resource_name_for_profile
 
 if TYPE_CHECKING:
     from gpufleet.cluster.workloads import Workload
@@ -99,13 +101,17 @@ class DraCatalog:
     devices: Sequence[PublishedDevice] = ()
     _matches: dict[tuple[str, object], bool] = field(default_factory=dict)
     _failures: dict[str, str] = field(default_factory=dict)
-    # Whether some node offers GPUs outside DRA (the device plugin's): then a claim's devices must be named to
-    # placement even when they are all the DRA devices there are.
-    mixed: bool = True
     _every: dict[tuple[str | None, str | None], frozenset[DeviceKey]] = field(default_factory=dict)
+    _by_key: dict[DeviceKey, PublishedDevice] | None = None
     # Per list of selectors: what matching() found, and the same devices' keys as one shared set (thousands of pods
     # from one template ask the same thing; one set also hashes once as a placement key).
     _found: dict[tuple[str, ...], Matched] = field(default_factory=dict)
+
+    def by_key(self) -> dict[DeviceKey, PublishedDevice]:
+        """The devices by their identity (made once)."""
+        if self._by_key is None or len(self._by_key) != len(self.devices):
+            self._by_key = {d.key: d for d in self.devices}
+        return self._by_key
 
     def every(self, kind: str | None, profile: str | None) -> frozenset[DeviceKey]:
         """Every device of the fleet that gpufleet plans as ``kind`` (and ``profile``)."""
@@ -258,6 +264,14 @@ class _Option:
     every: bool = False  # its devices are every device of its kind in the fleet
 
 
+def claimed_demand(kind: Literal["whole", "mig"], profile: str | None, count: int) -> GpuDemand:
+    """The demand of ``count`` claimed devices, named by the resource the device plugin would advertise them as
+    (what DRA nodes' resources count them under, and what the scorers read)."""
+    if kind == "whole":
+        return GpuDemand(kind="gpu", count=count, resource=GPU)
+    return GpuDemand(kind="mig", count=count, resource=resource_name_for_profile(profile or ""), mig_profile=profile)
+
+
 def _options(claim: str, request_name: str, selections: Sequence[tuple[str, DeviceSelection]],
              catalog: DraCatalog) -> list[_Option] | str:
     out: list[_Option] = []
@@ -313,15 +327,15 @@ def held_claims(namespace: str, refs: Sequence[PodResourceClaim], catalog: DraCa
             return DraNeed((), problem=f"{what} of this running pod is not in the input or not allocated: the "
                                        "devices it holds are not known, so none is counted")
         results += [(claim.key, d.request, (d.driver, d.pool, d.device)) for d in claim.allocation.devices]
-    by_key = {d.key: d for d in catalog.devices}
+    by_key = catalog.by_key()
     kinds = {(by_key[k].kind, by_key[k].profile) if k in by_key else (None, None) for _, _, k in results}
     claims = tuple(dict.fromkeys(c for c, _, _ in results))
     if not results or len(kinds) != 1 or None in {k for k, _ in kinds}:
         return DraNeed(claims, problem="the devices its claims hold are not all whole GPUs or MIG devices of one "
                                        "profile of the input's ResourceSlices: they are not counted")
     (kind, profile), = kinds
-    demand = (GpuDemand(kind="gpu", count=len(results)) if kind == "whole"
-              else GpuDemand(kind="mig", count=len(results), mig_profile=profile))
+    assert kind is not None  # refused above
+    demand = claimed_demand(kind, profile, len(results))
     requests = tuple(ClaimRequest(c, r, 1) for c, r, _ in results)
     return DraNeed(claims, (DraChoice(demand, (frozenset(k for _, _, k in results),), requests),))
 
@@ -395,9 +409,9 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
                     "implemented)")
     count = sum(o.count for _, o in picked)
     groups: tuple[frozenset[DeviceKey], ...] = (first.devices,)
-    if not catalog.mixed and first.every:
-        # Every device of its kind in a fleet whose GPUs all come from DRA: no restriction to carry, and placement
-        # treats the pod like any other (by node class, not node by node).
+    if first.every:
+        # Every DRA device of its kind: no restriction to carry (placement keeps a claiming pod on DRA nodes'
+        # devices anyway), so it is placed like any other pod, by node class rather than node by node.
         groups = ()
     if constraints:
         names = {(claim, o.request.split("/")[0]) for claim, o in picked}
@@ -410,16 +424,16 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
             return (f"no device of claim {first_claim} request {first.request} carries "
                     + ", ".join(sorted({a for _, _, a in constraints})))
     if first.kind == "whole":
-        demand = GpuDemand(kind="gpu", count=count)
+        demand = claimed_demand("whole", None, count)
     else:
-        demand = GpuDemand(kind="mig", count=count, mig_profile=first.profile)
+        demand = claimed_demand("mig", first.profile, count)
     return DraChoice(demand, groups, tuple(ClaimRequest(claim, o.request, o.count) for claim, o in picked))
 
 
 def _split(devices: frozenset[DeviceKey], attributes: Sequence[str],
            catalog: DraCatalog) -> tuple[frozenset[DeviceKey], ...]:
     """``devices`` grouped by their values of every attribute (a device without one of them is in no group)."""
-    by_key = {d.key: d for d in catalog.devices}
+    by_key = catalog.by_key()
     groups: dict[tuple[object, ...], set[DeviceKey]] = {}
     for key in devices:
         d = by_key[key]
@@ -472,11 +486,6 @@ def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) ->
     return out
 
 
-def _offers_gpus(node: Node) -> bool:
-    """Whether a node offers GPUs the device plugin's way (its inventory, or an nvidia.com resource)."""
-    return node.gpus is not None or any(r.startswith("nvidia.com/") for r in node.allocatable)
-
-
 def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests, *, live: bool = False) -> int:
     """Resolve the claims of every pod of ``workloads`` against the input (each pod's template gets its
     :class:`DraNeed` and, when it can be met, the demand of its first choice, as does its pod set's template);
@@ -496,8 +505,7 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
         classes={c.name: c for c in manifests.device_classes},
         templates={t.key: t for t in manifests.resource_claim_templates},
         claims={c.key: c for c in manifests.resource_claims},
-        devices=published_devices(manifests.nodes, manifests.resource_slices),
-        mixed=any(not n.dra_gpus and _offers_gpus(n) for n in manifests.nodes))
+        devices=published_devices(manifests.nodes, manifests.resource_slices))
     shared = pods_per_claim((w.namespace, p.template.resource_claims) for w, p in pods)
     for w, p in pods:
         name = p.key.split("/", 1)[1]
@@ -562,10 +570,11 @@ def extended_need(namespace: str, pod: str, template: PodTemplate, extended: Map
     if not found or len(kinds) != 1 or None in {k for k, _ in kinds}:
         return None
     (kind, profile), = kinds
-    demand = (GpuDemand(kind="gpu", count=count) if kind == "whole"
-              else GpuDemand(kind="mig", count=count, mig_profile=profile))
+    assert kind is not None  # refused above
+    demand = claimed_demand(kind, profile, count)
     claim = f"{namespace}/{generated_claim_name(pod, 'extended-resources', f'{namespace}/{pod}/extended')}"
-    dra = DraChoice(demand, (frozenset(d.key for d in found),), (ClaimRequest(claim, "container-0-request-0",
-                                                                             count),),
-                    drop_requests=frozenset({resource}))
-    return DraNeed((claim,), (DraChoice(template.gpu, (), ()), dra))
+    # Its devices need no naming to placement: any DRA device of the class's kind will do (the class matches them
+    # all), and only pods placed through DRA take DRA nodes' devices.
+    groups = () if len(found) == len(catalog.every(kind, profile)) else (frozenset(d.key for d in found),)
+    dra = DraChoice(demand, groups, (ClaimRequest(claim, "container-0-request-0", count),))
+    return DraNeed((claim,), (DraChoice(template.gpu, (), (), plugin=True), dra))

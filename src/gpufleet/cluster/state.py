@@ -159,6 +159,15 @@ def _gpu_slots_from_node(node: Node, catalog: Catalog) -> tuple[list[GpuSlot], s
     return slots, model_key
 
 
+def device_resources(gpus: Iterable[GpuSlot]) -> dict[str, int]:
+    """The resources a device plugin would advertise for these GPUs: one per whole GPU or MIG instance."""
+    out: dict[str, int] = {}
+    for g in gpus:
+        for resource in ([s.resource for s in g.mig] if g.mode == "mig" else [g.resource]):
+            out[resource] = out.get(resource, 0) + 1
+    return out
+
+
 def node_state_from(node: Node, catalog: Catalog = DEFAULT_CATALOG) -> NodeState:
     gpus, model = _gpu_slots_from_node(node, catalog)
     labels = dict(node.labels)
@@ -166,8 +175,15 @@ def node_state_from(node: Node, catalog: Catalog = DEFAULT_CATALOG) -> NodeState
     # The inventory's sharing and NVLink pairs describe the device plugin's GPUs, not those DRA publishes.
     inventory = node.gpus if not node.dra_gpus else None
     fail_gt1 = inventory.sharing.fail_requests_greater_than_one if inventory else False
+    allocatable = dict(node.allocatable)
+    if node.dra_gpus:
+        # What the device plugin would advertise for the same devices: so a pod placed through its claims is
+        # counted, scored and packed exactly as a pod asking nvidia.com/gpu on a device-plugin node (one fleet
+        # whichever way a node publishes). Only pods with DRA claims take these devices (placement's DraDevices).
+        for resource, count in device_resources(gpus).items():
+            allocatable[resource] = allocatable.get(resource, 0) + count
     return NodeState(
-        name=node.name, labels=labels, taints=node.taints, allocatable=dict(node.allocatable), used={},
+        name=node.name, labels=labels, taints=node.taints, allocatable=allocatable, used={},
         gpus=gpus, unschedulable=node.unschedulable, ready=node.ready, pool=node.pool, gpu_model=model,
         fail_requests_greater_than_one=fail_gt1, nvlinks=dict(inventory.nvlinks) if inventory else {},
     )

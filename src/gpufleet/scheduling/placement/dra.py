@@ -70,9 +70,16 @@ class DraDevices:
     static = True
 
     def check(self, need: PodNeed, node: NodeState) -> str | None:
-        if not need.dra_groups or need.gpu.kind == "none":
+        if need.gpu.kind == "none":
             return None
-        if dra_group(need, node) is not None:
+        if node.gpus and need.gpu.kind != "fraction":
+            # A node offers its GPUs one way: DRA (claims) or the device plugin (resources), never both.
+            through_dra = any(g.dra_driver is not None for g in node.gpus)
+            if through_dra and not need.dra:
+                return "node(s) offer GPUs through DRA claims only"
+            if need.dra and not through_dra:
+                return "node(s) offer GPUs through the device plugin only"
+        if not need.dra_groups or dra_group(need, node) is not None:
             return None
         return "node(s) had too few free devices that the pod's DRA claims select"
 
@@ -100,9 +107,7 @@ def with_choice(pods: Sequence[PodRequest], index: int) -> list[PodRequest] | No
             continue
         used = used or index < len(need.choices)
         choice = need.choices[min(index, len(need.choices) - 1)]
-        template = replace(p.template, gpu=choice.demand)
-        if choice.drop_requests:
-            template.requests = {k: v for k, v in template.requests.items() if k not in choice.drop_requests}
+        template = replace(p.template, gpu=choice.demand, dra=None if choice.plugin else need)
         out.append(replace(p, template=template, dra_groups=choice.groups))
     return out if used or index == 0 else None
 

@@ -50,7 +50,7 @@ T = TypeVar("T")
 
 def static_key(ns: NodeState) -> tuple[Any, ...]:
     labels = tuple(sorted((k, v) for k, v in ns.labels.items() if k not in IDENTITY_LABELS))
-    gpus = tuple(sorted((g.mode, g.resource, g.model, g.memory_mib, g.replicas,
+    gpus = tuple(sorted((g.mode, g.resource, g.model, g.memory_mib, g.replicas, g.dra_driver is not None,
                          tuple((s.resource, s.memory_mib, s.compute_slices) for s in g.mig)) for g in ns.gpus))
     return (labels, ns.taints, tuple(sorted(ns.allocatable.items())), ns.gpu_model, ns.ready, ns.unschedulable,
             ns.fail_requests_greater_than_one, gpus)

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpufleet.api.gpushare import placed_requests
 from gpufleet.api.objects import CPU, HOSTNAME_LABEL, MEMORY, GpuDemand, NodeSelectorTerm, Toleration
+from gpufleet.cluster.free_devices import demand_resource
 from gpufleet.scheduling.types import PodRequest
 
 # Labels whose value is different on every node. They are left out of the node equivalence key (else every
@@ -36,6 +37,7 @@ class PodNeed:
     memory_hint: int  # MiB it is expected to use on a time-sliced GPU (PodRequest.memory_hint; 0: unknown)
     avoid_gpus: frozenset[str]  # GPUs ("node/index") it must not share again
     dra_groups: tuple[frozenset[tuple[str, str, str]], ...]  # DRA devices its claims allow (PodRequest.dra_groups)
+    dra: bool  # its GPUs come through DRA claims: only DRA nodes' devices, and only those, are for it
     constraint_key: int  # interned: equal constraints, equal key (a small int hashes fast in hot loops)
     shape_key: int
 
@@ -71,12 +73,19 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
     """The pod's need; without an ``intern``, its keys are -1 (a one-off check that caches nothing)."""
     t = req.template
     placed = placed_requests(t.requests, t.gpu.kind == "fraction")  # quota-only resources left out
+    dra = t.dra is not None
+    if dra and t.gpu.kind in ("gpu", "mig"):
+        # Placed as the device plugin's pods are: its claimed devices counted in the node's resources
+        # (a DRA node's NodeState advertises them), so filters and scorers read the same numbers.
+        resource = demand_resource(t.gpu)
+        if resource is not None and resource not in placed:
+            placed = {**placed, resource: t.gpu.count}
     requests = tuple(sorted((r, a) for r, a in placed.items() if a))
     selector = tuple(sorted(t.node_selector.items()))
     tolerations = t.tolerations + req.extra_tolerations
     node_labels = tuple(sorted(req.node_labels))
     constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu, req.memory_hint, req.avoid_gpus,
-                  req.dra_groups)
+                  req.dra_groups, dra)
     return PodNeed(
         key=req.key,
         charge=placed,
@@ -93,6 +102,7 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
         memory_hint=req.memory_hint,
         avoid_gpus=req.avoid_gpus,
         dra_groups=req.dra_groups,
+        dra=dra,
         constraint_key=intern(constraint) if intern is not None else -1,
         shape_key=intern((constraint, requests)) if intern is not None else -1,
     )
