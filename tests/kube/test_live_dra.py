@@ -129,3 +129,20 @@ def test_a_claim_already_reserved_for_the_pod_keeps_its_devices(apisim: ApiSim,
     assert _allocated(apisim, "late-gpus-ccccc") == ["gpu-2", "gpu-3"]
     [binding] = bindings(apisim, "late")
     assert binding.data["metadata"]["annotations"]["gpufleet.io/devices"] == '["GPU-dra-0-2", "GPU-dra-0-3"]'
+
+
+def test_two_equal_pods_racing_never_get_one_device(apisim: ApiSim,
+                                                    live_scheduler: Callable[..., Scheduler]) -> None:
+    _cluster(apisim, gpus=2)  # room for one pod's two GPUs
+    for name in ("first", "second"):
+        apisim.create(r.RESOURCE_CLAIMS, _claim(f"{name}-gpus-ddddd"))
+        apisim.create(r.PODS, _pod(name, f"{name}-gpus-ddddd"))
+    live_scheduler()
+    wait_until(lambda: any(bound_node(apisim, n) for n in ("first", "second")), what="one pod bound")
+    wait_until(lambda: all(scheduled_condition(apisim.get(r.PODS, NS, n)) is not None or bound_node(apisim, n)
+                           for n in ("first", "second")), what="the other pod evaluated")
+    bound = [n for n in ("first", "second") if bound_node(apisim, n)]
+    assert len(bound) == 1
+    waiting = "second" if bound == ["first"] else "first"
+    assert _allocated(apisim, f"{bound[0]}-gpus-ddddd") == ["gpu-0", "gpu-1"]
+    assert _allocated(apisim, f"{waiting}-gpus-ddddd") == [] and not bindings(apisim, waiting)
