@@ -214,7 +214,7 @@ def test_match_attribute_keeps_a_pods_devices_under_one_value() -> None:
 
 
 @pytest.mark.parametrize(("request_", "words"), [
-    (DeviceRequest("all", exactly=DeviceSelection("gpu.nvidia.com", allocation_mode="All")), "allocationMode All"),
+    (DeviceRequest("admin", exactly=DeviceSelection("gpu.nvidia.com", admin_access=True)), "adminAccess"),
     (DeviceRequest("nope", exactly=DeviceSelection("no-such-class")), "DeviceClass no-such-class"),
     (_gpus(1, "device.attributes['gpu.nvidia.com'].productName == 'B200'", name="b200"), "no device in the cluster"),
 ])
@@ -228,6 +228,25 @@ def test_what_cannot_be_planned_stays_pending_naming_the_claim_and_request(reque
     placer = make_placer(cluster, "gpufleet", random.Random(0))
     assert placer.place([p]) is None
     assert words in placer.explain(p)
+
+
+def test_allocation_mode_all_takes_every_matching_device_of_one_free_node() -> None:
+    cluster, catalog = _cluster_and_catalog(h100_nodes=2, a100_nodes=0)
+    catalog.templates = {"ml/all": _template("all", DeviceRequest(
+        "every", exactly=DeviceSelection("gpu.nvidia.com", allocation_mode="All")))}
+    placer = make_placer(cluster, "gpufleet", random.Random(0))
+    # A one-GPU pod on h100-1 first: that node's GPUs are no longer all free.
+    catalog.templates["ml/one"] = _template("one", _gpus(1))
+    assert placer.place([_claimed_pod(catalog, "ml/single", "one")]) is not None
+    busy = cluster.placements["ml/single"].node
+    first = _claimed_pod(catalog, "ml/all-1", "all")
+    assert first.template.gpu.count == 4
+    assert placer.place([first]) is not None
+    held = _held_keys(cluster, "ml/all-1")
+    assert cluster.placements["ml/all-1"].node != busy and len(set(held)) == 4 and {k[1] for k in held} == {
+        cluster.placements["ml/all-1"].node}
+    # No node has all its GPUs free any more.
+    assert placer.place([_claimed_pod(catalog, "ml/all-2", "all")]) is None
 
 
 def test_a_missing_template_is_named() -> None:

@@ -138,7 +138,7 @@ def test_pods_with_claims_trip_no_rule_about_gpu_requests(tmp_path: Path) -> Non
     assert {(f.object.name, f.rule) for f in findings} == {("plugin", "gpu-request-unsatisfiable")}
     [plugin] = findings
     # The DRA node's GPUs are not nvidia.com/gpu to a device-plugin pod: the closest offer says how they are given.
-    assert "Insufficient nvidia.com/gpu" in plugin.message
+    assert "node(s) offer GPUs through DRA claims only" in plugin.message
     assert "8x H100-SXM5-80GB (80 GiB) through DRA claims (gpu.nvidia.com)" in plugin.message
     assert "as nvidia.com/gpu" not in plugin.message
 

@@ -262,6 +262,8 @@ class _Option:
     kind: Literal["whole", "mig"]
     profile: str | None
     every: bool = False  # its devices are every device of its kind in the fleet
+    # allocationMode All: every matching device of one pool, which must all be free: the pools of one size
+    pools: tuple[frozenset[DeviceKey], ...] = ()
 
 
 def claimed_demand(kind: Literal["whole", "mig"], profile: str | None, count: int) -> GpuDemand:
@@ -278,10 +280,6 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
     problems: list[str] = []
     where = f"claim {claim} request {request_name}"
     for name, s in selections:
-        if s.allocation_mode == "All":
-            problems.append(f"{where}: allocationMode All is not planned by gpufleet (not implemented); ask for a "
-                            "count")
-            continue
         if s.admin_access:
             problems.append(f"{where}: adminAccess is not planned by gpufleet (not implemented)")
             continue
@@ -302,10 +300,27 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
             continue
         (kind, profile), = kinds
         assert kind is not None
-        out.append(_Option(name, matched.keys, s.count, kind, profile, matched.every))
+        if s.allocation_mode == "All":
+            out += _all_options(name, matched.keys, kind, profile)
+        else:
+            out.append(_Option(name, matched.keys, s.count, kind, profile, matched.every))
     if not out:
         return "; ".join(problems) or f"{where}: it asks for nothing"
     return out
+
+
+def _all_options(name: str, keys: frozenset[DeviceKey], kind: Literal["whole", "mig"],
+                 profile: str | None) -> list[_Option]:
+    """allocationMode All: the request takes every matching device of the pool (the node) it lands on, and fails
+    when one of them is taken. One option per pool size, smallest first: its count is that size, and its devices
+    are the pools of that size, each a group the pod must take whole."""
+    pools: dict[str, set[DeviceKey]] = {}
+    for key in keys:
+        pools.setdefault(key[1], set()).add(key)
+    by_size: dict[int, list[frozenset[DeviceKey]]] = {}
+    for pool in sorted(pools):
+        by_size.setdefault(len(pools[pool]), []).append(frozenset(pools[pool]))
+    return [_Option(name, keys, size, kind, profile, False, tuple(groups)) for size, groups in sorted(by_size.items())]
 
 
 def _kinds_text(kinds: set[tuple[Literal["whole", "mig"] | None, str | None]]) -> str:
@@ -408,6 +423,12 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
                     "different devices; gpufleet plans the requests of one pod on one set of devices (not "
                     "implemented)")
     count = sum(o.count for _, o in picked)
+    if any(o.pools for _, o in picked):
+        if len(picked) > 1 or constraints:
+            return (f"claim {first_claim} request {first.request}: allocationMode All beside other requests or "
+                    "constraints in one pod is not planned by gpufleet (not implemented)")
+        return DraChoice(claimed_demand(first.kind, first.profile, count), first.pools,
+                         (ClaimRequest(first_claim, first.request, count),))
     groups: tuple[frozenset[DeviceKey], ...] = (first.devices,)
     if first.every:
         # Every DRA device of its kind: no restriction to carry (placement keeps a claiming pod on DRA nodes'
