@@ -116,3 +116,12 @@ def test_a_gpu_pod_takes_the_device_plugin_first_then_the_classs_dra_devices(tmp
 def test_more_than_the_dra_devices_waits(tmp_path: Path) -> None:
     doc = _plan(tmp_path, DRA_NODE + QUEUES + _pod("big", 5))
     assert "ml/big" not in _admitted(doc)
+
+
+def test_a_classs_implicit_extended_resource_is_placed_on_its_devices(tmp_path: Path) -> None:
+    # No queue: Kueue would charge the implicit name, which no ClusterQueue here covers.
+    pod = _pod("implicit", 2).replace("nvidia.com/gpu: 2", "deviceclass.resource.kubernetes.io/gpu.nvidia.com: 2") \
+        .replace(", labels: {kueue.x-k8s.io/queue-name: q}", "")
+    doc = _plan(tmp_path, DRA_NODE + pod)
+    [placed] = _admitted(doc)["ml/implicit"]["pods"]
+    assert placed["node"] == "dra-node" and len(placed["claims"]) == 2

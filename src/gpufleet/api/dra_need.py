@@ -31,6 +31,10 @@ class DraChoice:
     # The device plugin's way, not a claim's: an extended resource a DeviceClass backs (extendedResourceName) is
     # tried first where a device plugin offers it.
     plugin: bool = False
+    # Requests of the pod this way meets with its devices instead (an extended resource named otherwise than the
+    # devices count under on a DRA node, as deviceclass.resource.kubernetes.io/<class>): placement does not ask
+    # a node for them.
+    drop_requests: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

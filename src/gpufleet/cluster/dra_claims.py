@@ -11,12 +11,12 @@ MIG devices of one profile) together with the DRA devices that may meet it. How:
    has one :class:`DraChoice` per combination of entries, best first, and placement takes the first that fits
    anywhere (as kube-scheduler does since 1.35, whatever its scorers prefer);
 3. a ``matchAttribute`` constraint splits the allowed devices into groups of one value: the devices a pod gets
-   all come from one group.
+   all come from one group; ``allocationMode: All`` takes a whole pool (node) of matching devices, all free.
 
 What a pod asks that this cannot express is refused with a reason naming the claim and the request (the pod stays
-pending with it, never placed without its devices): ``allocationMode: All``, ``adminAccess``, requests of one pod
-that select different devices or mix whole GPUs with MIG devices, constraints that cover only some requests,
-devices that are not NVIDIA GPUs or MIG devices, claims that are already allocated or that several pods share.
+pending with it, never placed without its devices): ``adminAccess``, ``All`` beside other requests, requests of one
+pod that select different devices or mix whole GPUs with MIG devices, constraints that cover only some requests,
+devices that are not NVIDIA GPUs or MIG devices, claims allocated to another pod before or that several pods share.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 NO_DRA_OBJECTS = ("its DRA claims cannot be planned: the input has no DRA objects (ResourceSlices, DeviceClasses, "
                   "ResourceClaimTemplates, ResourceClaims); live, the API server does not serve resource.k8s.io or "
                   "the scheduler may not list it (deploy/rbac.yaml)")
-MAX_CHOICES = 64  # combinations of firstAvailable entries tried per pod
+MAX_CHOICES = 64  # ways to meet a pod's claims kept, in the user's order
+MAX_COMBINATIONS = 512  # combinations of firstAvailable entries looked at per pod
 
 
 
@@ -163,18 +164,25 @@ class DraCatalog:
         return found, problem
 
 
-# device.attributes["domain"].name / device.capacity["domain"].name: what an expression reads of a device by name.
-_NAMED = re.compile(r"""device\.(attributes|capacity)\[\s*(['"])([^'"]+)\2\s*\]\.([A-Za-z_][A-Za-z0-9_]*)""")
-_WHOLE_MAP = re.compile(r"device\.(attributes|capacity)(?!\[\s*['\"][^'\"]+['\"]\s*\]\.[A-Za-z_])")
+# The only ways an expression may mention the device for the cache to key on what it reads: device.driver,
+# device.allowMultipleAllocations, and device.attributes["domain"].name / device.capacity["domain"].name with no
+# call after the name (a macro or method on the domain's map reads the whole map).
+_DEVICE = re.compile(r"\bdevice\b")
+_NAMED = re.compile(r"""device\.(attributes|capacity)\[(['"])([^'"\\]+)\2\]\.([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()""")
+_PLAIN = re.compile(r"device\.(driver|allowMultipleAllocations)\b(?!\s*\()")
 
 
 @lru_cache(maxsize=1024)
 def _reads(expression: str) -> frozenset[tuple[str, str]] | None:
-    """The (section, qualified name) pairs the expression reads, or None when it may read more (a whole map, a
-    map indexed without a name after it, ``in`` tests): then every attribute and capacity counts."""
-    if _WHOLE_MAP.search(expression):
+    """The (section, qualified name) pairs the expression reads, or None when that cannot be told for sure (any
+    mention of ``device`` in another form: spaces, brackets, a whole map, a macro): then every attribute and
+    capacity counts. Conservative by design: a wrong key would give a device another device's answer."""
+    named = list(_NAMED.finditer(expression))
+    plain = list(_PLAIN.finditer(expression))
+    starts = {m.start() for m in named} | {m.start() for m in plain}
+    if any(m.start() not in starts for m in _DEVICE.finditer(expression)):
         return None
-    return frozenset((m.group(1), f"{m.group(3)}/{m.group(4)}") for m in _NAMED.finditer(expression))
+    return frozenset((m.group(1), f"{m.group(3)}/{m.group(4)}") for m in named)
 
 
 def _content_key(expression: str, d: PublishedDevice) -> object:
@@ -397,17 +405,21 @@ def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim
             covered = c.requests or tuple(q.name for q in spec.requests)
             constraints.append((claim, covered, c.match_attribute))
     choices: list[DraChoice] = []
-    problems: list[str] = []
-    for combo in product(*(options for _, options in per_request)):
-        if len(choices) >= MAX_CHOICES:
+    problem: str | None = None
+    # Combinations tried, successes or not, are bounded: 32 requests of 8 entries each are 8**32 combinations.
+    for tried, combo in enumerate(product(*(options for _, options in per_request))):
+        if len(choices) >= MAX_CHOICES or tried >= MAX_COMBINATIONS:
             break
         made = _choice([(claim, o) for (claim, _), o in zip(per_request, combo, strict=True)], constraints, catalog)
         if isinstance(made, str):
-            problems.append(made)
+            problem = problem or made
         else:
             choices.append(made)
     if not choices:
-        return DraNeed(tuple(claim_names), problem=problems[0] if problems else "the claims ask for no device")
+        if problem is None:
+            problem = (f"none of the first {MAX_COMBINATIONS} combinations of the claims' firstAvailable entries "
+                       "can be planned" if per_request else "the claims ask for no device")
+        return DraNeed(tuple(claim_names), problem=problem)
     return DraNeed(tuple(claim_names), tuple(choices))
 
 
@@ -511,7 +523,9 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
     """Resolve the claims of every pod of ``workloads`` against the input (each pod's template gets its
     :class:`DraNeed` and, when it can be met, the demand of its first choice, as does its pod set's template);
     how many pods have claims."""
-    extended = extended_resources(manifests.device_classes) if manifests.resource_slices else {}
+    # Live, a pod placed on DRA devices through an extended resource needs the claim kube-scheduler creates for
+    # it (KEP-5004), which gpufleet does not create yet: the live scheduler leaves such pods to device plugins.
+    extended = extended_resources(manifests.device_classes) if manifests.resource_slices and not live else {}
     pods = [(w, p) for w in workloads for p in w.pods if p.template.resource_claims
             or (extended and p.node_name is None and any(r in extended for r in p.template.requests))]
     if not pods:
@@ -597,5 +611,6 @@ def extended_need(namespace: str, pod: str, template: PodTemplate, extended: Map
     # Its devices need no naming to placement: any DRA device of the class's kind will do (the class matches them
     # all), and only pods placed through DRA take DRA nodes' devices.
     groups = () if len(found) == len(catalog.every(kind, profile)) else (frozenset(d.key for d in found),)
-    dra = DraChoice(demand, groups, (ClaimRequest(claim, "container-0-request-0", count),))
+    dra = DraChoice(demand, groups, (ClaimRequest(claim, "container-0-request-0", count),),
+                    drop_requests=frozenset({resource} - {demand.resource}))
     return DraNeed((claim,), (DraChoice(template.gpu, (), (), plugin=True), dra))

@@ -24,7 +24,8 @@ are not admitted yet, and only while Kueue's DRA integration is on
 workload says so (:attr:`~gpufleet.cluster.workloads.Workload.claim_quota_note`).
 
 The charges are kept on the pod set (:attr:`~gpufleet.cluster.workloads.PodSet.claim_charges`): they are quota
-only. Placement never asks a node's allocatable for them: the claimed devices are placed through the claims.
+only. Placement counts the claimed devices its own way (as the resources a DRA node counts its devices under:
+gpufleet.scheduling.placement.need.with_claimed_devices), whatever name the mapping charges them under.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class PodSet:
     template: PodTemplate
     min_count: int | None = None
     # What its DRA claims add to each pod's quota, as Kueue's deviceClassMappings charge them
-    # (gpufleet.cluster.dra_quota): quota only, never asked of a node's allocatable.
+    # (gpufleet.cluster.dra_quota): quota only (placement counts the claimed devices its own way).
     claim_charges: tuple[ClaimCharge, ...] = ()
 
     @property

@@ -54,7 +54,7 @@ from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.pending import PendingReason
-from gpufleet.scheduling.placement.dra_results import claim_results, device_keys
+from gpufleet.scheduling.placement.dra_results import claim_results, device_keys, placed_kind
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,8 @@ def _claim_writes(world: World, key: str, node: str, devices: Sequence[str]) -> 
     pod = next((p for p in workload.pods if p.key == key), None) if workload is not None else None
     if pod is None or pod.template.dra is None:
         return ()
-    results = claim_results(pod.template.dra, device_keys(world.cluster, node, devices))
+    results = claim_results(pod.template.dra, device_keys(world.cluster, node, devices),
+                            placed_kind(world.cluster, node, devices))
     by_claim: dict[str, list[ClaimResult]] = {}
     for res in results:
         by_claim.setdefault(res.claim, []).append(res)

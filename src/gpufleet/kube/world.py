@@ -201,21 +201,32 @@ def account(cluster: ClusterState, entry: PodEntry, claimed: frozenset[DeviceKey
     if node is None or entry.pod is None:
         return False
     t = entry.pod.template
-    tries = []
+    tries: list[tuple[list[DeviceGrant] | None, dict[str, int]]] = []
     if claimed:
-        tries.append(keyed_grants(node, claimed))
+        # Its claimed devices, charged as the resources a DRA node counts them under (as placement charges them).
+        grants = keyed_grants(node, claimed)
+        tries.append((grants, {**t.requests, **_grant_resources(node, grants or [])}))
     if entry.devices is not None:
-        tries.append(grants_from_ids(node, t.gpu, entry.devices))
-    tries += [first_free_grants(node, t.gpu), []]
-    for grants in tries:
+        tries.append((grants_from_ids(node, t.gpu, entry.devices), t.requests))
+    tries += [(first_free_grants(node, t.gpu), t.requests), ([], t.requests)]
+    for grants, requests in tries:
         if grants is None:
             continue
         try:
-            cluster.allocate(entry.key, node.name, t.requests, grants)
+            cluster.allocate(entry.key, node.name, requests, grants)
             return True
         except InvariantError:
             continue
     return False
+
+
+def _grant_resources(node: NodeState, grants: list[DeviceGrant]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for g in grants:
+        gpu = node.gpus[g.gpu]
+        resource = gpu.mig[g.slot].resource if g.kind == "mig" else gpu.resource
+        out[resource] = out.get(resource, 0) + 1
+    return out
 
 
 def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerConfig, parse: ParseCache,
@@ -266,7 +277,8 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
     # Recorded devices first: they are facts (or our own earlier choices); first-fit only fills around them.
     holders = [e for e in pods.values() if e.holds_capacity]
     claimed = held_by_claims(world, holders)
-    for e in sorted(holders, key=lambda e: (e.devices is None, e.key)):
+    # Pods whose claims name their devices first, then recorded devices: facts before first-fit guesses.
+    for e in sorted(holders, key=lambda e: (e.key not in claimed, e.devices is None, e.key)):
         if not account(cluster, e, claimed.get(e.key)):
             world.unaccounted.append(e.key)
             log.warning("pod %s on %s: its resources could not be charged there", e.key, e.node)

@@ -15,7 +15,7 @@ from gpufleet.cluster.free_devices import first_free_grants
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
 from gpufleet.scheduling.placement.dra import dra_problem, first_dra_grants, over_choices, with_choice
 from gpufleet.scheduling.placement.filters import pod_unfit_reason
-from gpufleet.scheduling.placement.need import compile_need
+from gpufleet.scheduling.placement.need import compile_need, with_claimed_devices
 from gpufleet.scheduling.placement.victims import smallest_victims
 from gpufleet.scheduling.types import PodRequest, TopologyRequest
 
@@ -34,7 +34,8 @@ class FirstFitPlacer:
                 grants = (first_dra_grants(compile_need(pod), node) if pod.dra_groups
                           else first_free_grants(node, pod.template.gpu))
                 assert grants is not None, "the fit check passed, so the devices are there"
-                return self.cluster.allocate(pod.key, node.name, pod.template.requests, grants)
+                return self.cluster.allocate(pod.key, node.name,
+                                             with_claimed_devices(pod.template, pod.template.requests), grants)
         return None
 
     def _place_all(self, pods: Sequence[PodRequest], nodes: Sequence[NodeState]) -> list[Placement] | None:

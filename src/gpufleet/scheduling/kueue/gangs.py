@@ -19,6 +19,7 @@ from gpufleet.cluster.state import ClusterState, Placement
 from gpufleet.cluster.workloads import WorkloadPod
 from gpufleet.scheduling.kueue.info import PodSetRequest, WorkloadInfo
 from gpufleet.scheduling.memory import MemoryBook
+from gpufleet.scheduling.placement.need import with_claimed_devices
 from gpufleet.scheduling.types import Placer, PodRequest, TopologyRequest
 
 _TOLERATE_ALL = (Toleration(operator="Exists"),)
@@ -163,7 +164,8 @@ class GangPlacer:
         recorded = recorded_grants(cluster.nodes[node], pod.template.gpu, pod.template.annotations)
         if recorded is not None:
             try:
-                return cluster.allocate(pod.key, node, pod.template.requests, recorded)
+                return cluster.allocate(pod.key, node, with_claimed_devices(pod.template, pod.template.requests),
+                                        recorded)
             except InvariantError:
                 pass  # another pod's record (or a stale one) holds them: chosen below instead
         pinned = replace(pod.template, node_selector={HOSTNAME_LABEL: node}, required_affinity=(),

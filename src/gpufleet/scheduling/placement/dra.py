@@ -108,6 +108,8 @@ def with_choice(pods: Sequence[PodRequest], index: int) -> list[PodRequest] | No
         used = used or index < len(need.choices)
         choice = need.choices[min(index, len(need.choices) - 1)]
         template = replace(p.template, gpu=choice.demand, dra=None if choice.plugin else need)
+        if choice.drop_requests:
+            template.requests = {k: v for k, v in template.requests.items() if k not in choice.drop_requests}
         out.append(replace(p, template=template, dra_groups=choice.groups))
     return out if used or index == 0 else None
 

@@ -8,11 +8,12 @@ keys are indistinguishable to placement, which is what lets the equivalence-clas
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.api.gpushare import placed_requests
-from gpufleet.api.objects import CPU, HOSTNAME_LABEL, MEMORY, GpuDemand, NodeSelectorTerm, Toleration
+from gpufleet.api.objects import CPU, HOSTNAME_LABEL, MEMORY, GpuDemand, NodeSelectorTerm, PodTemplate, Toleration
 from gpufleet.cluster.free_devices import demand_resource
 from gpufleet.scheduling.types import PodRequest
 
@@ -69,17 +70,23 @@ class Interner:
         return i
 
 
+def with_claimed_devices(t: PodTemplate, requests: Mapping[str, int]) -> dict[str, int]:
+    """``requests`` plus the devices the pod's DRA claims give it, as the resources a DRA node counts them under
+    (placed as the device plugin's pods are: filters, scorers and the node's usage read the same numbers)."""
+    out = dict(requests)
+    if t.dra is not None and t.gpu.kind in ("gpu", "mig"):
+        resource = demand_resource(t.gpu)
+        if resource is not None and resource not in out:
+            out[resource] = t.gpu.count
+    return out
+
+
 def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
     """The pod's need; without an ``intern``, its keys are -1 (a one-off check that caches nothing)."""
     t = req.template
     placed = placed_requests(t.requests, t.gpu.kind == "fraction")  # quota-only resources left out
     dra = t.dra is not None
-    if dra and t.gpu.kind in ("gpu", "mig"):
-        # Placed as the device plugin's pods are: its claimed devices counted in the node's resources
-        # (a DRA node's NodeState advertises them), so filters and scorers read the same numbers.
-        resource = demand_resource(t.gpu)
-        if resource is not None and resource not in placed:
-            placed = {**placed, resource: t.gpu.count}
+    placed = with_claimed_devices(t, placed)
     requests = tuple(sorted((r, a) for r, a in placed.items() if a))
     selector = tuple(sorted(t.node_selector.items()))
     tolerations = t.tolerations + req.extra_tolerations
