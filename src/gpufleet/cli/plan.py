@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpufleet.api.dra_need import DraNeed
 from gpufleet.cli import console
 from gpufleet.cli.options import (
     EXIT_FINDINGS,
@@ -70,8 +71,9 @@ def dra_nodes(result: PlanResult) -> list[DraNodeSummary]:
 
 def plan_document(result: PlanResult) -> dict[str, Any]:
     charged = _claim_charges(result)
+    needs = pod_needs((p.key, p.template.dra) for w in result.workloads for p in w.pods)
     doc: dict[str, Any] = {"quotaOnly": quota_only(result),
-                           "cycles": [{"admitted": [_with_claim_quota(_admitted_json(a, result), charged)
+                           "cycles": [{"admitted": [_with_claim_quota(_admitted_json(a, result, needs), charged)
                                                     for a in c.decisions.admitted],
                                        "preempted": [p.to_json() for p in c.decisions.preempted],
                                        "pending": [p.to_json() for p in c.pending]} for c in result.cycles],
@@ -83,10 +85,9 @@ def plan_document(result: PlanResult) -> dict[str, Any]:
     return doc
 
 
-def _admitted_json(a: AdmittedWorkload, result: PlanResult) -> dict[str, Any]:
+def _admitted_json(a: AdmittedWorkload, result: PlanResult, needs: dict[str, DraNeed]) -> dict[str, Any]:
     """An admission as JSON; a pod placed through DRA claims lists its claims' allocation results (``claims``)."""
     out = a.to_json()
-    needs = pod_needs((p.key, p.template.dra) for w in result.workloads for p in w.pods)
     if not needs:
         return out
     cluster = result.policy.cluster if result.policy is not None else None

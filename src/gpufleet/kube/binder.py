@@ -238,14 +238,14 @@ class Binder:
 
     # --- its DRA claims (kube-scheduler's PreBind and Unreserve) ----------------------------------------------
 
-    def _reserve_claims(self, p: PodBind, added: set[str] | None = None) -> tuple[BindState, str] | None:
+    def _reserve_claims(self, p: PodBind, added: set[str]) -> tuple[BindState, str] | None:
         """Allocate and reserve each of the pod's claims for it; None when all are, else the pod's state
         ("unbound": its Binding is never sent) and why. ``added`` collects the claims (``namespace/name``) whose
         finalizer this call wrote, so that releasing them may take it off again."""
         if p.claims and not p.uid:
             return "unbound", "a pod without a uid cannot be named in a claim's reservedFor"
         for claim in p.claims:
-            refused = self._reserve_claim(p, claim, set() if added is None else added)
+            refused = self._reserve_claim(p, claim, added)
             if refused is not None:
                 return refused
         return None

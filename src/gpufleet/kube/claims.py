@@ -17,6 +17,7 @@ finalizer, only once nothing is allocated).
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -91,7 +92,7 @@ def judge(claim: Mapping[str, Any], results: Iterable[ClaimResult], pod_uid: str
 def with_finalizer(claim: Mapping[str, Any]) -> JsonDict:
     """The claim with the delete-protection finalizer, for a PUT guarded by its resourceVersion: a merge patch
     would replace the whole list, racing another controller's finalizer."""
-    body: JsonDict = _copy(claim)
+    body: JsonDict = copy.deepcopy(dict(claim))
     meta = body.setdefault("metadata", {})
     meta["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
     return body
@@ -101,7 +102,7 @@ def reserved(claim: Mapping[str, Any], results: Iterable[ClaimResult], node: str
              pod_uid: str) -> JsonDict:
     """The claim with its allocation (when it has none) and the pod appended to ``reservedFor``, for a PUT of
     the status subresource guarded by the claim's resourceVersion."""
-    body: JsonDict = _copy(claim)
+    body: JsonDict = copy.deepcopy(dict(claim))
     status = body.get("status") or {}
     body["status"] = status
     if not status.get("allocation"):
@@ -165,7 +166,7 @@ def release(client: KubeClient, namespace: str, name: str, pod_uid: str, *, drop
             entries = consumers(claim)
             keep = [e for e in entries if e.get("uid") != pod_uid]
             if len(keep) < len(entries):
-                body: JsonDict = _copy(claim)
+                body: JsonDict = copy.deepcopy(dict(claim))
                 new_status = dict(status)
                 if keep:
                     new_status["reservedFor"] = keep
@@ -180,7 +181,7 @@ def release(client: KubeClient, namespace: str, name: str, pod_uid: str, *, drop
                 continue
             finalizers = list((claim.get("metadata") or {}).get("finalizers") or [])
             if FINALIZER in finalizers and not status.get("allocation") and (deallocated or drop_finalizer):
-                body = _copy(claim)
+                body = copy.deepcopy(claim)
                 body["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER]
                 claim = client.replace(RESOURCE_CLAIMS, body, namespace)
                 continue
@@ -213,7 +214,7 @@ def release_all(client: KubeClient, claims: Iterable[str], pod_uid: str, *, why:
 
 
 def _claim_config(config: Mapping[str, Any]) -> JsonDict:
-    out: JsonDict = {"source": "FromClaim", "opaque": _copy(config["opaque"])}
+    out: JsonDict = {"source": "FromClaim", "opaque": copy.deepcopy(config["opaque"])}
     if config.get("requests"):
         out["requests"] = list(config["requests"])
     return out
@@ -221,11 +222,3 @@ def _claim_config(config: Mapping[str, Any]) -> JsonDict:
 
 def _describe(keys: list[ResultKey]) -> str:
     return ", ".join(f"{driver}/{pool}/{device}" for _, driver, pool, device in keys) or "no device"
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.api.dra_need import ClaimResult
+from gpufleet.api.dra_need import ClaimResult, DraNeed
 from gpufleet.api.errors import shown
 from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import beside, gangs, planner
@@ -54,7 +54,7 @@ from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.pending import PendingReason
-from gpufleet.scheduling.placement.dra_results import claim_results, device_keys, placed_kind
+from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
 
 log = logging.getLogger(__name__)
 
@@ -125,24 +125,14 @@ def pending_reason(info: WorkloadInfo | None) -> str:
     return info.pending
 
 
-def _claim_writes(world: World, key: str, node: str, devices: Sequence[str]) -> tuple[ClaimWrite, ...]:
+def _claim_writes(needs: dict[str, DraNeed], world: World, key: str, node: str,
+                  devices: Sequence[str]) -> tuple[ClaimWrite, ...]:
     """What the binder writes on the pod's DRA claims before its Binding: each claim's allocation results (the
     devices placement gave the pod, handed to the claims' requests); none for a pod without claims."""
-    if not world.dra.resource_claims:
-        return ()
-    entry = world.pods[key]
-    if entry.pod is None or not entry.pod.template.resource_claims:
-        return ()
-    workload = next((w for w in world.workloads if w.key == world.workload_of.get(key)), None)
-    pod = next((p for p in workload.pods if p.key == key), None) if workload is not None else None
-    if pod is None or pod.template.dra is None:
-        return ()
-    results = claim_results(pod.template.dra, device_keys(world.cluster, node, devices),
-                            placed_kind(world.cluster, node, devices))
     by_claim: dict[str, list[ClaimResult]] = {}
-    for res in results:
+    for res in assignment_claims(needs, world.cluster, key, node, devices):
         by_claim.setdefault(res.claim, []).append(res)
-    return tuple(ClaimWrite(claim.split("/", 1)[0], claim.split("/", 1)[1], tuple(found))
+    return tuple(ClaimWrite(claim.partition("/")[0], claim.partition("/")[2], tuple(found))
                  for claim, found in by_claim.items())
 
 
@@ -486,26 +476,30 @@ class CycleRunner:
 
     def _jobs(self, world: World, plan: planner.Plan, repairs: Iterable[gangs.GangAction]) -> list[BindJob]:
         jobs: list[BindJob] = []
+        # The pods' resolved DRA claims, once per cycle (none to look up without DRA claims in the cluster).
+        needs = pod_needs((p.key, p.template.dra) for w in world.workloads for p in w.pods) \
+            if world.dra.resource_claims else {}
         for action in repairs:
             if action.kind == "complete":
-                jobs.append(BindJob(action.workload, tuple(self._pod_bind(world, k, True) for k in action.pods)))
+                jobs.append(BindJob(action.workload,
+                                    tuple(self._pod_bind(world, needs, k, True) for k in action.pods)))
         for admitted in plan.admitted:
             members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
             gang = len(admitted.pods) > 1
-            pods = tuple(self._pod_bind(world, p.pod, gang) for p in members
+            pods = tuple(self._pod_bind(world, needs, p.pod, gang) for p in members
                          if world.pods[p.pod].node is None and not world.pods[p.pod].bound)
             if pods:
                 jobs.append(BindJob(admitted.workload, pods))
         return jobs
 
-    def _pod_bind(self, world: World, key: str, gang: bool) -> PodBind:
+    def _pod_bind(self, world: World, needs: dict[str, DraNeed], key: str, gang: bool) -> PodBind:
         entry = world.pods[key]
         placement = world.cluster.placements[key]
         node = world.cluster.nodes[placement.node]
         visible = visible_devices(node, placement.grants)
         devices = placement.device_ids
         return PodBind(key, entry.uid, placement.node, devices, visible, gang or bool(devices), entry.raw,
-                       claims=_claim_writes(world, key, placement.node, devices))
+                       claims=_claim_writes(needs, world, key, placement.node, devices))
 
     def _victims(self, world: World, plan: planner.Plan, actions: Iterable[gangs.GangAction]) -> list[Victim]:
         out: list[Victim] = []

@@ -30,6 +30,7 @@ from gpufleet.kube.client import KubeClient
 from gpufleet.kube.errors import KubeError, NotFound, TooManyRequests
 from gpufleet.kube.recorder import Recorder
 from gpufleet.kube.resources import PODS
+from gpufleet.kube.world import TERMINAL_PHASES
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 log = logging.getLogger(__name__)
@@ -149,5 +150,5 @@ class Evictor:
                      "controller", ns, name, e)
             return False
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        return (meta.get("uid") != uid or status.get("phase") in ("Succeeded", "Failed")
+        return (meta.get("uid") != uid or status.get("phase") in TERMINAL_PHASES
                 or bool(meta.get("deletionTimestamp") and not spec.get("nodeName")))

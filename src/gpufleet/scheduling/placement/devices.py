@@ -25,7 +25,7 @@ from gpufleet.cluster.free_devices import (
     replica_gpus,
 )
 from gpufleet.cluster.state import NodeState
-from gpufleet.scheduling.placement.dra import dra_group, free_keyed
+from gpufleet.scheduling.placement.dra import group_free
 from gpufleet.scheduling.placement.filters import allowed_gpus, replica_room
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.placement.nodeview import NodeView, gpu_free_milli
@@ -84,8 +84,7 @@ def _whole(need: PodNeed, node: NodeState, resource: str, policy: WholePolicy) -
     ok = allowed_gpus(need, node)
     free = [i for i in free_whole(node, resource) if ok(i)]
     if need.dra_groups:
-        group = dra_group(need, node) or frozenset()
-        free = [i for i, _, key in free_keyed(need, node) if key in group and ok(i)]
+        free = [i for i, _, _ in group_free(need, node) or () if ok(i)]
     count = need.gpu.count
     if len(free) < count:
         raise NoDevice(f"{node.name}: {count} whole GPUs asked, {len(free)} free")
@@ -119,9 +118,7 @@ def _mig(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
     ok = allowed_gpus(need, node)
     grants = [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, need.gpu.memory_mib) if ok(i)]
     if need.dra_groups:
-        group = dra_group(need, node) or frozenset()
-        grants = [DeviceGrant("mig", i, k) for i, k, key in free_keyed(need, node)
-                  if k is not None and key in group and ok(i)]
+        grants = [DeviceGrant("mig", i, k) for i, k, _ in group_free(need, node) or () if k is not None and ok(i)]
     if len(grants) < need.gpu.count:
         raise NoDevice(f"{node.name}: {need.gpu.count} instances of {resource} asked, {len(grants)} free")
     return grants[: need.gpu.count]

@@ -52,12 +52,14 @@ def free_keyed(need: PodNeed, node: NodeState) -> list[tuple[int, int | None, De
     return out
 
 
-def dra_group(need: PodNeed, node: NodeState) -> frozenset[DeviceKey] | None:
-    """The first of the pod's device groups with enough free devices on the node (None: none has)."""
-    free = [key for _, _, key in free_keyed(need, node)]
+def group_free(need: PodNeed, node: NodeState) -> list[tuple[int, int | None, DeviceKey]] | None:
+    """The node's free devices of the first of the pod's groups that has enough of them, in placement's order
+    (None: no group has)."""
+    free = free_keyed(need, node)
     for group in need.dra_groups:
-        if sum(1 for key in free if key in group) >= need.gpu.count:
-            return group
+        mine = [entry for entry in free if entry[2] in group]
+        if len(mine) >= need.gpu.count:
+            return mine
     return None
 
 
@@ -79,7 +81,7 @@ class DraDevices:
                 return "node(s) offer GPUs through DRA claims only"
             if need.dra and not through_dra:
                 return "node(s) offer GPUs through the device plugin only"
-        if not need.dra_groups or dra_group(need, node) is not None:
+        if not need.dra_groups or group_free(need, node) is not None:
             return None
         return "node(s) had too few free devices that the pod's DRA claims select"
 
@@ -130,8 +132,7 @@ def over_choices(pods: Sequence[PodRequest], attempt: Callable[[list[PodRequest]
 
 def first_dra_grants(need: PodNeed, node: NodeState) -> list[DeviceGrant] | None:
     """The node's first free devices the pod's claims allow, from its first group with enough (None: none)."""
-    group = dra_group(need, node)
-    if group is None:
+    free = group_free(need, node)
+    if free is None:
         return None
-    chosen = [(i, k) for i, k, key in free_keyed(need, node) if key in group][: need.gpu.count]
-    return [DeviceGrant("whole", i) if k is None else DeviceGrant("mig", i, k) for i, k in chosen]
+    return [DeviceGrant("whole", i) if k is None else DeviceGrant("mig", i, k) for i, k, _ in free[: need.gpu.count]]
