@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from gpufleet.api.dra_parse import MAX_DEVICES_PER_SLICE
 from gpufleet.api.manifests import Manifests, load_manifests
 from gpufleet.cli.main import app
 from gpufleet.cluster.devices import GpuSlot
 from gpufleet.cluster.state import ClusterState
 from gpufleet.gpu.mig import MigPlacement, enumerate_maximal_layouts, geometry_for, resource_name_for_profile
-from gpufleet.node.dra_slices import DRIVER, MAX_DEVICES_PER_SLICE, build_slices
+from gpufleet.node.dra_slices import DRIVER, build_slices
 from gpufleet.node.nvml_fake import FakeMachineSpec, load_machine_spec
 from gpufleet.scheduling.placement.dra import slot_key
 from tests.node.machines import MIG_MIXED, WHOLE_8, write_machine

@@ -12,12 +12,11 @@ import kubernetes_validate
 import pytest
 from machines import MIG_MIXED, WHOLE_8, write_machine
 
+from gpufleet.api.dra_parse import MAX_ATTRIBUTES_AND_CAPACITIES, MAX_DEVICES_PER_SLICE
 from gpufleet.gpu.mig import geometry_for
 from gpufleet.node.contract import Machine
 from gpufleet.node.dra_slices import (
     DRIVER,
-    MAX_ATTRIBUTES_AND_CAPACITIES,
-    MAX_DEVICES_PER_SLICE,
     PCI_BUS_ID,
     build_slices,
     devices,

@@ -34,6 +34,7 @@ from gpufleet.api.limits import MAX_GPUS_PER_NODE
 from gpufleet.api.objects import GPU, Node
 from gpufleet.gpu.catalog import DEFAULT_CATALOG, AmbiguousModelError
 from gpufleet.gpu.constants import SHARED_GPU
+from gpufleet.gpu.mig import RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
 from gpufleet.gpu.mig import MigError, MigPlacement, check_layout, geometry_for
 
 _GPU_NAME = re.compile(r"^gpu-([0-9]{1,6})$")
@@ -288,7 +289,7 @@ def _nvidia_gpus(entries: list[tuple[ResourceSlice, Device]], problems: Problems
 
 def _device_plugin_resources(node: Node) -> dict[str, int]:
     return {k: v for k, v in node.allocatable.items()
-            if v > 0 and (k in (GPU, SHARED_GPU) or k.startswith("nvidia.com/mig-"))}
+            if v > 0 and (k in (GPU, SHARED_GPU) or k.startswith(MIG_RESOURCE_PREFIX))}
 
 
 def attach_dra_gpus(nodes: Sequence[Node], slices: Sequence[ResourceSlice], problems: Problems) -> int:

@@ -15,6 +15,7 @@ Nothing here allocates: claims are read and kept, and a later step turns them in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -25,6 +26,8 @@ from gpufleet.api.objects import ObjectMeta
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")  # v1 first: the version to write
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
+# A DNS subdomain (a driver, a pool name's parts, a qualified name's prefix): lower-case labels joined by dots.
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 AttributeType = Literal["int", "bool", "string", "version"]
 AllocationMode = Literal["ExactCount", "All"]

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any, cast
 
 from gpufleet.api.dra_objects import (
+    DNS_SUBDOMAIN,
     DRA_GROUP,
     AllocatedDevice,
     ClaimAllocation,
@@ -60,7 +61,6 @@ MAX_STRING_ATTRIBUTE = 64
 _ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 _LIST_ATTRIBUTE_TYPES = ("ints", "bools", "strings", "versions")
 _SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 _NODE_SELECTIONS: tuple[NodeSelection, ...] = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 
@@ -81,7 +81,7 @@ def _check_fields(r: FieldReader, kind: str) -> str:
 def _qualified_name_ok(name: str) -> bool:
     """A QualifiedName: a C identifier of at most 32 characters, optionally after a DNS subdomain and '/'."""
     domain, sep, ident = name.rpartition("/")
-    if sep and (len(domain) > 63 or not _DNS_SUBDOMAIN.match(domain)):
+    if sep and (len(domain) > 63 or not DNS_SUBDOMAIN.match(domain)):
         return False
     return _IDENTIFIER.match(ident) is not None
 
@@ -252,7 +252,7 @@ def parse_resource_slice(r: FieldReader) -> ResourceSlice | None:
     if meta is None or spec is None:
         return None
     driver = spec.text("driver", required=True)
-    if driver is not None and (len(driver) > 63 or not _DNS_SUBDOMAIN.match(driver)):
+    if driver is not None and (len(driver) > 63 or not DNS_SUBDOMAIN.match(driver)):
         spec.error(f"driver {shown(driver)} is not a DNS subdomain of at most 63 characters", "driver",
                    fix="name the driver by its domain, e.g. gpu.nvidia.com")
         driver = None
@@ -263,7 +263,7 @@ def parse_resource_slice(r: FieldReader) -> ResourceSlice | None:
         generation = pool_r.integer("generation", 0, minimum=0)
         count = pool_r.integer("resourceSliceCount", required=True, minimum=1)
         if pool_name is not None and (len(pool_name) > 253
-                                      or not all(_DNS_SUBDOMAIN.match(p) for p in pool_name.split("/"))):
+                                      or not all(DNS_SUBDOMAIN.match(p) for p in pool_name.split("/"))):
             pool_r.error(f"pool name {shown(pool_name)} is not one or more DNS subdomains separated by '/'", "name",
                          fix="NVIDIA's driver names the pool after the node")
             pool_name = None

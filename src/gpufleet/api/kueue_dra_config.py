@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from gpufleet.api.dra_objects import DNS_SUBDOMAIN
 from gpufleet.api.errors import LEFT_OUT
 from gpufleet.api.objects import DRA_GATES, DeviceClassMapping
 from gpufleet.api.reader import FieldReader
@@ -25,7 +26,6 @@ MAX_MAPPINGS = 16  # Kueue's validation: TooMany above 16 mappings
 MAX_CLASSES_PER_MAPPING = 8
 MAX_NAME = 253
 
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _QUALIFIED = ("an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.' that start and "
               "end with a letter or digit")
@@ -36,7 +36,7 @@ def qualified_name(text: str) -> bool:
     if len(text) > MAX_NAME:
         return False
     prefix, slash, name = text.rpartition("/")
-    if slash and (not prefix or len(prefix) > MAX_NAME or not _PREFIX.match(prefix)):
+    if slash and (not prefix or len(prefix) > MAX_NAME or not DNS_SUBDOMAIN.match(prefix)):
         return False
     return 0 < len(name) <= 63 and bool(_NAME.match(name))
 

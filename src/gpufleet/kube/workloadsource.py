@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from gpufleet.api.dra_objects import DRA_VERSIONS
 from gpufleet.api.workloadkinds.table import versions_of
 from gpufleet.kube import resources as r
 from gpufleet.kube.client import KubeClient
@@ -65,7 +66,7 @@ def dra_resources(client: KubeClient, discovery: Discovery | None = None) -> tup
     discovery = discovery or Discovery(client)
     found: list[ResourceType] = []
     for res in r.DRA_RESOURCES:
-        served = discovery.find(res.group, res.kind, ("v1", "v1beta2", "v1beta1"))
+        served = discovery.find(res.group, res.kind, DRA_VERSIONS)
         if served is None:
             log.info("DRA not served (no %s in resource.k8s.io): pods with resource claims wait", res.kind)
             return ()

@@ -32,17 +32,18 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from gpufleet.api.dra_objects import NVIDIA_GPU_DRIVER
+from gpufleet.api.dra_parse import MAX_DEVICES_PER_SLICE, MAX_STRING_ATTRIBUTE
 from gpufleet.gpu.catalog import family_for
 from gpufleet.gpu.mig import MigError, MigProfile, geometry_for
 from gpufleet.node.contract import Gpu, Machine, MigDevice
 
 JsonDict = dict[str, Any]
 
-DRIVER = "gpu.nvidia.com"
+# The API's limits and NVIDIA's driver name, as the reader checks them (one definition, so what the agent publishes
+# is what gpufleet reads back).
+DRIVER = NVIDIA_GPU_DRIVER
 API_VERSION = "resource.k8s.io/v1"
-MAX_DEVICES_PER_SLICE = 128  # ResourceSliceMaxDevices (reference §1.1)
-MAX_ATTRIBUTES_AND_CAPACITIES = 32  # per device, attributes and capacities together (reference §1.1)
-MAX_STRING_ATTRIBUTE = 64  # a string or version attribute's longest value
 MAX_NAME = 253  # a DNS subdomain: the longest object name
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"  # the standard attribute NVIDIA moved to in v25.12.0
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
