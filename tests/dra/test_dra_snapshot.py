@@ -122,3 +122,53 @@ def test_a_running_pods_allocated_devices_stay_held(tmp_path: Path) -> None:
     # The pending pod's claim has the name its status gives, not one gpufleet made up.
     assert {c["claim"] for c in six} == {"ml/six-gpus-q2w9z"}
 
+
+
+def _allocated_claim(name: str, devices: range, reserved_for: str | None) -> str:
+    results = "".join(f"\n      - {{request: gpus, driver: gpu.nvidia.com, pool: n1, device: gpu-{i}}}"
+                      for i in devices)
+    reserved = (f"\n  reservedFor: [{{resource: pods, name: {reserved_for}, uid: u-{reserved_for}}}]"
+                if reserved_for else "")
+    return f"""---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: {name}, namespace: ml}}
+spec:
+  devices:
+    requests:
+    - name: gpus
+      exactly: {{deviceClassName: gpu.nvidia.com, count: {len(devices)}}}
+status:
+  allocation:
+    devices:
+      results:{results}
+    nodeSelector:
+      nodeSelectorTerms:
+      - matchFields: [{{key: metadata.name, operator: In, values: [n1]}}]{reserved}
+"""
+
+
+def _created(pod: str, when: str) -> str:
+    return pod.replace("namespace: ml}", f"namespace: ml, creationTimestamp: '{when}'}}", 1)
+
+
+def test_a_pending_pods_allocated_claim_keeps_its_devices_from_earlier_pods(tmp_path: Path) -> None:
+    # "late" was allocated gpu-2..gpu-7 (its Binding has not landed); "early", ahead of it in the queue, asks six
+    # GPUs too: kube-scheduler's allocator counts allocated devices as in use, so early waits and late keeps them.
+    doc = _plan(tmp_path, _allocated_claim("late-gpus-abcde", range(2, 8), "late"),
+                _created(_pod("early", "six", made="early-gpus-fghij"), "2026-01-01T00:00:00Z"),
+                _created(_pod("late", "six", made="late-gpus-abcde"), "2026-01-01T01:00:00Z"))
+    admitted = _admitted(doc)
+    assert sorted(c["device"] for c in admitted["ml/late"]["claims"]) == [f"gpu-{i}" for i in range(2, 8)]
+    assert "ml/early" not in admitted
+    [early] = [p for p in doc["cycles"][-1]["pending"] if p["workload"] == "ml/early"]
+    assert "allocated" in json.dumps(early)
+
+
+def test_devices_of_a_claim_allocated_for_no_pod_are_not_offered(tmp_path: Path) -> None:
+    # An allocated claim whose pod is gone keeps its devices until it is deallocated, as kube-scheduler counts it.
+    doc = _plan(tmp_path, _allocated_claim("orphan-gpus", range(2, 5), None),
+                _pod("six", "six", made="six-gpus-q2w9z"), _pod("two", "two", made="two-gpus-klmno"))
+    admitted = _admitted(doc)
+    assert "ml/six" not in admitted
+    assert sorted(c["device"] for c in admitted["ml/two"]["claims"]) == ["gpu-5", "gpu-6"]

@@ -5,14 +5,22 @@ pod whose claim the controller has not created yet waiting."""
 
 from __future__ import annotations
 
+import copy
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kube_apisim import ApiSim
 from live_env import NS, bindings, bound_node, scheduled_condition, wait_until
 
+from gpufleet.api.objects import SchedulerConfig
 from gpufleet.kube import resources as r
+from gpufleet.kube.annotations import Intent
+from gpufleet.kube.assumed import AssumedPods
+from gpufleet.kube.informer import CacheSnapshot
+from gpufleet.kube.parsing import ParseCache
 from gpufleet.kube.scheduler import Scheduler
+from gpufleet.kube.world import assemble
 
 JsonDict = dict[str, Any]
 CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
@@ -146,3 +154,30 @@ def test_two_equal_pods_racing_never_get_one_device(apisim: ApiSim,
     waiting = "second" if bound == ["first"] else "first"
     assert _allocated(apisim, f"{bound[0]}-gpus-ddddd") == ["gpu-0", "gpu-1"]
     assert _allocated(apisim, f"{waiting}-gpus-ddddd") == [] and not bindings(apisim, waiting)
+
+
+def _world_snapshot(objects: dict[r.ResourceType, list[JsonDict]]) -> CacheSnapshot:
+    out: dict[str, dict[str, JsonDict]] = {}
+    for i, (res, items) in enumerate(objects.items()):
+        for j, o in enumerate(items):
+            o = copy.deepcopy(o)
+            o["metadata"]["resourceVersion"] = f"{i}{j}"
+            out.setdefault(res.key, {})[res.object_key(o)] = o
+    return CacheSnapshot(1, out)
+
+
+def test_a_pod_sent_to_its_devices_holds_them_before_its_claim_shows_allocated() -> None:
+    # The window a cycle can fall in: the pod is assumed at its devices (Binding in flight) but the cache still
+    # shows its claim unallocated. Its devices must not look free to the next pod.
+    snap = _world_snapshot({r.NODES: [_node("dra-0")], r.DEVICE_CLASSES: [CLASS],
+                            r.RESOURCE_SLICES: [_slice("dra-0", 2)],
+                            r.RESOURCE_CLAIMS: [_claim("first-gpus-ddddd"), _claim("second-gpus-ddddd")],
+                            r.PODS: [_pod("first", "first-gpus-ddddd"), _pod("second", "second-gpus-ddddd")]})
+    assumed = AssumedPods()
+    now = time.time()
+    assumed.assume(f"{NS}/first", "uid-first", Intent("dra-0", ("GPU-dra-0-0", "GPU-dra-0-1"), now), now)
+    world = assemble(snap, scheduler_name="gpufleet", kueue=SchedulerConfig(), parse=ParseCache(),
+                     assumed=assumed, now=now)
+    node = world.cluster.nodes["dra-0"]
+    assert [g.is_free for g in node.gpus] == [False, False]
+    assert world.unaccounted == []

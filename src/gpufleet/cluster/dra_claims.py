@@ -49,7 +49,7 @@ from gpufleet.gpu.constants import GPU
 from gpufleet.gpu.mig import resource_name_for_profile
 
 if TYPE_CHECKING:
-    from gpufleet.cluster.workloads import Workload
+    from gpufleet.cluster.workloads import Workload, WorkloadPod
 
 NO_DRA_OBJECTS = ("its DRA claims cannot be planned: the input has no DRA objects (ResourceSlices, DeviceClasses, "
                   "ResourceClaimTemplates, ResourceClaims); live, the API server does not serve resource.k8s.io or "
@@ -100,6 +100,10 @@ class DraCatalog:
     templates: Mapping[str, ResourceClaimTemplate] = field(default_factory=dict)
     claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
     devices: Sequence[PublishedDevice] = ()
+    # Devices allocated to claims that no bound pod of the input holds (a pod whose Binding has not landed, a
+    # claim whose pod is gone but which is still allocated): kube-scheduler's allocator counts every allocated
+    # device as in use, so no other claim is offered them.
+    reserved: frozenset[DeviceKey] = frozenset()
     _matches: dict[tuple[str, object], bool] = field(default_factory=dict)
     _failures: dict[str, str] = field(default_factory=dict)
     _every: dict[tuple[str | None, str | None], frozenset[DeviceKey]] = field(default_factory=dict)
@@ -107,6 +111,7 @@ class DraCatalog:
     # Per list of selectors: what matching() found, and the same devices' keys as one shared set (thousands of pods
     # from one template ask the same thing; one set also hashes once as a placement key).
     _found: dict[tuple[str, ...], Matched] = field(default_factory=dict)
+    _open: dict[tuple[str, ...], tuple[frozenset[DeviceKey], bool]] = field(default_factory=dict)
 
     def by_key(self) -> dict[DeviceKey, PublishedDevice]:
         """The devices by their identity (made once)."""
@@ -132,6 +137,18 @@ class DraCatalog:
             keys = frozenset(d.key for d in found)
             every = len(kinds) == 1 and keys == self.every(*next(iter(kinds)))
             hit = self._found[key] = Matched(bool(found), failed, keys, kinds, every)
+        return hit
+
+    def open_keys(self, selectors: Sequence[str]) -> tuple[frozenset[DeviceKey], bool]:
+        """The keys :meth:`matching_keys` finds less the reserved ones, and whether they are still every device of
+        their kind (remembered per list of selectors, as the match)."""
+        matched = self.matching_keys(selectors)
+        if not self.reserved or self.reserved.isdisjoint(matched.keys):
+            return matched.keys, matched.every
+        key = tuple(selectors)
+        hit = self._open.get(key)
+        if hit is None:
+            hit = self._open[key] = (matched.keys - self.reserved, False)
         return hit
 
     def matching(self, selectors: Sequence[str]) -> tuple[list[PublishedDevice], str | None]:
@@ -308,23 +325,34 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
             continue
         (kind, profile), = kinds
         assert kind is not None
+        keys, every = catalog.open_keys(device_class.selectors + s.selectors)
         if s.allocation_mode == "All":
-            out += _all_options(name, matched.keys, kind, profile)
+            pools = _all_options(name, matched.keys, kind, profile, catalog.reserved)
+            if not pools:
+                problems.append(f"{where}: every pool of the devices it selects has devices allocated to other "
+                                "claims (allocationMode All takes a pool whole)")
+            out += pools
+        elif len(keys) < s.count <= len(matched.keys):
+            problems.append(f"{where}: only {len(keys)} of the {len(matched.keys)} devices it selects are not "
+                            f"allocated to other claims, fewer than the {s.count} it asks for")
         else:
-            out.append(_Option(name, matched.keys, s.count, kind, profile, matched.every))
+            out.append(_Option(name, keys, s.count, kind, profile, every))
     if not out:
         return "; ".join(problems) or f"{where}: it asks for nothing"
     return out
 
 
 def _all_options(name: str, keys: frozenset[DeviceKey], kind: Literal["whole", "mig"],
-                 profile: str | None) -> list[_Option]:
+                 profile: str | None, reserved: frozenset[DeviceKey] = frozenset()) -> list[_Option]:
     """allocationMode All: the request takes every matching device of the pool (the node) it lands on, and fails
     when one of them is taken. One option per pool size, smallest first: its count is that size, and its devices
-    are the pools of that size, each a group the pod must take whole."""
+    are the pools of that size, each a group the pod must take whole. A pool with a ``reserved`` device is out."""
     pools: dict[str, set[DeviceKey]] = {}
     for key in keys:
         pools.setdefault(key[1], set()).add(key)
+    for pool in [p for p, members in pools.items() if not reserved.isdisjoint(members)]:
+        del pools[pool]
+    keys = frozenset(k for members in pools.values() for k in members)
     by_size: dict[int, list[frozenset[DeviceKey]]] = {}
     for pool in sorted(pools):
         by_size.setdefault(len(pools[pool]), []).append(frozenset(pools[pool]))
@@ -540,7 +568,8 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
         classes={c.name: c for c in manifests.device_classes},
         templates={t.key: t for t in manifests.resource_claim_templates},
         claims={c.key: c for c in manifests.resource_claims},
-        devices=published_devices(manifests.nodes, manifests.resource_slices))
+        devices=published_devices(manifests.nodes, manifests.resource_slices),
+        reserved=_reserved_devices(manifests.resource_claims, pods))
     shared = pods_per_claim((w.namespace, p.template.resource_claims) for w, p in pods)
     for w, p in pods:
         name = p.key.split("/", 1)[1]
@@ -558,6 +587,19 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
         p.template = replace(p.template, dra=need, gpu=gpu)
     _pod_set_demands({id(w): w for w, _ in pods}.values())
     return len(pods)
+
+
+def _reserved_devices(claims: Sequence[ResourceClaim],
+                      pods: Sequence[tuple[Workload, WorkloadPod]]) -> frozenset[DeviceKey]:
+    """The devices of every allocated claim that no bound pod among ``pods`` holds (those are charged on their
+    nodes already): a pending pod's own allocated claim, or one left allocated by a pod that is gone."""
+    held: set[str] = set()
+    for w, p in pods:
+        if p.node_name is not None:
+            held.update(f"{w.namespace}/{n}" for ref in p.template.resource_claims
+                        if (n := ref.resource_claim_name or ref.generated_name))
+    return frozenset((d.driver, d.pool, d.device) for c in claims
+                     if c.allocation is not None and c.key not in held for d in c.allocation.devices)
 
 
 def _pod_set_demands(workloads: Iterable[Workload]) -> None:

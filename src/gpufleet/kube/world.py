@@ -202,6 +202,10 @@ def account(cluster: ClusterState, entry: PodEntry, claimed: frozenset[DeviceKey
         return False
     t = entry.pod.template
     tries: list[tuple[list[DeviceGrant] | None, dict[str, int]]] = []
+    if not claimed and entry.devices and t.resource_claims:
+        # Assumed (or recorded) before the cache shows its claims allocated: the devices it was sent to, by the
+        # IDs the intent names, else they would look free until the claims' status arrives.
+        claimed = keys_of_ids(node, entry.devices)
     if claimed:
         # Its claimed devices, charged as the resources a DRA node counts them under (as placement charges them).
         grants = keyed_grants(node, claimed)
@@ -361,6 +365,20 @@ def held_by_claims(world: World, holders: Iterable[PodEntry]) -> dict[str, froze
         if need.choices:
             out[e.key] = need.choices[0].groups[0]
     return out
+
+
+def keys_of_ids(node: NodeState, ids: Sequence[str]) -> frozenset[DeviceKey] | None:
+    """The DRA identities of the node's devices named by their device IDs; None when one is not a DRA device
+    there."""
+    by_id: dict[str, DeviceKey] = {}
+    for gpu in node.gpus:
+        if (key := slot_key(gpu)) is not None:
+            by_id[gpu.device_id] = key
+        for mig in gpu.mig:
+            if (key := slot_key(gpu, mig)) is not None:
+                by_id[mig.device_id] = key
+    keys = [by_id.get(i) for i in ids]
+    return frozenset(k for k in keys if k is not None) if all(keys) else None
 
 
 def keyed_grants(node: NodeState, keys: frozenset[DeviceKey]) -> list[DeviceGrant] | None:
