@@ -221,7 +221,7 @@ def test_an_unknown_product_is_planned_by_its_memory_and_said_once() -> None:
                          "geometry")
 
 
-def test_partitionable_mig_devices_leave_their_gpu_whole_and_keep_the_counters() -> None:
+def test_partitionable_mig_devices_stay_beside_their_whole_gpu_with_the_counters() -> None:
     counters: list[dict[str, object]] = [{"name": "gpu-0-counter-set",
                                           "counters": {"memory": {"value": "40320Mi"}}}]
     whole = gpu(0, "GPU-p", product="NVIDIA A100-SXM4-40GB", memory="40Gi", extra={"consumesCounters": [
@@ -233,11 +233,12 @@ def test_partitionable_mig_devices_leave_their_gpu_whole_and_keep_the_counters()
     (ns,) = cluster(m)
     (g,) = ns.gpus
     assert (g.mode, g.dra_device, g.model) == ("whole", "gpu-0", "A100-SXM4-40GB")
+    assert [(p.dra_device, p.device_id) for p in g.partitions] == [
+        ("gpu-0-mig-1g10gb-15-0", "gpu.nvidia.com/n1/gpu-0-mig-1g10gb-15-0")]
+    assert g.counters == {"gpu-0-counter-set/memory": 40320 * 2**20}
     (dra,) = m.nodes[0].dra_gpus
     assert [c.counter_set for c in dra.counters] == ["gpu-0-counter-set"]
-    assert [s.name for s in m.resource_slices[0].shared_counters] == ["gpu-0-counter-set"]
-    (w,) = m.problems.warnings
-    assert w.code == LEFT_OUT and w.message.startswith("pool n1: 1 MIG device(s) are partitionable (dynamic MIG")
+    assert not m.problems.warnings  # tests/dra/test_dra_dynamic_mig.py: carving, counters, placement
 
 
 def test_a_node_offering_gpus_both_ways_keeps_the_dra_devices_and_says_so() -> None:

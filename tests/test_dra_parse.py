@@ -481,3 +481,17 @@ def test_claims_naming_objects_the_input_lacks_are_warned_about() -> None:
     messages = {w.message for w in manifests(text).problems.warnings}
     assert "container main uses request nope of claim gpus, which ResourceClaimTemplate research/one-gpu does not " \
         "have" in messages
+
+
+def test_distinct_attribute_is_read_and_a_constraint_takes_exactly_one_attribute() -> None:
+    spread = CLAIM_V1.format(version="v1").replace("matchAttribute: resource.kubernetes.io/pcieRoot",
+                                                   "distinctAttribute: resource.kubernetes.io/pcieRoot")
+    m = manifests(spread)
+    assert not m.problems.errors and not [w for w in m.problems.warnings if "distinct" in w.message]
+    (constraint,) = m.resource_claims[0].spec.constraints
+    assert (constraint.match_attribute, constraint.distinct_attribute) == (None, "resource.kubernetes.io/pcieRoot")
+    both = CLAIM_V1.format(version="v1").replace("matchAttribute: resource.kubernetes.io/pcieRoot",
+                                                 "matchAttribute: resource.kubernetes.io/pcieRoot\n"
+                                                 "      distinctAttribute: gpu.nvidia.com/uuid")
+    e = _only_error(manifests(both))
+    assert e.field == "spec.devices.constraints[0].distinctAttribute" and "exactly one of" in e.message

@@ -280,3 +280,37 @@ def test_claimed_devices_are_never_shared_and_always_allowed(pods: list[tuple[st
             cluster.release(live.pop(0))
     every = [k for key in live for k in _held_keys(cluster, key)]
     assert len(every) == len(set(every))
+
+
+def test_distinct_attribute_spreads_a_pods_devices_over_its_values() -> None:
+    cluster, catalog = _cluster_and_catalog(h100_nodes=1, a100_nodes=0)
+    spread = (DeviceConstraint((), distinct_attribute="resource.kubernetes.io/pcieRoot"),)
+    catalog.templates = {"ml/spread": _template("spread", _gpus(2), constraints=spread),
+                         "ml/three": _template("three", _gpus(3), constraints=spread)}
+    placer = make_placer(cluster, "binpack", random.Random(0))
+    # Four GPUs on two PCIe roots (gpu-0 and gpu-1 on pci0): binpack alone would take gpu-0 and gpu-1.
+    assert placer.place([_claimed_pod(catalog, "ml/a", "spread")]) is not None
+    roots = sorted(next(d for d in catalog.devices if d.key == k).device.attributes[
+        "resource.kubernetes.io/pcieRoot"].value for k in _held_keys(cluster, "ml/a"))
+    assert roots == ["pci0", "pci1"]
+    assert placer.place([_claimed_pod(catalog, "ml/b", "spread")]) is not None  # the other two, one per root
+    cluster.release("ml/a")
+    cluster.release("ml/b")
+    # Three devices that differ in a two-valued attribute: never plannable, said.
+    p = _claimed_pod(catalog, "ml/c", "three")
+    assert p.template.dra is not None and p.template.dra.problem is not None
+    assert "2 distinct value(s) of resource.kubernetes.io/pcieRoot, fewer than the 3" in p.template.dra.problem
+
+
+def test_distinct_attribute_waits_when_the_free_devices_share_a_value() -> None:
+    cluster, catalog = _cluster_and_catalog(h100_nodes=1, a100_nodes=0)
+    catalog.templates = {"ml/one": _template("one", _gpus(1)), "ml/spread": _template("spread", _gpus(2), constraints=(
+        DeviceConstraint((), distinct_attribute="resource.kubernetes.io/pcieRoot"),))}
+    placer = make_placer(cluster, "binpack", random.Random(0))
+    for key in ("ml/x", "ml/y"):  # binpack fills gpu-0 and gpu-1: pci0 is full, gpu-2 and gpu-3 share pci1
+        assert placer.place([_claimed_pod(catalog, key, "one")]) is not None
+    held = {k for key in ("ml/x", "ml/y") for k in _held_keys(cluster, key)}
+    assert held == {(DRIVER, "h100-0", "gpu-0"), (DRIVER, "h100-0", "gpu-1")}
+    p = _claimed_pod(catalog, "ml/s", "spread")
+    assert placer.place([p]) is None
+    assert "too few free devices" in placer.explain(p)

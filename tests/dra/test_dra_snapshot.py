@@ -10,6 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
+from tests.dra.dynamic_mig import template
 
 runner = CliRunner()
 
@@ -26,17 +27,7 @@ def _gpu(i: int) -> str:
 
 
 def _template(name: str, count: int) -> str:
-    return f"""---
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: ml}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpus
-        exactly: {{deviceClassName: gpu.nvidia.com, count: {count}}}
-"""
+    return template(name, "gpus", "gpu.nvidia.com", count)
 
 
 def _pod(name: str, template: str, *, running: bool = False, made: str | None = None) -> str:

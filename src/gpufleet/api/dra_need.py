@@ -3,6 +3,7 @@ placement places, each with the devices allowed to meet it. Data only, kept on t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufleet.api.objects import GpuDemand
@@ -20,6 +21,16 @@ class ClaimRequest:
     count: int
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class DistinctValues:
+    """A ``distinctAttribute`` constraint, resolved: each allowed device's value of the attribute; the pod's devices
+    must all differ in it. Compared by identity (one object per attribute and set of devices, shared by the pods
+    asking the same), so it hashes fast as part of a placement key."""
+
+    attribute: str
+    values: Mapping[DeviceKey, object]
+
+
 @dataclass(frozen=True, slots=True)
 class DraChoice:
     """One way to meet every claim of the pod: the demand placed, the devices allowed (the pod's devices all come
@@ -35,6 +46,7 @@ class DraChoice:
     # devices count under on a DRA node, as deviceclass.resource.kubernetes.io/<class>): placement does not ask
     # a node for them.
     drop_requests: frozenset[str] = frozenset()
+    distinct: DistinctValues | None = None  # distinctAttribute: the devices must differ in it
 
 
 @dataclass(frozen=True, slots=True)

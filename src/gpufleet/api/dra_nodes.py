@@ -13,9 +13,12 @@ gpu, ``uuid``, ``productName``, capacity ``memory``) and a MIG device as
 ``gpu-<minor>-mig-<profile>-<profile id>-<placement start>`` (``type`` mig, ``parentUUID``, ``profile``). They become
 :class:`~gpufleet.api.dra_objects.DraGpu` records on the :class:`~gpufleet.api.objects.Node`, which the cluster
 state turns into the same GPU slots device-plugin GPUs get (gpufleet.cluster.dra_devices), so placement,
-fragmentation and metrics see one fleet. A GPU with static MIG devices is a MIG-mode GPU holding them; a GPU
-whose MIG devices are partitionable (dynamic MIG: they consume counters of a set the whole GPU also consumes) is
-planned whole, said. The model comes from ``productName`` through the GPU catalog.
+fragmentation and metrics see one fleet. A GPU with static MIG devices is a MIG-mode GPU holding them. A GPU
+whose MIG devices are partitionable (NVIDIA's dynamic MIG, KEP-4815: each consumes counters of the GPU's counter
+set, which the whole GPU consumes entirely) is offered whole or carved into those devices, as far as the counters
+allow; its counter sets come from the pool's slices (1.35 puts them in a slice of their own). Counter sets shared
+by several GPUs are not planned: such a GPU is offered whole, said. The model comes from ``productName`` through
+the GPU catalog.
 
 Done here, in the input's reader rather than in the cluster state, because every driver (plan, simulate, the
 dashboard, advise) builds its cluster from the Nodes, and the warnings name the slices' files and lines.
@@ -25,10 +28,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpufleet.api.dra_objects import NVIDIA_GPU_DRIVER, Device, DraGpu, DraMigDevice, ResourceSlice
+from gpufleet.api.dra_objects import (
+    NVIDIA_GPU_DRIVER,
+    CounterSet,
+    Device,
+    DraGpu,
+    DraMigDevice,
+    ResourceSlice,
+)
 from gpufleet.api.errors import LEFT_OUT, Problems
 from gpufleet.api.limits import MAX_GPUS_PER_NODE
 from gpufleet.api.objects import GPU, Node
@@ -118,6 +128,11 @@ def node_devices(pools: Sequence[Pool], problems: Problems) -> dict[str, NodeDev
     said = _Said()
     placed: dict[str, list[tuple[ResourceSlice, Device]]] = {}
     firsts: dict[str, ResourceSlice] = {}
+    # Counter sets by pool, then by name (names are unique in a pool; the slice holding them may hold no device).
+    counter_sets: dict[str, dict[str, CounterSet]] = {}
+    for pool in pools:
+        if pool.driver == NVIDIA_GPU_DRIVER:
+            counter_sets[pool.name] = {cs.name: cs for s in pool.slices for cs in s.shared_counters}
     for pool in pools:
         for s in pool.slices:
             if s.node_selection != "nodeName" or s.node_name is None:
@@ -139,7 +154,7 @@ def node_devices(pools: Sequence[Pool], problems: Problems) -> dict[str, NodeDev
               "expect claims for these devices to stay unplanned", code=LEFT_OUT)
     out = {name: NodeDevices(s) for name, s in firsts.items()}
     for name, entries in sorted(placed.items()):
-        out[name].gpus = _nvidia_gpus(entries, problems, said)
+        out[name].gpus = _nvidia_gpus(entries, problems, said, counter_sets)
     return out
 
 
@@ -224,7 +239,57 @@ def _mig_devices(problems: Problems, s: ResourceSlice, model: str, children: lis
     return tuple(out)
 
 
-def _nvidia_gpus(entries: list[tuple[ResourceSlice, Device]], problems: Problems, said: _Said) -> list[DraGpu]:
+def _set_owners(entries: Sequence[tuple[ResourceSlice, Device]]) -> dict[tuple[str, str], set[str]]:
+    """(pool, counter set) -> the GPUs (UUIDs) whose devices consume it."""
+    owners: dict[tuple[str, str], set[str]] = {}
+    for s, d in entries:
+        gpu = d.text("uuid" if d.text("type", s.driver) == "gpu" else "parentUUID", s.driver)
+        for c in d.consumes_counters:
+            owners.setdefault((s.pool.name, c.counter_set), set()).add(gpu or f"{s.pool.name}/{d.name}")
+    return owners
+
+
+def _partitions(s: ResourceSlice, whole: Device, model: str, kids: list[tuple[ResourceSlice, Device]],
+                sets: Mapping[str, CounterSet], owners: Mapping[tuple[str, str], set[str]]
+                ) -> tuple[tuple[DraMigDevice, ...], tuple[CounterSet, ...]] | str:
+    """The dynamic MIG devices of one GPU of ``model`` (published whole as ``whole``) and the counter sets they and
+    the whole GPU draw from; or why they cannot be planned."""
+    geometry = geometry_for(model)
+    if geometry is None:
+        return f"gpufleet knows no MIG geometry for {model}"
+    used: dict[str, CounterSet] = {}
+    for d in (whole, *(cd for _, cd in kids)):
+        for c in d.consumes_counters:
+            found = sets.get(c.counter_set)
+            if found is None:
+                return f"device {d.name} consumes counter set {c.counter_set}, which no slice of pool {s.pool.name} has"
+            unknown = sorted(set(c.counters) - set(found.counters))
+            if unknown:
+                return f"device {d.name} consumes counter {unknown[0]}, which counter set {c.counter_set} does not have"
+            if len(owners.get((s.pool.name, c.counter_set), ())) > 1:
+                return (f"counter set {c.counter_set} is consumed by the devices of several GPUs; gpufleet carves MIG "
+                        "devices from counters of one GPU")
+            used[c.counter_set] = found
+    out: list[DraMigDevice] = []
+    for cs, cd in kids:
+        profile_text = cd.text("profile", cs.driver)
+        m = _MIG_NAME.match(cd.name)
+        if profile_text is None or m is None:
+            return (f"MIG device {cd.name}: " + ("no profile attribute" if profile_text is None else
+                    "its name does not end in the placement start (gpu-<minor>-mig-<profile>-<profile id>-<start>)"))
+        try:
+            profile = geometry.profile(profile_text)
+        except MigError as exc:
+            return f"MIG device {cd.name}: {exc}"
+        out.append(DraMigDevice(cd.name, profile.name, int(m.group(2)), _memory_mib(cd, cs.driver)
+                                or profile.memory_mib, profile.compute_slices, cd.text("uuid", cs.driver),
+                                counters=cd.consumes_counters))
+    out.sort(key=lambda x: (x.start, x.profile))
+    return tuple(out), tuple(used[name] for name in sorted(used))
+
+
+def _nvidia_gpus(entries: list[tuple[ResourceSlice, Device]], problems: Problems, said: _Said,
+                 counter_sets: Mapping[str, Mapping[str, CounterSet]]) -> list[DraGpu]:
     """One node's GPUs from the devices of NVIDIA's driver on it."""
     whole: dict[str, tuple[ResourceSlice, Device]] = {}
     children: dict[str, list[tuple[ResourceSlice, Device]]] = {}
@@ -247,16 +312,13 @@ def _nvidia_gpus(entries: list[tuple[ResourceSlice, Device]], problems: Problems
         _warn(problems, s0, f"{sum(others.values())} device(s) of {NVIDIA_GPU_DRIVER} of type "
               f"{', '.join(sorted(others))} are read; gpufleet plans devices of type gpu and mig only (left out)",
               "spec.devices", "expect claims for these devices to stay unplanned", code=LEFT_OUT)
-    dynamic: dict[str, tuple[ResourceSlice, int]] = {}  # pool -> (first slice, partitionable MIG devices)
+    owners = _set_owners(entries)
     gpus: list[DraGpu] = []
     for uuid in sorted(set(whole) | set(children)):
         gpu = whole.get(uuid)
         kids = children.get(uuid, [])
         static = [(cs, cd) for cs, cd in kids if not cd.consumes_counters]
         partitionable = [(cs, cd) for cs, cd in kids if cd.consumes_counters]
-        if partitionable:
-            first, n = dynamic.get(partitionable[0][0].pool.name, (partitionable[0][0], 0))
-            dynamic[partitionable[0][0].pool.name] = (first, n + len(partitionable))
         source = gpu or (static[0] if static else None)
         if source is None:
             continue  # partitionable MIG devices of a GPU not published whole: nothing to plan them on
@@ -268,6 +330,24 @@ def _nvidia_gpus(entries: list[tuple[ResourceSlice, Device]], problems: Problems
         key, memory_mib = model
         minor = _minor(d.name, _GPU_NAME) if gpu is not None else _minor(d.name, _MIG_NAME)
         mig: tuple[DraMigDevice, ...] = ()
+        partitions: tuple[DraMigDevice, ...] = ()
+        sets: tuple[CounterSet, ...] = ()
+        if partitionable:
+            ps, pd = partitionable[0]
+            carved: tuple[tuple[DraMigDevice, ...], tuple[CounterSet, ...]] | str
+            if static:
+                carved = "the GPU also has static MIG devices"
+            elif gpu is None:
+                carved = "the GPU is not published whole"
+            else:
+                carved = _partitions(s, gpu[1], key, partitionable, counter_sets.get(s.pool.name, {}), owners)
+            if isinstance(carved, str):
+                _device_warning(problems, ps, pd, f"pool {ps.pool.name}: {len(partitionable)} partitionable MIG "
+                                f"device(s) of GPU {uuid} (dynamic MIG) are left out: {carved}; the GPU is offered "
+                                "without them",
+                                "publish dynamic MIG devices as NVIDIA's driver does (a counter set per GPU)")
+            else:
+                partitions, sets = carved
         if static:
             # a GPU in static MIG mode is offered as its MIG devices: the whole device, when also published, is
             # the same GPU and is not offered beside them
@@ -278,11 +358,8 @@ def _nvidia_gpus(entries: list[tuple[ResourceSlice, Device]], problems: Problems
         gpus.append(DraGpu(driver=s.driver, pool=s.pool.name, device=gpu[1].name if gpu is not None else None,
                            uuid=uuid, model=key, memory_mib=memory_mib,
                            minor=minor if minor is not None else len(gpus) + 10**6, mig=mig,
-                           counters=gpu[1].consumes_counters if gpu is not None else ()))
-    for pool, (s, n) in sorted(dynamic.items()):
-        _warn(problems, s, f"pool {pool}: {n} MIG device(s) are partitionable (dynamic MIG: they consume counters); "
-              "gpufleet plans their GPUs whole and does not carve MIG devices from counters yet (left out)",
-              "spec.devices", "expect the plan to offer these GPUs whole", code=LEFT_OUT)
+                           counters=gpu[1].consumes_counters if gpu is not None else (),
+                           partitions=partitions, counter_sets=sets))
     gpus.sort(key=lambda g: (g.minor, g.uuid))
     return gpus
 

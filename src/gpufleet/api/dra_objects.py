@@ -192,11 +192,12 @@ class DeviceRequest:
 
 @dataclass(frozen=True, slots=True)
 class DeviceConstraint:
-    """``matchAttribute``: every device allocated for ``requests`` (empty: all of the claim's) has the same value of
-    this fully qualified attribute."""
+    """One of: ``matchAttribute``, every device allocated for ``requests`` (empty: all of the claim's) has the same
+    value of this fully qualified attribute; ``distinctAttribute``, each has a value of its own."""
 
     requests: tuple[str, ...] = ()
     match_attribute: str | None = None
+    distinct_attribute: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +288,7 @@ class DraMigDevice:
     memory_mib: int
     compute_slices: int
     uuid: str | None = None
+    counters: tuple[CounterConsumption, ...] = ()  # a dynamic MIG device: what carving it consumes
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,8 +296,9 @@ class DraGpu:
     """One physical GPU a node's ResourceSlices publish, as gpufleet plans it (gpufleet.api.dra_nodes).
 
     ``device`` is the whole GPU's DRA device name (``gpu-0``), None when only its MIG devices are published (a GPU
-    in static MIG mode is offered as its MIG devices alone); ``mig`` lists those. ``counters``: what the whole GPU
-    consumes from its slice's counter sets (partitionable devices), kept for the allocation to come.
+    in static MIG mode is offered as its MIG devices alone); ``mig`` lists those. A GPU with dynamic MIG
+    (partitionable devices) is offered whole or as the MIG devices ``partitions`` lists, which may be carved from it
+    while its ``counter_sets`` allow; ``counters`` is what the whole GPU consumes of them.
     """
 
     driver: str
@@ -307,3 +310,5 @@ class DraGpu:
     minor: int
     mig: tuple[DraMigDevice, ...] = ()
     counters: tuple[CounterConsumption, ...] = ()
+    partitions: tuple[DraMigDevice, ...] = ()
+    counter_sets: tuple[CounterSet, ...] = ()

@@ -433,17 +433,20 @@ def _known_requests(r: FieldReader, names: list[str], requests: tuple[DeviceRequ
 def _constraint(c: FieldReader, requests: tuple[DeviceRequest, ...]) -> DeviceConstraint | None:
     names = c.string_list("requests")
     _known_requests(c, names, requests)
-    attribute = c.text("matchAttribute")
-    if attribute is None:
-        if not c.has("distinctAttribute"):  # distinctAttribute alone is said as left out by the schema check
-            c.error("a constraint needs matchAttribute", "matchAttribute",
-                    fix="e.g. matchAttribute: resource.kubernetes.io/pcieRoot")
+    match, distinct = c.text("matchAttribute"), c.text("distinctAttribute")
+    if (match is None) == (distinct is None):
+        c.error("a constraint needs exactly one of matchAttribute and distinctAttribute",
+                "distinctAttribute" if match is not None else "matchAttribute",
+                fix="e.g. matchAttribute: resource.kubernetes.io/pcieRoot (all devices on one PCIe root) or "
+                    "distinctAttribute: resource.kubernetes.io/pcieRoot (each on its own)")
         return None
+    field_name, attribute = ("matchAttribute", match) if match is not None else ("distinctAttribute", distinct)
+    assert attribute is not None
     if "/" not in attribute or not _qualified_name_ok(attribute):
-        c.error(f"matchAttribute {shown(attribute)} is not a fully qualified attribute name", "matchAttribute",
+        c.error(f"{field_name} {shown(attribute)} is not a fully qualified attribute name", field_name,
                 fix="include the domain, e.g. gpu.nvidia.com/productName or resource.kubernetes.io/pcieRoot")
         return None
-    return DeviceConstraint(tuple(names), attribute)
+    return DeviceConstraint(tuple(names), match, distinct)
 
 
 def parse_claim_spec(spec: FieldReader | None, beta1: bool) -> ClaimSpec:

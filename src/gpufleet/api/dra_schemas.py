@@ -2,7 +2,7 @@
 
 ``v1`` and ``v1beta2`` have the same shape; ``v1beta1`` puts a device's fields under ``basic`` and a request's
 inline. A field the kind has that gpufleet does not read (:class:`Unread`) is said as left out, as for every
-kind: binding conditions, consumable capacity, list-typed attributes, distinct-attribute constraints.
+kind: binding conditions, consumable capacity, list-typed attributes.
 """
 
 from __future__ import annotations
@@ -60,8 +60,7 @@ _EXACT = {**_SELECTION, "adminAccess": ANY}
 def _claim_spec(request: Schema) -> dict[str, Schema]:
     return _f(devices=_f(
         requests=ListOf(request),
-        constraints=ListOf(_f("requests", "matchAttribute",
-                              distinctAttribute=Unread(f"distinctAttribute ({_CONSUMABLE}) {_NOT_IMPLEMENTED}"))),
+        constraints=ListOf(_f("requests", "matchAttribute", "distinctAttribute")),
         config=ListOf(_f("requests", opaque=_OPAQUE))))
 
 

@@ -8,6 +8,11 @@ A physical GPU is offered in exactly one way, set by the device plugin's configu
   ``nvidia.com/gpu.shared``), one pod per slot, no memory isolation;
 * ``mig``: partitioned into MIG instances (``nvidia.com/mig-<profile>``), one pod per instance.
 
+A GPU that DRA publishes as a partitionable device (NVIDIA's dynamic MIG, KEP-4815) is a ``whole`` GPU that may
+instead be carved: its ``partitions`` are the MIG devices that could be created on it, each consuming counters of
+the GPU's counter sets (``counters``), as the whole GPU consumes all of them. A partition is granted only while
+what the held devices consume, with it, stays within every counter; the whole GPU only while nothing is carved.
+
 Device IDs follow the device plugin: the GPU UUID, ``UUID::i`` for a replica, the MIG UUID for an
 instance; a node without a published inventory gets stable logical IDs (``NODE/gpu-0``, ``NODE/gpu-0::3``,
 ``NODE/gpu-0/3g.40gb@4``).
@@ -15,11 +20,13 @@ instance; a node without a published inventory gets stable logical IDs (``NODE/g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 from gpufleet.gpu.constants import MILLI
-from gpufleet.gpu.mig import MigPlacement
+from gpufleet.gpu.mig import MigPlacement, geometry_for
 
 GpuMode = Literal["whole", "replicas", "mig"]
 
@@ -37,6 +44,8 @@ class MigSlot:
     compute_slices: int
     holder: str | None = None
     dra_device: str | None = None  # its DRA device name when a ResourceSlice publishes it (driver, pool: its GPU's)
+    # A partition of a dynamic MIG GPU: what carving it takes from the GPU's counters ("set/counter" -> amount).
+    consumes: Mapping[str, Fraction] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -63,12 +72,48 @@ class GpuSlot:
     dra_driver: str | None = None
     dra_pool: str | None = None
     dra_device: str | None = None
+    # Dynamic MIG (a whole-mode GPU DRA publishes as partitionable): the MIG devices that may be carved from it,
+    # its counter sets' capacity ("set/counter" -> amount), and what the whole GPU consumes of them.
+    partitions: list[MigSlot] = field(default_factory=list)
+    counters: Mapping[str, Fraction] = field(default_factory=dict)
+    whole_consumes: Mapping[str, Fraction] = field(default_factory=dict)
 
     # ---- derived views -------------------------------------------------------------------------------------
     @property
+    def carved(self) -> bool:
+        """Some partition of it is held (dynamic MIG): the whole GPU is not to be had."""
+        return any(p.holder is not None for p in self.partitions)
+
+    def counters_used(self) -> dict[str, Fraction]:
+        """What its held devices (the whole GPU, carved partitions) take from its counters."""
+        used: dict[str, Fraction] = {}
+        for held in ([self.whole_consumes] if self.holder is not None else []) + [
+                p.consumes for p in self.partitions if p.holder is not None]:
+            for name, amount in held.items():
+                used[name] = used.get(name, Fraction(0)) + amount
+        return used
+
+    def counters_allow(self, consumes: Mapping[str, Fraction], used: Mapping[str, Fraction] | None = None) -> bool:
+        """Whether ``consumes`` more (beside ``used``, by default what is held now) stays within every counter."""
+        taken = self.counters_used() if used is None else used
+        return all(taken.get(name, 0) + amount <= self.counters.get(name, 0) for name, amount in consumes.items())
+
+    def partition_free(self, k: int) -> bool:
+        """Partition ``k`` can be carved now: not held, the GPU not held whole, its counters not exceeded."""
+        p = self.partitions[k]
+        return p.holder is None and self.holder is None and self.healthy and self.counters_allow(p.consumes)
+
+    @property
     def used_milli(self) -> int:
         if self.mode == "whole":
-            return MILLI if self.holder is not None else sum(m for m, _ in self.fractions.values())
+            if self.holder is not None:
+                return MILLI
+            if self.partitions:
+                carved = sum(p.compute_slices for p in self.partitions if p.holder is not None)
+                if carved:
+                    geometry = geometry_for(self.model)
+                    return min(MILLI, MILLI * carved // (geometry.compute_slices if geometry else 7))
+            return sum(m for m, _ in self.fractions.values())
         if self.mode == "replicas":
             held = sum(1 for h in self.replica_holders if h is not None)
             return (MILLI * held) // self.replicas
@@ -83,7 +128,10 @@ class GpuSlot:
     @property
     def used_memory_mib(self) -> int:
         if self.mode == "whole":
-            return self.memory_mib if self.holder is not None else sum(m for _, m in self.fractions.values())
+            if self.holder is not None:
+                return self.memory_mib
+            return sum(m for _, m in self.fractions.values()) + sum(
+                p.memory_mib for p in self.partitions if p.holder is not None)
         return 0
 
     @property
@@ -95,7 +143,7 @@ class GpuSlot:
     def is_free(self) -> bool:
         """Nothing at all is held on it."""
         if self.mode == "whole":
-            return self.holder is None and not self.fractions
+            return self.holder is None and not self.fractions and not self.carved
         if self.mode == "replicas":
             return all(h is None for h in self.replica_holders)
         return all(s.holder is None for s in self.mig)
@@ -113,6 +161,7 @@ class GpuSlot:
         out.update(self.fractions)
         out.update(h for h in self.replica_holders if h is not None)
         out.update(s.holder for s in self.mig if s.holder is not None)
+        out.update(p.holder for p in self.partitions if p.holder is not None)
         return out
 
 
@@ -135,9 +184,9 @@ def fraction_need(milli: int, memory_mib: int | None, gpu_memory_mib: int) -> tu
 class DeviceGrant:
     """Which devices of a node a pod holds; enough to release them exactly."""
 
-    kind: Literal["whole", "replica", "mig", "fraction"]
+    kind: Literal["whole", "replica", "mig", "fraction", "partition"]
     gpu: int  # GPU index
-    slot: int = 0  # replica index or MIG slot index
+    slot: int = 0  # replica index, MIG slot index, or partition index (dynamic MIG)
     milli: int = 0
     memory_mib: int = 0  # a fraction's reserved memory; a replica's expected use (0: unknown)
 
@@ -147,4 +196,6 @@ def grant_device_id(gpu: GpuSlot, grant: DeviceGrant) -> str:
         return gpu.replica_id(grant.slot)
     if grant.kind == "mig":
         return gpu.mig[grant.slot].device_id
+    if grant.kind == "partition":
+        return gpu.partitions[grant.slot].device_id
     return gpu.device_id

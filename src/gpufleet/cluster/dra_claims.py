@@ -30,7 +30,7 @@ from functools import lru_cache
 from itertools import product
 from typing import TYPE_CHECKING, Literal
 
-from gpufleet.api.dra_need import ClaimRequest, DeviceKey, DraChoice, DraNeed
+from gpufleet.api.dra_need import ClaimRequest, DeviceKey, DistinctValues, DraChoice, DraNeed
 from gpufleet.api.dra_nodes import complete_pools
 from gpufleet.api.dra_objects import (
     ClaimSpec,
@@ -112,6 +112,7 @@ class DraCatalog:
     # from one template ask the same thing; one set also hashes once as a placement key).
     _found: dict[tuple[str, ...], Matched] = field(default_factory=dict)
     _open: dict[tuple[str, ...], tuple[frozenset[DeviceKey], bool]] = field(default_factory=dict)
+    _distinct: dict[tuple[str, frozenset[DeviceKey]], DistinctValues] = field(default_factory=dict)
 
     def by_key(self) -> dict[DeviceKey, PublishedDevice]:
         """The devices by their identity (made once)."""
@@ -137,6 +138,21 @@ class DraCatalog:
             keys = frozenset(d.key for d in found)
             every = len(kinds) == 1 and keys == self.every(*next(iter(kinds)))
             hit = self._found[key] = Matched(bool(found), failed, keys, kinds, every)
+        return hit
+
+    def distinct_values(self, attribute: str, devices: frozenset[DeviceKey]) -> DistinctValues:
+        """Each of ``devices``' value of ``attribute`` (those without it left out), one object per attribute and
+        set of devices (pods asking the same share it)."""
+        memo = (attribute, devices)
+        hit = self._distinct.get(memo)
+        if hit is None:
+            by_key = self.by_key()
+            values: dict[DeviceKey, object] = {}
+            for key in devices:
+                found = by_key[key].device.attributes.get(attribute)
+                if found is not None:
+                    values[key] = (found.type, found.value)
+            hit = self._distinct[memo] = DistinctValues(attribute, values)
         return hit
 
     def open_keys(self, selectors: Sequence[str]) -> tuple[frozenset[DeviceKey], bool]:
@@ -407,7 +423,8 @@ def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim
     (namespace/name), for the refusal of claims several pods share."""
     claim_names: list[str] = []
     per_request: list[tuple[str, list[_Option]]] = []
-    constraints: list[tuple[str, tuple[str, ...], str]] = []  # (claim, requests, attribute)
+    constraints: list[tuple[str, tuple[str, ...], str]] = []  # matchAttribute: (claim, requests, attribute)
+    distinct: list[tuple[str, tuple[str, ...], str]] = []  # distinctAttribute, the same way
     for ref in refs:
         resolved = _claim_spec(namespace, pod, ref, catalog, f"{namespace}/{pod}/{ref.name}", live)
         if isinstance(resolved, str):
@@ -428,17 +445,19 @@ def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim
                 return DraNeed(tuple(claim_names), problem=options)
             per_request.append((claim, options))
         for c in spec.constraints:
-            if c.match_attribute is None:
-                continue
             covered = c.requests or tuple(q.name for q in spec.requests)
-            constraints.append((claim, covered, c.match_attribute))
+            if c.match_attribute is not None:
+                constraints.append((claim, covered, c.match_attribute))
+            elif c.distinct_attribute is not None:
+                distinct.append((claim, covered, c.distinct_attribute))
     choices: list[DraChoice] = []
     problem: str | None = None
     # Combinations tried, successes or not, are bounded: 32 requests of 8 entries each are 8**32 combinations.
     for tried, combo in enumerate(product(*(options for _, options in per_request))):
         if len(choices) >= MAX_CHOICES or tried >= MAX_COMBINATIONS:
             break
-        made = _choice([(claim, o) for (claim, _), o in zip(per_request, combo, strict=True)], constraints, catalog)
+        made = _choice([(claim, o) for (claim, _), o in zip(per_request, combo, strict=True)], constraints, catalog,
+                       distinct)
         if isinstance(made, str):
             problem = problem or made
         else:
@@ -451,8 +470,15 @@ def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim
     return DraNeed(tuple(claim_names), tuple(choices))
 
 
+def _one_scope(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[str, tuple[str, ...], str]]) -> bool:
+    """Whether the constraints cover every request of the pod and come from one claim (the one scope planned)."""
+    names = {(claim, o.request.split("/")[0]) for claim, o in picked}
+    covered = {(claim, r) for claim, requests, _ in constraints for r in requests}
+    return covered & names == names and len({claim for claim, _, _ in constraints}) <= 1
+
+
 def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[str, tuple[str, ...], str]],
-            catalog: DraCatalog) -> DraChoice | str:
+            catalog: DraCatalog, distinct: Sequence[tuple[str, tuple[str, ...], str]] = ()) -> DraChoice | str:
     first_claim, first = picked[0]
     for claim, o in picked[1:]:
         if (o.kind, o.profile) != (first.kind, first.profile):
@@ -464,7 +490,7 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
                     "implemented)")
     count = sum(o.count for _, o in picked)
     if any(o.pools for _, o in picked):
-        if len(picked) > 1 or constraints:
+        if len(picked) > 1 or constraints or distinct:
             return (f"claim {first_claim} request {first.request}: allocationMode All beside other requests or "
                     "constraints in one pod is not planned by gpufleet (not implemented)")
         return DraChoice(claimed_demand(first.kind, first.profile, count), first.pools,
@@ -475,20 +501,34 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
         # devices anyway), so it is placed like any other pod, by node class rather than node by node.
         groups = ()
     if constraints:
-        names = {(claim, o.request.split("/")[0]) for claim, o in picked}
-        covered = {(claim, r) for claim, requests, _ in constraints for r in requests}
-        if covered & names != names or len({claim for claim, _, _ in constraints}) > 1:
+        if not _one_scope(picked, constraints):
             return ("a matchAttribute constraint covers only some of the pod's requests, or several claims carry "
                     "constraints; gpufleet plans one constraint scope per pod (not implemented)")
         groups = _split(first.devices, [a for _, _, a in constraints], catalog)
         if not groups:
             return (f"no device of claim {first_claim} request {first.request} carries "
                     + ", ".join(sorted({a for _, _, a in constraints})))
+    spread: DistinctValues | None = None
+    if distinct:
+        attributes = sorted({a for _, _, a in distinct})
+        if not _one_scope(picked, distinct) or len(attributes) > 1:
+            return ("a distinctAttribute constraint covers only some of the pod's requests, several claims carry "
+                    "them, or they name several attributes; gpufleet plans one distinctAttribute over all of a "
+                    "pod's requests (not implemented)")
+        spread = catalog.distinct_values(attributes[0], first.devices)
+        # the devices without the attribute cannot meet the constraint: groups keep those that have it
+        has = spread.values.keys()
+        groups = tuple(g if g <= has else frozenset(g & has) for g in (groups or (first.devices,)))
+        values = {spread.values[k] for g in groups for k in g}
+        if len(values) < count:
+            return (f"claim {first_claim} request {first.request}: its devices have {len(values)} distinct "
+                    f"value(s) of {attributes[0]}, fewer than the {count} devices distinctAttribute spreads")
     if first.kind == "whole":
         demand = claimed_demand("whole", None, count)
     else:
         demand = claimed_demand("mig", first.profile, count)
-    return DraChoice(demand, groups, tuple(ClaimRequest(claim, o.request, o.count) for claim, o in picked))
+    return DraChoice(demand, groups, tuple(ClaimRequest(claim, o.request, o.count) for claim, o in picked),
+                     distinct=spread)
 
 
 def _split(devices: frozenset[DeviceKey], attributes: Sequence[str],
@@ -533,7 +573,7 @@ def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) ->
         for g in node.dra_gpus:
             if g.device is not None:
                 kinds[(g.driver, g.pool, g.device)] = ("whole", None)
-            for m in g.mig:
+            for m in (*g.mig, *g.partitions):
                 kinds[(g.driver, g.pool, m.device)] = ("mig", m.profile)
     named = {n.name for n in nodes}
     out: list[PublishedDevice] = []

@@ -4,9 +4,10 @@
 (complete pools at their highest generation, NVIDIA's device names and attributes, the model from the catalog).
 Here each becomes the same :class:`~gpufleet.cluster.devices.GpuSlot` a device-plugin GPU becomes: ``whole``, or
 ``mig`` with one :class:`~gpufleet.cluster.devices.MigSlot` per MIG device, so placement, fragmentation and metrics
-count one fleet. The slots keep their DRA identity (driver, pool, device name): a claimed device is found by it,
-and a pod placed through the device plugin never gets one (a DRA node offers no ``nvidia.com/gpu`` in its
-allocatable, and fractions stay off DRA GPUs: gpufleet.cluster.free_devices).
+count one fleet; a dynamic MIG GPU is ``whole`` with its partitions and counters (carved on demand). The slots
+keep their DRA identity (driver, pool, device name): a claimed device is found by it, and a pod placed through
+the device plugin never gets one (a DRA node offers no ``nvidia.com/gpu`` in its allocatable, and fractions stay
+off DRA GPUs: gpufleet.cluster.free_devices).
 
 The resources recorded on the slots are the names the device plugin would use (``nvidia.com/gpu``,
 ``nvidia.com/mig-1g.10gb``): what NVIDIA's chart maps the classes to (its ``extendedResourceName``), and what the
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
-from gpufleet.api.dra_objects import DraGpu
+from gpufleet.api.dra_objects import CounterConsumption, DraGpu, DraMigDevice
 from gpufleet.cluster.devices import GpuSlot, MigSlot
 from gpufleet.gpu.constants import GPU
 from gpufleet.gpu.mig import MigPlacement, resource_name_for_profile
@@ -36,8 +38,24 @@ def dra_gpu_slots(gpus: Sequence[DraGpu]) -> list[GpuSlot]:
                                  dra_pool=g.pool, dra_device=g.device))
         else:
             slots.append(GpuSlot(index, g.uuid, g.model, g.memory_mib, "whole", GPU, dra_driver=g.driver,
-                                 dra_pool=g.pool, dra_device=g.device))
+                                 dra_pool=g.pool, dra_device=g.device,
+                                 partitions=[_partition(g, m) for m in g.partitions],
+                                 counters={f"{cs.name}/{name}": amount for cs in g.counter_sets
+                                           for name, amount in cs.counters.items()},
+                                 whole_consumes=_consumed(g.counters)))
     return slots
+
+
+def _consumed(consumptions: Iterable[CounterConsumption]) -> dict[str, Fraction]:
+    """What a device consumes, keyed "counter set/counter" as the GPU slot keys its counters."""
+    return {f"{c.counter_set}/{name}": amount for c in consumptions for name, amount in c.counters.items()}
+
+
+def _partition(g: DraGpu, m: DraMigDevice) -> MigSlot:
+    """A dynamic MIG device of ``g``: an abstract device until carved, named by its DRA identity."""
+    return MigSlot(MigPlacement(m.profile, m.start), m.uuid or f"{g.driver}/{g.pool}/{m.device}",
+                   resource_name_for_profile(m.profile), m.memory_mib, m.compute_slices, dra_device=m.device,
+                   consumes=_consumed(m.counters))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ placer then grants.
   resource (:func:`device_kind`): whole GPUs (free, healthy, advertised under it), time-slice replicas, or MIG
   instances (the single strategy advertises them as ``nvidia.com/gpu``);
 * a MIG resource (``nvidia.com/mig-3g.40gb``) takes free instances advertised under that name, with at least
-  the memory the pod declares;
+  the memory the pod declares, and on a dynamic MIG GPU (DRA's partitionable devices) the MIG devices of that
+  profile that can be carved together within its counters (:func:`free_partitions`);
 * a fraction takes room on one whole-mode GPU (not one DRA publishes, which only claims hand out): its thousandths
   and its memory (:func:`fraction_room`), on a node open to fractions (:func:`fractions_closed`: the node label
   ``gpufleet.io/gpu-fractions: "false"`` closes it).
@@ -55,6 +56,8 @@ def device_kind(node: NodeState, resource: str) -> DeviceKind | None:
                 return "mig"
         elif g.resource == resource:
             return g.mode
+        elif any(p.resource == resource for p in g.partitions):
+            return "mig"
     return None
 
 
@@ -79,6 +82,33 @@ def free_mig(node: NodeState, resource: str, memory_mib: int | None) -> list[tup
     want = memory_mib or 0
     return [(g.index, k) for g in node.gpus if g.mode == "mig" and g.healthy
             for k, s in enumerate(g.mig) if s.holder is None and s.resource == resource and s.memory_mib >= want]
+
+
+def free_partitions(node: NodeState, resource: str, memory_mib: int | None) -> list[tuple[int, int]]:
+    """(GPU index, partition index) of the dynamic MIG devices advertised under ``resource`` with at least
+    ``memory_mib`` that can be carved *together*: on each GPU, in placement order, each taken while the counters
+    still allow it beside those before it (partitions of one profile overlap; one pass in start order finds as many
+    as fit, since a profile's placements are aligned to its size)."""
+    want = memory_mib or 0
+    out: list[tuple[int, int]] = []
+    for g in node.gpus:
+        if not g.partitions or g.holder is not None or not g.healthy:
+            continue
+        used = g.counters_used()
+        for k, p in enumerate(g.partitions):
+            if p.holder is None and p.resource == resource and p.memory_mib >= want and g.counters_allow(p.consumes,
+                                                                                                          used):
+                out.append((g.index, k))
+                for name, amount in p.consumes.items():
+                    used[name] = used.get(name, 0) + amount
+    return out
+
+
+def free_mig_grants(node: NodeState, resource: str, memory_mib: int | None) -> list[DeviceGrant]:
+    """The grants of :func:`free_mig` then of :func:`free_partitions`: every MIG device of ``resource`` that can be
+    had together now, in the order placement takes them."""
+    return [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, memory_mib)] + [
+        DeviceGrant("partition", i, k) for i, k in free_partitions(node, resource, memory_mib)]
 
 
 def fraction_room(gpu: GpuSlot, milli: int, memory_mib: int | None) -> tuple[int, int] | None:
@@ -130,7 +160,7 @@ def free_device_count(node: NodeState, demand: GpuDemand) -> int:
     if kind == "replicas":
         return free_replica_count(node, resource)
     if kind == "mig":
-        return len(free_mig(node, resource, demand.memory_mib))
+        return len(free_mig_grants(node, resource, demand.memory_mib))
     return 0
 
 
@@ -157,7 +187,7 @@ def first_free_grants(node: NodeState, demand: GpuDemand) -> list[DeviceGrant] |
         grants = [DeviceGrant("replica", g.index, slot) for g in replica_gpus(node, resource)
                   for slot in g.free_replicas()]
     elif kind == "mig":
-        grants = [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, demand.memory_mib)]
+        grants = free_mig_grants(node, resource, demand.memory_mib)
     else:
         return None
     return grants[: demand.count] if len(grants) >= demand.count else None

@@ -163,7 +163,10 @@ def device_resources(gpus: Iterable[GpuSlot]) -> dict[str, int]:
     """The resources a device plugin would advertise for these GPUs: one per whole GPU or MIG instance."""
     out: dict[str, int] = {}
     for g in gpus:
-        for resource in ([s.resource for s in g.mig] if g.mode == "mig" else [g.resource]):
+        # A dynamic MIG GPU counts as itself and as each MIG device that could be carved from it: which of those
+        # can be had together is the counters' business (GpuSlot.partition_free), not the counts'.
+        for resource in ([s.resource for s in g.mig] if g.mode == "mig" else [g.resource]) + [
+                p.resource for p in g.partitions]:
             out[resource] = out.get(resource, 0) + 1
     return out
 
@@ -282,7 +285,8 @@ class ClusterState:
                 raise InvariantError(f"{node} has no GPU {g.gpu} (pod {pod})")
             gpu = ns.gpus[g.gpu]
             if (g.kind == "mig" and not 0 <= g.slot < len(gpu.mig)) or (
-                    g.kind == "replica" and not 0 <= g.slot < len(gpu.replica_holders)):
+                    g.kind == "replica" and not 0 <= g.slot < len(gpu.replica_holders)) or (
+                    g.kind == "partition" and not 0 <= g.slot < len(gpu.partitions)):
                 raise InvariantError(f"{node} GPU {g.gpu} has no {g.kind} slot {g.slot} (pod {pod})")
         ids = tuple(grant_device_id(ns.gpus[g.gpu], g) for g in grants)
         # What the node is charged: the requests less what only quota is charged (a pod holding only fractions of
@@ -381,6 +385,13 @@ class ClusterState:
             memory = observed.get(pod, g.memory_mib) if observed else g.memory_mib
             if memory > 0:
                 gpu.replica_memory[pod] = memory
+        elif g.kind == "partition":
+            if not 0 <= g.slot < len(gpu.partitions):
+                raise InvariantError(f"{ns.name} GPU {g.gpu} has no partition {g.slot} (pod {pod})")
+            if not gpu.partition_free(g.slot):
+                raise InvariantError(f"{ns.name} GPU {g.gpu} partition {g.slot} cannot be carved: held, the GPU "
+                                     f"held whole, or its counters spent (pod {pod})")
+            gpu.partitions[g.slot].holder = pod
         else:
             if gpu.mode != "mig" or not 0 <= g.slot < len(gpu.mig):
                 raise InvariantError(f"{ns.name} GPU {g.gpu} has no MIG instance {g.slot} (pod {pod})")
@@ -405,6 +416,10 @@ class ClusterState:
             gpu.replica_holders[g.slot] = None
             if pod not in gpu.replica_holders:
                 gpu.replica_memory.pop(pod, None)
+        elif g.kind == "partition":
+            if gpu.partitions[g.slot].holder != pod:
+                raise InvariantError(f"{ns.name} GPU {g.gpu} partition {g.slot} is not held by {pod}")
+            gpu.partitions[g.slot].holder = None
         else:
             if gpu.mig[g.slot].holder != pod:
                 raise InvariantError(f"{ns.name} GPU {g.gpu} MIG instance {g.slot} is not held by {pod}")

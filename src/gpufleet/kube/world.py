@@ -37,7 +37,7 @@ from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.devices import DeviceGrant, InvariantError
 from gpufleet.cluster.dra_claims import DraCatalog, held_claims, published_devices
-from gpufleet.cluster.state import ClusterState, NodeState, first_free_grants
+from gpufleet.cluster.state import ClusterState, first_free_grants
 from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import resources as r
 from gpufleet.kube.annotations import NODE_ANNOTATION, Intent, read_devices, read_intent
@@ -47,7 +47,7 @@ from gpufleet.kube.informer import CacheSnapshot
 from gpufleet.kube.parsing import ParseCache, WorkloadObject
 from gpufleet.kube.webhook import is_fractional, is_mutated
 from gpufleet.kube.workloadsource import WORKLOAD_KEYS
-from gpufleet.scheduling.placement.dra import slot_key
+from gpufleet.scheduling.placement.dra import grant_resources, grants_of_keys, keys_by_device_id
 
 log = logging.getLogger(__name__)
 
@@ -205,11 +205,13 @@ def account(cluster: ClusterState, entry: PodEntry, claimed: frozenset[DeviceKey
     if not claimed and entry.devices and t.resource_claims:
         # Assumed (or recorded) before the cache shows its claims allocated: the devices it was sent to, by the
         # IDs the intent names, else they would look free until the claims' status arrives.
-        claimed = keys_of_ids(node, entry.devices)
+        by_id = keys_by_device_id(node)
+        keys = [by_id.get(i) for i in entry.devices]
+        claimed = frozenset(k for k in keys if k is not None) if all(keys) else None
     if claimed:
         # Its claimed devices, charged as the resources a DRA node counts them under (as placement charges them).
-        grants = keyed_grants(node, claimed)
-        tries.append((grants, {**t.requests, **_grant_resources(node, grants or [])}))
+        grants = grants_of_keys(node, claimed)
+        tries.append((grants, {**t.requests, **grant_resources(node, grants or [])}))
     if entry.devices is not None:
         tries.append((grants_from_ids(node, t.gpu, entry.devices), t.requests))
     tries += [(first_free_grants(node, t.gpu), t.requests), ([], t.requests)]
@@ -222,15 +224,6 @@ def account(cluster: ClusterState, entry: PodEntry, claimed: frozenset[DeviceKey
         except InvariantError:
             continue
     return False
-
-
-def _grant_resources(node: NodeState, grants: list[DeviceGrant]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for g in grants:
-        gpu = node.gpus[g.gpu]
-        resource = gpu.mig[g.slot].resource if g.kind == "mig" else gpu.resource
-        out[resource] = out.get(resource, 0) + 1
-    return out
 
 
 def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerConfig, parse: ParseCache,
@@ -365,32 +358,6 @@ def held_by_claims(world: World, holders: Iterable[PodEntry]) -> dict[str, froze
         if need.choices:
             out[e.key] = need.choices[0].groups[0]
     return out
-
-
-def keys_of_ids(node: NodeState, ids: Sequence[str]) -> frozenset[DeviceKey] | None:
-    """The DRA identities of the node's devices named by their device IDs; None when one is not a DRA device
-    there."""
-    by_id: dict[str, DeviceKey] = {}
-    for gpu in node.gpus:
-        if (key := slot_key(gpu)) is not None:
-            by_id[gpu.device_id] = key
-        for mig in gpu.mig:
-            if (key := slot_key(gpu, mig)) is not None:
-                by_id[mig.device_id] = key
-    keys = [by_id.get(i) for i in ids]
-    return frozenset(k for k in keys if k is not None) if all(keys) else None
-
-
-def keyed_grants(node: NodeState, keys: frozenset[DeviceKey]) -> list[DeviceGrant] | None:
-    """The grants of the node's devices named by their DRA identity; None when one of them is not on the node."""
-    grants: list[DeviceGrant] = []
-    for gpu in node.gpus:
-        if slot_key(gpu) in keys:
-            grants.append(DeviceGrant("whole", gpu.index))
-        for k, mig in enumerate(gpu.mig):
-            if slot_key(gpu, mig) in keys:
-                grants.append(DeviceGrant("mig", gpu.index, k))
-    return grants if len(grants) == len(keys) else None
 
 
 def finish(world: World) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from gpufleet.api.dra_need import DistinctValues
 from gpufleet.api.objects import PodTemplate, Taint, Toleration
 from gpufleet.cluster.state import ClusterState, Placement
 from gpufleet.cluster.workloads import Workload
@@ -113,6 +114,7 @@ class PodRequest:
     # DRA: the devices ("driver", "pool", "device") its claims allow, in groups (its devices all come from one);
     # empty: no claims (gpufleet.cluster.dra_claims).
     dra_groups: tuple[frozenset[tuple[str, str, str]], ...] = ()
+    dra_distinct: DistinctValues | None = None  # distinctAttribute: its devices must differ in it
 
 
 @dataclass(frozen=True, slots=True)

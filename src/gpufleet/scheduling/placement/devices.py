@@ -20,7 +20,7 @@ from gpufleet.cluster.free_devices import (
     demand_resource,
     device_kind,
     fraction_options,
-    free_mig,
+    free_mig_grants,
     free_whole,
     replica_gpus,
 )
@@ -84,7 +84,7 @@ def _whole(need: PodNeed, node: NodeState, resource: str, policy: WholePolicy) -
     ok = allowed_gpus(need, node)
     free = [i for i in free_whole(node, resource) if ok(i)]
     if need.dra_groups:
-        free = [i for i, _, _ in group_free(need, node) or () if ok(i)]
+        free = [g.gpu for g, _ in group_free(need, node) or () if ok(g.gpu)]
     count = need.gpu.count
     if len(free) < count:
         raise NoDevice(f"{node.name}: {count} whole GPUs asked, {len(free)} free")
@@ -116,9 +116,9 @@ def _replicas(need: PodNeed, node: NodeState, resource: str, memory_aware: bool)
 
 def _mig(need: PodNeed, node: NodeState, resource: str) -> list[DeviceGrant]:
     ok = allowed_gpus(need, node)
-    grants = [DeviceGrant("mig", i, k) for i, k in free_mig(node, resource, need.gpu.memory_mib) if ok(i)]
+    grants = [g for g in free_mig_grants(node, resource, need.gpu.memory_mib) if ok(g.gpu)]
     if need.dra_groups:
-        grants = [DeviceGrant("mig", i, k) for i, k, _ in group_free(need, node) or () if k is not None and ok(i)]
+        grants = [g for g, _ in group_free(need, node) or () if g.kind != "whole" and ok(g.gpu)]
     if len(grants) < need.gpu.count:
         raise NoDevice(f"{node.name}: {need.gpu.count} instances of {resource} asked, {len(grants)} free")
     return grants[: need.gpu.count]

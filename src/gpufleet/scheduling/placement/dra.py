@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from gpufleet.api.dra_need import DeviceKey
 from gpufleet.cluster.devices import DeviceGrant, GpuSlot, MigSlot
-from gpufleet.cluster.free_devices import demand_resource, free_mig, free_whole
+from gpufleet.cluster.free_devices import demand_resource, free_mig_grants, free_whole
 from gpufleet.cluster.state import NodeState
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.types import PodRequest
@@ -30,37 +30,84 @@ def slot_key(gpu: GpuSlot, mig: MigSlot | None = None) -> DeviceKey | None:
     return None if name is None else (gpu.dra_driver, gpu.dra_pool, name)
 
 
-def free_keyed(need: PodNeed, node: NodeState) -> list[tuple[int, int | None, DeviceKey]]:
-    """The node's free devices of the pod's demand that DRA publishes: (GPU index, MIG instance index or None,
-    DRA key), in the order placement would choose them."""
+def free_keyed(need: PodNeed, node: NodeState) -> list[tuple[DeviceGrant, DeviceKey]]:
+    """The node's free devices of the pod's demand that DRA publishes, each with its DRA key, in the order
+    placement would choose them (dynamic MIG partitions: those that can be carved together)."""
     g = need.gpu
     resource = demand_resource(g)
     if resource is None:
         return []
     gpus = {gpu.index: gpu for gpu in node.gpus}
-    out: list[tuple[int, int | None, DeviceKey]] = []
+    out: list[tuple[DeviceGrant, DeviceKey]] = []
     if g.kind == "mig":
-        for i, k in free_mig(node, resource, g.memory_mib):
-            key = slot_key(gpus[i], gpus[i].mig[k])
+        for grant in free_mig_grants(node, resource, g.memory_mib):
+            gpu = gpus[grant.gpu]
+            key = slot_key(gpu, gpu.partitions[grant.slot] if grant.kind == "partition" else gpu.mig[grant.slot])
             if key is not None:
-                out.append((i, k, key))
+                out.append((grant, key))
     elif g.kind == "gpu":
         for i in free_whole(node, resource):
             key = slot_key(gpus[i])
             if key is not None:
-                out.append((i, None, key))
+                out.append((DeviceGrant("whole", i), key))
     return out
 
 
-def group_free(need: PodNeed, node: NodeState) -> list[tuple[int, int | None, DeviceKey]] | None:
+def group_free(need: PodNeed, node: NodeState) -> list[tuple[DeviceGrant, DeviceKey]] | None:
     """The node's free devices of the first of the pod's groups that has enough of them, in placement's order
     (None: no group has)."""
     free = free_keyed(need, node)
+    spread = need.dra_distinct
     for group in need.dra_groups:
-        mine = [entry for entry in free if entry[2] in group]
+        mine = [entry for entry in free if entry[1] in group]
+        if spread is not None:
+            # distinctAttribute: the first free device of each value (as many as there are values: the most
+            # devices that can differ in it)
+            seen: set[object] = set()
+            mine = [e for e in mine if (v := spread.values.get(e[1])) is not None and v not in seen
+                    and not seen.add(v)]  # type: ignore[func-returns-value]
         if len(mine) >= need.gpu.count:
             return mine
     return None
+
+
+def keys_by_device_id(node: NodeState) -> dict[str, DeviceKey]:
+    """The DRA identity of each device of the node DRA publishes, by its device ID (whole GPUs, MIG devices,
+    dynamic MIG partitions)."""
+    out: dict[str, DeviceKey] = {}
+    for gpu in node.gpus:
+        if (key := slot_key(gpu)) is not None:
+            out[gpu.device_id] = key
+        for mig in (*gpu.mig, *gpu.partitions):
+            if (key := slot_key(gpu, mig)) is not None:
+                out[mig.device_id] = key
+    return out
+
+
+def grant_resources(node: NodeState, grants: Sequence[DeviceGrant]) -> dict[str, int]:
+    """The resources a DRA node counts ``grants`` under (what placement charges a claimed pod there)."""
+    out: dict[str, int] = {}
+    for g in grants:
+        gpu = node.gpus[g.gpu]
+        resource = (gpu.mig[g.slot].resource if g.kind == "mig" else gpu.partitions[g.slot].resource
+                    if g.kind == "partition" else gpu.resource)
+        out[resource] = out.get(resource, 0) + 1
+    return out
+
+
+def grants_of_keys(node: NodeState, keys: frozenset[DeviceKey]) -> list[DeviceGrant] | None:
+    """The grants of the node's devices named by their DRA identity; None when one of them is not on the node."""
+    grants: list[DeviceGrant] = []
+    for gpu in node.gpus:
+        if slot_key(gpu) in keys:
+            grants.append(DeviceGrant("whole", gpu.index))
+        for k, mig in enumerate(gpu.mig):
+            if slot_key(gpu, mig) in keys:
+                grants.append(DeviceGrant("mig", gpu.index, k))
+        for k, part in enumerate(gpu.partitions):
+            if slot_key(gpu, part) in keys:
+                grants.append(DeviceGrant("partition", gpu.index, k))
+    return grants if len(grants) == len(keys) else None
 
 
 class DraDevices:
@@ -112,7 +159,7 @@ def with_choice(pods: Sequence[PodRequest], index: int) -> list[PodRequest] | No
         template = replace(p.template, gpu=choice.demand, dra=None if choice.plugin else need)
         if choice.drop_requests:
             template.requests = {k: v for k, v in template.requests.items() if k not in choice.drop_requests}
-        out.append(replace(p, template=template, dra_groups=choice.groups))
+        out.append(replace(p, template=template, dra_groups=choice.groups, dra_distinct=choice.distinct))
     return out if used or index == 0 else None
 
 
@@ -135,4 +182,4 @@ def first_dra_grants(need: PodNeed, node: NodeState) -> list[DeviceGrant] | None
     free = group_free(need, node)
     if free is None:
         return None
-    return [DeviceGrant("whole", i) if k is None else DeviceGrant("mig", i, k) for i, k, _ in free[: need.gpu.count]]
+    return [grant for grant, _ in free[: need.gpu.count]]

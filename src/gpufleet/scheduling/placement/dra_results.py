@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from gpufleet.api.dra_need import ClaimResult, DeviceKey, DraChoice, DraNeed
 from gpufleet.cluster.state import ClusterState
-from gpufleet.scheduling.placement.dra import slot_key
+from gpufleet.scheduling.placement.dra import keys_by_device_id
 
 
 def device_keys(cluster: ClusterState, node: str, device_ids: Iterable[str]) -> list[DeviceKey]:
@@ -15,15 +15,7 @@ def device_keys(cluster: ClusterState, node: str, device_ids: Iterable[str]) -> 
     state = cluster.nodes.get(node)
     if state is None:
         return []
-    by_id: dict[str, DeviceKey] = {}
-    for gpu in state.gpus:
-        key = slot_key(gpu)
-        if key is not None:
-            by_id[gpu.device_id] = key
-        for mig in gpu.mig:
-            key = slot_key(gpu, mig)
-            if key is not None:
-                by_id[mig.device_id] = key
+    by_id = keys_by_device_id(state)
     return [by_id[d] for d in device_ids if d in by_id]
 
 
@@ -41,7 +33,7 @@ def placed_kind(cluster: ClusterState, node: str, device_ids: Iterable[str]) -> 
     for gpu in state.gpus:
         if gpu.device_id in wanted:
             kinds.add(("whole", None))
-        kinds.update(("mig", m.placement.profile) for m in gpu.mig if m.device_id in wanted)
+        kinds.update(("mig", m.placement.profile) for m in (*gpu.mig, *gpu.partitions) if m.device_id in wanted)
     return next(iter(kinds)) if len(kinds) == 1 else None
 
 

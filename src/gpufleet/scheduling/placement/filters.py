@@ -20,7 +20,7 @@ from gpufleet.cluster.free_devices import (
     fraction_options,
     fractions_closed,
     free_device_count,
-    free_mig,
+    free_mig_grants,
     free_replica_count,
     free_whole,
     replica_gpus,
@@ -172,7 +172,8 @@ class GpuMemory:
             ok = any(fraction_share(need, gpu.memory_mib)[0] <= MILLI for gpu in whole_gpus(node))
         else:
             resource = demand_resource(g)
-            ok = any(s.resource == resource and s.memory_mib >= want for gpu in node.gpus for s in gpu.mig)
+            ok = any(s.resource == resource and s.memory_mib >= want for gpu in node.gpus
+                     for s in (*gpu.mig, *gpu.partitions))
             if g.kind != "mig":
                 ok = ok or any(gpu.memory_mib >= want and gpu.resource == resource and gpu.mode != "mig"
                                for gpu in node.gpus)
@@ -252,7 +253,7 @@ class MigInstances:
         resource = demand_resource(g) if g.kind in ("mig", "gpu", "shared") else None
         if resource is None or (g.kind != "mig" and device_kind(node, resource) != "mig"):
             return None
-        if len(free_mig(node, resource, g.memory_mib)) >= g.count:
+        if len(free_mig_grants(node, resource, g.memory_mib)) >= g.count:
             return None
         what = f"MIG instance {g.mig_profile}" if g.mig_profile else f"MIG instance for {resource}"
         return f"node(s) had no free {what}"
@@ -328,7 +329,7 @@ class AvoidGpus:
             elif kind == "replicas":
                 free = replicas_with_room(need, node, resource, ok)
             else:
-                free = sum(1 for i, _ in free_mig(node, resource, g.memory_mib) if ok(i))
+                free = sum(1 for grant in free_mig_grants(node, resource, g.memory_mib) if ok(grant.gpu))
             ok_enough = free >= g.count
         return None if ok_enough else "node(s) had free devices only on GPUs where the pod was OOM-killed before"
 

@@ -51,7 +51,9 @@ T = TypeVar("T")
 def static_key(ns: NodeState) -> tuple[Any, ...]:
     labels = tuple(sorted((k, v) for k, v in ns.labels.items() if k not in IDENTITY_LABELS))
     gpus = tuple(sorted((g.mode, g.resource, g.model, g.memory_mib, g.replicas, g.dra_driver is not None,
-                         tuple((s.resource, s.memory_mib, s.compute_slices) for s in g.mig)) for g in ns.gpus))
+                         tuple((s.resource, s.memory_mib, s.compute_slices) for s in g.mig),
+                         tuple((p.resource, p.memory_mib, tuple(sorted(p.consumes.items()))) for p in g.partitions),
+                         tuple(sorted(g.counters.items()))) for g in ns.gpus))
     return (labels, ns.taints, tuple(sorted(ns.allocatable.items())), ns.gpu_model, ns.ready, ns.unschedulable,
             ns.fail_requests_greater_than_one, gpus)
 
@@ -62,6 +64,10 @@ def _gpu_state(g: GpuSlot) -> tuple[Any, ...]:
         # Same values as GpuSlot.free_milli / used_memory_mib, without their generic sums (a hot path).
         if g.holder is not None:
             return (0, g.memory_mib, g.healthy, g.resource, 0, g.memory_mib)
+        if g.partitions and g.carved:
+            # Which partitions are carved decides which others still can be (their counters).
+            return (0, g.memory_mib, g.healthy, g.resource, g.free_milli, g.used_memory_mib,
+                    tuple(p.holder is None for p in g.partitions))
         if not g.fractions:
             return (0, g.memory_mib, g.healthy, g.resource, MILLI, 0)
         return (0, g.memory_mib, g.healthy, g.resource, g.free_milli, g.used_memory_mib)

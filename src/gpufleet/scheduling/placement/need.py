@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.api.dra_need import DistinctValues
 from gpufleet.api.gpushare import placed_requests
 from gpufleet.api.objects import CPU, HOSTNAME_LABEL, MEMORY, GpuDemand, NodeSelectorTerm, PodTemplate, Toleration
 from gpufleet.cluster.free_devices import demand_resource
@@ -38,6 +39,7 @@ class PodNeed:
     memory_hint: int  # MiB it is expected to use on a time-sliced GPU (PodRequest.memory_hint; 0: unknown)
     avoid_gpus: frozenset[str]  # GPUs ("node/index") it must not share again
     dra_groups: tuple[frozenset[tuple[str, str, str]], ...]  # DRA devices its claims allow (PodRequest.dra_groups)
+    dra_distinct: DistinctValues | None  # distinctAttribute: its devices differ in it (PodRequest.dra_distinct)
     dra: bool  # its GPUs come through DRA claims: only DRA nodes' devices, and only those, are for it
     constraint_key: int  # interned: equal constraints, equal key (a small int hashes fast in hot loops)
     shape_key: int
@@ -92,7 +94,7 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
     tolerations = t.tolerations + req.extra_tolerations
     node_labels = tuple(sorted(req.node_labels))
     constraint = (selector, t.required_affinity, tolerations, node_labels, t.gpu, req.memory_hint, req.avoid_gpus,
-                  req.dra_groups, dra)
+                  req.dra_groups, req.dra_distinct, dra)
     return PodNeed(
         key=req.key,
         charge=placed,
@@ -109,6 +111,7 @@ def compile_need(req: PodRequest, intern: Interner | None = None) -> PodNeed:
         memory_hint=req.memory_hint,
         avoid_gpus=req.avoid_gpus,
         dra_groups=req.dra_groups,
+        dra_distinct=req.dra_distinct,
         dra=dra,
         constraint_key=intern(constraint) if intern is not None else -1,
         shape_key=intern((constraint, requests)) if intern is not None else -1,

@@ -30,7 +30,7 @@ def gpu_free_milli(g: GpuSlot) -> int:
     if g.mode == "whole":
         if g.holder is not None:
             return 0
-        if not g.fractions:
+        if not g.fractions and not g.partitions:
             return MILLI
     return g.free_milli
 

@@ -80,8 +80,8 @@ _GPU_FIELDS = tuple(f.name for f in fields(GpuSlot))
 _MIG_FIELDS = tuple(f.name for f in fields(MigSlot))
 _gpu_values = attrgetter(*_GPU_FIELDS)
 _mig_values = attrgetter(*_MIG_FIELDS)
-_GPU_HOLDER, _GPU_FRACTIONS, _GPU_REPLICAS, _GPU_REPLICA_MEMORY, _GPU_MIG = (_GPU_FIELDS.index(n) for n in (
-    "holder", "fractions", "replica_holders", "replica_memory", "mig"))
+_GPU_HOLDER, _GPU_FRACTIONS, _GPU_REPLICAS, _GPU_REPLICA_MEMORY, _GPU_MIG, _GPU_PARTITIONS = (
+    _GPU_FIELDS.index(n) for n in ("holder", "fractions", "replica_holders", "replica_memory", "mig", "partitions"))
 _MIG_HOLDER = _MIG_FIELDS.index("holder")
 
 
@@ -102,6 +102,7 @@ def _emptied_gpu(g: GpuSlot) -> GpuSlot:
     values[_GPU_REPLICAS] = [None] * len(g.replica_holders)
     values[_GPU_REPLICA_MEMORY] = {}
     values[_GPU_MIG] = [_emptied_mig(m) for m in g.mig]
+    values[_GPU_PARTITIONS] = [_emptied_mig(m) for m in g.partitions]
     return GpuSlot(*values)
 
 

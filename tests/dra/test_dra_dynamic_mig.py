@@ -1,0 +1,207 @@
+"""Partitionable devices (NVIDIA's dynamic MIG, KEP-4815): a GPU published whole and as the MIG devices that could be
+carved from it, all drawing on its counter set. gpufleet offers it whole or carved, never both, and never carves more
+than the counters hold; the MIG geometry of the catalog checks the counters independently."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from gpufleet.api.errors import LEFT_OUT
+from gpufleet.api.manifests import Manifests
+from gpufleet.api.objects import GpuDemand, PodResourceClaim
+from gpufleet.cli.main import app
+from gpufleet.cluster.devices import DeviceGrant, InvariantError
+from gpufleet.cluster.dra_claims import DraCatalog, published_devices, resolve_pod_claims
+from gpufleet.cluster.free_devices import free_device_count
+from gpufleet.cluster.state import ClusterState, first_free_grants
+from gpufleet.gpu.mig import MigPlacement, check_layout, geometry_for
+from gpufleet.scheduling.placement import make_placer
+from gpufleet.scheduling.types import PodRequest
+from tests.conftest import manifests
+from tests.dra.dynamic_mig import CLASSES, dynamic_mig_slices, node, profile_template, template
+from tests.placement.placement_helpers import pod
+
+runner = CliRunner()
+TEMPLATES = (template("whole", "gpu", "gpu.nvidia.com") + profile_template("one-g", "1g.10gb")
+             + profile_template("two-g", "2g.20gb") + profile_template("three-g", "3g.40gb")
+             + profile_template("seven-g", "7g.80gb") + profile_template("pair-1g", "1g.10gb", count=2))
+
+
+def _load(text: str) -> Manifests:
+    m = manifests(text, "dynamic.yaml")
+    assert not m.problems.errors, [str(e) for e in m.problems.errors]
+    return m
+
+
+def test_a_dynamic_mig_gpu_is_offered_whole_with_every_placement_it_could_carve() -> None:
+    m = _load(node("n1") + dynamic_mig_slices("n1", gpus=2))
+    assert not m.problems.warnings, [w.message for w in m.problems.warnings]
+    (ns,) = ClusterState.from_nodes(m.nodes).nodes.values()
+    assert [(g.mode, g.dra_device) for g in ns.gpus] == [("whole", "gpu-0"), ("whole", "gpu-1")]
+    g = ns.gpus[0]
+    # 7 x 1g.10gb, 4 x 1g.20gb, 3 x 2g.20gb, 2 x 3g.40gb, 4g.40gb, 7g.80gb
+    assert len(g.partitions) == 18
+    assert g.partitions[0].dra_device == "gpu-0-mig-1g10gb-19-0"
+    assert g.counters["gpu-0-counter-set/memory-slice-7"] == 1
+    assert g.whole_consumes == g.counters
+    # counted as the resources a device plugin would advertise (the counters decide what goes together)
+    assert ns.allocatable["nvidia.com/gpu"] == 2 and ns.allocatable["nvidia.com/mig-3g.40gb"] == 4
+
+
+def test_counter_sets_several_gpus_share_are_not_carved_and_said() -> None:
+    m = _load(node("n1") + dynamic_mig_slices("n1", gpus=2, shared_set=True))
+    (ns,) = ClusterState.from_nodes(m.nodes).nodes.values()
+    assert all(g.mode == "whole" and not g.partitions for g in ns.gpus)
+    assert len(m.problems.warnings) == 2
+    w = m.problems.warnings[0]
+    assert w.code == LEFT_OUT and w.kind == "ResourceSlice" and w.field.startswith("spec.devices[")
+    assert "consumed by the devices of several GPUs" in w.message and "the GPU is offered without them" in w.message
+
+
+def test_a_counter_set_missing_from_the_pool_is_named() -> None:
+    text = dynamic_mig_slices("n1", gpus=1).replace("name: gpu-0-counter-set", "name: other-set", 1)
+    m = _load(node("n1") + text)
+    (w,) = m.problems.warnings
+    assert "consumes counter set gpu-0-counter-set, which no slice of pool n1 has" in w.message
+
+
+def _partition(ns: Any, gpu: int, profile: str, start: int) -> int:
+    return next(k for k, p in enumerate(ns.gpus[gpu].partitions)
+                if p.placement == MigPlacement(profile, start))
+
+
+def test_carving_and_the_whole_gpu_exclude_each_other_within_the_counters() -> None:
+    cluster = ClusterState.from_nodes(_load(node("n1") + dynamic_mig_slices("n1")).nodes)
+    ns = cluster.nodes["n1"]
+    three_at_0 = DeviceGrant("partition", 0, _partition(ns, 0, "3g.40gb", 0))
+    cluster.allocate("ml/a", "n1", {}, [three_at_0])
+    assert not ns.gpus[0].is_free and ns.gpus[0].carved
+    with pytest.raises(InvariantError):
+        cluster.allocate("ml/whole", "n1", {}, [DeviceGrant("whole", 0)])
+    with pytest.raises(InvariantError):  # 4g.40gb@0 needs memory slices 0-3, which 3g.40gb@0 holds
+        cluster.allocate("ml/b", "n1", {}, [DeviceGrant("partition", 0, _partition(ns, 0, "4g.40gb", 0))])
+    cluster.allocate("ml/c", "n1", {}, [DeviceGrant("partition", 0, _partition(ns, 0, "3g.40gb", 4))])
+    with pytest.raises(InvariantError):  # 6 of 7 compute slices and every memory slice are carved
+        cluster.allocate("ml/d", "n1", {}, [DeviceGrant("partition", 0, _partition(ns, 0, "1g.10gb", 6))])
+    cluster.release("ml/a")
+    cluster.release("ml/c")
+    assert ns.gpus[0].is_free
+    cluster.allocate("ml/whole", "n1", {}, [DeviceGrant("whole", 0)])
+    with pytest.raises(InvariantError):
+        cluster.allocate("ml/e", "n1", {}, [DeviceGrant("partition", 0, _partition(ns, 0, "1g.10gb", 0))])
+
+
+def test_devices_of_one_profile_are_counted_by_what_can_be_carved_together() -> None:
+    # A counter set of 28 multiprocessors holds two 1g.10gb devices (14 each), whatever memory slices are free.
+    cluster = ClusterState.from_nodes(_load(node("n1") + dynamic_mig_slices("n1", multiprocessors=28)).nodes)
+    ns = cluster.nodes["n1"]
+    one_g = GpuDemand(kind="mig", count=1, resource="nvidia.com/mig-1g.10gb", mig_profile="1g.10gb")
+    assert free_device_count(ns, one_g) == 2
+    assert first_free_grants(ns, replace(one_g, count=3)) is None
+    grants = first_free_grants(ns, replace(one_g, count=2))
+    assert grants is not None
+    cluster.allocate("ml/two", "n1", {}, grants)
+    assert free_device_count(ns, one_g) == 0
+
+
+# ---- placement: counters never exceeded, whatever comes and goes ------------------------------------------------
+
+FLEET = _load(node("n1") + node("n2") + dynamic_mig_slices("n1", gpus=2) + dynamic_mig_slices("n2", gpus=1)
+              + CLASSES + TEMPLATES)
+CATALOG = DraCatalog(classes={c.name: c for c in FLEET.device_classes},
+                     templates={t.key: t for t in FLEET.resource_claim_templates},
+                     devices=published_devices(FLEET.nodes, FLEET.resource_slices))
+
+
+def _claimed(key: str, template_name: str) -> PodRequest:
+    namespace, name = key.split("/")
+    refs = (PodResourceClaim("gpus", resource_claim_template_name=template_name),)
+    need = resolve_pod_claims(namespace, name, refs, CATALOG)
+    assert need.problem is None, need.problem
+    base = pod(key)
+    return replace(base, template=replace(base.template, resource_claims=refs, dra=need,
+                                          gpu=need.choices[0].demand))
+
+
+def _check_invariants(cluster: ClusterState) -> None:
+    for ns in cluster.nodes.values():
+        for g in ns.gpus:
+            used = g.counters_used()
+            assert all(amount <= g.counters.get(name, 0) for name, amount in used.items()), (ns.name, g.index, used)
+            carved = [p.placement for p in g.partitions if p.holder is not None]
+            assert not (g.holder is not None and carved)
+            geometry = geometry_for(g.model)
+            assert geometry is not None
+            check_layout(geometry, carved)  # the MIG geometry agrees: the carved devices can exist together
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["whole", "one-g", "two-g", "three-g", "seven-g", "pair-1g"]),
+                          st.integers(min_value=0, max_value=2)), min_size=1, max_size=30),
+       st.sampled_from(["gpufleet", "binpack", "spread"]))
+def test_counters_are_never_exceeded_and_no_device_is_held_twice(steps: list[tuple[str, int]], profile: str) -> None:
+    cluster = ClusterState.from_nodes(FLEET.nodes)
+    placer = make_placer(cluster, profile, random.Random(0))
+    live: list[str] = []
+    placed_any = False
+    for i, (template_name, releases) in enumerate(steps):
+        key = f"ml/p{i}"
+        if placer.place([_claimed(key, template_name)]) is not None:
+            live.append(key)
+            placed_any = True
+            held = cluster.placements[key].device_ids
+            assert len(held) == (2 if template_name == "pair-1g" else 1)
+        _check_invariants(cluster)
+        for _ in range(min(releases, len(live))):
+            cluster.release(live.pop(0))
+    every = [d for key in live for d in cluster.placements[key].device_ids]
+    assert len(every) == len(set(every))
+    assert placed_any  # the fleet is empty at first: the first pod always fits
+
+
+def test_seven_one_g_devices_fill_a_gpu_and_an_eighth_goes_elsewhere() -> None:
+    cluster = ClusterState.from_nodes(FLEET.nodes)
+    placer = make_placer(cluster, "binpack", random.Random(0))
+    for i in range(7):
+        assert placer.place([_claimed(f"ml/s{i}", "one-g")]) is not None
+    first = {(cluster.placements[f"ml/s{i}"].node, cluster.placements[f"ml/s{i}"].grants[0].gpu) for i in range(7)}
+    assert len(first) == 1  # packed onto one GPU, seven of its seven compute slices
+    (node_name, gpu), = first
+    assert placer.place([_claimed("ml/s7", "one-g")]) is not None
+    assert (cluster.placements["ml/s7"].node, cluster.placements["ml/s7"].grants[0].gpu) != (node_name, gpu)
+    _check_invariants(cluster)
+
+
+# ---- plan ---------------------------------------------------------------------------------------------------------
+
+def _pod(name: str, template_name: str) -> str:
+    return f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: ml}}
+spec:
+  resourceClaims: [{{name: gpus, resourceClaimTemplateName: {template_name}}}]
+  containers: [{{name: c, image: x, resources: {{requests: {{cpu: "1"}}, claims: [{{name: gpus}}]}}}}]
+"""
+
+
+def test_plan_carves_mig_devices_and_keeps_the_carved_gpu_from_a_whole_gpu_claim(tmp_path: Path) -> None:
+    path = tmp_path / "dynamic.yaml"
+    path.write_text(node("n1") + dynamic_mig_slices("n1", gpus=1) + CLASSES + TEMPLATES
+                    + _pod("small", "three-g") + _pod("big", "whole"), encoding="utf-8")
+    got = runner.invoke(app, ["plan", str(path), "--until-stable", "-o", "json"])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.stdout)
+    admitted = {p["pod"]: p for c in doc["cycles"] for a in c["admitted"] for p in a["pods"]}
+    assert [c["device"] for c in admitted["ml/small"]["claims"]] == ["gpu-0-mig-3g40gb-9-0"]
+    assert "ml/big" not in admitted
+    assert "ml/big" in {p["workload"] for p in doc["cycles"][-1]["pending"]}
