@@ -256,12 +256,15 @@ def test_a_missing_template_is_named() -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "mig"]), st.booleans()), min_size=1, max_size=20))
+@given(st.lists(st.tuples(st.sampled_from(["one", "two", "pair", "spread", "mig"]), st.booleans()), min_size=1,
+                max_size=20))
 def test_claimed_devices_are_never_shared_and_always_allowed(pods: list[tuple[str, bool]]) -> None:
     cluster, catalog = _cluster_and_catalog(h100_nodes=2, a100_nodes=1)
     catalog.templates = {
         "ml/one": _template("one", _gpus(1)), "ml/two": _template("two", _gpus(2)),
         "ml/pair": _template("pair", _gpus(2), constraints=(DeviceConstraint((), "resource.kubernetes.io/pcieRoot"),)),
+        "ml/spread": _template("spread", _gpus(2), constraints=(
+            DeviceConstraint((), distinct_attribute="resource.kubernetes.io/pcieRoot"),)),
         "ml/mig": _template("mig", DeviceRequest("m", exactly=DeviceSelection("mig.nvidia.com")))}
     placer = make_placer(cluster, "gpufleet", random.Random(0))
     live: list[str] = []
@@ -276,6 +279,12 @@ def test_claimed_devices_are_never_shared_and_always_allowed(pods: list[tuple[st
             groups = p.template.dra.choices[0].groups  # type: ignore[union-attr]
             kinds = {(d.kind, d.profile) for d in catalog.devices if d.key in set(held)}
             assert any(set(held) <= g for g in groups) if groups else len(kinds) == 1
+            roots = [next(d for d in catalog.devices if d.key == k).device.attributes[
+                "resource.kubernetes.io/pcieRoot"].value for k in held if k[2].startswith("gpu-") and "mig" not in k[2]]
+            if template == "pair":
+                assert len(set(roots)) == 1
+            if template == "spread":
+                assert len(set(roots)) == len(roots) == 2
         if release and live:
             cluster.release(live.pop(0))
     every = [k for key in live for k in _held_keys(cluster, key)]

@@ -10,8 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import yaml
 from kube_apisim import ApiSim
 from live_env import NS, bindings, bound_node, scheduled_condition, wait_until
+from tests.dra.dynamic_mig import CLASSES, dynamic_mig_slices
 
 from gpufleet.api.objects import SchedulerConfig
 from gpufleet.kube import resources as r
@@ -181,3 +183,30 @@ def test_a_pod_sent_to_its_devices_holds_them_before_its_claim_shows_allocated()
     node = world.cluster.nodes["dra-0"]
     assert [g.is_free for g in node.gpus] == [False, False]
     assert world.unaccounted == []
+
+
+def test_a_mig_claim_is_carved_from_a_dynamic_mig_gpu(apisim: ApiSim,
+                                                      live_scheduler: Callable[..., Scheduler]) -> None:
+    # NVIDIA's dynamic MIG: the claim is allocated the abstract MIG device the driver then creates; the whole GPU's
+    # claim waits, since carving and the whole GPU exclude each other.
+    apisim.serve(*r.DRA_RESOURCES)
+    apisim.create(r.NODES, _node("dyn-0"))
+    for doc in yaml.safe_load_all(dynamic_mig_slices("dyn-0") + CLASSES):
+        apisim.create(r.RESOURCE_SLICES if doc["kind"] == "ResourceSlice" else r.DEVICE_CLASSES, doc)
+    three = {"devices": {"requests": [{"name": "mig", "exactly": {
+        "deviceClassName": "mig.nvidia.com",
+        "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}]}}]}}
+    apisim.create(r.RESOURCE_CLAIMS, {**_claim("small-gpus-aaaaa"), "spec": three})
+    small = _pod("small", "small-gpus-aaaaa")
+    small["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    apisim.create(r.PODS, small)
+    whole = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
+    apisim.create(r.RESOURCE_CLAIMS, {**_claim("big-gpus-bbbbb"), "spec": whole})
+    big = _pod("big", "big-gpus-bbbbb")
+    big["metadata"]["creationTimestamp"] = "2026-01-01T00:01:00Z"
+    apisim.create(r.PODS, big)
+    live_scheduler()
+    wait_until(lambda: bound_node(apisim, "small") == "dyn-0", what="the MIG pod bound")
+    wait_until(lambda: scheduled_condition(apisim.get(r.PODS, NS, "big")) is not None, what="the whole-GPU pod seen")
+    assert _allocated(apisim, "small-gpus-aaaaa") == ["gpu-0-mig-3g40gb-9-0"]
+    assert _allocated(apisim, "big-gpus-bbbbb") == [] and not bindings(apisim, "big")
