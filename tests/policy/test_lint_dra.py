@@ -100,7 +100,8 @@ spec:
       limits: {cpu: "1", memory: 4Gi}
       claims: [{name: mig}]
 ---
-# A device-plugin pod on a cluster whose GPUs only claims hand out: it never runs, and the closest offer says so.
+# A device-plugin pod on a cluster whose GPUs only claims hand out, asking a resource no DeviceClass backs: it
+# never runs, and the closest offer says so.
 apiVersion: v1
 kind: Pod
 metadata: {name: plugin, namespace: research}
@@ -108,7 +109,29 @@ spec:
   containers:
   - name: c
     image: busybox
+    resources: {limits: {nvidia.com/gpu.shared: 1}, requests: {cpu: "1", memory: 1Gi}}
+"""
+
+# Pods asking nvidia.com/gpu, which the gpu.nvidia.com DeviceClass backs (extendedResourceName): one GPU runs on its
+# DRA devices, nine fit no node.
+EXTENDED = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: one, namespace: research}
+spec:
+  containers:
+  - name: c
+    image: busybox
     resources: {limits: {nvidia.com/gpu: 1}, requests: {cpu: "1", memory: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: nine, namespace: research}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    resources: {limits: {nvidia.com/gpu: 9}, requests: {cpu: "1", memory: 1Gi}}
 """
 
 
@@ -141,6 +164,13 @@ def test_pods_with_claims_trip_no_rule_about_gpu_requests(tmp_path: Path) -> Non
     assert "node(s) offer GPUs through DRA claims only" in plugin.message
     assert "8x H100-SXM5-80GB (80 GiB) through DRA claims (gpu.nvidia.com)" in plugin.message
     assert "as nvidia.com/gpu" not in plugin.message
+
+
+def test_an_extended_resource_a_device_class_backs_runs_on_its_dra_devices(tmp_path: Path) -> None:
+    namespaces = "apiVersion: v1\nkind: Namespace\nmetadata: {name: research}\n---\n"
+    findings = [f for f in _lint(tmp_path, namespaces + EXTENDED) if f.rule == "gpu-request-unsatisfiable"]
+    assert [f.object.name for f in findings] == ["nine"]
+    assert "Insufficient nvidia.com/gpu" in findings[0].message
 
 
 def test_a_quota_kueue_charges_claims_to_is_backed_by_the_published_devices(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ reviews, and the configuration's lint section."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,32 @@ def test_a_trainjob_is_judged_with_its_runtime_from_the_informer_cache() -> None
     cache.apply(runtime_res, "ADDED", {**runtime, "metadata": {**runtime["metadata"], "resourceVersion": "1"}})
     [warning] = Validator(LintSettings(), source).review(review(train))["response"]["warnings"]
     assert warning.startswith("[gang-without-all-or-nothing] TrainJob dev/bad-trainjob: metadata.labels: 4 pods")
+
+
+def test_the_informer_caches_dra_slices_give_the_webhook_its_dra_gpus() -> None:
+    from gpufleet.kube import resources as r
+    from gpufleet.kube.informer import ObjectCache
+    from gpufleet.kube.validating import CacheClusterSource
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "dra"
+    cache = ObjectCache()
+    by_kind = {"Node": r.NODES, "ResourceSlice": r.RESOURCE_SLICES, "DeviceClass": r.DEVICE_CLASSES}
+    for name in ("nodes.yaml", "slices.yaml", "deviceclasses.yaml"):
+        for i, doc in enumerate(d for d in yaml.safe_load_all((examples / name).read_text()) if d):
+            cache.apply(by_kind[doc["kind"]], "ADDED", {**doc, "metadata": {**doc["metadata"],
+                                                                           "resourceVersion": str(i + 1)}})
+    source = CacheClusterSource(cache, [r.NODES, r.RESOURCE_SLICES, r.DEVICE_CLASSES], refresh=0.0)
+    view = source()
+    assert sum(len(n.dra_gpus) for n in view.nodes) > 0
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "one", "namespace": "research"},
+           "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+               "limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]}}
+    # nvidia.com/gpu is the gpu.nvidia.com class's extended resource: the pod can run on the DRA GPUs
+    answer = Validator(LintSettings(), source).review(review(pod))["response"]
+    assert "gpu-request-unsatisfiable" not in json.dumps(answer)
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "9"
+    answer = Validator(LintSettings(), source).review(review(pod))["response"]
+    assert "gpu-request-unsatisfiable" in json.dumps(answer)
 
 
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

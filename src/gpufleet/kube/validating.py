@@ -47,6 +47,8 @@ MAX_WARNINGS = 16
 MAX_MESSAGE_CHARS = 4096
 QUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "Namespace")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")  # a TrainJob's pods are its runtime's
+# A DRA node's GPUs come from its ResourceSlices, and DeviceClasses say which extended resources they back.
+DRA_DEVICE_KINDS = ("ResourceSlice", "DeviceClass")
 
 JsonDict = dict[str, Any]
 ClusterSource = Callable[[], ClusterView]
@@ -61,7 +63,8 @@ class CacheClusterSource:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.cache = cache
         self.resources = [res for res in resources
-                          if res.kind == "Node" or res.kind in QUEUE_KINDS or res.kind in RUNTIME_KINDS]
+                          if res.kind == "Node" or res.kind in QUEUE_KINDS or res.kind in RUNTIME_KINDS
+                          or res.kind in DRA_DEVICE_KINDS]
         self.refresh = refresh
         self.clock = clock
         self._lock = threading.Lock()

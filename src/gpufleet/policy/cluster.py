@@ -7,7 +7,9 @@ Where a pod could ever run is the placement filters' answer on empty nodes (:fun
 
 The quota resources Kueue charges DRA claims to (its Configuration's ``deviceClassMappings``) are offered by the
 nodes that publish devices of the mapped DeviceClasses (:attr:`ClusterView.claim_resources`): no node has them in
-its allocatable, yet a ClusterQueue's quota of one is backed there."""
+its allocatable, yet a ClusterQueue's quota of one is backed there. A pod asking an extended resource that a
+DeviceClass backs (``extendedResourceName``, KEP-5004) may run where a device plugin offers it or on the class's DRA
+devices, as kube-scheduler places it: both ways are tried."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from gpufleet.api.dra_objects import DeviceClass, ResourceSlice
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import ClusterQueue, LocalQueue, Node, PodTemplate, ResourceFlavor
 from gpufleet.api.workloadkinds.model import TrainingRuntime
-from gpufleet.cluster.dra_claims import DraCatalog, published_devices
+from gpufleet.cluster.dra_claims import DraCatalog, extended_need, extended_resources, published_devices
 from gpufleet.cluster.state import NodeState, node_state_from
+from gpufleet.scheduling.placement.dra import with_choice
 from gpufleet.scheduling.placement.filters import DEFAULT_FILTERS
 from gpufleet.scheduling.placement.need import PodNeed, compile_need
 from gpufleet.scheduling.types import PodRequest
@@ -56,6 +60,8 @@ class ClusterView:
     # Resource -> the nodes that publish a device it is charged for: the resources of Kueue's deviceClassMappings
     # (while its DRA integration is on), each offered where a device of one of its DeviceClasses is published.
     claim_resources: dict[str, frozenset[str]] = field(default_factory=dict)
+    device_classes: list[DeviceClass] = field(default_factory=list)
+    resource_slices: list[ResourceSlice] = field(default_factory=list)
 
     @classmethod
     def from_manifests(cls, *bundles: Manifests, described: bool = False) -> ClusterView:
@@ -70,6 +76,8 @@ class ClusterView:
             # Kubernetes object can have: they are not the namespace's own.
             view.local_queues.extend(q for q in m.local_queues if ":" not in q.meta.name)
             view.runtimes.extend(m.controllers.runtimes)
+            view.device_classes.extend(m.device_classes)
+            view.resource_slices.extend(m.resource_slices)
             for resource, nodes in _claim_resources(m).items():
                 view.claim_resources[resource] = view.claim_resources.get(resource, frozenset()) | nodes
         view.knows_nodes = bool(view.nodes)
@@ -115,12 +123,39 @@ class ClusterView:
         found = [self.flavors[n] for n in names if n in self.flavors]
         return found or None
 
+    @cached_property
+    def _extended(self) -> tuple[dict[str, DeviceClass], DraCatalog]:
+        """The extended resources DeviceClasses back, and the catalog of the published devices."""
+        if not self.resource_slices:
+            return {}, DraCatalog()
+        return (extended_resources(self.device_classes),
+                DraCatalog(classes={c.name: c for c in self.device_classes},
+                           devices=published_devices(self.nodes, self.resource_slices)))
+
+    def _ways(self, requests: list[PodRequest]) -> list[PodRequest]:
+        """``requests`` (one per flavor), and for a pod asking an extended resource a DeviceClass backs, each also
+        as placed on the class's DRA devices."""
+        template = requests[0].template
+        extended, catalog = self._extended
+        if not extended or template.dra is not None or template.resource_claims:
+            return requests
+        need = extended_need("lint", "lint", template, extended, catalog)
+        if need is None:
+            return requests
+        claimed = [replace(r, template=replace(r.template, dra=need)) for r in requests]
+        out: list[PodRequest] = []
+        index = 0
+        while (variant := with_choice(claimed, index)) is not None:
+            out += variant
+            index += 1
+        return out
+
     def verdicts(self, template: PodTemplate, flavors: Sequence[ResourceFlavor] | None = None) -> list[Verdict]:
         """Every node's answer for one pod of ``template`` on an empty cluster; with ``flavors``, the pod may run
         under any one of them (its nodeLabels and tolerations added), as Kueue's flavor assignment allows."""
         out = []
         options: Iterable[ResourceFlavor | None] = flavors or [None]
-        needs = [compile_need(_request(template, f)) for f in options]
+        needs = [compile_need(r) for r in self._ways([_request(template, f) for f in options])]
         for node in self.states:
             best: Verdict | None = None
             for need in needs:
