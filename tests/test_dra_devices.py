@@ -4,6 +4,7 @@ a node offering GPUs both ways, and the examples in examples/dra through validat
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import yaml
@@ -317,3 +318,18 @@ def test_plan_shows_the_dra_nodes_gpus() -> None:
     doc = yaml.safe_load(runner.invoke(app, ["plan", EXAMPLES, "-o", "json"]).stdout)
     assert [(n["node"], n["gpus"], n["migDevices"]) for n in doc["draNodes"]] == [
         ("a100-node-0", 2, {"1g.10gb": 9, "2g.20gb": 1, "3g.40gb": 1}), ("h100-node-0", 8, {})]
+
+
+def test_nvlink_pairs_of_the_node_inventory_reach_the_dra_gpus_by_uuid() -> None:
+    # The node agent's inventory annotation names the physical GPUs by UUID (its index order need not be the
+    # slices'): the NVLink pair GPU-c / GPU-d becomes a pair of the DRA slots, whatever their indices.
+    inventory = json.dumps({"model": "H100-SXM5-80GB", "memoryMiB": 81559, "sharing": {"migStrategy": "none"},
+                            "gpus": [{"index": i, "uuid": u} for i, u in enumerate(["GPU-d", "GPU-a", "GPU-c",
+                                                                                     "GPU-b"])],
+                            "nvlinks": [[0, 2, 18]]})
+    text = node("n1") + f"metadata:\n  annotations:\n    gpufleet.io/gpus: '{inventory}'\n"
+    text = text.replace("metadata: {name: n1}\n", "", 1).replace("metadata:\n", "metadata:\n  name: n1\n", 1)
+    m = load(text, slice_doc("s", "n1", [gpu(i, u) for i, u in enumerate(["GPU-a", "GPU-b", "GPU-c", "GPU-d"])]))
+    (ns,) = cluster(m)
+    assert [g.device_id for g in ns.gpus] == ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
+    assert ns.nvlinks == {(2, 3): 18}

@@ -175,8 +175,10 @@ def node_state_from(node: Node, catalog: Catalog = DEFAULT_CATALOG) -> NodeState
     gpus, model = _gpu_slots_from_node(node, catalog)
     labels = dict(node.labels)
     labels.setdefault(HOSTNAME_LABEL, node.name)
-    # The inventory's sharing and NVLink pairs describe the device plugin's GPUs, not those DRA publishes.
+    # The inventory's sharing describes the device plugin's GPUs, not those DRA publishes; its NVLink pairs are
+    # the physical GPUs', found among the DRA GPUs by UUID.
     inventory = node.gpus if not node.dra_gpus else None
+    nvlinks = dict(inventory.nvlinks) if inventory else _dra_nvlinks(node, gpus)
     fail_gt1 = inventory.sharing.fail_requests_greater_than_one if inventory else False
     allocatable = dict(node.allocatable)
     if node.dra_gpus:
@@ -188,8 +190,25 @@ def node_state_from(node: Node, catalog: Catalog = DEFAULT_CATALOG) -> NodeState
     return NodeState(
         name=node.name, labels=labels, taints=node.taints, allocatable=allocatable, used={},
         gpus=gpus, unschedulable=node.unschedulable, ready=node.ready, pool=node.pool, gpu_model=model,
-        fail_requests_greater_than_one=fail_gt1, nvlinks=dict(inventory.nvlinks) if inventory else {},
+        fail_requests_greater_than_one=fail_gt1, nvlinks=nvlinks,
     )
+
+
+def _dra_nvlinks(node: Node, gpus: Sequence[GpuSlot]) -> dict[tuple[int, int], int]:
+    """The node inventory's NVLink pairs (the node agent's, by GPU index) between the GPUs DRA publishes, by their
+    slots' indices: the inventory and the slices name the same physical GPUs by UUID."""
+    inventory = node.gpus
+    if inventory is None or not inventory.nvlinks:
+        return {}
+    slot_of = {g.device_id: g.index for g in gpus}
+    out: dict[tuple[int, int], int] = {}
+    for (i, j), links in inventory.nvlinks.items():
+        if max(i, j) >= len(inventory.uuids):
+            continue
+        a, b = slot_of.get(inventory.uuids[i]), slot_of.get(inventory.uuids[j])
+        if a is not None and b is not None and a != b:
+            out[(min(a, b), max(a, b))] = links
+    return out
 
 
 # ---- undo log entries ------------------------------------------------------------------------------------------
