@@ -323,3 +323,35 @@ def test_distinct_attribute_waits_when_the_free_devices_share_a_value() -> None:
     p = _claimed_pod(catalog, "ml/s", "spread")
     assert placer.place([p]) is None
     assert "too few free devices" in placer.explain(p)
+
+
+def test_a_claim_selecting_a_model_is_kept_to_that_models_nodes_without_naming_devices() -> None:
+    # Two H100 nodes and two nodes of whole A100s: a selector on the product covers every GPU of the H100 nodes, so
+    # the choice names no devices (placement by node class, fast) and the GPU model filter keeps the pod there.
+    nodes: list[NodeState] = []
+    published: list[PublishedDevice] = []
+    for n, (model, product) in enumerate([("H100-SXM5-80GB", "NVIDIA H100 80GB HBM3")] * 2
+                                         + [("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB")] * 2):
+        name = f"node-{n}"
+        nodes.append(_node(name, [DraGpu(DRIVER, name, f"gpu-{i}", f"GPU-{name}-{i}", model, 81559, i)
+                                  for i in range(4)]))
+        published += [PublishedDevice(name, DRIVER, name, _gpu_device(f"gpu-{i}", product, 80, f"pci{i // 2}"),
+                                      "whole", model=model) for i in range(4)]
+    cluster = ClusterState(nodes)
+    catalog = DraCatalog(classes={"gpu.nvidia.com": GPU_CLASS}, devices=published, templates={
+        "ml/h100": _template("h100", _gpus(1, "device.attributes['gpu.nvidia.com'].productName.startsWith("
+                                              "'NVIDIA H100')")),
+        "ml/root0": _template("root0", _gpus(1, "device.attributes['resource.kubernetes.io'].pcieRoot == 'pci0'"))})
+    first = _claimed_pod(catalog, "ml/p0", "h100").template.dra
+    assert first is not None and first.choices[0].groups == ()
+    assert first.choices[0].demand.models == ("H100-SXM5-80GB",)
+    # A selector that picks devices within nodes still names them.
+    root0 = _claimed_pod(catalog, "ml/r", "root0").template.dra
+    assert root0 is not None and root0.choices[0].groups and not root0.choices[0].demand.models
+    placer = make_placer(cluster, "spread", random.Random(0))
+    for i in range(8):
+        assert placer.place([_claimed_pod(catalog, f"ml/p{i}", "h100")]) is not None
+        assert cluster.placements[f"ml/p{i}"].node in ("node-0", "node-1")
+    late = _claimed_pod(catalog, "ml/p8", "h100")
+    assert placer.place([late]) is None  # the A100 nodes are free, and not for it
+    assert all(g.is_free for n in ("node-2", "node-3") for g in cluster.nodes[n].gpus)

@@ -74,6 +74,7 @@ class PublishedDevice:
     device: Device
     kind: Literal["whole", "mig"] | None
     profile: str | None = None
+    model: str | None = None  # the GPU model of its node, when the node's DRA GPUs are all of one model
 
     @property
     def key(self) -> DeviceKey:
@@ -90,6 +91,9 @@ class Matched:
     keys: frozenset[DeviceKey]
     kinds: frozenset[tuple[Literal["whole", "mig"] | None, str | None]]
     every: bool  # every device of their one kind in the fleet
+    # Every device of their one kind on the nodes of these GPU models, and only those (a claim that selects a model):
+    # placement may then keep the pod to those models' nodes, by node class, instead of naming the devices.
+    models: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -111,7 +115,7 @@ class DraCatalog:
     # Per list of selectors: what matching() found, and the same devices' keys as one shared set (thousands of pods
     # from one template ask the same thing; one set also hashes once as a placement key).
     _found: dict[tuple[str, ...], Matched] = field(default_factory=dict)
-    _open: dict[tuple[str, ...], tuple[frozenset[DeviceKey], bool]] = field(default_factory=dict)
+    _open: dict[tuple[str, ...], tuple[frozenset[DeviceKey], bool, tuple[str, ...]]] = field(default_factory=dict)
     _distinct: dict[tuple[str, frozenset[DeviceKey]], DistinctValues] = field(default_factory=dict)
 
     def by_key(self) -> dict[DeviceKey, PublishedDevice]:
@@ -137,8 +141,21 @@ class DraCatalog:
             kinds = frozenset((d.kind, d.profile) for d in found)
             keys = frozenset(d.key for d in found)
             every = len(kinds) == 1 and keys == self.every(*next(iter(kinds)))
-            hit = self._found[key] = Matched(bool(found), failed, keys, kinds, every)
+            models = () if every or len(kinds) != 1 else self._models_covering(keys, *next(iter(kinds)))
+            hit = self._found[key] = Matched(bool(found), failed, keys, kinds, every, models)
         return hit
+
+    def _models_covering(self, keys: frozenset[DeviceKey], kind: str | None, profile: str | None
+                         ) -> tuple[str, ...]:
+        """The GPU models whose nodes' devices of ``kind`` (and ``profile``) are exactly ``keys``; () when none
+        are (a device on a node of several models, or a model some of whose devices are left out)."""
+        by_key = self.by_key()
+        models = {by_key[k].model for k in keys}
+        if not models or None in models:
+            return ()
+        covered = frozenset(d.key for d in self.devices if (d.kind, d.profile) == (kind, profile)
+                            and d.model in models)
+        return tuple(sorted(m for m in models if m is not None)) if covered == keys else ()
 
     def distinct_values(self, attribute: str, devices: frozenset[DeviceKey]) -> DistinctValues:
         """Each of ``devices``' value of ``attribute`` (those without it left out), one object per attribute and
@@ -155,16 +172,16 @@ class DraCatalog:
             hit = self._distinct[memo] = DistinctValues(attribute, values)
         return hit
 
-    def open_keys(self, selectors: Sequence[str]) -> tuple[frozenset[DeviceKey], bool]:
-        """The keys :meth:`matching_keys` finds less the reserved ones, and whether they are still every device of
-        their kind (remembered per list of selectors, as the match)."""
+    def open_keys(self, selectors: Sequence[str]) -> tuple[frozenset[DeviceKey], bool, tuple[str, ...]]:
+        """The keys :meth:`matching_keys` finds less the reserved ones, whether they are still every device of
+        their kind, and the models they still cover (remembered per list of selectors, as the match)."""
         matched = self.matching_keys(selectors)
         if not self.reserved or self.reserved.isdisjoint(matched.keys):
-            return matched.keys, matched.every
+            return matched.keys, matched.every, matched.models
         key = tuple(selectors)
         hit = self._open.get(key)
         if hit is None:
-            hit = self._open[key] = (matched.keys - self.reserved, False)
+            hit = self._open[key] = (matched.keys - self.reserved, False, ())
         return hit
 
     def matching(self, selectors: Sequence[str]) -> tuple[list[PublishedDevice], str | None]:
@@ -303,6 +320,7 @@ class _Option:
     kind: Literal["whole", "mig"]
     profile: str | None
     every: bool = False  # its devices are every device of its kind in the fleet
+    models: tuple[str, ...] = ()  # its devices are every device of its kind on these models' nodes (Matched.models)
     # allocationMode All: every matching device of one pool, which must all be free: the pools of one size
     pools: tuple[frozenset[DeviceKey], ...] = ()
 
@@ -341,7 +359,7 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
             continue
         (kind, profile), = kinds
         assert kind is not None
-        keys, every = catalog.open_keys(device_class.selectors + s.selectors)
+        keys, every, models = catalog.open_keys(device_class.selectors + s.selectors)
         if s.allocation_mode == "All":
             pools = _all_options(name, matched.keys, kind, profile, catalog.reserved)
             if not pools:
@@ -352,7 +370,7 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
             problems.append(f"{where}: only {len(keys)} of the {len(matched.keys)} devices it selects are not "
                             f"allocated to other claims, fewer than the {s.count} it asks for")
         else:
-            out.append(_Option(name, keys, s.count, kind, profile, every))
+            out.append(_Option(name, keys, s.count, kind, profile, every, models))
     if not out:
         return "; ".join(problems) or f"{where}: it asks for nothing"
     return out
@@ -372,7 +390,7 @@ def _all_options(name: str, keys: frozenset[DeviceKey], kind: Literal["whole", "
     by_size: dict[int, list[frozenset[DeviceKey]]] = {}
     for pool in sorted(pools):
         by_size.setdefault(len(pools[pool]), []).append(frozenset(pools[pool]))
-    return [_Option(name, keys, size, kind, profile, False, tuple(groups)) for size, groups in sorted(by_size.items())]
+    return [_Option(name, keys, size, kind, profile, pools=tuple(groups)) for size, groups in sorted(by_size.items())]
 
 
 def _kinds_text(kinds: set[tuple[Literal["whole", "mig"] | None, str | None]]) -> str:
@@ -496,10 +514,15 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
         return DraChoice(claimed_demand(first.kind, first.profile, count), first.pools,
                          (ClaimRequest(first_claim, first.request, count),))
     groups: tuple[frozenset[DeviceKey], ...] = (first.devices,)
+    models: tuple[str, ...] = ()
     if first.every:
         # Every DRA device of its kind: no restriction to carry (placement keeps a claiming pod on DRA nodes'
         # devices anyway), so it is placed like any other pod, by node class rather than node by node.
         groups = ()
+    elif first.models and not constraints and not distinct:
+        # Every device of its kind on some models' nodes (a selector on the product): the GPU model filter keeps
+        # the pod to those nodes by node class, as a device-plugin pod naming its models.
+        groups, models = (), first.models
     if constraints:
         if not _one_scope(picked, constraints):
             return ("a matchAttribute constraint covers only some of the pod's requests, or several claims carry "
@@ -527,6 +550,8 @@ def _choice(picked: Sequence[tuple[str, _Option]], constraints: Sequence[tuple[s
         demand = claimed_demand("whole", None, count)
     else:
         demand = claimed_demand("mig", first.profile, count)
+    if models:
+        demand = replace(demand, models=models)
     return DraChoice(demand, groups, tuple(ClaimRequest(claim, o.request, o.count) for claim, o in picked),
                      distinct=spread)
 
@@ -569,7 +594,10 @@ def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) ->
     if not slices:
         return []
     kinds: dict[DeviceKey, tuple[Literal["whole", "mig"], str | None]] = {}
+    models: dict[str, str | None] = {}  # node -> the model of its DRA GPUs, when one
     for node in nodes:
+        found = {g.model for g in node.dra_gpus}
+        models[node.name] = found.pop() if len(found) == 1 else None
         for g in node.dra_gpus:
             if g.device is not None:
                 kinds[(g.driver, g.pool, g.device)] = ("whole", None)
@@ -583,7 +611,8 @@ def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) ->
                 continue
             for d in s.devices:
                 kind, profile = kinds.get((pool.driver, pool.name, d.name), (None, None))
-                out.append(PublishedDevice(s.node_name, pool.driver, pool.name, d, kind, profile))
+                out.append(PublishedDevice(s.node_name, pool.driver, pool.name, d, kind, profile,
+                                           models.get(s.node_name)))
     return out
 
 
