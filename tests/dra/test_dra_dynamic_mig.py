@@ -204,4 +204,117 @@ def test_plan_carves_mig_devices_and_keeps_the_carved_gpu_from_a_whole_gpu_claim
     admitted = {p["pod"]: p for c in doc["cycles"] for a in c["admitted"] for p in a["pods"]}
     assert [c["device"] for c in admitted["ml/small"]["claims"]] == ["gpu-0-mig-3g40gb-9-0"]
     assert "ml/big" not in admitted
+    assert doc["draNodes"][0]["dynamicMigGpus"] == 1
     assert "ml/big" in {p["workload"] for p in doc["cycles"][-1]["pending"]}
+
+
+def _orphan(name: str, device: str) -> str:
+    return f"""---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: {name}, namespace: ml}}
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly: {{deviceClassName: mig.nvidia.com}}
+status:
+  allocation:
+    devices:
+      results:
+      - {{request: mig, driver: gpu.nvidia.com, pool: n1, device: {device}}}
+    nodeSelector:
+      nodeSelectorTerms:
+      - matchFields: [{{key: metadata.name, operator: In, values: [n1]}}]
+"""
+
+
+def test_a_claim_allocated_for_no_pod_holds_its_device_and_its_counters(tmp_path: Path) -> None:
+    # An allocated claim whose pod is gone holds 1g.10gb@0 (memory slice 0) until it is deallocated: the whole GPU
+    # is not to be had, nor 4g.40gb@0 (memory slices 0-3); 3g.40gb@4 is.
+    path = tmp_path / "orphan.yaml"
+    path.write_text(node("n1") + dynamic_mig_slices("n1", gpus=1) + CLASSES + TEMPLATES
+                    + profile_template("four-g", "4g.40gb") + _orphan("gone-gpus-zzzzz", "gpu-0-mig-1g10gb-19-0")
+                    + _pod("whole", "whole") + _pod("four", "four-g") + _pod("three", "three-g"), encoding="utf-8")
+    got = runner.invoke(app, ["plan", str(path), "--until-stable", "-o", "json"])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.stdout)
+    admitted = {p["pod"]: p for c in doc["cycles"] for a in c["admitted"] for p in a["pods"]}
+    assert sorted(admitted) == ["ml/three"]
+    assert [c["device"] for c in admitted["ml/three"]["claims"]] == ["gpu-0-mig-3g40gb-9-4"]
+
+
+PREEMPTION = """---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: 1
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 100
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: a}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{name: default, resources: [{name: cpu, nominalQuota: 64}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: a, namespace: ml}
+spec: {clusterQueue: a}
+"""
+
+
+def _queued_pod(name: str, template_name: str, priority: str, *, running: str | None = None,
+                created: str = "2026-01-01T00:00:00Z") -> str:
+    text = _pod(name, template_name).replace(
+        "namespace: ml}", f"namespace: ml, creationTimestamp: '{created}', labels: {{kueue.x-k8s.io/queue-name: a, "
+                          f"kueue.x-k8s.io/priority-class: {priority}}}}}", 1)
+    if running:
+        text = text.replace("spec:\n", "spec:\n  nodeName: n1\n", 1) + (
+            f"status:\n  phase: Running\n  resourceClaimStatuses: [{{name: gpus, resourceClaimName: {running}}}]\n")
+    return text
+
+
+@pytest.mark.parametrize(("low_template", "low_device", "high_template"), [
+    ("three-g", "gpu-0-mig-3g40gb-9-0", "whole"),  # a whole GPU preempts a carved one
+    ("whole", "gpu-0", "three-g"),  # a MIG device preempts the pod holding its GPU whole
+])
+def test_preemption_frees_a_dynamic_mig_gpu_for_the_other_way(tmp_path: Path, low_template: str, low_device: str,
+                                                              high_template: str) -> None:
+    claim = _orphan("low-gpus-aaaaa", low_device).replace("name: low-gpus-aaaaa, namespace: ml}", (
+        "name: low-gpus-aaaaa, namespace: ml}"), 1) + "  reservedFor: [{resource: pods, name: low, uid: u-low}]\n"
+    if low_template == "whole":
+        claim = claim.replace("request: mig", "request: gpu").replace("- name: mig\n      exactly: {deviceClassName: "
+                                                                      "mig.nvidia.com}", "- name: gpu\n      exactly: "
+                                                                      "{deviceClassName: gpu.nvidia.com}")
+    path = tmp_path / "preempt.yaml"
+    path.write_text(node("n1") + dynamic_mig_slices("n1", gpus=1) + CLASSES + TEMPLATES + PREEMPTION + claim
+                    + _queued_pod("low", low_template, "low", running="low-gpus-aaaaa")
+                    + _queued_pod("high", high_template, "high", created="2026-01-01T01:00:00Z"), encoding="utf-8")
+    got = runner.invoke(app, ["plan", str(path), "--cycles", "3", "-o", "json"])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(got.stdout)
+    assert [p["workload"] for p in doc["cycles"][0]["preempted"]] == ["ml/low"]
+    admitted = {p["pod"]: p for c in doc["cycles"] for a in c["admitted"] for p in a["pods"]}
+    assert "ml/high" in admitted
+
+
+def test_a_carved_gpu_is_carved_further_before_a_whole_one_is() -> None:
+    cluster = ClusterState.from_nodes(_load(node("n1") + dynamic_mig_slices("n1", gpus=2)).nodes)
+    ns = cluster.nodes["n1"]
+    cluster.allocate("ml/first", "n1", {}, [DeviceGrant("partition", 1, _partition(ns, 1, "3g.40gb", 0))])
+    one_g = GpuDemand(kind="mig", count=1, resource="nvidia.com/mig-1g.10gb", mig_profile="1g.10gb")
+    grants = first_free_grants(ns, one_g)
+    assert grants is not None and grants[0].gpu == 1  # GPU 0 stays whole for a whole-GPU claim

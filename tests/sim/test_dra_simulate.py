@@ -251,3 +251,28 @@ def test_could_use_agrees_with_placement_on_the_emptied_node(tmp_path: Path) -> 
         "a100-node-0"}
     assert {n for n, node in cluster.nodes.items() if any(could_use(x, node) for x in fit_needs(t["frac"]))} == {
         "dp-0"}
+
+
+def test_jobs_carved_from_dynamic_mig_gpus_are_simulated_and_counted(tmp_path: Path) -> None:
+    # One A100 in dynamic MIG mode: two 3g.40gb jobs carve it for 2 h, then the whole-GPU job gets it.
+    from tests.dra.dynamic_mig import CLASSES, dynamic_mig_slices, node, profile_template, template
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "cluster.yaml").write_text(node("n1") + dynamic_mig_slices("n1") + CLASSES, encoding="utf-8")
+    (folder / "jobs.yaml").write_text(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml}\n" + profile_template("three-g", "3g.40gb")
+        + template("whole", "gpu", "gpu.nvidia.com") + "---\n" + _claiming_job("half-0", "three-g", "2h")
+        + _claiming_job("half-1", "three-g", "2h") + _claiming_job("all", "whole", "1h"), encoding="utf-8")
+    out, jobs_out = tmp_path / "out.json", tmp_path / "jobs.jsonl"
+    got = runner.invoke(app, ["simulate", str(folder), "--compare", "kube-default,gpufleet", "--json", str(out),
+                              "--jobs-out", str(jobs_out)])
+    assert got.exit_code == 0, got.output
+    for run in json.loads(out.read_text())["runs"]:
+        assert run["kpis"]["jobs_succeeded"] == 3
+        # two 3/7 devices for 2 h, then the whole GPU for 1 h
+        assert run["kpis"]["gpu_hours"] == round(2 * 2 * 3 / 7 + 1, 3)
+    starts = {(r["policy"], r["job"]): r["firstStart"] for r in map(json.loads, jobs_out.read_text().splitlines())}
+    for policy in ("kube-default", "gpufleet"):
+        halves = sorted(starts[(policy, f"ml/half-{i}")] for i in range(2))
+        assert halves == [0.0, 0.0] and starts[(policy, "ml/all")] == 7200.0

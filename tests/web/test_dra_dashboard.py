@@ -95,3 +95,21 @@ def _pod_keys(dashboard: Dashboard, workload: dict[str, Any]) -> dict[str, dict[
     path = f"/api/workloads/{workload['namespace']}/{workload['name']}"
     detail = check("/api/workloads/{namespace}/{name}", get(dashboard, path))["workload"]
     return {p["key"]: p for p in detail["pods"]}
+
+
+def test_a_carved_dynamic_mig_gpu_shows_its_carved_devices(tmp_path: Any) -> None:
+    from tests.dra.dynamic_mig import CLASSES, dynamic_mig_slices, node, profile_template
+
+    pod = ("---\napiVersion: v1\nkind: Pod\nmetadata: {name: small, namespace: ml}\nspec:\n"
+           "  resourceClaims: [{name: gpus, resourceClaimTemplateName: three-g}]\n"
+           "  containers: [{name: c, image: x, resources: {requests: {cpu: '1'}, claims: [{name: gpus}]}}]\n")
+    path = tmp_path / "dynamic.yaml"
+    path.write_text(node("n1") + dynamic_mig_slices("n1", gpus=2) + CLASSES
+                    + profile_template("three-g", "3g.40gb") + pod, encoding="utf-8")
+    with serving(FilesSource(load_manifests([str(path)]), "dynamic")) as dashboard:
+        fleet = check("/api/fleet", get(dashboard, "/api/fleet"))
+    gpus = [g for n in fleet["nodes"] for g in n["gpus"]]
+    carved = [g for g in gpus if g["mode"] == "mig"]
+    assert len(gpus) == 2 and len(carved) == 1
+    (device,) = carved[0]["slices"]
+    assert (device["kind"], device["profile"], device["start"], device["holder"]) == ("mig", "3g.40gb", 0, "ml/small")

@@ -81,7 +81,8 @@ def plan_document(result: PlanResult) -> dict[str, Any]:
     dra = dra_nodes(result)
     if dra:  # only with DRA input: a plan of device-plugin nodes keeps the document it always had
         doc["draNodes"] = [{"node": d.node, "driver": d.driver, "pools": list(d.pools), "model": d.model,
-                            "gpus": d.gpus, "wholeGpus": d.whole, "migDevices": dict(d.mig)} for d in dra]
+                            "gpus": d.gpus, "wholeGpus": d.whole, "migDevices": dict(d.mig),
+                            "dynamicMigGpus": d.dynamic} for d in dra]
     return doc
 
 

@@ -49,8 +49,9 @@ from gpufleet.gpu.constants import GPU
 from gpufleet.gpu.mig import resource_name_for_profile
 
 if TYPE_CHECKING:
-    from gpufleet.cluster.workloads import Workload, WorkloadPod
+    from gpufleet.cluster.workloads import Workload
 
+TERMINAL_PHASES = ("Succeeded", "Failed")
 NO_DRA_OBJECTS = ("its DRA claims cannot be planned: the input has no DRA objects (ResourceSlices, DeviceClasses, "
                   "ResourceClaimTemplates, ResourceClaims); live, the API server does not serve resource.k8s.io or "
                   "the scheduler may not list it (deploy/rbac.yaml)")
@@ -104,10 +105,6 @@ class DraCatalog:
     templates: Mapping[str, ResourceClaimTemplate] = field(default_factory=dict)
     claims: Mapping[str, ResourceClaim] = field(default_factory=dict)
     devices: Sequence[PublishedDevice] = ()
-    # Devices allocated to claims that no bound pod of the input holds (a pod whose Binding has not landed, a
-    # claim whose pod is gone but which is still allocated): kube-scheduler's allocator counts every allocated
-    # device as in use, so no other claim is offered them.
-    reserved: frozenset[DeviceKey] = frozenset()
     _matches: dict[tuple[str, object], bool] = field(default_factory=dict)
     _failures: dict[str, str] = field(default_factory=dict)
     _every: dict[tuple[str | None, str | None], frozenset[DeviceKey]] = field(default_factory=dict)
@@ -115,7 +112,6 @@ class DraCatalog:
     # Per list of selectors: what matching() found, and the same devices' keys as one shared set (thousands of pods
     # from one template ask the same thing; one set also hashes once as a placement key).
     _found: dict[tuple[str, ...], Matched] = field(default_factory=dict)
-    _open: dict[tuple[str, ...], tuple[frozenset[DeviceKey], bool, tuple[str, ...]]] = field(default_factory=dict)
     _distinct: dict[tuple[str, frozenset[DeviceKey]], DistinctValues] = field(default_factory=dict)
 
     def by_key(self) -> dict[DeviceKey, PublishedDevice]:
@@ -170,18 +166,6 @@ class DraCatalog:
                 if found is not None:
                     values[key] = (found.type, found.value)
             hit = self._distinct[memo] = DistinctValues(attribute, values)
-        return hit
-
-    def open_keys(self, selectors: Sequence[str]) -> tuple[frozenset[DeviceKey], bool, tuple[str, ...]]:
-        """The keys :meth:`matching_keys` finds less the reserved ones, whether they are still every device of
-        their kind, and the models they still cover (remembered per list of selectors, as the match)."""
-        matched = self.matching_keys(selectors)
-        if not self.reserved or self.reserved.isdisjoint(matched.keys):
-            return matched.keys, matched.every, matched.models
-        key = tuple(selectors)
-        hit = self._open.get(key)
-        if hit is None:
-            hit = self._open[key] = (matched.keys - self.reserved, False, ())
         return hit
 
     def matching(self, selectors: Sequence[str]) -> tuple[list[PublishedDevice], str | None]:
@@ -359,34 +343,23 @@ def _options(claim: str, request_name: str, selections: Sequence[tuple[str, Devi
             continue
         (kind, profile), = kinds
         assert kind is not None
-        keys, every, models = catalog.open_keys(device_class.selectors + s.selectors)
         if s.allocation_mode == "All":
-            pools = _all_options(name, matched.keys, kind, profile, catalog.reserved)
-            if not pools:
-                problems.append(f"{where}: every pool of the devices it selects has devices allocated to other "
-                                "claims (allocationMode All takes a pool whole)")
-            out += pools
-        elif len(keys) < s.count <= len(matched.keys):
-            problems.append(f"{where}: only {len(keys)} of the {len(matched.keys)} devices it selects are not "
-                            f"allocated to other claims, fewer than the {s.count} it asks for")
+            out += _all_options(name, matched.keys, kind, profile)
         else:
-            out.append(_Option(name, keys, s.count, kind, profile, every, models))
+            out.append(_Option(name, matched.keys, s.count, kind, profile, matched.every, matched.models))
     if not out:
         return "; ".join(problems) or f"{where}: it asks for nothing"
     return out
 
 
 def _all_options(name: str, keys: frozenset[DeviceKey], kind: Literal["whole", "mig"],
-                 profile: str | None, reserved: frozenset[DeviceKey] = frozenset()) -> list[_Option]:
+                 profile: str | None) -> list[_Option]:
     """allocationMode All: the request takes every matching device of the pool (the node) it lands on, and fails
     when one of them is taken. One option per pool size, smallest first: its count is that size, and its devices
-    are the pools of that size, each a group the pod must take whole. A pool with a ``reserved`` device is out."""
+    are the pools of that size, each a group the pod must take whole."""
     pools: dict[str, set[DeviceKey]] = {}
     for key in keys:
         pools.setdefault(key[1], set()).add(key)
-    for pool in [p for p, members in pools.items() if not reserved.isdisjoint(members)]:
-        del pools[pool]
-    keys = frozenset(k for members in pools.values() for k in members)
     by_size: dict[int, list[frozenset[DeviceKey]]] = {}
     for pool in sorted(pools):
         by_size.setdefault(len(pools[pool]), []).append(frozenset(pools[pool]))
@@ -637,8 +610,7 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
         classes={c.name: c for c in manifests.device_classes},
         templates={t.key: t for t in manifests.resource_claim_templates},
         claims={c.key: c for c in manifests.resource_claims},
-        devices=published_devices(manifests.nodes, manifests.resource_slices),
-        reserved=_reserved_devices(manifests.resource_claims, pods))
+        devices=published_devices(manifests.nodes, manifests.resource_slices))
     shared = pods_per_claim((w.namespace, p.template.resource_claims) for w, p in pods)
     for w, p in pods:
         name = p.key.split("/", 1)[1]
@@ -650,6 +622,10 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
             # Running, or its claims already allocated and reserved for it (a Binding that did not land yet):
             # the devices are fixed, as kube-scheduler treats an allocated claim.
             need = held_claims(w.namespace, p.template.resource_claims, catalog)
+            if p.node_name is None and not live:
+                # Bound where its claims are, by whoever allocated them: it holds those devices (live, the
+                # scheduler's world binds it: gpufleet.kube.world).
+                p.node_name = _allocation_node(need, catalog)
         else:
             need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared, live=live)
         gpu = need.choices[0].demand if need.choices else p.template.gpu
@@ -658,17 +634,32 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
     return len(pods)
 
 
-def _reserved_devices(claims: Sequence[ResourceClaim],
-                      pods: Sequence[tuple[Workload, WorkloadPod]]) -> frozenset[DeviceKey]:
-    """The devices of every allocated claim that no bound pod among ``pods`` holds (those are charged on their
-    nodes already): a pending pod's own allocated claim, or one left allocated by a pod that is gone."""
-    held: set[str] = set()
-    for w, p in pods:
-        if p.node_name is not None:
-            held.update(f"{w.namespace}/{n}" for ref in p.template.resource_claims
-                        if (n := ref.resource_claim_name or ref.generated_name))
-    return frozenset((d.driver, d.pool, d.device) for c in claims
-                     if c.allocation is not None and c.key not in held for d in c.allocation.devices)
+def _allocation_node(need: DraNeed, catalog: DraCatalog) -> str | None:
+    """The node the devices of a held need are on (None: not one node, or unknown)."""
+    if not need.choices or not need.choices[0].groups:
+        return None
+    by_key = catalog.by_key()
+    nodes = {by_key[k].node for k in need.choices[0].groups[0] if k in by_key}
+    return nodes.pop() if len(nodes) == 1 else None
+
+
+def claim_names(namespace: str, refs: Sequence[PodResourceClaim]) -> list[str]:
+    """The keys (namespace/name) of the claims a pod's references name, where known."""
+    return [f"{namespace}/{n}" for ref in refs if (n := ref.resource_claim_name or ref.generated_name)]
+
+
+def bound_claims(workloads: Iterable[Workload]) -> set[str]:
+    """The keys of the claims that pods holding their nodes name (bound and not finished)."""
+    return {c for w in workloads for p in w.pods if p.node_name is not None and p.phase not in TERMINAL_PHASES
+            for c in claim_names(w.namespace, p.template.resource_claims)}
+
+
+def unheld_allocations(claims: Sequence[ResourceClaim], held: Iterable[str]) -> list[ResourceClaim]:
+    """The allocated claims among ``claims`` that no pod holding its node holds (``held``: the keys of the claims
+    such pods name): a claim whose pod is gone, finished or another scheduler's to bind. kube-scheduler's allocator
+    counts their devices as in use until they are deallocated, and so does gpufleet."""
+    taken = set(held)
+    return [c for c in claims if c.allocation is not None and c.key not in taken]
 
 
 def _pod_set_demands(workloads: Iterable[Workload]) -> None:

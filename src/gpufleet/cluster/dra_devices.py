@@ -69,9 +69,13 @@ class DraNodeSummary:
     gpus: int
     whole: int
     mig: tuple[tuple[str, int], ...]  # (profile, instances), by profile
+    dynamic: int = 0  # GPUs in dynamic MIG mode: whole, or carved into MIG devices on demand
 
     def mig_text(self) -> str:
-        return ", ".join(f"{profile} x{n}" for profile, n in self.mig) or "-"
+        parts = [f"{profile} x{n}" for profile, n in self.mig]
+        if self.dynamic:
+            parts.append(f"carved on demand on {self.dynamic} GPU(s) (dynamic MIG)")
+        return ", ".join(parts) or "-"
 
 
 def dra_summary(nodes: Iterable[tuple[str, Sequence[GpuSlot]]]) -> list[DraNodeSummary]:
@@ -88,5 +92,6 @@ def dra_summary(nodes: Iterable[tuple[str, Sequence[GpuSlot]]]) -> list[DraNodeS
         models = sorted({g.model for g in dra})
         out.append(DraNodeSummary(name, ", ".join(sorted({g.dra_driver or "" for g in dra})),
                                   tuple(sorted({g.dra_pool or "" for g in dra})), ", ".join(models), len(dra),
-                                  sum(1 for g in dra if g.mode == "whole"), tuple(sorted(profiles.items()))))
+                                  sum(1 for g in dra if g.mode == "whole"), tuple(sorted(profiles.items())),
+                                  sum(1 for g in dra if g.partitions)))
     return out

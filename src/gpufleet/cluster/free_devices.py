@@ -86,12 +86,13 @@ def free_mig(node: NodeState, resource: str, memory_mib: int | None) -> list[tup
 
 def free_partitions(node: NodeState, resource: str, memory_mib: int | None) -> list[tuple[int, int]]:
     """(GPU index, partition index) of the dynamic MIG devices advertised under ``resource`` with at least
-    ``memory_mib`` that can be carved *together*: on each GPU, in placement order, each taken while the counters
-    still allow it beside those before it (partitions of one profile overlap; one pass in start order finds as many
-    as fit, since a profile's placements are aligned to its size)."""
+    ``memory_mib`` that can be carved *together*, carved GPUs first: on each GPU, in placement order, each taken
+    while the counters still allow it beside those before it (partitions of one profile overlap; one pass in start
+    order finds as many as fit, since a profile's placements are aligned to its size)."""
     want = memory_mib or 0
     out: list[tuple[int, int]] = []
-    for g in node.gpus:
+    # GPUs already carved first: a whole GPU is kept whole while another can still be carved
+    for g in sorted(node.gpus, key=lambda g: (not g.carved, g.index)):
         if not g.partitions or g.holder is not None or not g.healthy:
             continue
         used = g.counters_used()

@@ -63,6 +63,14 @@ def holding_of(cluster: ClusterState, placement: Placement) -> Holding:
             soft += 1.0 / gpu.replicas
             shared.append(gpu_key)
             devices.append(MemoryDevice(gpu_key, gpu.memory_mib, True))
+        elif g.kind == "partition":
+            # a MIG device carved from a dynamic MIG GPU: its compute slices over the model's
+            inst = gpu.partitions[g.slot]
+            geometry = geometry_for(gpu.model)
+            part = inst.compute_slices / (geometry.compute_slices if geometry else 7)
+            share += part
+            mig_compute += part
+            devices.append(MemoryDevice(f"{gpu_key}/p{g.slot}", inst.memory_mib, False))
         else:
             inst = gpu.mig[g.slot]
             total = sum(s.compute_slices for s in gpu.mig) or 1

@@ -73,4 +73,7 @@ def _grant_for(node: NodeState, demand: GpuDemand, device_id: str) -> DeviceGran
             for slot, mig in enumerate(gpu.mig):
                 if mig.device_id == device_id:
                     return DeviceGrant("mig", gpu.index, slot)
+        for slot, part in enumerate(gpu.partitions):  # a MIG device carved from a dynamic MIG GPU
+            if part.device_id == device_id:
+                return DeviceGrant("partition", gpu.index, slot)
     return None

@@ -483,6 +483,11 @@ class CycleRunner:
             if action.kind == "complete":
                 jobs.append(BindJob(action.workload,
                                     tuple(self._pod_bind(world, needs, k, True) for k in action.pods)))
+        for key in world.claim_bound:
+            # its claims are allocated and reserved for it: it is bound where they are (kube-scheduler binds such
+            # a pod to its allocation's node too)
+            if key in world.workload_of and key in world.cluster.placements:
+                jobs.append(BindJob(world.workload_of[key], (self._pod_bind(world, needs, key, False),)))
         for admitted in plan.admitted:
             members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
             gang = len(admitted.pods) > 1

@@ -129,7 +129,8 @@ class Validator:
 
 def _as_manifests(view: ClusterView) -> Manifests:
     m = Manifests(nodes=list(view.nodes), flavors=list(view.flavors.values()),
-                  cluster_queues=list(view.cluster_queues.values()), local_queues=list(view.local_queues))
+                  cluster_queues=list(view.cluster_queues.values()), local_queues=list(view.local_queues),
+                  device_classes=list(view.device_classes), resource_slices=list(view.resource_slices))
     m.controllers.runtimes = list(view.runtimes)
     return m
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from gpufleet.api.dra_need import DeviceKey
 from gpufleet.api.dra_nodes import attach_dra_gpus
+from gpufleet.api.dra_objects import ResourceClaim
 from gpufleet.api.errors import ManifestError, Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
@@ -36,7 +37,7 @@ from gpufleet.api.reader import parse_int_text
 from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.devices import DeviceGrant, InvariantError
-from gpufleet.cluster.dra_claims import DraCatalog, held_claims, published_devices
+from gpufleet.cluster.dra_claims import DraCatalog, claim_names, held_claims, published_devices, unheld_allocations
 from gpufleet.cluster.state import ClusterState, first_free_grants
 from gpufleet.cluster.workloads import Workload
 from gpufleet.kube import resources as r
@@ -47,7 +48,7 @@ from gpufleet.kube.informer import CacheSnapshot
 from gpufleet.kube.parsing import ParseCache, WorkloadObject
 from gpufleet.kube.webhook import is_fractional, is_mutated
 from gpufleet.kube.workloadsource import WORKLOAD_KEYS
-from gpufleet.scheduling.placement.dra import grant_resources, grants_of_keys, keys_by_device_id
+from gpufleet.scheduling.placement.dra import grant_resources, grants_of_keys, hold_claims, keys_by_device_id
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,9 @@ class PodEntry:
     completing: bool = False  # an unbound gang member this cycle binds to finish its gang
     problem: str | None = None  # why gpufleet will not schedule it now
     waiting: str | None = None  # why a pod of an admitted workload, come after its admission, waits for room
+    # unbound, but its DRA claims are allocated and reserved for it (a Binding lost after the claims were
+    # written): it holds those devices, and this cycle binds it where they are
+    claim_bound: bool = False
 
     @property
     def bound(self) -> bool:
@@ -114,6 +118,7 @@ class World:
     # The DRA objects (ResourceSlices, DeviceClasses, ResourceClaims, ResourceClaimTemplates) when the cluster
     # serves them: the nodes' DRA GPUs come from the slices, the pods' claims are resolved against the rest.
     dra: Manifests = field(default_factory=Manifests)
+    claim_bound: list[str] = field(default_factory=list)  # pods bound where their claims are (PodEntry.claim_bound)
 
     def manifests(self) -> Manifests:
         """The bundle the policy reads (queues and the Kueue Configuration); never the cached one itself."""
@@ -279,7 +284,50 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
         if not account(cluster, e, claimed.get(e.key)):
             world.unaccounted.append(e.key)
             log.warning("pod %s on %s: its resources could not be charged there", e.key, e.node)
+    if dra.resource_claims:
+        _hold_allocated_claims(world, holders)
     return world
+
+
+def _hold_allocated_claims(world: World, holders: Iterable[PodEntry]) -> None:
+    """As kube-scheduler's allocator, count every allocated device as in use: a pending pod of ours whose claims
+    are all allocated and reserved for it is bound where they are (it holds them; the cycle sends its Binding),
+    and the devices of allocated claims no pod holds go to placeholders (gpufleet.scheduling.placement.dra)."""
+    claims = {c.key: c for c in world.dra.resource_claims}
+    held = {k for e in holders if e.pod is not None and not e.terminal
+            for k in claim_names(e.namespace, e.pod.template.resource_claims)}
+    where: dict[DeviceKey, str] | None = None
+    for e in world.pods.values():
+        if not (e.ours and e.node is None and e.pod is not None and e.pod.template.resource_claims
+                and not e.deleting and not e.gated and not e.terminal and e.problem is None):
+            continue
+        names = claim_names(e.namespace, e.pod.template.resource_claims)
+        found = [claims.get(k) for k in names]
+        if len(names) != len(e.pod.template.resource_claims) or not all(
+                c is not None and c.allocation is not None and _reserved_for(c, e) for c in found):
+            continue
+        keys = frozenset((d.driver, d.pool, d.device) for c in found if c is not None and c.allocation is not None
+                         for d in c.allocation.devices)
+        if where is None:
+            where = {k: ns.name for ns in world.cluster.nodes.values() for k in keys_by_device_id(ns).values()}
+        nodes = {where.get(k) for k in keys}
+        if len(nodes) != 1 or None in nodes:
+            continue
+        e.node = nodes.pop()
+        ids = {v: k for k, v in keys_by_device_id(world.cluster.nodes[e.node or ""]).items()}
+        e.devices = tuple(ids[k] for k in sorted(keys))
+        if account(world.cluster, e, keys):
+            e.claim_bound = True
+            world.claim_bound.append(e.key)
+            held.update(names)
+        else:
+            e.node, e.devices = None, None
+    hold_claims(world.cluster, unheld_allocations(world.dra.resource_claims, held))
+
+
+def _reserved_for(claim: ResourceClaim, e: PodEntry) -> bool:
+    name = e.key.split("/", 1)[1]
+    return any(r.name == name and (r.uid is None or e.uid is None or r.uid == e.uid) for r in claim.reserved_for)
 
 
 def _invalid_queue_objects(snapshot: CacheSnapshot, queues: Manifests,

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 from gpufleet.api.manifests import Manifests
 from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.dra_claims import bound_claims, unheld_allocations
 from gpufleet.cluster.state import ClusterState
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.charges import format_quota
 from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.placement.dra import hold_claims
 from gpufleet.scheduling.types import Decisions, PendingWorkload
 
 STABLE_CAP = 1000  # until_stable never runs more cycles than this
@@ -44,6 +46,9 @@ def run_cycles(manifests: Manifests, cycles: int, until_stable: bool) -> PlanRes
     would change nothing: :meth:`KueuePolicy.settled`)."""
     workloads = build_workloads(manifests)
     cluster = ClusterState.from_nodes(manifests.nodes) if manifests.nodes else None
+    if cluster is not None and manifests.resource_claims:
+        # allocated claims no running pod holds keep their devices, as kube-scheduler counts them
+        hold_claims(cluster, unheld_allocations(manifests.resource_claims, bound_claims(workloads)))
     policy = KueuePolicy(manifests, cluster)
     now = max((w.created for w in workloads), default=0.0) + 1.0
     for w in workloads:

@@ -90,10 +90,13 @@ class _Holders:
 def _gpu(gpu: GpuSlot, holders: _Holders) -> GpuView:
     slices: list[SliceView] = []
     units = MILLI
-    if gpu.mode == "mig":
+    mode = gpu.mode
+    if gpu.mode == "mig" or gpu.carved:
+        # a dynamic MIG GPU carved into MIG devices shows as the MIG GPU it now is: the devices carved
+        mode = "mig"
         geometry = geometry_for(gpu.model)
         units = geometry.memory_slices if geometry is not None else 0
-        for m in gpu.mig:
+        for m in gpu.mig if gpu.mode == "mig" else [p for p in gpu.partitions if p.holder is not None]:
             size = geometry.profile(m.placement.profile).memory_slices if (
                 geometry is not None and geometry.has_profile(m.placement.profile)) else 1
             slices.append(holders.slice("mig", m.device_id, m.holder, start=m.placement.start, size=size,
@@ -111,7 +114,7 @@ def _gpu(gpu: GpuSlot, holders: _Holders) -> GpuView:
     else:
         slices.append(holders.slice("whole", gpu.device_id, gpu.holder, start=0, size=MILLI,
                                     memory_mib=gpu.memory_mib))
-    return GpuView(gpu.index, gpu.device_id, gpu.model, gpu.memory_mib, gpu.mode, gpu.healthy, units, tuple(slices))
+    return GpuView(gpu.index, gpu.device_id, gpu.model, gpu.memory_mib, mode, gpu.healthy, units, tuple(slices))
 
 
 def _node(node: NodeState, holders: _Holders) -> NodeView:

@@ -316,7 +316,8 @@ def _unfreed(cluster: ClusterState, plan: Sequence[Placement],
              freed: Sequence[Placement]) -> dict[str, tuple[dict[str, int], list[DeviceGrant]]]:
     """Per node, what ``plan`` takes that ``freed`` does not give back: resources (less what the freed pods charge
     there) and device grants (a whole GPU, replica or MIG instance no freed pod holds; of a GPU shared in fractions,
-    the thousandths and memory beyond the freed pods' fractions)."""
+    the thousandths and memory beyond the freed pods' fractions; nothing of a dynamic MIG GPU freed pods hold part
+    of)."""
     out: dict[str, tuple[dict[str, int], list[DeviceGrant]]] = {}
     for node in dict.fromkeys(p.node for p in plan):
         requests: dict[str, int] = {}
@@ -327,12 +328,16 @@ def _unfreed(cluster: ClusterState, plan: Sequence[Placement],
         whole: set[int] = set()
         units: set[tuple[str, int, int]] = set()
         fractions: dict[int, tuple[int, int]] = {}
+        carved: set[int] = set()  # dynamic MIG GPUs the freed pods hold some of (whole or carved)
+        gpus = cluster.nodes[node].gpus if node in cluster.nodes else []
         for p in freed:
             if p.node != node:
                 continue
             for r, v in p.requests.items():
                 requests[r] = requests.get(r, 0) - v
             for g in p.grants:
+                if g.kind in ("whole", "partition") and g.gpu < len(gpus) and gpus[g.gpu].partitions:
+                    carved.add(g.gpu)
                 if g.kind == "whole":
                     whole.add(g.gpu)
                 elif g.kind == "fraction":
@@ -346,6 +351,10 @@ def _unfreed(cluster: ClusterState, plan: Sequence[Placement],
             if p.node != node:
                 continue
             for g in p.grants:
+                if g.gpu in carved and g.kind in ("whole", "partition"):
+                    # The whole GPU and its carved devices are one piece of hardware: what the freed pods give
+                    # back there is what the plan counted on (the counters, not device by device).
+                    continue
                 if g.kind == "whole":
                     if g.gpu in fractions:  # freed fractions: hold what they leave of the GPU
                         wanted[g.gpu] = (MILLI, cluster.nodes[node].gpus[g.gpu].memory_mib)

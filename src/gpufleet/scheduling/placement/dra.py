@@ -8,14 +8,15 @@ or fractional pod never collide.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
 from gpufleet.api.dra_need import DeviceKey
-from gpufleet.cluster.devices import DeviceGrant, GpuSlot, MigSlot
+from gpufleet.api.dra_objects import ResourceClaim
+from gpufleet.cluster.devices import DeviceGrant, GpuSlot, InvariantError, MigSlot
 from gpufleet.cluster.free_devices import demand_resource, free_mig_grants, free_whole
-from gpufleet.cluster.state import NodeState
+from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.scheduling.placement.need import PodNeed
 from gpufleet.scheduling.types import PodRequest
 
@@ -183,3 +184,36 @@ def first_dra_grants(need: PodNeed, node: NodeState) -> list[DeviceGrant] | None
     if free is None:
         return None
     return [grant for grant, _ in free[: need.gpu.count]]
+
+
+CLAIM_HOLD_PREFIX = "claim:"  # what holds the devices of an allocated claim no pod holds (cluster placements)
+
+
+def hold_claims(cluster: ClusterState, claims: Iterable[ResourceClaim]) -> list[str]:
+    """Charge the devices of allocated claims no pod holds to placeholders (``claim:<namespace>/<name>``), so
+    that no pod is placed on them, nor carves a dynamic MIG device their counters need; the placeholders' keys.
+    A claim whose devices are not all on one node of the cluster, or already held, is left out (a stale view)."""
+    pending = [c for c in claims if c.allocation is not None]
+    if not pending:
+        return []
+    where: dict[DeviceKey, str] = {}
+    for ns in cluster.nodes.values():
+        for key in keys_by_device_id(ns).values():
+            where[key] = ns.name
+    out: list[str] = []
+    for claim in pending:
+        assert claim.allocation is not None
+        keys = frozenset((d.driver, d.pool, d.device) for d in claim.allocation.devices)
+        nodes = {where.get(k) for k in keys}
+        if len(nodes) != 1 or None in nodes:
+            continue
+        ns = cluster.nodes[nodes.pop() or ""]
+        grants = grants_of_keys(ns, keys)
+        if grants is None:
+            continue
+        try:
+            cluster.allocate(CLAIM_HOLD_PREFIX + claim.key, ns.name, grant_resources(ns, grants), grants)
+        except InvariantError:
+            continue
+        out.append(CLAIM_HOLD_PREFIX + claim.key)
+    return out

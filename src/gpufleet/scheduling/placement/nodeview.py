@@ -15,6 +15,7 @@ from gpufleet.cluster.devices import GpuSlot, fraction_need
 from gpufleet.cluster.free_devices import device_kind
 from gpufleet.cluster.state import ClusterState, NodeState, Placement
 from gpufleet.gpu.constants import MILLI
+from gpufleet.gpu.mig import geometry_for
 from gpufleet.scheduling.gpuscore import GpuPodDemand
 from gpufleet.scheduling.placement.need import PodNeed
 
@@ -75,6 +76,10 @@ def gpu_milli_taken(need: PodNeed, node: NodeState) -> int:
             for s in gpu.mig:
                 if s.resource == resource:
                     return MILLI * s.compute_slices * g.count // total
+        for part in gpu.partitions:  # dynamic MIG: its compute slices over the model's
+            if part.resource == resource:
+                geometry = geometry_for(gpu.model)
+                return MILLI * part.compute_slices * g.count // (geometry.compute_slices if geometry else 7)
     return 0
 
 
