@@ -210,3 +210,17 @@ def test_a_mig_claim_is_carved_from_a_dynamic_mig_gpu(apisim: ApiSim,
     wait_until(lambda: scheduled_condition(apisim.get(r.PODS, NS, "big")) is not None, what="the whole-GPU pod seen")
     assert _allocated(apisim, "small-gpus-aaaaa") == ["gpu-0-mig-3g40gb-9-0"]
     assert _allocated(apisim, "big-gpus-bbbbb") == [] and not bindings(apisim, "big")
+
+
+def test_the_world_holds_claims_no_pod_holds_and_binds_a_pod_where_its_claims_are() -> None:
+    orphan = _claim("gone-gpus-aaaaa", ["gpu-0"], pod="gone")  # its pod was deleted; not deallocated yet
+    mine = _claim("late-gpus-bbbbb", ["gpu-2", "gpu-3"], pod="late")  # allocated; the Binding was lost
+    snap = _world_snapshot({r.NODES: [_node("dra-0")], r.DEVICE_CLASSES: [CLASS],
+                            r.RESOURCE_SLICES: [_slice("dra-0", 4)], r.RESOURCE_CLAIMS: [orphan, mine],
+                            r.PODS: [_pod("late", "late-gpus-bbbbb")]})
+    world = assemble(snap, scheduler_name="gpufleet", kueue=SchedulerConfig(), parse=ParseCache(),
+                     assumed=AssumedPods(), now=time.time())
+    node = world.cluster.nodes["dra-0"]
+    assert [g.is_free for g in node.gpus] == [False, True, False, False]
+    assert world.claim_bound == [f"{NS}/late"] and world.pods[f"{NS}/late"].node == "dra-0"
+    assert "claim:" + f"{NS}/gone-gpus-aaaaa" in world.cluster.placements
