@@ -19,7 +19,7 @@ import re
 
 from gpufleet.api.dra_objects import DNS_SUBDOMAIN
 from gpufleet.api.errors import LEFT_OUT
-from gpufleet.api.objects import DRA_GATES, DeviceClassMapping
+from gpufleet.api.objects import DeviceClassMapping, dra_gate
 from gpufleet.api.reader import FieldReader
 
 MAX_MAPPINGS = 16  # Kueue's validation: TooMany above 16 mappings
@@ -112,7 +112,7 @@ def parse_device_class_mappings(r: FieldReader, gates: dict[str, bool]) -> tuple
                       code=LEFT_OUT)
         if ok and name is not None:
             out.append(DeviceClassMapping(name, tuple(classes)))
-    gate = next((g for g in DRA_GATES if g in gates), None)
+    gate = dra_gate(gates)
     if out and gate is not None and not gates[gate]:
         resources.warning(f"deviceClassMappings are not used: featureGates turns {gate} off, so Kueue charges no "
                           "DRA claim to quota", "deviceClassMappings",

@@ -7,6 +7,7 @@ Conversion happens once, in :mod:`gpufleet.api.kinds`, with Kubernetes' own roun
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -520,6 +521,11 @@ class DeviceClassMapping:
 DRA_GATES = ("KueueDRAIntegration", "DynamicResourceAllocation")
 
 
+def dra_gate(gates: Mapping[str, bool]) -> str | None:
+    """The gate of Kueue's DRA integration that ``gates`` (a Configuration's featureGates) names, if any."""
+    return next((g for g in DRA_GATES if g in gates), None)
+
+
 @dataclass(slots=True)
 class SchedulerConfig:
     """Kueue's controller Configuration (config.kueue.x-k8s.io/v1beta1), the parts the scheduler reads."""
@@ -537,10 +543,8 @@ class SchedulerConfig:
         """Whether Kueue charges DRA claims to quota: as ``featureGates`` says when it names the gate, else when
         device classes are mapped. Kueue 0.14 (gpufleet's baseline) has the gate off by default; a Configuration
         that maps device classes is written for a Kueue that has it on (0.18 and later, or the gate set)."""
-        for gate in DRA_GATES:
-            if gate in self.feature_gates:
-                return self.feature_gates[gate]
-        return bool(self.device_class_mappings)
+        gate = dra_gate(self.feature_gates)
+        return self.feature_gates[gate] if gate is not None else bool(self.device_class_mappings)
 
 
 @dataclass(slots=True)

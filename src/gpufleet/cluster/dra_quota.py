@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.api.dra_objects import ResourceClaimTemplate
 from gpufleet.api.manifests import Manifests
-from gpufleet.api.objects import DRA_GATES, PodResourceClaim, SchedulerConfig
+from gpufleet.api.objects import PodResourceClaim, SchedulerConfig, dra_gate
 
 if TYPE_CHECKING:
     from gpufleet.cluster.workloads import PodSet, Workload
@@ -138,7 +138,7 @@ def _off_note(config: SchedulerConfig | None) -> str:
         return ("its DRA claims are charged to no quota: the input has no Kueue Configuration (Kueue's DRA "
                 "integration is off by default before Kueue 0.18; from 0.18 it is on, and Kueue holds the workload "
                 "until resources.deviceClassMappings maps its DeviceClasses)")
-    gate = next((g for g in DRA_GATES if g in config.feature_gates), None)
+    gate = dra_gate(config.feature_gates)
     if gate is not None:
         return f"its DRA claims are charged to no quota: the Kueue Configuration turns {gate} off (featureGates)"
     return ("its DRA claims are charged to no quota: the Kueue Configuration maps no DeviceClass "
