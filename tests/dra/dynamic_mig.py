@@ -104,3 +104,29 @@ spec:
 def profile_template(name: str, profile: str, count: int = 1) -> str:
     return template(name, "mig", "mig.nvidia.com", count,
                     f"device.attributes['gpu.nvidia.com'].profile == '{profile}'")
+
+
+def allocated_claim(name: str, devices: list[str], *, request: str = "gpus", cls: str = "gpu.nvidia.com",
+                    reserved_for: str | None = None, node: str = "n1") -> str:
+    """A ResourceClaim in namespace ml allocated ``devices`` of ``node``'s pool (reserved for a pod, or for none)."""
+    results = "".join(f"\n      - {{request: {request}, driver: gpu.nvidia.com, pool: {node}, device: {d}}}"
+                      for d in devices)
+    reserved = (f"\n  reservedFor: [{{resource: pods, name: {reserved_for}, uid: u-{reserved_for}}}]"
+                if reserved_for else "")
+    return f"""---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: {name}, namespace: ml}}
+spec:
+  devices:
+    requests:
+    - name: {request}
+      exactly: {{deviceClassName: {cls}, count: {len(devices)}}}
+status:
+  allocation:
+    devices:
+      results:{results}
+    nodeSelector:
+      nodeSelectorTerms:
+      - matchFields: [{{key: metadata.name, operator: In, values: [{node}]}}]{reserved}
+"""

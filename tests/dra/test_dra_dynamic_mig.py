@@ -27,7 +27,7 @@ from gpufleet.gpu.mig import MigPlacement, check_layout, geometry_for
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.types import PodRequest
 from tests.conftest import manifests
-from tests.dra.dynamic_mig import CLASSES, dynamic_mig_slices, node, profile_template, template
+from tests.dra.dynamic_mig import CLASSES, allocated_claim, dynamic_mig_slices, node, profile_template, template
 from tests.placement.placement_helpers import pod
 
 runner = CliRunner()
@@ -209,24 +209,7 @@ def test_plan_carves_mig_devices_and_keeps_the_carved_gpu_from_a_whole_gpu_claim
 
 
 def _orphan(name: str, device: str) -> str:
-    return f"""---
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {{name: {name}, namespace: ml}}
-spec:
-  devices:
-    requests:
-    - name: mig
-      exactly: {{deviceClassName: mig.nvidia.com}}
-status:
-  allocation:
-    devices:
-      results:
-      - {{request: mig, driver: gpu.nvidia.com, pool: n1, device: {device}}}
-    nodeSelector:
-      nodeSelectorTerms:
-      - matchFields: [{{key: metadata.name, operator: In, values: [n1]}}]
-"""
+    return allocated_claim(name, [device], request="mig", cls="mig.nvidia.com")
 
 
 def test_a_claim_allocated_for_no_pod_holds_its_device_and_its_counters(tmp_path: Path) -> None:
@@ -293,12 +276,9 @@ def _queued_pod(name: str, template_name: str, priority: str, *, running: str | 
 ])
 def test_preemption_frees_a_dynamic_mig_gpu_for_the_other_way(tmp_path: Path, low_template: str, low_device: str,
                                                               high_template: str) -> None:
-    claim = _orphan("low-gpus-aaaaa", low_device).replace("name: low-gpus-aaaaa, namespace: ml}", (
-        "name: low-gpus-aaaaa, namespace: ml}"), 1) + "  reservedFor: [{resource: pods, name: low, uid: u-low}]\n"
-    if low_template == "whole":
-        claim = claim.replace("request: mig", "request: gpu").replace("- name: mig\n      exactly: {deviceClassName: "
-                                                                      "mig.nvidia.com}", "- name: gpu\n      exactly: "
-                                                                      "{deviceClassName: gpu.nvidia.com}")
+    whole = low_template == "whole"
+    claim = allocated_claim("low-gpus-aaaaa", [low_device], request="gpu" if whole else "mig",
+                            cls="gpu.nvidia.com" if whole else "mig.nvidia.com", reserved_for="low")
     path = tmp_path / "preempt.yaml"
     path.write_text(node("n1") + dynamic_mig_slices("n1", gpus=1) + CLASSES + TEMPLATES + PREEMPTION + claim
                     + _queued_pod("low", low_template, "low", running="low-gpus-aaaaa")

@@ -10,7 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from tests.dra.dynamic_mig import template
+from tests.dra.dynamic_mig import allocated_claim, template
 
 runner = CliRunner()
 
@@ -116,27 +116,7 @@ def test_a_running_pods_allocated_devices_stay_held(tmp_path: Path) -> None:
 
 
 def _allocated_claim(name: str, devices: range, reserved_for: str | None) -> str:
-    results = "".join(f"\n      - {{request: gpus, driver: gpu.nvidia.com, pool: n1, device: gpu-{i}}}"
-                      for i in devices)
-    reserved = (f"\n  reservedFor: [{{resource: pods, name: {reserved_for}, uid: u-{reserved_for}}}]"
-                if reserved_for else "")
-    return f"""---
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {{name: {name}, namespace: ml}}
-spec:
-  devices:
-    requests:
-    - name: gpus
-      exactly: {{deviceClassName: gpu.nvidia.com, count: {len(devices)}}}
-status:
-  allocation:
-    devices:
-      results:{results}
-    nodeSelector:
-      nodeSelectorTerms:
-      - matchFields: [{{key: metadata.name, operator: In, values: [n1]}}]{reserved}
-"""
+    return allocated_claim(name, [f"gpu-{i}" for i in devices], reserved_for=reserved_for)
 
 
 def _created(pod: str, when: str) -> str:

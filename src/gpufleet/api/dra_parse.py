@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from gpufleet.api.dra_objects import (
     DNS_SUBDOMAIN,
@@ -48,6 +48,8 @@ from gpufleet.api.errors import shown
 from gpufleet.api.kinds import parse_meta
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.workloadkinds.fields import check_schema
+
+T = TypeVar("T")
 
 # The API's own bounds (kubernetes/api resource/v1 types.go), checked as the API server checks them.
 MAX_DEVICES_PER_SLICE = 128
@@ -96,6 +98,14 @@ def _dns_label(r: FieldReader, key: str, value: str | None, what: str) -> str | 
 
 # ---- ResourceSlice -------------------------------------------------------------------------------------------------
 
+def _value(entry: FieldReader, fix: str) -> Fraction | None:
+    """An entry's ``value`` quantity (a capacity's, a counter's); a missing one is said."""
+    q = entry.quantity("value")
+    if q is None and not entry.has("value"):
+        entry.error("missing required field value", "value", fix=fix)
+    return q
+
+
 def _counters(r: FieldReader, key: str) -> dict[str, Fraction]:
     """A map of counter name to ``{value: quantity}``."""
     section = r.obj(key)
@@ -104,14 +114,9 @@ def _counters(r: FieldReader, key: str) -> dict[str, Fraction]:
         return out
     for name in section.value:
         entry = section.obj(str(name))
-        if entry is None:
-            continue
-        q = entry.quantity("value")
-        if q is None:
-            if not entry.has("value"):
-                entry.error("missing required field value", "value", fix="give the counter's amount, e.g. value: 40Gi")
-            continue
-        out[str(name)] = q
+        q = _value(entry, "give the counter's amount, e.g. value: 40Gi") if entry is not None else None
+        if q is not None:
+            out[str(name)] = q
     return out
 
 
@@ -147,46 +152,36 @@ def _attribute(a: FieldReader) -> DeviceAttribute | None:
     return DeviceAttribute(cast(Any, kind), text)
 
 
-def _attributes(d: FieldReader, driver: str) -> dict[str, DeviceAttribute]:
-    section = d.obj("attributes")
-    out: dict[str, DeviceAttribute] = {}
+def _qualified_map(d: FieldReader, key: str, what: str, example: str, driver: str,
+                   read: Callable[[FieldReader], T | None]) -> dict[str, T]:
+    """A device's map by qualified name (``attributes``, ``capacity``), keyed fully qualified (bare names are the
+    driver's); a bad name or entry is said and left out."""
+    section = d.obj(key)
+    out: dict[str, T] = {}
     if section is None:
         return out
     for raw_name in section.value:
         name = str(raw_name)
         if not _qualified_name_ok(name):
-            section.error(f"attribute name {shown(name)} is not a qualified name", name,
-                          fix="a C identifier of at most 32 characters, optionally after a domain and '/', e.g. "
-                              "productName or resource.kubernetes.io/pcieRoot")
+            section.error(f"{what} name {shown(name)} is not a qualified name", name,
+                          fix=f"a C identifier of at most 32 characters, optionally after a domain and '/', e.g. "
+                              f"{example}")
             continue
-        a = section.obj(name)
-        value = _attribute(a) if a is not None else None
+        entry = section.obj(name)
+        value = read(entry) if entry is not None else None
         if value is not None:
             out[qualified(name, driver)] = value
     return out
 
 
+def _attributes(d: FieldReader, driver: str) -> dict[str, DeviceAttribute]:
+    return _qualified_map(d, "attributes", "attribute", "productName or resource.kubernetes.io/pcieRoot", driver,
+                          _attribute)
+
+
 def _capacity(d: FieldReader, driver: str) -> dict[str, Fraction]:
-    section = d.obj("capacity")
-    out: dict[str, Fraction] = {}
-    if section is None:
-        return out
-    for raw_name in section.value:
-        name = str(raw_name)
-        if not _qualified_name_ok(name):
-            section.error(f"capacity name {shown(name)} is not a qualified name", name,
-                          fix="a C identifier of at most 32 characters, optionally after a domain and '/', e.g. memory")
-            continue
-        entry = section.obj(name)
-        if entry is None:
-            continue
-        q = entry.quantity("value")
-        if q is None:
-            if not entry.has("value"):
-                entry.error("missing required field value", "value", fix="give the capacity, e.g. value: 80Gi")
-            continue
-        out[qualified(name, driver)] = q
-    return out
+    return _qualified_map(d, "capacity", "capacity", "memory", driver,
+                          lambda entry: _value(entry, "give the capacity, e.g. value: 80Gi"))
 
 
 def _consumption(c: FieldReader) -> CounterConsumption | None:
