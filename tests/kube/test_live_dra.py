@@ -224,3 +224,21 @@ def test_the_world_holds_claims_no_pod_holds_and_binds_a_pod_where_its_claims_ar
     assert [g.is_free for g in node.gpus] == [False, True, False, False]
     assert world.claim_bound == [f"{NS}/late"] and world.pods[f"{NS}/late"].node == "dra-0"
     assert "claim:" + f"{NS}/gone-gpus-aaaaa" in world.cluster.placements
+
+
+def test_a_deleted_pods_claim_is_released_and_its_devices_go_to_the_next_pod(
+        apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    _cluster(apisim, gpus=2)
+    apisim.create(r.RESOURCE_CLAIMS, _claim("first-gpus-aaaaa"))
+    apisim.create(r.PODS, _pod("first", "first-gpus-aaaaa"))
+    live_scheduler()
+    wait_until(lambda: bound_node(apisim, "first") == "dra-0", what="the first pod bound")
+    apisim.create(r.RESOURCE_CLAIMS, _claim("second-gpus-bbbbb"))
+    apisim.create(r.PODS, _pod("second", "second-gpus-bbbbb"))
+    wait_until(lambda: scheduled_condition(apisim.get(r.PODS, NS, "second")) is not None, what="the second waits")
+    apisim.delete(r.PODS, NS, "first")  # the user deletes it; no resourceclaim controller runs here
+    wait_until(lambda: _allocated(apisim, "first-gpus-aaaaa") == [], what="the deleted pod's claim released")
+    claim = apisim.get(r.RESOURCE_CLAIMS, NS, "first-gpus-aaaaa") or {}
+    assert not (claim.get("status") or {}).get("reservedFor")
+    wait_until(lambda: bound_node(apisim, "second") == "dra-0", what="the second pod bound on the freed devices")
+    assert _allocated(apisim, "second-gpus-bbbbb") == ["gpu-0", "gpu-1"]

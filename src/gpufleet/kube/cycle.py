@@ -33,6 +33,7 @@ from gpufleet.kube.annotations import Intent
 from gpufleet.kube.assumed import AssumedPods
 from gpufleet.kube.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.kube.bindqueue import BindQueue
+from gpufleet.kube.claim_release import DeletedPodClaims
 from gpufleet.kube.client import KubeClient
 from gpufleet.kube.eventsink import EventSink
 from gpufleet.kube.evictor import Evictor, EvictResult, Shields, Victim
@@ -177,6 +178,8 @@ class CycleRunner:
         self._status_due: float | None = None  # when they are to be worked out again, if changes wait for it
         self.count = 0
         self.fleet = FleetMetrics(metrics)  # gpufleet.kube.fleet_metrics: the fleet's gauges and counters
+        # The DRA claims of our deleted pods, released as the deletion reaches the cache (gpufleet.kube.claim_release)
+        self.claim_release = DeletedPodClaims(cache, self.writes, settings.scheduler_name, may_write, self.pool)
         # Whose queue objects each cycle reads (gpufleet.kube.queuesource), and beside Kueue, Kueue's Workloads.
         self.queues = QueueChooser(resources)
         self.watched = {res.key: res for res in resources}  # what the informers watch, in the version served
@@ -185,6 +188,7 @@ class CycleRunner:
 
     def close(self) -> None:
         self.binds.close()  # the Bindings in flight end first (a gang is bound to its end)
+        self.claim_release.close()
         self.pool.shutdown(wait=True)
         self.events.close()
         self.wakeup.close()
