@@ -25,13 +25,13 @@ sys.path.insert(0, str(ROOT / "tests" / "kube"))
 from live_env import cluster_queue, flavor, local_queue, node, pod  # noqa: E402
 
 from gpufleet.api.objects import SchedulerConfig  # noqa: E402
-from gpufleet.kube import planner  # noqa: E402
-from gpufleet.kube import resources as r  # noqa: E402
-from gpufleet.kube.assumed import AssumedPods  # noqa: E402
-from gpufleet.kube.fleet_metrics import FleetMetrics  # noqa: E402
-from gpufleet.kube.informer import CacheSnapshot  # noqa: E402
-from gpufleet.kube.parsing import ParseCache  # noqa: E402
-from gpufleet.kube.world import assemble, finish  # noqa: E402
+from gpufleet.k8s import resources as r  # noqa: E402
+from gpufleet.k8s.informer import CacheSnapshot  # noqa: E402
+from gpufleet.k8s.parsing import ParseCache  # noqa: E402
+from gpufleet.live import planner  # noqa: E402
+from gpufleet.live.assumed import AssumedPods  # noqa: E402
+from gpufleet.live.fleet_metrics import FleetMetrics  # noqa: E402
+from gpufleet.live.world import assemble, finish  # noqa: E402
 from gpufleet.scheduler_metrics import SchedulerMetrics  # noqa: E402
 
 JsonDict = dict[str, Any]

@@ -64,7 +64,7 @@ def emulator_role(args: argparse.Namespace) -> int:
     from kube_apisim import ApiSim, Failure, KmockThread, parse_path_with_namespaces
     from live_env import cluster_queue, flavor, local_queue, node, pod
 
-    from gpufleet.kube import resources as r
+    from gpufleet.k8s import resources as r
 
     class CountingSim(ApiSim):
         """ApiSim that counts what it did with each Binding (called on the loop thread only)."""
@@ -149,10 +149,16 @@ def _final_state(sim: Any, pods_key: str, nodes_key: str) -> JsonDict:
 
 
 def scheduler_role(args: argparse.Namespace) -> int:
-    from gpufleet.kube import settings as ks
-    from gpufleet.kube.client import KubeClient
-    from gpufleet.kube.informer import Backoff
-    from gpufleet.kube.scheduler import Scheduler
+    try:
+        from gpufleet.k8s.client import KubeClient
+        from gpufleet.k8s.informer import Backoff
+        from gpufleet.live import settings as ks
+        from gpufleet.live.scheduler import Scheduler
+    except ImportError:  # a baseline revision from before gpufleet.kube was split (issue 27)
+        from gpufleet.kube import settings as ks  # type: ignore[no-redef]
+        from gpufleet.kube.client import KubeClient  # type: ignore[no-redef]
+        from gpufleet.kube.informer import Backoff  # type: ignore[no-redef]
+        from gpufleet.kube.scheduler import Scheduler  # type: ignore[no-redef]
 
     binding = ks.BindingSettings(workers=args.workers, retries=3, retry_backoff=0.01, gang_repair_timeout=60.0,
                                  assume_timeout=60.0)

@@ -1,5 +1,5 @@
 """CPU per API call of the scheduler's client: Bindings through ``httpx.Client`` (how every call went before
-gpufleet.kube.direct) against ``KubeClient`` (httpcore's pool), to the API emulator in a process of its own.
+gpufleet.k8s.direct) against ``KubeClient`` (httpcore's pool), to the API emulator in a process of its own.
 
 Each round binds ``--pods`` pods from ``--threads`` threads, first with one client then with the other,
 alternating, against a fresh emulator each time; reported: calls per second and this process's CPU per call
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from gpufleet.kube.client import KubeClient
+from gpufleet.k8s.client import KubeClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = {"gpufleet.io/node": "node-00000", "gpufleet.io/devices": '["GPU-node-00000-0"]'}
@@ -39,7 +39,7 @@ def _emulator(pods: int) -> tuple[subprocess.Popen[str], str]:
 
 
 def _via_httpx(url: str) -> tuple[Callable[[int], None], Callable[[], None]]:
-    # As KubeClient configured httpx before gpufleet.kube.direct.
+    # As KubeClient configured httpx before gpufleet.k8s.direct.
     client = httpx.Client(base_url=url, trust_env=False, headers={"Accept": "application/json"},
                           transport=httpx.HTTPTransport(retries=1, limits=httpx.Limits(
                               max_connections=50, max_keepalive_connections=20)))

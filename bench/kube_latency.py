@@ -60,7 +60,7 @@ def emulator_role(args: argparse.Namespace) -> int:
     from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
     from live_env import cluster_queue, flavor, local_queue, node, pod
 
-    from gpufleet.kube import resources as r
+    from gpufleet.k8s import resources as r
 
     class TimingSim(ApiSim):
         """ApiSim that notes when each new pod was created and when its Binding was accepted (loop thread)."""
@@ -156,10 +156,16 @@ def emulator_role(args: argparse.Namespace) -> int:
 
 
 def scheduler_role(args: argparse.Namespace) -> int:
-    from gpufleet.kube import settings as ks
-    from gpufleet.kube.client import KubeClient
-    from gpufleet.kube.informer import Backoff
-    from gpufleet.kube.scheduler import Scheduler
+    try:
+        from gpufleet.k8s.client import KubeClient
+        from gpufleet.k8s.informer import Backoff
+        from gpufleet.live import settings as ks
+        from gpufleet.live.scheduler import Scheduler
+    except ImportError:  # a baseline revision from before gpufleet.kube was split (issue 27)
+        from gpufleet.kube import settings as ks  # type: ignore[no-redef]
+        from gpufleet.kube.client import KubeClient  # type: ignore[no-redef]
+        from gpufleet.kube.informer import Backoff  # type: ignore[no-redef]
+        from gpufleet.kube.scheduler import Scheduler  # type: ignore[no-redef]
 
     # The production defaults, but for the HTTP endpoints (none).
     settings = ks.SchedulerSettings(metrics_bind_address="127.0.0.1:0", health_probe_bind_address="127.0.0.1:0")

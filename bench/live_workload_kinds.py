@@ -5,7 +5,7 @@ scheduler (watched, never parsed), 100 nodes of 8 GPUs. Each measured cycle one 
 resourceVersion), as its controller does while its pods come and go. Three worlds on the same objects:
 
 * ``pods only``: the world without the workload kinds (the scheduler before issue 14's live grouping);
-* ``owners, memoised``: with them, each object parsed once per resourceVersion (gpufleet.kube.parsing);
+* ``owners, memoised``: with them, each object parsed once per resourceVersion (gpufleet.k8s.parsing);
 * ``owners, not memoised``: the same with the per-object memo emptied before each cycle (every object of ours
   parsed again, and every foreign one judged again): what the memo saves.
 
@@ -31,11 +31,11 @@ from live_env import node  # noqa: E402
 from workload_env import DEPLOYMENTS, JOBSETS, deployment, jobset, jobset_pods  # noqa: E402
 
 from gpufleet.api.objects import SchedulerConfig  # noqa: E402
-from gpufleet.kube import resources as r  # noqa: E402
-from gpufleet.kube.assumed import AssumedPods  # noqa: E402
-from gpufleet.kube.informer import CacheSnapshot  # noqa: E402
-from gpufleet.kube.parsing import ParseCache  # noqa: E402
-from gpufleet.kube.world import assemble, finish  # noqa: E402
+from gpufleet.k8s import resources as r  # noqa: E402
+from gpufleet.k8s.informer import CacheSnapshot  # noqa: E402
+from gpufleet.k8s.parsing import ParseCache  # noqa: E402
+from gpufleet.live.assumed import AssumedPods  # noqa: E402
+from gpufleet.live.world import assemble, finish  # noqa: E402
 
 JsonDict = dict[str, Any]
 

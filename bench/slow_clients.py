@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from tests.slow_clients import SlowClients  # noqa: E402
 
+from gpufleet.admission.webhook import WebhookPolicy  # noqa: E402
+from gpufleet.admission.webhook_server import WebhookServer  # noqa: E402
 from gpufleet.api.manifests import load_manifests  # noqa: E402
-from gpufleet.kube.webhook import WebhookPolicy  # noqa: E402
-from gpufleet.kube.webhook_server import WebhookServer  # noqa: E402
 from gpufleet.web.server import Dashboard  # noqa: E402
 from gpufleet.web.source_files import FilesSource  # noqa: E402
 

@@ -38,7 +38,7 @@ def _no_json_log_handler_outlives_its_test() -> Iterator[None]:
     stderr as JSON lines with ``setup_logging``, replacing the handlers there; the handler follows stderr as it is at
     each record (so threads of the command logging after it returned do not write to the runner's closed stream),
     and it goes with its test, so that later tests log as pytest set them up."""
-    from gpufleet.kube.logs import JsonFormatter
+    from gpufleet.k8s.logs import JsonFormatter
 
     yield
     root = logging.getLogger()

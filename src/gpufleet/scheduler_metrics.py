@@ -8,7 +8,7 @@ Where Kueue has the same thing, the metric is Kueue's name and labels under the 
 (``kueue_admitted_active_workloads{cluster_queue}`` is ``gpufleet_admitted_active_workloads{cluster_queue}``), so
 a Kueue dashboard moves over by renaming. ``gpufleet_pending_workloads`` keeps its ``reason`` label and gains
 Kueue's ``status``. What only gpufleet knows (GPUs per node pool and model, fragmentation, gangs, cost) is
-described on each metric. :mod:`gpufleet.kube.fleet_metrics` computes the values.
+described on each metric. :mod:`gpufleet.live.fleet_metrics` computes the values.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 # Kueue's wait-time buckets: 1 s, then 2.5 s doubling 13 times (up to 10240 s, almost three hours).
 WAIT_BUCKETS = (1.0, *(2.5 * 2**i for i in range(13)))
 
-# Pending reasons (gpufleet.kube.cycle.pending_reason) of workloads Kueue would count as "active" (in the
+# Pending reasons (gpufleet.live.cycle.pending_reason) of workloads Kueue would count as "active" (in the
 # admission queue); every other reason is "inadmissible" (evaluated and parked, or unable to queue at all).
 ACTIVE_PENDING_REASONS = frozenset({"Queued", "Preempting"})
 _QUEUE_LABELS = ["cohort", "cluster_queue", "flavor", "resource"]

@@ -10,12 +10,12 @@ import pytest
 from kmock._internal import parsing as kmock_parsing
 from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
 
 if TYPE_CHECKING:
-    from gpufleet.kube.scheduler import Scheduler
-    from gpufleet.kube.settings import SchedulerSettings
+    from gpufleet.live.scheduler import Scheduler
+    from gpufleet.live.settings import SchedulerSettings
 
 SERVED = (r.NODES, r.PODS, r.NAMESPACES, r.PRIORITY_CLASSES, r.LEASES, r.EVENTS, r.RESOURCE_FLAVORS,
           r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES, r.NODE_POOLS)
@@ -64,7 +64,7 @@ def live_scheduler(apisim: ApiSim) -> Iterator[Callable[..., Scheduler]]:
     ``gpufleet-test/<identity>``, so tests can tell who wrote what). All are stopped at teardown."""
     from live_env import FAST_INFORMERS, fast_settings
 
-    from gpufleet.kube.scheduler import Scheduler
+    from gpufleet.live.scheduler import Scheduler
 
     started: list[Scheduler] = []
 

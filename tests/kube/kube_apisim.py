@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import kmock
 from kmock._internal import parsing as _kmock_parsing
 
-from gpufleet.kube.resources import ResourceType
+from gpufleet.k8s.resources import ResourceType
 
 # aiohttp logs every request kmock serves at INFO; a server thread still answering after its test ended then writes
 # to a stream pytest has closed ("--- Logging error ---" in CI's output). Requests are asserted on, not logged.

@@ -13,10 +13,10 @@ from kube_apisim import ApiSim
 
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import format_time
-from gpufleet.kube.informer import Backoff
-from gpufleet.kube.settings import BindingSettings, LeaderElectionSettings, SchedulerSettings
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import format_time
+from gpufleet.k8s.informer import Backoff
+from gpufleet.live.settings import BindingSettings, LeaderElectionSettings, SchedulerSettings
 
 JsonDict = dict[str, Any]
 NS = "ml"

@@ -13,13 +13,13 @@ import pytest
 from kube_apisim import ApiSim, failure
 from live_env import NS, PODS_RES, bound_node, node, pod
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import Intent
-from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.binder import Binder, BindJob, PodBind
-from gpufleet.kube.bindqueue import BindQueue
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.recorder import Recorder
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import Intent
+from gpufleet.k8s.client import KubeClient
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.binder import Binder, BindJob, PodBind
+from gpufleet.live.bindqueue import BindQueue
+from gpufleet.live.recorder import Recorder
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 ASSUMED_AT, SETTLED_AT, TTL = 1000.0, 5000.0, 30.0

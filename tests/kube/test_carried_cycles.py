@@ -1,4 +1,4 @@
-"""Cycles that carry on from the last one (gpufleet.kube.increment) decide what a full rebuild decides.
+"""Cycles that carry on from the last one (gpufleet.live.increment) decide what a full rebuild decides.
 
 In process, no API server: an ObjectCache filled by hand, a CycleRunner whose writes are never carried out. A
 first cycle is a full one; pods created after it are decided by carrying on from it, and, on the same snapshot,
@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from live_env import NS, cluster_queue, fast_settings, flavor, local_queue, node, pod, priority_class, stamp
 
 from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import Intent
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.cycle import CycleRunner, _Decided
-from gpufleet.kube.informer import ObjectCache
-from gpufleet.kube.queuestatus import QueueCounts
-from gpufleet.kube.recorder import Recorder
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import Intent
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.informer import ObjectCache
+from gpufleet.live.cycle import CycleRunner, _Decided
+from gpufleet.live.queuestatus import QueueCounts
+from gpufleet.live.recorder import Recorder
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 JsonDict = dict[str, Any]

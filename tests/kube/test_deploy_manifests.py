@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 import gpufleet
-from gpufleet.kube import resources as r
+from gpufleet.k8s import resources as r
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -607,7 +607,7 @@ def test_chart_values_users_expect_reach_the_deployment() -> None:
 
 
 def test_chart_default_scheduler_config_is_a_valid_settings_file(tmp_path: Path) -> None:
-    from gpufleet.kube.settings import load_settings
+    from gpufleet.live.settings import load_settings
 
     path = tmp_path / "config.yaml"
     path.write_text(chart_values()["schedulerConfig"])

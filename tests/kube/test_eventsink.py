@@ -12,9 +12,9 @@ import pytest
 from kube_apisim import ApiSim
 from live_env import events, pod, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient, make_event
-from gpufleet.kube.eventsink import EventSink
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient, make_event
+from gpufleet.k8s.eventsink import EventSink
 
 EVENTS_RES = kmock.resource("events.k8s.io/v1/events")
 

@@ -1,4 +1,4 @@
-"""The scheduler's fleet metrics (gpufleet.kube.fleet_metrics) computed from a cycle's World and Plan.
+"""The scheduler's fleet metrics (gpufleet.live.fleet_metrics) computed from a cycle's World and Plan.
 
 Examples pin each metric on a small cluster whose figures are worked out by hand; hypothesis checks the
 invariants that tie them together on random clusters (held + idle + unhealthy-free capacity = capacity,
@@ -18,15 +18,15 @@ from live_env import cluster_queue, flavor, local_queue, node, pod, stamp
 
 from gpufleet.api.objects import SchedulerConfig
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
-from gpufleet.kube import planner
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import intent_annotations
-from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.evictor import Victim
-from gpufleet.kube.fleet_metrics import FleetMetrics
-from gpufleet.kube.informer import CacheSnapshot
-from gpufleet.kube.parsing import ParseCache
-from gpufleet.kube.world import World, assemble, finish
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import intent_annotations
+from gpufleet.k8s.informer import CacheSnapshot
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.live import planner
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.evictor import Victim
+from gpufleet.live.fleet_metrics import FleetMetrics
+from gpufleet.live.world import World, assemble, finish
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 JsonDict = dict[str, Any]

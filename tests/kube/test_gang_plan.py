@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.kube.annotations import (
+from gpufleet.k8s.annotations import (
     GANG_PLAN_ANNOTATION,
     MAX_GANG_PLAN_BYTES,
     Intent,

@@ -13,9 +13,9 @@ import kmock
 import pytest
 from kube_apisim import KmockThread
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient, PatchType
-from gpufleet.kube.errors import NotFound, ServerError
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient, PatchType
+from gpufleet.k8s.errors import NotFound, ServerError
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import kmock
 import pytest
 from kube_apisim import ApiSim, status
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient, PatchType, make_event
-from gpufleet.kube.errors import (
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient, PatchType, make_event
+from gpufleet.k8s.errors import (
     AlreadyExists,
     ApiConnectionError,
     Conflict,

@@ -20,10 +20,10 @@ import pytest
 import yaml
 from kube_apisim import ApiSim, status
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.config import ClusterConfig, ExecToken, FileToken, StaticToken
-from gpufleet.kube.errors import ApiConnectionError, ConfigError
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.config import ClusterConfig, ExecToken, FileToken, StaticToken
+from gpufleet.k8s.errors import ApiConnectionError, ConfigError
 
 
 def b64(text: str) -> str:
@@ -129,7 +129,7 @@ def test_in_cluster(tmp_path: Path) -> None:
 def test_load_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     explicit = write_kubeconfig(tmp_path / "explicit")
     (tmp_path / "token").write_text("t")
-    monkeypatch.setattr("gpufleet.kube.config.SERVICE_ACCOUNT_DIR", tmp_path)
+    monkeypatch.setattr("gpufleet.k8s.config.SERVICE_ACCOUNT_DIR", tmp_path)
     in_cluster = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     monkeypatch.delenv("KUBECONFIG", raising=False)
     assert ClusterConfig.load(explicit, environ=in_cluster).host == "https://dev.example:6443"  # explicit first

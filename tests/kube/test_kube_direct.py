@@ -1,4 +1,4 @@
-"""KubeClient's direct calls (gpufleet.kube.direct) keep one connection per calling thread: counted by a real
+"""KubeClient's direct calls (gpufleet.k8s.direct) keep one connection per calling thread: counted by a real
 HTTP/1.1 server on 127.0.0.1 that records every connection it accepts and when each one ends."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.errors import ApiConnectionError
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.errors import ApiConnectionError
 
 WAIT_S = 10.0  # the most a test waits for the server to see something happen
 

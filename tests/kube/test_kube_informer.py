@@ -10,10 +10,10 @@ import kmock
 import pytest
 from kube_apisim import ApiSim, status
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.informer import Backoff, CacheChange, Informer, InformerSet, ObjectCache
-from gpufleet.kube.resources import ResourceType
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.informer import Backoff, CacheChange, Informer, InformerSet, ObjectCache
+from gpufleet.k8s.resources import ResourceType
 
 
 def fast() -> Backoff:

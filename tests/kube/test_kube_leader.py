@@ -10,9 +10,9 @@ import kmock
 import pytest
 from kube_apisim import ApiSim, status
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.leader import LeaderElectionConfig, LeaderElector
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.leader import LeaderElectionConfig, LeaderElector
 
 NS, LEASE = "gpufleet-system", "gpufleet-scheduler"
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")

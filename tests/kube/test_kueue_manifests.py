@@ -11,9 +11,9 @@ import pytest
 import yaml
 from test_deploy_manifests import K8S_VERSIONS, one
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.queuesource import BESIDE_KUEUE_RESOURCES
-from gpufleet.kube.settings import settings_from_text
+from gpufleet.k8s import resources as r
+from gpufleet.live.queuesource import BESIDE_KUEUE_RESOURCES
+from gpufleet.live.settings import settings_from_text
 
 ROOT = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]

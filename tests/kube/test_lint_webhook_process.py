@@ -19,7 +19,7 @@ import yaml
 from kube_apisim import ApiSim
 from live_env import WAIT_TIMEOUT, cluster_queue, flavor, local_queue, node, wait_until
 
-from gpufleet.kube import resources as r
+from gpufleet.k8s import resources as r
 
 REPO = Path(__file__).resolve().parents[2]
 TLS = Path(__file__).parent / "webhook_tls"

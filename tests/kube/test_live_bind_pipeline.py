@@ -35,10 +35,10 @@ from live_env import (
     wait_until,
 )
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.settings import BindingSettings
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.live.scheduler import Scheduler
+from gpufleet.live.settings import BindingSettings
 
 NODES, GPUS = 4, 4
 CLIENT_TIMEOUT = 0.5  # the scheduler's: a late Binding is one the server applies after this

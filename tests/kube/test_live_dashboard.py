@@ -16,8 +16,8 @@ from live_env import FAST_INFORMERS, NS, cluster_queue, flavor, local_queue, nod
 from tests.conftest import REPO
 from tests.web.helpers import browser_page, get, screenshot, serving
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
 from gpufleet.web.server import Dashboard
 from gpufleet.web.source_live import LiveSource
 

@@ -16,13 +16,13 @@ from live_env import NS, bindings, bound_node, scheduled_condition, wait_until
 from tests.dra.dynamic_mig import CLASSES, dynamic_mig_slices
 
 from gpufleet.api.objects import SchedulerConfig
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import Intent
-from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.informer import CacheSnapshot
-from gpufleet.kube.parsing import ParseCache
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.world import assemble
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import Intent
+from gpufleet.k8s.informer import CacheSnapshot
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.scheduler import Scheduler
+from gpufleet.live.world import assemble
 
 JsonDict = dict[str, Any]
 CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},

@@ -14,12 +14,12 @@ from kube_apisim import ApiSim, failure, json_copy
 from live_env import NS, PODS_RES, bindings, bound_node, pod
 
 from gpufleet.api.dra_need import ClaimResult
-from gpufleet.kube import resources as r
-from gpufleet.kube.binder import Binder, BindJob, BindResult, ClaimWrite, PodBind
-from gpufleet.kube.claims import FINALIZER, pod_claim_names
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.evictor import Evictor, Victim
-from gpufleet.kube.recorder import Recorder
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.live.binder import Binder, BindJob, BindResult, ClaimWrite, PodBind
+from gpufleet.live.claims import FINALIZER, pod_claim_names
+from gpufleet.live.evictor import Evictor, Victim
+from gpufleet.live.recorder import Recorder
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 JsonDict = dict[str, Any]

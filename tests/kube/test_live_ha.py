@@ -9,8 +9,8 @@ import kmock
 from kube_apisim import ApiSim, status
 from live_env import NS, bindings, bound_node, node, pod, stamp, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s import resources as r
+from gpufleet.live.scheduler import Scheduler
 
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 

@@ -9,10 +9,10 @@ import pytest
 from kube_apisim import ApiSim
 from live_env import NS, bound_node, events, node, pod, scheduled_condition, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube import world as world_module
-from gpufleet.kube.quarantine import find_culprit
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s import resources as r
+from gpufleet.live import world as world_module
+from gpufleet.live.quarantine import find_culprit
+from gpufleet.live.scheduler import Scheduler
 
 DIGITS = "9" * 5000
 
@@ -96,7 +96,7 @@ def test_an_object_that_makes_the_core_fail_is_found_set_aside_and_told(
 
 
 def test_find_culprit_bisects_to_one_object_and_refuses_failures_no_object_explains() -> None:
-    from gpufleet.kube.informer import CacheSnapshot
+    from gpufleet.k8s.informer import CacheSnapshot
 
     objects = {"pods": {f"ns/p{i}": {"metadata": {"name": f"p{i}"}} for i in range(100)},
                "nodes": {"n1": {}, "n2": {}}}

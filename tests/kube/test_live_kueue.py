@@ -29,10 +29,10 @@ from live_env import (
     wait_until,
 )
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.errors import ConfigError
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.settings import BesideKueueSettings, QueueSettings
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.errors import ConfigError
+from gpufleet.live.scheduler import Scheduler
+from gpufleet.live.settings import BesideKueueSettings, QueueSettings
 
 JsonDict = dict[str, Any]
 KUEUE = "kueue.x-k8s.io/v1beta1"
@@ -266,7 +266,7 @@ def test_admission_check_follows_placement_feasibility(apisim: ApiSim,
 
 
 def test_settings_refuse_beside_kueue_with_gpufleet_queues() -> None:
-    from gpufleet.kube.settings import settings_from_text
+    from gpufleet.live.settings import settings_from_text
 
     _, problems = settings_from_text("besideKueue: {enabled: true}\nqueues: {source: gpufleet}\n", "s.yaml")
     assert [e.field for e in problems.errors] == ["queues.source"]

@@ -12,10 +12,10 @@ import kmock
 from kube_apisim import ApiSim, failure
 from live_env import NS, PODS_RES, annotation_patches, bindings, bound_node, node, pod, pod_requests, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import GANG_PLAN_ANNOTATION, PLACEMENT_ANNOTATIONS
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.webhook import ENV_NAME, FIELD_PATH
+from gpufleet.admission.webhook import ENV_NAME, FIELD_PATH
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import GANG_PLAN_ANNOTATION, PLACEMENT_ANNOTATIONS
+from gpufleet.live.scheduler import Scheduler
 
 JsonDict = dict[str, Any]
 MUTATED_ENV = [{"name": ENV_NAME, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": FIELD_PATH}}}]

@@ -16,10 +16,10 @@ import pytest
 from kube_apisim import ApiSim, failure
 from live_env import fast_settings, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.health import OpsServer
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.settings import SecureMetricsSettings, settings_from_text
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.health import OpsServer
+from gpufleet.live.scheduler import Scheduler
+from gpufleet.live.settings import SecureMetricsSettings, settings_from_text
 
 TLS = Path(__file__).parent / "webhook_tls"
 PROMETHEUS = "system:serviceaccount:monitoring:prometheus"

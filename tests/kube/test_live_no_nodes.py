@@ -28,9 +28,9 @@ from live_env import (
     wait_until,
 )
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.settings import SchedulerSettings, settings_from_text
+from gpufleet.k8s import resources as r
+from gpufleet.live.scheduler import Scheduler
+from gpufleet.live.settings import SchedulerSettings, settings_from_text
 
 PODS = ("train-a", "train-b")
 

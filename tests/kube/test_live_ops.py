@@ -14,9 +14,9 @@ from kube_apisim import ApiSim
 from live_env import NS, bound_node, fast_settings, node, pod, wait_until
 
 from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
-from gpufleet.kube import resources as r
-from gpufleet.kube.logs import JsonFormatter, setup_logging
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.logs import JsonFormatter, setup_logging
+from gpufleet.live.scheduler import Scheduler
 
 
 def test_probes_and_metrics_over_http(apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:

@@ -24,9 +24,9 @@ from live_env import (
     wait_until,
 )
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.settings import BindingSettings
+from gpufleet.k8s import resources as r
+from gpufleet.live.scheduler import Scheduler
+from gpufleet.live.settings import BindingSettings
 
 
 def _bind_requests(apisim: ApiSim, name: str) -> Any:
@@ -123,7 +123,7 @@ def test_a_gang_whose_binds_fail_is_completed_on_its_chosen_nodes_next_cycle(
     partial = next(c for c in sched.reports if c.bind_failed)
     assert set(partial.bind_failed) == {f"{NS}/w2"} and len(partial.bound) == 3
     completing = next(c for c in sched.reports if c.completed_gangs)
-    # Bindings end after their cycle (gpufleet.kube.bindqueue): its report is filled in when they do.
+    # Bindings end after their cycle (gpufleet.live.bindqueue): its report is filled in when they do.
     wait_until(lambda: bool(completing.bound), what="the completing cycle's Binding ended")
     assert completing.completed_gangs == [f"{NS}/ring"] and completing.bound == [f"{NS}/w2"]
     assert completing.number > partial.number

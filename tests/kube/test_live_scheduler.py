@@ -28,8 +28,8 @@ from live_env import (
     wait_until,
 )
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s import resources as r
+from gpufleet.live.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 

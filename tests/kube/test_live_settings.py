@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpufleet.cli.scheduler import scheduler
-from gpufleet.kube.settings import SchedulerSettings, SettingsError, load_settings, settings_from_text
+from gpufleet.live.settings import SchedulerSettings, SettingsError, load_settings, settings_from_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

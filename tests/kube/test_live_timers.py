@@ -9,9 +9,9 @@ from collections.abc import Callable
 from kube_apisim import ApiSim
 from live_env import NS, bound_node, fast_settings, node, pod, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import Intent
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import Intent
+from gpufleet.live.scheduler import Scheduler
 
 HOUR = 3600.0
 

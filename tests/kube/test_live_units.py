@@ -10,16 +10,16 @@ from live_env import cluster_queue, flavor, local_queue, node, pod
 
 from gpufleet.api.objects import GpuDemand, SchedulerConfig
 from gpufleet.cluster.state import ClusterState, first_free_grants
-from gpufleet.kube import planner
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import Intent, intent_annotations, read_intent
-from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.cycle import pending_reason
-from gpufleet.kube.grants import grants_from_ids, visible_devices
-from gpufleet.kube.informer import CacheSnapshot
-from gpufleet.kube.parsing import ParseCache
-from gpufleet.kube.queuestatus import queue_statuses
-from gpufleet.kube.world import assemble, finish
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import Intent, intent_annotations, read_intent
+from gpufleet.k8s.informer import CacheSnapshot
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.live import planner
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.cycle import pending_reason
+from gpufleet.live.grants import grants_from_ids, visible_devices
+from gpufleet.live.queuestatus import queue_statuses
+from gpufleet.live.world import assemble, finish
 
 JsonDict = dict[str, Any]
 

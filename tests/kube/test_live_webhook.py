@@ -14,10 +14,10 @@ import pytest
 from kube_apisim import ApiSim
 from live_env import NS, bindings, bound_node, gpu_uuid, node, pod, scheduled_condition, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.webhook import ENV_NAME, FIELD_PATH, WebhookPolicy, is_mutated
-from gpufleet.kube.webhook_server import WebhookServer
+from gpufleet.admission.webhook import ENV_NAME, FIELD_PATH, WebhookPolicy, is_mutated
+from gpufleet.admission.webhook_server import WebhookServer
+from gpufleet.k8s import resources as r
+from gpufleet.live.scheduler import Scheduler
 
 TLS = Path(__file__).parent / "webhook_tls"
 JsonDict = dict[str, Any]

@@ -51,9 +51,9 @@ from workload_env import (
 )
 
 from gpufleet.cluster import grouping
-from gpufleet.kube import resources as r
-from gpufleet.kube.scheduler import Scheduler
-from gpufleet.kube.settings import BindingSettings
+from gpufleet.k8s import resources as r
+from gpufleet.live.scheduler import Scheduler
+from gpufleet.live.settings import BindingSettings
 
 
 def _message(apisim: ApiSim, name: str, ns: str = NS) -> str:

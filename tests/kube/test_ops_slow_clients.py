@@ -10,7 +10,7 @@ import time
 import httpx
 from tests.slow_clients import SlowClients
 
-from gpufleet.kube.health import Endpoints, OpsServer, Probe
+from gpufleet.k8s.health import Endpoints, OpsServer, Probe
 
 SLOW = 100
 WITHIN = 1.0

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from test_deploy_manifests import K8S_VERSIONS, chart_values, deploy_docs, render_chart
 
-from gpufleet.kube.annotations import PLACEMENT_ANNOTATIONS
-from gpufleet.kube.metrics_auth import METRICS_PATH
+from gpufleet.k8s.annotations import PLACEMENT_ANNOTATIONS
+from gpufleet.k8s.metrics_auth import METRICS_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY_FILE = ROOT / "deploy" / "admission-policy.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.kube.preempted_note import parse_preempted_note, preempted_note
+from gpufleet.live.preempted_note import parse_preempted_note, preempted_note
 
 _dns = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
 preemptors = st.one_of(st.just(""), st.builds(lambda ns, name: f"{ns}/{name}", _dns, _dns))

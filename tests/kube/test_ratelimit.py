@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from kube_apisim import ApiSim
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.ratelimit import TokenBucket
-from gpufleet.kube.settings import ClientConnectionSettings, settings_from_text
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.ratelimit import TokenBucket
+from gpufleet.live.settings import ClientConnectionSettings, settings_from_text
 
 
 class FrozenClock:

@@ -13,7 +13,7 @@ from live_env import NS, cluster_queue, flavor, gpu_uuid, local_queue, node, pod
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from gpufleet.kube import resources as r
+from gpufleet.k8s import resources as r
 
 runner = CliRunner()
 JsonDict = dict[str, Any]

@@ -7,11 +7,11 @@ import copy
 
 from live_env import cluster_queue, pod
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import Intent
-from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.informer import ObjectCache
-from gpufleet.kube.wakeup import Wakeup
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import Intent
+from gpufleet.k8s.informer import ObjectCache
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.wakeup import Wakeup
 
 
 def versioned(obj: dict[str, object], rv: int) -> dict[str, object]:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_webhook_hardening import LIMITS, TLS, encode, fraction_pod, post, review_body
 
-from gpufleet.kube.webhook import WebhookPolicy
-from gpufleet.kube.webhook_server import WebhookServer
+from gpufleet.admission.webhook import WebhookPolicy
+from gpufleet.admission.webhook_server import WebhookServer
 
 
 def handshake(port: int, cafile: Path) -> bytes:

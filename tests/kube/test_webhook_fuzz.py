@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.kube.webhook import ENV_NAME, FIELD_PATH, MAX_PATCH_BYTES, BadReview, WebhookPolicy, review
-from gpufleet.kube.webhook_server import WebhookServer
+from gpufleet.admission.webhook import ENV_NAME, FIELD_PATH, MAX_PATCH_BYTES, BadReview, WebhookPolicy, review
+from gpufleet.admission.webhook_server import WebhookServer
 
 TLS = Path(__file__).parent / "webhook_tls"
 POLICY = WebhookPolicy("gpufleet", runtime_class_name="nvidia")
@@ -138,7 +138,7 @@ def test_review_of_any_container_mix_gives_a_patch_that_leaves_exactly_one_of_ou
     check_answer(answer, body)
     from test_live_webhook import apply_patch  # the RFC 6902 subset the webhook emits
 
-    from gpufleet.kube.webhook import is_mutated
+    from gpufleet.admission.webhook import is_mutated
     mutated = apply_patch(body["request"]["object"], json.loads(base64.b64decode(answer["response"]["patch"])))
     assert is_mutated(mutated)
     # Reinvocation (reinvocationPolicy: IfNeeded) changes nothing more.

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from gpufleet.kube.serving import HttpServer, ServingLimits
-from gpufleet.kube.webhook import MAX_PATCH_BYTES, WebhookPolicy
-from gpufleet.kube.webhook_server import MAX_DEPTH, WebhookServer, make_handler
+from gpufleet.admission.webhook import MAX_PATCH_BYTES, WebhookPolicy
+from gpufleet.admission.webhook_server import MAX_DEPTH, WebhookServer, make_handler
+from gpufleet.k8s.serving import HttpServer, ServingLimits
 
 TLS = Path(__file__).parent / "webhook_tls"
 JsonDict = dict[str, Any]

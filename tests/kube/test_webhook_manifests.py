@@ -15,8 +15,9 @@ import pytest
 import yaml
 from test_deploy_manifests import K8S_VERSIONS, chart_values, deploy_docs, render_chart
 
-from gpufleet.kube.settings import parse_address, settings_from_text
-from gpufleet.kube.webhook import MUTATE_PATH
+from gpufleet.admission.webhook import MUTATE_PATH
+from gpufleet.k8s.serving import parse_address
+from gpufleet.live.settings import settings_from_text
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK = ROOT / "deploy" / "webhook"

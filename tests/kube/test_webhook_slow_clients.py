@@ -14,8 +14,8 @@ import pytest
 from test_webhook_hardening import TLS, encode, fraction_pod, post, review_body
 from tests.slow_clients import START, SlowClients
 
-from gpufleet.kube.webhook import WebhookPolicy
-from gpufleet.kube.webhook_server import WebhookServer
+from gpufleet.admission.webhook import WebhookPolicy
+from gpufleet.admission.webhook_server import WebhookServer
 
 SLOW = 100
 ORDINARY = 10

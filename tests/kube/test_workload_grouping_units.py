@@ -12,14 +12,14 @@ from live_env import cluster_queue, flavor, local_queue, node, pod
 from workload_env import DEPLOYMENTS, JOBS, JOBSETS, deployment, job, jobset, jobset_pods
 
 from gpufleet.api.objects import SchedulerConfig
-from gpufleet.kube import planner
-from gpufleet.kube import resources as r
-from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.informer import CacheSnapshot, ObjectCache
-from gpufleet.kube.parsing import ParseCache
-from gpufleet.kube.wakeup import Wakeup
-from gpufleet.kube.workloadsource import WORKLOAD_KEYS
-from gpufleet.kube.world import World, assemble, finish
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.informer import CacheSnapshot, ObjectCache
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.live import planner
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.wakeup import Wakeup
+from gpufleet.live.workloadsource import WORKLOAD_KEYS
+from gpufleet.live.world import World, assemble, finish
 
 JsonDict = dict[str, Any]
 TYPES = {res.key: res for res in (*r.SCHEDULER_RESOURCES, *r.WORKLOAD_RESOURCES)}

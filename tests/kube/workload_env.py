@@ -8,8 +8,8 @@ from typing import Any
 
 from live_env import NS, pod
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.resources import ResourceType
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.resources import ResourceType
 
 JsonDict = dict[str, Any]
 WORKLOAD_TYPES: dict[str, ResourceType] = {res.key: res for res in r.WORKLOAD_RESOURCES}

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.api.quantity import parse_quantity
-from gpufleet.kube.queuestatus import QueueCounts, cluster_queue_status
+from gpufleet.live.queuestatus import QueueCounts, cluster_queue_status
 from gpufleet.scheduling.charges import charge, format_quota, to_quota
 from tests.kueue.scenario import Scenario, ts
 from tests.kueue.test_plan_cli import app, run_json, runner, write

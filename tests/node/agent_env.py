@@ -13,9 +13,9 @@ from fake_kubelet import FakeKubelet
 from kube_apisim import ApiSim
 from live_env import FAST_INFORMERS, NS, pod, wait_until
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.annotations import format_time, intent_annotations
-from gpufleet.kube.client import KubeClient
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import format_time, intent_annotations
+from gpufleet.k8s.client import KubeClient
 from gpufleet.node.agent import AgentOptions, NodeAgent
 from gpufleet.node.backends import open_backend
 from gpufleet.node.dpconfig import AgentDeviceConfig

@@ -20,7 +20,7 @@ import kmock
 from kmock._internal import parsing as kmock_parsing
 from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
 
-from gpufleet.kube import resources as r
+from gpufleet.k8s import resources as r
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from machines import WHOLE_8, write_machine
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from gpufleet.kube import resources as r
+from gpufleet.k8s import resources as r
 from gpufleet.node.agent import AgentOptions
 
 runner = CliRunner()

@@ -16,7 +16,7 @@ from machines import MIG_MIXED, WHOLE_4_PAIRS, WHOLE_8, write_machine
 
 from gpufleet.api.inventory import inventory_from_json
 from gpufleet.gpu.sharing import DevicePluginConfig
-from gpufleet.kube import resources as r
+from gpufleet.k8s import resources as r
 from gpufleet.node.dpconfig import AgentDeviceConfig
 from gpufleet.node.health import HealthPolicy
 from gpufleet.node.nvml_fake import FakeNvml

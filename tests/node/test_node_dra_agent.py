@@ -20,9 +20,9 @@ from kube_apisim import ApiSim
 from live_env import FAST_INFORMERS, wait_until
 from machines import MIG_MIXED, WHOLE_8, write_machine
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.errors import ServerError
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.errors import ServerError
 from gpufleet.node.agent import AgentOptions, NodeAgent
 from gpufleet.node.backends import open_backend
 from gpufleet.node.dra_publisher import DraPublisher

@@ -15,8 +15,8 @@ from kube_apisim import ApiSim
 from machines import WHOLE_8, write_machine
 from test_node_dra_slices import MIG_140
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
 from gpufleet.node.contract import Machine
 from gpufleet.node.dra_publisher import DraPublisher
 from gpufleet.node.dra_slices import devices

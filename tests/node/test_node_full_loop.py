@@ -11,9 +11,9 @@ from kube_apisim import ApiSim
 from live_env import FAST_INFORMERS, NS, bound_node, fast_settings, pod, wait_until
 from machines import WHOLE_8, write_machine
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.live.scheduler import Scheduler
 
 GPU = "nvidia.com/gpu"
 

@@ -23,7 +23,7 @@ import kmock  # noqa: E402
 from kmock._internal import parsing as kmock_parsing  # noqa: E402
 from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces  # noqa: E402
 
-from gpufleet.kube import resources as r  # noqa: E402
+from gpufleet.k8s import resources as r  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ from machines import WHOLE_4_PAIRS, write_machine
 from prom_tools import check_expressions
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s.client import KubeClient
+from gpufleet.live.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"

@@ -21,9 +21,9 @@ from live_env import FAST_INFORMERS, cluster_queue, fast_settings, flavor, local
 from machines import WHOLE_4_PAIRS, write_machine
 from prom_tools import prometheus_tool
 
-from gpufleet.kube import resources as r
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.scheduler import Scheduler
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.live.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "gpufleet-rules.yaml"

@@ -9,8 +9,8 @@ import celpy
 import pytest
 from celpy.adapter import json_to_cel
 
+from gpufleet.admission import webhook
 from gpufleet.api import gpushare
-from gpufleet.kube import webhook
 from gpufleet.policy import cel
 from gpufleet.policy import containers as pc
 from gpufleet.policy.model import RawTemplate

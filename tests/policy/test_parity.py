@@ -19,11 +19,11 @@ import httpx
 import pytest
 import yaml
 
+from gpufleet.admission.lint_settings import LintSettings
+from gpufleet.admission.validating import VALIDATE_PATH, Validator
+from gpufleet.admission.webhook import WebhookPolicy
+from gpufleet.admission.webhook_server import WebhookServer
 from gpufleet.api.manifests import load_manifests
-from gpufleet.kube.lint_settings import LintSettings
-from gpufleet.kube.validating import VALIDATE_PATH, Validator
-from gpufleet.kube.webhook import WebhookPolicy
-from gpufleet.kube.webhook_server import WebhookServer
 from gpufleet.policy.cluster import ClusterView
 from gpufleet.policy.lintfiles import lint_paths
 from gpufleet.policy.subjects import group_of, judged

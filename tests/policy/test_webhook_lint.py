@@ -13,11 +13,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpufleet.admission.lint_settings import LintSettings
+from gpufleet.admission.validating import MAX_WARNING_CHARS, Validator
+from gpufleet.admission.webhook import BadReview
 from gpufleet.api.manifests import load_manifests
-from gpufleet.kube.lint_settings import LintSettings
-from gpufleet.kube.settings import settings_from_text
-from gpufleet.kube.validating import MAX_WARNING_CHARS, Validator
-from gpufleet.kube.webhook import BadReview
+from gpufleet.live.settings import settings_from_text
 from gpufleet.policy.cluster import ClusterView
 from gpufleet.policy.rules import RULE_IDS
 
@@ -132,9 +132,9 @@ def test_configuration_errors_name_the_field_and_fix(text: str, says: str) -> No
 
 
 def test_the_scheduler_judges_against_its_informer_cache() -> None:
-    from gpufleet.kube import resources as r
-    from gpufleet.kube.informer import ObjectCache
-    from gpufleet.kube.validating import CacheClusterSource
+    from gpufleet.admission.validating import CacheClusterSource
+    from gpufleet.k8s import resources as r
+    from gpufleet.k8s.informer import ObjectCache
 
     cache = ObjectCache()
     now = [0.0]
@@ -158,9 +158,9 @@ def test_the_scheduler_judges_against_its_informer_cache() -> None:
 
 
 def test_a_trainjob_is_judged_with_its_runtime_from_the_informer_cache() -> None:
-    from gpufleet.kube import resources as r
-    from gpufleet.kube.informer import ObjectCache
-    from gpufleet.kube.validating import CacheClusterSource
+    from gpufleet.admission.validating import CacheClusterSource
+    from gpufleet.k8s import resources as r
+    from gpufleet.k8s.informer import ObjectCache
 
     [runtime_res] = [res for res in r.WORKLOAD_RESOURCES if res.kind == "ClusterTrainingRuntime"]
     docs = [d for d in yaml.safe_load_all((DATA / "cases" / "gang-without-all-or-nothing.yaml").read_text()) if d]
@@ -176,9 +176,9 @@ def test_a_trainjob_is_judged_with_its_runtime_from_the_informer_cache() -> None
 
 
 def test_the_informer_caches_dra_slices_give_the_webhook_its_dra_gpus() -> None:
-    from gpufleet.kube import resources as r
-    from gpufleet.kube.informer import ObjectCache
-    from gpufleet.kube.validating import CacheClusterSource
+    from gpufleet.admission.validating import CacheClusterSource
+    from gpufleet.k8s import resources as r
+    from gpufleet.k8s.informer import ObjectCache
 
     examples = Path(__file__).resolve().parents[2] / "examples" / "dra"
     cache = ObjectCache()

@@ -5,9 +5,9 @@ at the container's own field."""
 
 from __future__ import annotations
 
+from gpufleet.admission import webhook
 from gpufleet.api.errors import LEFT_OUT
 from gpufleet.gpu.catalog import DEFAULT_CATALOG
-from gpufleet.kube import webhook
 from gpufleet.scheduling.snapshot_plan import run_cycles
 from tests.conftest import manifests
 from tests.workloadkinds.test_peers import _HAMI, _ONE_GPU_NODE

@@ -4,12 +4,12 @@ v1beta2 CRDs, Kueue's TAS slices and HAMi's GPU shares. Each test is built from 
 
 from __future__ import annotations
 
+from gpufleet.admission import webhook
 from gpufleet.api.errors import LEFT_OUT
 from gpufleet.api.gpushare import is_fractional
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.workloadkinds.fields import SCHEMAS
 from gpufleet.cluster.build import build_workloads
-from gpufleet.kube import webhook
 from gpufleet.scheduling.snapshot_plan import run_cycles
 from tests.conftest import manifests
 

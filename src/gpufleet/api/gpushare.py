@@ -1,5 +1,5 @@
 """What makes a pod ask for a share of one GPU: the single rule the parser (:mod:`gpufleet.api.kinds`) and the
-mutating webhook (:mod:`gpufleet.kube.webhook`) both call.
+mutating webhook (:mod:`gpufleet.admission.webhook`) both call.
 
 * gpufleet's and KAI's annotations: ``gpufleet.io/gpu-fraction`` / ``gpu-fraction`` (a share of one GPU), or
   ``gpufleet.io/gpu-memory`` / ``gpu-memory`` on a pod that requests no GPU device. Such a pod requests no device:

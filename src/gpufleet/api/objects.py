@@ -47,7 +47,7 @@ GPU_INVENTORY_ANNOTATION = "gpufleet.io/gpus"
 DEVICES_ANNOTATION = "gpufleet.io/devices"
 NODE_ANNOTATION = "gpufleet.io/node"  # the node the devices of gpufleet.io/devices are on
 # The GPU a fractional pod uses, read by its containers through the downward API: the mutating webhook
-# (gpufleet.kube.webhook) sets their NVIDIA_VISIBLE_DEVICES from it, and the lint rules (gpufleet.policy) know it.
+# (gpufleet.admission.webhook) sets their NVIDIA_VISIBLE_DEVICES from it, and the lint rules (gpufleet.policy) know it.
 VISIBLE_DEVICES_ANNOTATION = "gpufleet.io/visible-devices"
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 VISIBLE_DEVICES_FIELD_PATH = f"metadata.annotations['{VISIBLE_DEVICES_ANNOTATION}']"

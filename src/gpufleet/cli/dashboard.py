@@ -135,9 +135,9 @@ def _simulation_source(path: Path) -> DataSource:
 
 
 def _live_source(kubeconfig: str | None, context: str | None) -> DataSource:
-    from gpufleet.kube.client import KubeClient
-    from gpufleet.kube.config import ClusterConfig
-    from gpufleet.kube.errors import ConfigError, KubeError
+    from gpufleet.k8s.client import KubeClient
+    from gpufleet.k8s.config import ClusterConfig
+    from gpufleet.k8s.errors import ConfigError, KubeError
     from gpufleet.web.source_live import LiveSource
 
     try:

@@ -142,11 +142,11 @@ def agent_command(
 ) -> None:
     """Run the node agent until SIGTERM: labels and inventory on the Node, kubelet device plugins (or, with --dra,
     DRA ResourceSlices), XID health."""
-    from gpufleet.kube.client import KubeClient
-    from gpufleet.kube.config import ClusterConfig
-    from gpufleet.kube.errors import ConfigError
-    from gpufleet.kube.logs import setup_logging
-    from gpufleet.kube.settings import parse_address
+    from gpufleet.k8s.client import KubeClient
+    from gpufleet.k8s.config import ClusterConfig
+    from gpufleet.k8s.errors import ConfigError
+    from gpufleet.k8s.logs import setup_logging
+    from gpufleet.k8s.serving import parse_address
     from gpufleet.node.agent import AgentOptions, NodeAgent
     from gpufleet.node.backends import open_backend
     from gpufleet.node.contract import NvmlError

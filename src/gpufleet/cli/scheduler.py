@@ -41,12 +41,12 @@ def scheduler(
     """Schedule pods on a live cluster: GPU-aware placement, Kueue queues and quotas, gangs, preemption."""
     import dataclasses
 
-    from gpufleet.kube.client import KubeClient
-    from gpufleet.kube.config import ClusterConfig
-    from gpufleet.kube.errors import ConfigError, KubeError
-    from gpufleet.kube.logs import setup_logging
-    from gpufleet.kube.scheduler import Scheduler
-    from gpufleet.kube.settings import SettingsError, load_settings
+    from gpufleet.k8s.client import KubeClient
+    from gpufleet.k8s.config import ClusterConfig
+    from gpufleet.k8s.errors import ConfigError, KubeError
+    from gpufleet.k8s.logs import setup_logging
+    from gpufleet.live.scheduler import Scheduler
+    from gpufleet.live.settings import SettingsError, load_settings
 
     if log_level.lower() not in ("debug", "info", "warning", "error"):
         raise usage_error(f"{log_level!r} is not one of debug, info, warning, error", "--log-level")

@@ -1,6 +1,6 @@
 """``gpufleet snapshot``: write a live cluster's scheduling-relevant objects as manifests ``plan`` reads.
 
-What is taken and what is stripped: :mod:`gpufleet.kube.snapshot`. Registered in :mod:`gpufleet.cli.main`.
+What is taken and what is stripped: :mod:`gpufleet.k8s.snapshot`. Registered in :mod:`gpufleet.cli.main`.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def snapshot(
     configuration and Namespaces, and write them as manifests that plan and simulate read. Running pods keep
     their nodes and devices; finished pods and Jobs are left out; secrets never leave the cluster (container env,
     commands and volumes are not written)."""
-    from gpufleet.kube import snapshot as snap
-    from gpufleet.kube.client import KubeClient
-    from gpufleet.kube.config import ClusterConfig
-    from gpufleet.kube.errors import ConfigError, KubeError
+    from gpufleet.k8s import snapshot as snap
+    from gpufleet.k8s.client import KubeClient
+    from gpufleet.k8s.config import ClusterConfig
+    from gpufleet.k8s.errors import ConfigError, KubeError
 
     folder = None if output == "-" else Path(output)
     if folder is not None and folder.exists() and not folder.is_dir():

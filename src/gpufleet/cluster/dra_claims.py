@@ -624,7 +624,7 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
             need = held_claims(w.namespace, p.template.resource_claims, catalog)
             if p.node_name is None and not live:
                 # Bound where its claims are, by whoever allocated them: it holds those devices (live, the
-                # scheduler's world binds it: gpufleet.kube.world).
+                # scheduler's world binds it: gpufleet.live.world).
                 p.node_name = _allocation_node(need, catalog)
         else:
             need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared, live=live)

@@ -1,7 +1,7 @@
 """The devices a bound pod holds, as recorded on it, turned into grants on its node.
 
 gpufleet records every pod it binds: ``gpufleet.io/node`` and ``gpufleet.io/devices`` (a JSON list of device IDs:
-GPU UUIDs, ``UUID::i`` replicas, MIG UUIDs), written with the Binding (gpufleet.kube.annotations). Whoever
+GPU UUIDs, ``UUID::i`` replicas, MIG UUIDs), written with the Binding (gpufleet.k8s.annotations). Whoever
 rebuilds a cluster's state from its pods (the live scheduler every cycle, ``gpufleet plan`` on a snapshot)
 charges such a pod exactly those devices, so a running pod is never moved in the model; a pod without a
 record for its node (another scheduler's) gets the first free devices of the right kind, which keeps every

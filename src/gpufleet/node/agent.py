@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.api.objects import Pod
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.errors import KubeError
-from gpufleet.kube.health import Endpoints, OpsServer, Probe
-from gpufleet.kube.parsing import ParseCache
-from gpufleet.kube.resources import PODS
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.errors import KubeError
+from gpufleet.k8s.health import Endpoints, OpsServer, Probe
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.k8s.resources import PODS
 from gpufleet.node.allocation import Allocator
 from gpufleet.node.attribution import Attribution, attribute
 from gpufleet.node.backends import OpenedBackend

@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.errors import NotFound
-from gpufleet.kube.resources import NODES, RESOURCE_SLICES
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.errors import NotFound
+from gpufleet.k8s.resources import NODES, RESOURCE_SLICES
 from gpufleet.node.dra_slices import DRIVER, MANAGED_BY, MANAGED_BY_LABEL, slices
 
 log = logging.getLogger(__name__)

@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.admission.webhook import is_fractional
 from gpufleet.api.kinds import parse_timestamp
 from gpufleet.api.quantity import QuantityError, parse_quantity
-from gpufleet.kube.annotations import VISIBLE_DEVICES_ANNOTATION, read_intent
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.informer import CacheChange, Informer, ObjectCache
-from gpufleet.kube.resources import PODS
-from gpufleet.kube.webhook import is_fractional
+from gpufleet.k8s.annotations import VISIBLE_DEVICES_ANNOTATION, read_intent
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.informer import CacheChange, Informer, ObjectCache
+from gpufleet.k8s.resources import PODS
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.resources import NODES
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.resources import NODES
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 quota tree, workload states), its ClusterState (nodes, devices, who holds them) and the workloads.
 
 Both cluster sources build their view here, from the same objects their drivers use: manifests through
-:mod:`gpufleet.scheduling.snapshot_plan` (``gpufleet plan``), the live cache through :mod:`gpufleet.kube.world`
-and :mod:`gpufleet.kube.planner` (the scheduler's cycle). Nothing is recomputed: reasons are the planner's,
+:mod:`gpufleet.scheduling.snapshot_plan` (``gpufleet plan``), the live cache through :mod:`gpufleet.live.world`
+and :mod:`gpufleet.live.planner` (the scheduler's cycle). Nothing is recomputed: reasons are the planner's,
 usage is the quota tree's, devices are the ClusterState's.
 """
 
@@ -18,7 +18,7 @@ from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.cluster.workloads import Workload
 from gpufleet.gpu.constants import MILLI
 from gpufleet.gpu.mig import geometry_for
-from gpufleet.kube.queuestatus import QueueCounts
+from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.scheduling.charges import format_quota
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State

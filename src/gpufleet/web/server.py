@@ -1,6 +1,6 @@
 """The dashboard's HTTP server: pages, static files, the JSON API and server-sent events, read-only.
 
-Built on :mod:`gpufleet.kube.serving`'s asynchronous server (aiohttp: a connection is a coroutine, with deadlines
+Built on :mod:`gpufleet.k8s.serving`'s asynchronous server (aiohttp: a connection is a coroutine, with deadlines
 on its headers and its answer; the views are built on a few worker threads), so a slow or hostile client costs a
 coroutine, and ordinary requests keep being answered. What it does about safety, each for a reason:
 
@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from aiohttp import web
 
-from gpufleet.kube.serving import HttpServer, ServingLimits
+from gpufleet.k8s.serving import HttpServer, ServingLimits
 from gpufleet.web import api
 from gpufleet.web.contract import DataSource
 from gpufleet.web.openapi import document

@@ -2,12 +2,12 @@
 
 The same pieces as ``gpufleet scheduler``, without a single write:
 
-* :func:`gpufleet.kube.workloadsource.watched_resources` decides what to watch (Kueue's queue kinds or gpufleet's,
+* :func:`gpufleet.live.workloadsource.watched_resources` decides what to watch (Kueue's queue kinds or gpufleet's,
   and the workload kinds the cluster serves),
-  an :class:`~gpufleet.kube.informer.InformerSet` keeps the cache (list, then watch);
-* each change of the cache rebuilds the view (at most every ``min_interval`` seconds): :func:`gpufleet.kube.world.
-  assemble` and :func:`~gpufleet.kube.world.finish` make the cycle's world (nodes, devices held, our workloads),
-  :func:`gpufleet.kube.planner.make_policy` and :func:`~gpufleet.kube.planner.run` say what the next cycle would
+  an :class:`~gpufleet.k8s.informer.InformerSet` keeps the cache (list, then watch);
+* each change of the cache rebuilds the view (at most every ``min_interval`` seconds): :func:`gpufleet.live.world.
+  assemble` and :func:`~gpufleet.live.world.finish` make the cycle's world (nodes, devices held, our workloads),
+  :func:`gpufleet.live.planner.make_policy` and :func:`~gpufleet.live.planner.run` say what the next cycle would
   do, and why each workload waits. Placements of that next cycle show as *planned*; nothing is bound;
 * Preempted Events (``events.k8s.io/v1``, written by the scheduler on each victim pod) give the preemption
   history; when Events cannot be listed the history is empty and the view says why.
@@ -25,17 +25,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpufleet.kube import planner
-from gpufleet.kube import resources as r
-from gpufleet.kube.assumed import AssumedPods
-from gpufleet.kube.client import KubeClient
-from gpufleet.kube.informer import CacheSnapshot, Informer, InformerSet, ObjectCache
-from gpufleet.kube.parsing import ParseCache
-from gpufleet.kube.preempted_note import PREEMPTED, parse_preempted_note
-from gpufleet.kube.queuesource import QueueChooser
-from gpufleet.kube.settings import SchedulerSettings
-from gpufleet.kube.workloadsource import watched_resources
-from gpufleet.kube.world import World, assemble, finish
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.informer import CacheSnapshot, Informer, InformerSet, ObjectCache
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.live import planner
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.preempted_note import PREEMPTED, parse_preempted_note
+from gpufleet.live.queuesource import QueueChooser
+from gpufleet.live.settings import SchedulerSettings
+from gpufleet.live.workloadsource import watched_resources
+from gpufleet.live.world import World, assemble, finish
 from gpufleet.web.clusterview import PlannerFacts, build_view
 from gpufleet.web.contract import ClusterView, PreemptionView, SimulationView, SourceKind
 

@@ -1,0 +1,621 @@
+"""One live scheduling cycle: snapshot → world → policy → writes. No threads of its own, no state kept
+beyond the assumed pods and the PodDisruptionBudget shields the caller passes in.
+
+1. *Core* (no I/O): snapshot the informer cache, rebuild the world (:mod:`.world`), complete or give up
+   partial gangs (:mod:`.gangs`), run the policy (:mod:`.planner`), and turn its decisions into write
+   plans: bind jobs, victims, pending messages, queue statuses. Pods about to be bound are *assumed* before
+   any write, so a cycle that starts while these writes are in flight sees their capacity taken.
+2. *API*: carry the plans out concurrently (one job per workload; a gang's pods in order inside its job).
+   Bind jobs are handed to the binding workers and not waited for (:mod:`.bindqueue`): the next cycle may
+   start while they run, the assumptions keeping it from reusing their capacity; a bind that fails releases
+   its assumption when it ends. Evictions, conditions and queue statuses are waited for, and victims a
+   PodDisruptionBudget protects are shielded.
+
+The two phases are timed separately; the benchmark reports their share.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.api.dra_need import ClaimResult, DraNeed
+from gpufleet.api.errors import shown
+from gpufleet.cluster.workloads import Workload
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import Intent
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.eventsink import EventSink
+from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.k8s.ratelimit import TokenBucket
+from gpufleet.k8s.resources import SCHEDULER_RESOURCES, ResourceType
+from gpufleet.live import beside, gangs, planner
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
+from gpufleet.live.bindqueue import BindQueue
+from gpufleet.live.claim_release import DeletedPodClaims
+from gpufleet.live.evictor import Evictor, EvictResult, Shields, Victim
+from gpufleet.live.fleet_metrics import FleetMetrics
+from gpufleet.live.grants import visible_devices
+from gpufleet.live.increment import ChangeLog, Kept, carried_pods, extend, release
+from gpufleet.live.quarantine import Quarantine, find_culprit
+from gpufleet.live.queuesource import QueueChooser, QueueKinds
+from gpufleet.live.queuestatus import QueueCounts, queue_statuses, write_status
+from gpufleet.live.recorder import Recorder
+from gpufleet.live.settings import SchedulerSettings
+from gpufleet.live.wakeup import Wakeup
+from gpufleet.live.world import World, assemble, finish, hold_pods_of
+from gpufleet.scheduler_metrics import SchedulerMetrics
+from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.kueue.info import WorkloadInfo
+from gpufleet.scheduling.kueue.pending import PendingReason
+from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
+
+log = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+
+# How long a cycle waits for the pods it evicted to leave the cache (their watch events follow the answers).
+_EVICTED_SEEN_WITHIN = 2.0
+# A cycle that fails sets aside at most this many objects before it gives up (and retries next period).
+MAX_CULPRITS_PER_CYCLE = 3
+# Queue statuses are worked out from every workload the policy holds: a cycle that carries on from the last
+# works them out at most this often (seconds), a timer bringing the last word when a burst ends.
+STATUS_EVERY = 1.0
+
+
+@dataclass(slots=True)
+class _Decided:
+    world: World
+    repairs: list[gangs.GangAction]
+    plan: planner.Plan
+    jobs: list[BindJob]
+    victims: list[Victim]
+    unschedulable: list[tuple[JsonDict, str]]
+    statuses: list[tuple[Any, JsonDict, JsonDict]]
+    world_s: float
+    policy_s: float
+    due: list[float] = field(default_factory=list)  # times a timer falls due (wall clock): see next_due
+    counts: QueueCounts | None = None  # the policy's workloads per queue, when worked out
+    # The workloads whose pods' bindings changed since the last cycle, when carried on from it; None: any.
+    changed: set[str] | None = None
+
+
+@dataclass(slots=True)
+class CycleReport:
+    number: int
+    started: float  # wall clock
+    policy_cycles: int = 0
+    admitted: list[str] = field(default_factory=list)  # workloads
+    bound: list[str] = field(default_factory=list)  # pods
+    bind_failed: dict[str, str] = field(default_factory=dict)
+    evicted: list[str] = field(default_factory=list)  # workloads
+    refused: list[str] = field(default_factory=list)  # workloads a PodDisruptionBudget protected
+    completed_gangs: list[str] = field(default_factory=list)
+    pending: int = 0
+    core_s: float = 0.0  # everything before the first write; world_s and policy_s are parts of it
+    world_s: float = 0.0
+    policy_s: float = 0.0
+    api_s: float = 0.0
+    carried: bool = False  # carried on from the last cycle's world and policy (gpufleet.live.increment)
+    bind_cpu_s: float = 0.0  # CPU our API client spent in the bind jobs (all writer threads together)
+    # When the next cycle must run though nothing changes (wall clock): the earliest timer of the world and the
+    # policy (a gang's repair timeout, waitForPodsReady, a requeue backoff), of the pods
+    # assumed and of the PodDisruptionBudget shields; None when no timer is pending.
+    next_due: float | None = None
+
+
+def pending_reason(info: WorkloadInfo | None) -> str:
+    """A short, bounded label for the pending gauge (the full message goes to the pod's condition): the word the
+    core set when it decided (gpufleet.scheduling.kueue.pending), or what keeps the workload from queueing."""
+    if info is None:
+        return PendingReason.UNKNOWN
+    if info.problem and info.workload.hold:
+        return PendingReason.HELD
+    if info.problem:
+        return PendingReason.UNQUEUED
+    if info.placement_parked:
+        return PendingReason.INSUFFICIENT_NODES
+    return info.pending
+
+
+def _claim_writes(needs: dict[str, DraNeed], world: World, key: str, node: str,
+                  devices: Sequence[str]) -> tuple[ClaimWrite, ...]:
+    """What the binder writes on the pod's DRA claims before its Binding: each claim's allocation results (the
+    devices placement gave the pod, handed to the claims' requests); none for a pod without claims."""
+    by_claim: dict[str, list[ClaimResult]] = {}
+    for res in assignment_claims(needs, world.cluster, key, node, devices):
+        by_claim.setdefault(res.claim, []).append(res)
+    return tuple(ClaimWrite(claim.partition("/")[0], claim.partition("/")[2], tuple(found))
+                 for claim, found in by_claim.items())
+
+
+class CycleRunner:
+    def __init__(self, client: KubeClient, cache: ObjectCache, settings: SchedulerSettings, *, identity: str,
+                 metrics: SchedulerMetrics, may_write: Callable[[], bool], clock: Callable[[], float] = time.time,
+                 pool: ThreadPoolExecutor | None = None,
+                 resources: Sequence[ResourceType] = SCHEDULER_RESOURCES) -> None:
+        self.client = client
+        self.cache = cache
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.may_write = may_write
+        self.parse = ParseCache()
+        self.assumed = AssumedPods(settings.binding.assume_timeout)
+        self.shields = Shields()
+        self.parked = planner.ParkedMemory()
+        self.quarantine = Quarantine()
+        # Two token buckets of clientConnection's settings, as kube-scheduler's two clients: writes and events.
+        cc = settings.client_connection
+        self.writes = client.limited(TokenBucket(cc.qps, cc.burst))
+        self.events = EventSink(client.limited(TokenBucket(cc.qps, cc.burst)), on_drop=metrics.events_dropped.inc)
+        self.recorder = Recorder(self.writes, settings.scheduler_name, identity, self.events)
+        b = settings.binding
+        self.binder = Binder(self.writes, self.recorder, metrics, may_write=may_write, retries=b.retries,
+                             backoff=b.retry_backoff)
+        self.evictor = Evictor(self.writes, self.recorder, metrics, may_write=may_write)
+        self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
+        # When the next cycle is worth running (not for our own Bindings landing), and the Bindings in flight.
+        self.wakeup = Wakeup(cache, self.assumed)
+        self.binds = BindQueue(self.binder, self.assumed, workers=b.workers, metrics=metrics,
+                               on_release=self._released)
+        # What the next cycle may carry on from (gpufleet.live.increment): the last world and policy, the cache's
+        # changes since, whether a Binding was given up since, whether the last round stopped at its budget.
+        self.changes = ChangeLog(cache)
+        self.kept: Kept | None = None
+        self._released_since = False
+        self._round_cut = False
+        self._last_full = float("-inf")
+        self._statuses_at = float("-inf")  # when queue statuses were last worked out
+        self._status_due: float | None = None  # when they are to be worked out again, if changes wait for it
+        self.count = 0
+        self.fleet = FleetMetrics(metrics)  # gpufleet.live.fleet_metrics: the fleet's gauges and counters
+        # The DRA claims of our deleted pods, released as the deletion reaches the cache (gpufleet.live.claim_release)
+        self.claim_release = DeletedPodClaims(cache, self.writes, settings.scheduler_name, may_write, self.pool)
+        # Whose queue objects each cycle reads (gpufleet.live.queuesource), and beside Kueue, Kueue's Workloads.
+        self.queues = QueueChooser(resources)
+        self.watched = {res.key: res for res in resources}  # what the informers watch, in the version served
+        self.queue_kinds: QueueKinds = self.queues.kinds(cache.snapshot())
+        self.kueue_workloads = beside.WorkloadParses()
+
+    def close(self) -> None:
+        self.binds.close()  # the Bindings in flight end first (a gang is bound to its end)
+        self.claim_release.close()
+        self.pool.shutdown(wait=True)
+        self.events.close()
+        self.wakeup.close()
+        self.changes.close()
+
+    def _released(self) -> None:
+        """A Binding was given up: its capacity is free, which the kept policy does not know."""
+        self._released_since = True
+        self.wakeup.poke()
+
+    # --- the cycle --------------------------------------------------------------------------------------
+
+    def run(self) -> CycleReport:
+        self.count += 1
+        now = self.clock()
+        report = CycleReport(self.count, now)
+        started = time.perf_counter()
+        snapshot = self.cache.snapshot()
+        d = self._carry_on(snapshot, now)
+        report.carried = d is not None
+        if d is None:
+            self._last_full = self._statuses_at = now
+            self._status_due = None
+            d = self._decide_isolating(snapshot, now)
+        world, plan = d.world, d.plan
+        report.world_s, report.policy_s = d.world_s, d.policy_s
+        self._gauge(world, plan)
+        self._reject(world)
+        for job in d.jobs:
+            for p in job.pods:
+                self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
+        self._mark_bound(world, d.jobs, now)
+        report.policy_cycles = plan.cycles
+        report.admitted = [a.workload for a in plan.admitted]
+        report.completed_gangs = [a.workload for a in d.repairs if a.kind == "complete"]
+        report.pending = len(plan.pending)
+        report.core_s = time.perf_counter() - started
+        jobs, victims, unschedulable, statuses = d.jobs, d.victims, d.unschedulable, d.statuses
+
+        api_started = time.perf_counter()
+        self._apply(report, jobs, victims, unschedulable, statuses, now)
+        # The fleet's gauges after the writes: the Bindings are on their way while they are worked out.
+        self.fleet.observe(world, plan, counts=d.counts, changed=d.changed)
+        self.fleet.carried_out(plan, victims, report.evicted)
+        report.next_due = self._next_due(d.due, now)  # after the writes: a refused eviction shields its victim
+        self._keep(d, snapshot, victims)
+        report.api_s = time.perf_counter() - api_started
+        self.metrics.cycle_phase.labels("core").inc(report.core_s)
+        self.metrics.cycle_phase.labels("api").inc(report.api_s)
+        self.metrics.cycle_duration.observe(report.core_s + report.api_s)
+        if report.admitted or report.evicted or report.bind_failed or report.refused:
+            log.info("cycle %d: %d admitted, %d pods bound, %d evicted, %d pending", report.number,
+                     len(report.admitted), len(report.bound), len(report.evicted), report.pending,
+                     extra={"cycle": report.number, "core_s": round(report.core_s, 4),
+                            "api_s": round(report.api_s, 4), "policy_cycles": report.policy_cycles})
+        return report
+
+    # --- carrying on from the last cycle (gpufleet.live.increment) ----------------------------------------
+
+    def _carry_on(self, snapshot: CacheSnapshot, now: float) -> _Decided | None:
+        """The cycle's decisions from the last cycle's world and policy and the changes since, when those allow
+        it (see gpufleet.live.increment); None: this cycle must rebuild everything."""
+        kept, self.kept = self.kept, None  # taken whatever happens: a failure must not leave it half-changed
+        changes = self.changes.between(kept.version if kept is not None else 0, snapshot.version)
+        released, self._released_since = self._released_since, False
+        # An assumption or a shield lapsing changes what the kept policy holds (capacity, candidates): a full cycle.
+        lapsed = any(t is not None and t <= now for t in (self.assumed.next_expiry(), self.shields.next_expiry()))
+        if (kept is None or changes is None or released or lapsed or kept.timer_due(now) or self.quarantine.held
+                or now - self._last_full >= self.settings.cycle_period):
+            return None
+        try:
+            return self._decide_carried(snapshot, kept, changes, now)
+        except Exception:
+            log.exception("carrying on from the last cycle failed; rebuilding everything instead")
+            return None
+
+    def _decide_carried(self, snapshot: CacheSnapshot, kept: Kept, changes: list[CacheChange],
+                        now: float) -> _Decided | None:
+        started = time.perf_counter()
+        s = self.settings
+        carried = carried_pods(kept, changes, scheduler_name=s.scheduler_name, parse=self.parse,
+                               assumed=self.assumed, require_mutation=s.webhook.require_mutation)
+        if carried is None or any(e.problem is not None for e in carried.new):
+            return None
+        submitted = extend(kept, carried.new, now)
+        if submitted is None:
+            return None
+        release(kept, carried, now)
+        world, policy = kept.world, kept.policy
+        due = [t for t in kept.due if t > now]
+        landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
+        changed = landed | set(carried.ended)
+        if landed and gangs.timed_out(world, planner.Plan(policy).pods_ready_policy, due, only=landed):
+            return None  # their clocks have just started; should one have run out already, a full cycle evicts
+        for key in list(policy.state.waiting_ready):
+            # A rebuild admits what holds nodes as ready (waitForPodsReady is judged on the pods, by gangs.timed_out):
+            # the kept policy must not block admission (blockAdmission) on what a rebuild would not.
+            policy.pods_ready(key, now)
+        world_s = time.perf_counter() - started
+        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        self.parked.remember(policy, world, _placed(plan))
+        policy_s = time.perf_counter() - started - world_s
+        if (wake := policy.next_wakeup(now)) is not None:
+            due.append(wake)
+        counts = self._carried_counts(kept.counts, policy, submitted, plan)
+        return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []),
+                        self._unschedulable(world, plan), self._carried_statuses(snapshot, world, policy, counts, now),
+                        world_s, policy_s, due, counts, changed)
+
+    @staticmethod
+    def _carried_counts(counts: QueueCounts | None, policy: KueuePolicy, submitted: list[Workload],
+                        plan: planner.Plan) -> QueueCounts:
+        """The kept counts with this cycle's submissions and admissions; counted afresh after a preemption (its
+        victims and their preemptors change state in ways not tracked here)."""
+        if counts is None or plan.preempted:
+            return QueueCounts(policy)
+        new = {w.key for w in submitted}
+        for key in new:
+            if (info := policy.info(key)) is not None:
+                counts.add(info)  # as it stands: pending, or admitted in this very cycle
+        for a in plan.admitted:
+            if a.workload not in new and (info := policy.info(a.workload)) is not None:
+                counts.admitted(info)
+        return counts
+
+    def _carried_statuses(self, snapshot: CacheSnapshot, world: World, policy: KueuePolicy, counts: QueueCounts,
+                          now: float) -> list[tuple[Any, JsonDict, JsonDict]]:
+        """Queue statuses, at most every :data:`STATUS_EVERY` seconds: the work grows with every workload the
+        policy holds, and a burst of new pods must not pay it for each."""
+        if now - self._statuses_at < STATUS_EVERY:
+            self._status_due = self._statuses_at + STATUS_EVERY
+            return []
+        self._statuses_at, self._status_due = now, None
+        kinds = self.queue_kinds
+        problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
+        return queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
+                              local_queues=kinds.local_queues, counts=counts)
+
+    @staticmethod
+    def _mark_bound(world: World, jobs: list[BindJob], now: float) -> None:
+        """The pods this cycle sends to nodes hold them in the world it keeps, as a rebuild sees them (assumed):
+        a later cycle that carries on must find them there (their capacity, a preemption's victims)."""
+        for job in jobs:
+            for p in job.pods:
+                entry = world.pods.get(p.key)
+                if entry is not None and entry.node is None:
+                    entry.node, entry.devices, entry.assumed = p.node, p.devices, True
+                    entry.intent = Intent(p.node, p.devices, now)
+
+    def _keep(self, d: _Decided, snapshot: CacheSnapshot, victims: list[Victim]) -> None:
+        """What the next cycle may carry on from: none after an eviction (pods leave, shields change), beside
+        Kueue, or with objects set aside or invalid (a full cycle holds their pods back)."""
+        if (victims or d.plan.preempted or self.settings.beside_kueue.enabled or self.quarantine.held
+                or d.world.invalid or d.world.unaccounted):
+            # (unaccounted: pods a full cycle could not charge on their nodes; it retries at each cycle, as capacity
+            # comes free, which carrying on would give to new pods instead)
+            self.kept = None
+            return
+        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts)
+
+    def _next_due(self, due: list[float], now: float) -> float | None:
+        """The earliest of the cycle's timers, the assumptions' and the shields' expiries, after ``now`` (one
+        already past was acted on by this cycle, or is not a timer: it must not make the loop spin)."""
+        times = [*due, *(t for t in (self.assumed.next_expiry(), self.shields.next_expiry(), self._status_due)
+                         if t is not None)]
+        return min((t for t in times if t > now), default=None)
+
+    # --- the core, and what to do when it fails ----------------------------------------------------------
+
+    def _decide(self, snapshot: CacheSnapshot, now: float, assumed: AssumedPods,
+                parked: planner.ParkedMemory) -> _Decided:
+        """Everything the cycle decides from ``snapshot``, without a single write: the part a poisoned object
+        can make fail, and the part :meth:`_decide_isolating` reruns to find which object it is."""
+        started = time.perf_counter()
+        s = self.settings
+        kinds = self.queue_kinds = self.queues.kinds(snapshot)
+        world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
+                         assumed=assumed, now=now, require_mutation=s.webhook.require_mutation,
+                         queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *kinds.resources))
+        hold_pods_of(world, [(res, h.key, f"is set aside, so its pods wait: {h.message}") for h in self.quarantine.held
+                             if (res := self._resource(h.resource)) is not None])
+        due: list[float] = []
+        if s.beside_kueue.enabled:
+            return self._decide_beside(snapshot, world, gangs.repair(world, s.binding.gang_repair_timeout, due),
+                                       started, due)
+        finish(world)  # workloads first: a gang is a JobSet's pods as much as a pod group's
+        repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
+        world_s = time.perf_counter() - started
+        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=parked,
+                                     quota_only=s.quota_only)
+        repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
+        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        parked.remember(policy, world, _placed(plan))
+        policy_s = time.perf_counter() - started - world_s
+        timeouts = gangs.timed_out(world, plan.pods_ready_policy, due)
+        if (wake := policy.next_wakeup(now)) is not None:
+            due.append(wake)
+        problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
+        counts = QueueCounts(policy)
+        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
+                        self._victims(world, plan, [*repairs, *timeouts]), self._unschedulable(world, plan),
+                        queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
+                                       local_queues=kinds.local_queues, counts=counts), world_s, policy_s, due,
+                        counts)
+
+    def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
+                       started: float, due: list[float]) -> _Decided:
+        """Beside Kueue (gpufleet.live.beside): Kueue admitted, we place and answer our AdmissionChecks; Kueue
+        writes the queue statuses and does preemption and waitForPodsReady."""
+        s = self.settings
+        world_s = time.perf_counter() - started
+        result = beside.plan(world, snapshot, controller=s.beside_kueue.admission_check_controller,
+                             profile=s.placement_profile, parses=self.kueue_workloads,
+                             max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        policy_s = time.perf_counter() - started - world_s
+        plan = result.plan
+        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
+                        self._unschedulable(world, plan), beside.status_writes(result, world.now), world_s, policy_s,
+                        due)
+
+    def _decide_isolating(self, snapshot: CacheSnapshot, now: float) -> _Decided:
+        """:meth:`_decide`, and when it raises, find the object responsible, set it aside and decide again
+        without it (at most :data:`MAX_CULPRITS_PER_CYCLE` times); re-raise what no object explains."""
+        for attempt in range(MAX_CULPRITS_PER_CYCLE + 1):
+            filtered = self.quarantine.filter(snapshot)
+            try:
+                return self._decide(filtered, now, self.assumed, self.parked)
+            except Exception as exc:
+                if attempt == MAX_CULPRITS_PER_CYCLE:
+                    raise
+                log.exception("scheduling cycle %d failed; looking for the object responsible", self.count)
+                culprit = find_culprit(filtered, lambda trial: self._fails(trial, now))
+                if culprit is None:
+                    raise
+                self._hold(filtered, culprit, exc)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _fails(self, snapshot: CacheSnapshot, now: float) -> bool:
+        """Whether the core raises on ``snapshot``, run on copies of the state it would otherwise change."""
+        try:
+            self._decide(snapshot, now, self.assumed.copy(), copy.copy(self.parked))
+        except Exception:
+            return True
+        return False
+
+    def _hold(self, snapshot: CacheSnapshot, culprit: tuple[str, str], exc: Exception) -> None:
+        resource_key, key = culprit
+        resource = self._resource(resource_key)
+        obj = snapshot.objects[resource_key][key]
+        why = f"{type(exc).__name__}: {shown(str(exc), 200)}"
+        self.quarantine.hold(resource or r.PODS, key, obj, why)
+        kind = resource.kind if resource else resource_key
+        log.error("%s %s set aside: without it the scheduling cycle succeeds (%s); it gets another chance when "
+                  "it changes", kind, key, why, extra={"object": f"{kind}/{key}"})
+        message = (f"gpufleet set this {kind} aside: scheduling failed with it ({why}) and succeeds without it; "
+                   "edit or recreate it to have it considered again")
+        if resource is not None and self.may_write():
+            self.pool.submit(self._tell, resource, obj, message, time.time())
+
+    def _tell(self, resource: ResourceType, obj: JsonDict, message: str, now: float) -> None:
+        """A Warning event on the object (and, for a pod of ours, the Unschedulable condition)."""
+        regarding = {**obj, "apiVersion": resource.api_version, "kind": resource.kind}
+        spec = obj.get("spec") or {}
+        if resource is r.PODS and spec.get("schedulerName") == self.settings.scheduler_name \
+                and not spec.get("nodeName"):
+            self.recorder.unschedulable(regarding, message, now)
+        else:
+            self.recorder.event(regarding, "Rejected", message, "Scheduling", type="Warning")
+
+    def _reject(self, world: World) -> None:
+        """Count invalid and set-aside objects; tell about each invalid one once per version (our pending
+        pods are told through their Unschedulable condition already)."""
+        leading = self.may_write()
+        fresh = self.quarantine.set_invalid(world.invalid, tell=leading)
+        if leading:
+            for rejection, obj in fresh:
+                if rejection.kind != "Pod":
+                    log.warning("%s %s: %s", rejection.kind, rejection.key, rejection.message)
+                    resource = self._resource(rejection.resource)
+                    if resource is not None:
+                        self.pool.submit(self._tell, resource, dict(obj), rejection.message, time.time())
+        self.metrics.set_rejected(self.quarantine.counts())
+
+    def _resource(self, key: str) -> ResourceType | None:
+        """The type of a resource key: as watched (the version the cluster serves), else as gpufleet knows it."""
+        return self.watched.get(key) or r.by_key(key)
+
+    # --- plans ------------------------------------------------------------------------------------------
+
+    def _jobs(self, world: World, plan: planner.Plan, repairs: Iterable[gangs.GangAction]) -> list[BindJob]:
+        jobs: list[BindJob] = []
+        # The pods' resolved DRA claims, once per cycle (none to look up without DRA claims in the cluster).
+        needs = pod_needs((p.key, p.template.dra) for w in world.workloads for p in w.pods) \
+            if world.dra.resource_claims else {}
+        for action in repairs:
+            if action.kind == "complete":
+                jobs.append(BindJob(action.workload,
+                                    tuple(self._pod_bind(world, needs, k, True) for k in action.pods)))
+        for key in world.claim_bound:
+            # its claims are allocated and reserved for it: it is bound where they are (kube-scheduler binds such
+            # a pod to its allocation's node too)
+            if key in world.workload_of and key in world.cluster.placements:
+                jobs.append(BindJob(world.workload_of[key], (self._pod_bind(world, needs, key, False),)))
+        for admitted in plan.admitted:
+            members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
+            gang = len(admitted.pods) > 1
+            pods = tuple(self._pod_bind(world, needs, p.pod, gang) for p in members
+                         if world.pods[p.pod].node is None and not world.pods[p.pod].bound)
+            if pods:
+                jobs.append(BindJob(admitted.workload, pods))
+        return jobs
+
+    def _pod_bind(self, world: World, needs: dict[str, DraNeed], key: str, gang: bool) -> PodBind:
+        entry = world.pods[key]
+        placement = world.cluster.placements[key]
+        node = world.cluster.nodes[placement.node]
+        visible = visible_devices(node, placement.grants)
+        devices = placement.device_ids
+        return PodBind(key, entry.uid, placement.node, devices, visible, gang or bool(devices), entry.raw,
+                       claims=_claim_writes(needs, world, key, placement.node, devices))
+
+    def _victims(self, world: World, plan: planner.Plan, actions: Iterable[gangs.GangAction]) -> list[Victim]:
+        out: list[Victim] = []
+        for p in plan.preempted:
+            pods = tuple(world.pods[k].raw for k in world.pods_of.get(p.workload, [])
+                         if k in world.pods and world.pods[k].holds_capacity)
+            if pods:  # nothing on a node (already gone): nothing to evict
+                out.append(Victim(p.workload, p.preemptor, p.reason, pods))
+        for a in actions:
+            if a.kind == "evict":
+                out.append(Victim(a.workload, "", a.reason, tuple(world.pods[k].raw for k in a.pods), a.message))
+        return out
+
+    def _unschedulable(self, world: World, plan: planner.Plan) -> list[tuple[JsonDict, str]]:
+        out: list[tuple[JsonDict, str]] = []
+        for e in world.pending():
+            if e.completing:
+                continue
+            if e.problem is not None or e.waiting is not None:
+                out.append((e.raw, e.problem or e.waiting or ""))
+                continue
+            workload = world.workload_of.get(e.key)
+            message = plan.pending.get(workload or "")
+            # Only workloads the policy evaluated and found unfit get the condition, as kube-scheduler sets it
+            # only after an attempt: one merely waiting for its turn in a queue (Kueue keeps those gated)
+            # shows in the queue's status and the pending gauge instead. Thousands of queued pods would
+            # otherwise cost two writes each whenever the queue moves.
+            info = plan.policy.info(workload) if workload is not None else None
+            if not message or info is None or not info.message:
+                continue  # not evaluated, or evaluated and fit: its place in the queue is all there is to say
+            out.append((e.raw, message))
+        return out
+
+    def _gauge(self, world: World, plan: planner.Plan) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for workload in plan.pending:
+            info = plan.policy.info(workload)
+            key = ((info.cluster_queue or "") if info else "", pending_reason(info))
+            counts[key] = counts.get(key, 0) + 1
+        for e in world.pending():
+            if e.problem is not None:
+                counts[("", "Invalid")] = counts.get(("", "Invalid"), 0) + 1
+        self.metrics.set_pending(counts)
+
+    # --- writes -----------------------------------------------------------------------------------------
+
+    def _apply(self, report: CycleReport, jobs: list[BindJob], victims: list[Victim],
+               unschedulable: list[tuple[JsonDict, str]], statuses: list[tuple[Any, JsonDict, JsonDict]],
+               now: float) -> None:
+        pool = self.pool
+        evictions: list[tuple[Victim, Future[EvictResult]]] = [(v, pool.submit(self.evictor.evict, v))
+                                                               for v in victims]
+        # Not waited for: the binding workers fill in the report's bound and bind_failed as the jobs end, and
+        # release the assumptions of pods not bound (gpufleet.live.bindqueue).
+        self.binds.submit(report, jobs, now)
+        self._round_cut = (report.policy_s >= self.settings.round_budget
+                           or report.policy_cycles >= self.settings.max_cycles_per_round)
+        if self._round_cut:
+            self.wakeup.poke()  # the round stopped at its budget or cycle limit: there may be more to admit
+        others: list[Future[Any]] = []
+        if self.may_write():
+            others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable
+                       if self.recorder.unschedulable_is_new(pod, msg)]
+            others += [pool.submit(write_status, self.writes, res, obj, st) for res, obj, st in statuses]
+        for victim, ev in evictions:
+            try:
+                outcome = ev.result()
+            except Exception:
+                log.exception("eviction of %s failed", victim.workload)
+                continue
+            if outcome.outcome == "evicted":
+                report.evicted.append(victim.workload)
+                if victim.reason in (gangs.PODS_READY_TIMEOUT, gangs.GANG_INCOMPLETE):
+                    self.metrics.gang_timeouts.labels(victim.reason).inc()
+            elif outcome.outcome == "refused":
+                report.refused.append(victim.workload)
+                backoff = outcome.retry_after or self.settings.disruption_budget_backoff
+                self.shields.add(victim.workload, now + backoff)
+        for other in others:
+            try:
+                other.result()
+            except Exception:
+                log.exception("a status or condition write failed")
+        # The next cycle must not see the pods just evicted as still running (it would pick them as victims
+        # again): wait, briefly, for their deletion to reach the cache.
+        evicted = {v.workload for v in victims} & set(report.evicted)
+        self._await_gone([p for v in victims if v.workload in evicted for p in v.pods], _EVICTED_SEEN_WITHIN)
+
+    def _await_gone(self, pods: list[JsonDict], timeout: float) -> None:
+        """Until the cache shows every pod of ``pods`` deleted, replaced or terminating, or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        version = self.cache.version
+
+        def present(raw: JsonDict) -> bool:
+            cached = self.cache.get(r.PODS, r.PODS.object_key(raw))
+            meta = (cached or {}).get("metadata") or {}
+            return cached is not None and meta.get("uid") == (raw.get("metadata") or {}).get("uid") \
+                and not meta.get("deletionTimestamp")
+
+        while any(present(p) for p in pods):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.debug("evicted pods still in the cache after %gs", timeout)
+                return
+            version = self.cache.wait_for_change(version, timeout=left)
+
+
+def _placed(plan: planner.Plan) -> list[str]:
+    """The pods the plan's admissions put on nodes."""
+    return [p.pod for a in plan.admitted for p in a.pods if p.node is not None]

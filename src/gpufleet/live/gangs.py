@@ -1,0 +1,234 @@
+"""Keeping gangs whole on a live cluster: finish or undo partial binds, and time out gangs that never get ready.
+
+A gang is bound in one cycle, but the API server can fail some of its Bindings, and a scheduler can die
+between two of them. A gang left partially bound holds its nodes while it cannot run, so each cycle looks
+for gangs (Kueue pod groups and the workloads of the gang kinds: a JobSet, a PyTorchJob, a Job...; see
+:meth:`gpufleet.live.world.World.gangs`) with some members holding nodes and others not:
+
+* every unbound member has a placement recorded (the cut-short binds of an earlier cycle: the gang plan that
+  the first bound member's Binding carried, :func:`gpufleet.k8s.annotations.read_gang_plan`, or an intent
+  annotation an older gpufleet wrote on the pod itself) and its node still has room → **complete**: bind
+  them there, this cycle, before anything else is planned;
+* otherwise (a member has no intent, e.g. it was recreated, or its node is gone or full), for a pod group
+  (Kueue's, Volcano's, KAI's) → once the gang has been incomplete for ``timeout`` seconds, **evict** the members
+  that hold nodes, so the whole gang is planned again from scratch. The wait absorbs a member that is being
+  recreated right now.
+
+The workload of a workload kind's object (a Job, a JobSet, a StatefulSet...) is different: once admitted, its
+controller owns its pods, and Kueue leaves the pods it creates later to be scheduled one by one (a Job's next pod
+when completions exceed parallelism, a replacement for a failed pod, a StatefulSet's next ordinal, which comes
+only once the one before is ready: Kueue admits StatefulSets and LeaderWorkerSets with their first pod). Such a
+workload is completed from a recorded plan like any gang, but never evicted for being partial; its pods that
+came after its admission, with no plan, are placed by :func:`join` once the cycle's policy has admitted it again,
+next to the ones bound, with its flavors, before anything new is admitted (their quota is the workload's
+already); they wait (their condition says why) while they do not fit. ``KueuePolicy.submit`` ignores every
+change to an admitted workload, so without this step they would never be bound. One exception keeps a gang
+whole: when every pod of the workload that holds a node is being deleted (a JobSet restarting all its Jobs), the
+new pods wait for them to go and are then placed together, as a new gang.
+
+waitForPodsReady, Kueue's gang timeout, is carried out here too (the policy is rebuilt every cycle, so its
+own timers do not survive): a workload whose pods are not all Ready ``timeout`` seconds after it was
+bound is evicted with reason ``PodsReadyTimeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Literal
+
+from gpufleet.api.objects import PodsReadyPolicy
+from gpufleet.api.workloadkinds.table import RULES
+from gpufleet.cluster.workloads import Workload
+from gpufleet.k8s.annotations import Intent, read_gang_plan
+from gpufleet.live.world import PodEntry, World, account, expected_size
+from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.kueue.info import State
+from gpufleet.scheduling.types import PodAssignment
+
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+GANG_INCOMPLETE = "GangIncomplete"
+LATE_MEMBERS = "LateMembers"
+
+# The workload kinds whose controllers own their pods once admitted: their later pods join the workload (a
+# workload's ``kind`` names its kind). Not the pod-group kinds, whose pods are a gang of pods, as Kueue's pod groups.
+JOINING_KINDS = frozenset(rule.kind for rule in RULES.values() if rule.grouping != "pod-group")
+assert not JOINING_KINDS & {"Pod", "PodGroup", "Workload"}, "a workload kind named as the workloads of pods"
+
+
+@dataclass(frozen=True, slots=True)
+class GangAction:
+    workload: str
+    kind: Literal["complete", "evict"]
+    pods: tuple[str, ...]  # to bind (complete) or to evict (evict)
+    reason: str  # a CamelCase code: the metric label and the event's reason
+    message: str = ""
+
+
+def _created(e: PodEntry) -> float:
+    stamp = e.pod.meta.creation_timestamp if e.pod is not None else None
+    return stamp if stamp is not None else 0.0
+
+
+def repair(world: World, timeout: float, due: list[float] | None = None) -> list[GangAction]:
+    """Complete or evict partially bound gangs; completed members are charged in ``world.cluster``. When a
+    partial gang's timeout is still to come, its time is appended to ``due`` (the cycle must run again then)."""
+    actions: list[GangAction] = []
+    workloads = {w.key: w for w in world.workloads}
+    for key, members in sorted(world.gangs().items()):
+        held = [m for m in members if m.node is not None]
+        unbound = [m for m in members if m.node is None and not m.deleting and not m.gated]
+        if not held or not unbound:
+            continue
+        _recall_plans(held, unbound)
+        if _complete(world, unbound):
+            _seen_bound(workloads.get(key), unbound)
+            actions.append(GangAction(key, "complete", tuple(m.key for m in unbound), "PartialBind",
+                                      "completing a partial bind on the nodes chosen before"))
+            continue
+        if key in workloads and workloads[key].kind in JOINING_KINDS:
+            continue  # its controller's later pods join it (join): never evicted for being partial
+        since = max([*(_created(m) for m in unbound),
+                     min((m.intent.at for m in held if m.intent and m.intent.at), default=0.0)])
+        if world.now - since < timeout:
+            if due is not None:
+                due.append(since + timeout)
+        else:
+            victims = tuple(m.key for m in held if not m.deleting)
+            if victims:
+                w = workloads.get(key)
+                total = (w.expected_pods or w.size) if w is not None else expected_size(members)
+                actions.append(GangAction(key, "evict", victims, GANG_INCOMPLETE,
+                                          f"{len(held)} of {total} pods hold nodes and the rest "
+                                          f"could not join them for {timeout:g}s"))
+    return actions
+
+
+def _seen_bound(workload: Workload | None, entries: list[PodEntry]) -> None:
+    """The pods ``entries`` now hold nodes: the workload built before this cycle completed them sees them bound
+    (as its pods bound before), so the policy admits it with them."""
+    if workload is None:
+        return
+    nodes = {e.key: e.node for e in entries}
+    for p in workload.pods:
+        if p.key in nodes:
+            p.node_name = nodes[p.key]
+
+
+def join(world: World, policy: KueuePolicy) -> list[GangAction]:
+    """Place the pods that came after their workload was admitted (a StatefulSet's next ordinal, a Job's
+    replacement pod; see the module doc): all of one workload together, with the flavors of its admission, on the
+    policy's nodes. Call it after the policy has every workload and before it runs: these pods already have their
+    quota and go before any new admission. Placed pods are charged and marked ``completing`` (this cycle binds
+    them); the others wait with ``PodEntry.waiting`` saying why."""
+    placer = policy.state.gangs
+    if placer is None:
+        return []  # quotaOnly: no nodes to place on
+    actions: list[GangAction] = []
+    for w in world.workloads:
+        if w.kind not in JOINING_KINDS:
+            continue
+        info = policy.info(w.key)
+        if info is None or info.state is not State.ADMITTED or info.admission is None:
+            continue
+        late = [e for p in w.pods if (e := world.pods.get(p.key)) is not None and e.pod is not None
+                and e.node is None and not e.terminal and not e.deleting and not e.gated and e.problem is None]
+        if not late:
+            continue
+        holding = [e for p in w.pods if (e := world.pods.get(p.key)) is not None and e.node is not None
+                   and not e.terminal and not e.completing]
+        if holding and all(e.deleting for e in holding):
+            for e in late:
+                e.waiting = (f"the pods of {w.kind} {w.key} that hold nodes are being deleted (a restart): its new "
+                             "pods are placed together once they are gone")
+            continue
+        keys = {e.key for e in late}
+        flavors = {ps.name: ps.flavors for ps in info.admission.podsets}
+        groups = [(topology, [req for req in requests if req.key in keys]) for topology, requests in placer.groups(
+            info, [flavors.get(ps.name, {}) for ps in info.podsets], [len(w.pods)] * len(info.podsets))]
+        groups = [g for g in groups if g[1]]
+        placed, failed = placer.place(groups)
+        if placed is None:
+            assert failed is not None
+            why = placer.explain(failed, len(late))
+            for e in late:
+                e.waiting = (f"{w.kind} {w.key} is admitted; this pod, created after it, waits for room next to its "
+                             f"pods: {why}")
+            continue
+        for pl in placed:
+            e = world.pods[pl.pod]
+            e.node, e.devices, e.completing = pl.node, pl.device_ids, True
+            info.admission.pods.append(PodAssignment(pl.pod, pl.node, pl.device_ids))
+        _seen_bound(w, late)
+        actions.append(GangAction(w.key, "complete", tuple(sorted(keys)), LATE_MEMBERS,
+                                  f"placing {len(keys)} pod(s) created after the workload was admitted"))
+    return actions
+
+
+def _recall_plans(held: list[PodEntry], unbound: list[PodEntry]) -> None:
+    """Give each unbound member the placement a bound member's gang plan records for it (same UID: a
+    recreated pod is another pod); the newest plan wins where several name the same pod."""
+    planned: dict[str, tuple[str | None, Intent]] = {}
+    for m in held:
+        for name, (uid, intent) in read_gang_plan((m.raw.get("metadata") or {}).get("annotations") or {}).items():
+            seen = planned.get(name)
+            if seen is None or (intent.at or 0.0) > (seen[1].at or 0.0):
+                planned[name] = (uid, intent)
+    for m in unbound:
+        found = planned.get(m.key.split("/", 1)[1])
+        if found is not None and (found[0] is None or m.uid is None or found[0] == m.uid):
+            m.intent = found[1]
+
+
+def _complete(world: World, unbound: list[PodEntry]) -> bool:
+    cluster = world.cluster
+    if any(m.intent is None or m.intent.node not in cluster.nodes for m in unbound):
+        return False
+    mark = cluster.checkpoint()
+    for m in unbound:
+        assert m.intent is not None
+        m.node, m.devices = m.intent.node, m.intent.devices
+        if not account(cluster, m):
+            cluster.rollback(mark)
+            for u in unbound:
+                u.node, u.devices = None, None
+            return False
+    cluster.commit(mark)
+    for m in unbound:
+        m.completing = True
+    return True
+
+
+def _ready(e: PodEntry) -> bool:
+    for cond in (e.raw.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None],
+              due: list[float] | None = None, only: Collection[str] | None = None) -> list[GangAction]:
+    """Workloads past their waitForPodsReady timeout; ``policy_for`` gives a workload's policy (None: off). The
+    timeouts still to come are appended to ``due``. ``only``: these workloads, not all."""
+    actions: list[GangAction] = []
+    chosen = world.pods_of.items() if only is None else [(w, world.pods_of[w]) for w in only if w in world.pods_of]
+    for workload, keys in sorted(chosen):
+        policy = policy_for(workload)
+        if policy is None or not policy.enable:
+            continue
+        pods = [world.pods[k] for k in keys if k in world.pods]
+        live = [p for p in pods if not p.terminal]
+        if not live or any(p.node is None or p.deleting for p in live) or all(_ready(p) for p in live):
+            continue
+        if any(p.assumed for p in live):
+            continue  # still being bound (gpufleet.live.bindqueue): the cache has no start time for it yet
+        started = min((p.intent.at for p in live if p.intent and p.intent.at), default=None)
+        if started is None:
+            started = min(_created(p) for p in live)
+        if world.now - started < policy.timeout_s:
+            if due is not None:
+                due.append(started + policy.timeout_s)
+        else:
+            actions.append(GangAction(workload, "evict", tuple(p.key for p in live), PODS_READY_TIMEOUT,
+                                      f"not all pods were ready {policy.timeout_s:g}s after the workload was bound"))
+    return actions

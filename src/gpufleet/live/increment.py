@@ -1,0 +1,293 @@
+"""Cycles that carry on from the last one: new pods are added to the last cycle's world and policy instead of
+rebuilding both from the whole cache (issue 27's first step towards an incremental scheduler).
+
+A full cycle (:mod:`gpufleet.live.world`, :mod:`gpufleet.live.planner`) costs what the cluster is: every node and
+pod parsed (memoised), charged and grouped, every workload submitted to a fresh policy. At 5,000 nodes that is
+seconds, paid again for each new pod. Most changes a busy cluster sees between two cycles decide nothing new about
+what is already there: a pod of ours created, our own Bindings landing, the conditions we wrote coming back, a
+queue's status. For those, the last cycle's world and policy are still exact, and the new pods only have to be
+added: parsed, grouped, submitted, then the policy runs as it would have.
+
+What a carried-on cycle accepts (:func:`carried_pods`), every other change making the next cycle a full one:
+
+* a pod of ours created unbound, that makes a workload of its own (a plain pod, a Deployment's pod...): a pod
+  that belongs with others (a pod group, a Job's or a JobSet's pods) waits for a full cycle, where its whole
+  workload is built;
+* a pod of ours bound to the node the policy placed it on (our own Binding landing);
+* a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
+* an unbound pod of another scheduler created, changed or deleted (never our business);
+* a queue kind's or a workload kind's status alone (no decision reads them);
+* a node whose parse is unchanged (a status heartbeat).
+
+A pod with DRA claims, and any change to a DRA object, takes a full cycle.
+
+And never when the last cycle evicted or was refused an eviction, a Binding was given up since (its capacity is
+free again), objects are set aside, a timer of the last cycle has fallen due, or the change log lost changes:
+those take a full cycle, as does the periodic resync.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.api.errors import Problems
+from gpufleet.api.manifests import Manifests
+from gpufleet.api.objects import Node
+from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.workloads import Workload
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.informer import CacheChange, ObjectCache
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.queuestatus import QueueCounts
+from gpufleet.live.wakeup import unread_status_only, without_status
+from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, pod_entry
+from gpufleet.scheduling.kueue import KueuePolicy
+
+JsonDict = dict[str, Any]
+
+CHANGE_LOG_LIMIT = 100_000  # changes kept between two cycles; past it, the next cycle is a full one
+
+
+class ChangeLog:
+    """The cache's changes in the order it applied them, for the next cycle to read those after its last
+    snapshot (:meth:`between`). Bounded: past :data:`CHANGE_LOG_LIMIT` it forgets them and says so."""
+
+    def __init__(self, cache: ObjectCache, limit: int = CHANGE_LOG_LIMIT) -> None:
+        self._lock = threading.Lock()
+        self._limit = limit
+        self._changes: list[CacheChange] = []
+        self._lost = 0  # the latest cache version whose change was not kept
+        self._unlisten = cache.add_listener(self._changed)
+
+    def _changed(self, change: CacheChange) -> None:
+        with self._lock:
+            if len(self._changes) >= self._limit:
+                self._changes.clear()
+                self._lost = change.version
+                return
+            self._changes.append(change)
+
+    def between(self, since: int, upto: int) -> list[CacheChange] | None:
+        """The changes after cache version ``since`` up to ``upto``, in order, or None when some of them were not
+        kept; those up to ``upto`` are dropped either way."""
+        with self._lock:
+            complete = self._lost <= since
+            out = [c for c in self._changes if since < c.version <= upto]
+            self._changes = [c for c in self._changes if c.version > upto]
+            return out if complete else None
+
+    def clear(self) -> None:
+        """Forget the changes kept so far (a follower's: it runs no cycle), so that the next cycle is a full one."""
+        with self._lock:
+            if self._changes:
+                self._lost = self._changes[-1].version
+                self._changes.clear()
+
+    def close(self) -> None:
+        self._unlisten()
+
+
+@dataclass(slots=True)
+class Kept:
+    """The last cycle's world and policy, as that cycle left them (its admissions applied), and what it saw."""
+
+    world: World
+    policy: KueuePolicy
+    version: int  # the cache version of the snapshot they were built from (or last carried on to)
+    due: list[float] = field(default_factory=list)  # the timers the world reported (wall clock)
+    counts: QueueCounts | None = None  # the policy's pending and admitted workloads per queue, kept up to date
+
+    def timer_due(self, now: float) -> bool:
+        return any(t <= now for t in self.due)
+
+
+@dataclass(slots=True)
+class Carried:
+    """What the changes since the kept cycle bring: the pods of ours created since, the pods whose Bindings landed
+    (their waitForPodsReady clock starts), our single-pod workloads that ended (deleted, finished or being deleted
+    before they held a node) and the other schedulers' pods that stopped holding capacity."""
+
+    new: list[PodEntry] = field(default_factory=list)
+    landed: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)  # workload keys
+    freed: list[str] = field(default_factory=list)  # pod keys
+
+
+def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
+                 assumed: AssumedPods, require_mutation: bool) -> Carried | None:
+    """The pods of ours created since ``kept``, with ``kept.world`` brought up to date for the other changes (our
+    Bindings landed, statuses); None when a change needs a full cycle (see the module doc)."""
+    world = kept.world
+    nodes: dict[str, Node] | None = None  # by name, made at the first node change
+    new: dict[str, PodEntry] = {}
+    out = Carried()
+    for c in changes:
+        if c.resource == r.PODS.key:
+            if not _pod_change(world, c, new, out, scheduler_name=scheduler_name, parse=parse, assumed=assumed,
+                               require_mutation=require_mutation):
+                return None
+        elif c.resource == r.NODES.key:
+            nodes = nodes if nodes is not None else {n.name: n for n in world.nodes}
+            if c.type != "MODIFIED" or c.new is None or not _same_node(nodes.get(c.key), parse, c.key, c.new):
+                return None
+        elif not unread_status_only(c):
+            return None
+    out.new = list(new.values())
+    return out
+
+
+def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Carried, *, scheduler_name: str,
+                parse: ParseCache, assumed: AssumedPods, require_mutation: bool) -> bool:
+    """Apply one pod change to ``world`` (or to ``new``, the pods created since); False when it needs a full
+    cycle."""
+    obj = c.new if c.new is not None else c.old
+    assert obj is not None
+    spec = obj.get("spec") or {}
+    if spec.get("schedulerName") != scheduler_name and not spec.get("nodeName") and not (
+            c.old is not None and (c.old.get("spec") or {}).get("nodeName")):
+        return True  # another scheduler's pod that holds no node: none of our business, as in a full cycle
+    if spec.get("resourceClaims"):
+        # A pod with DRA claims is resolved against the claims' objects, which the controller creates and writes
+        # (its status names them): only a full cycle reads them together.
+        return False
+    if c.type == "ADDED":
+        if c.key in world.pods or c.key in new or spec.get("nodeName"):
+            return False
+        created = pod_entry(c.key, obj, parse, scheduler_name, assumed, world.now, require_mutation)
+        if created.deleting or created.gated or created.terminal:
+            return False
+        new[c.key] = created
+        return True
+    if c.type == "DELETED":
+        return c.key not in new and _ended(world, c.key, None, out)
+    if c.old is None or c.new is None:
+        return False
+    if c.key in new:
+        if without_status(c.old) != without_status(c.new) or _phase(c.old) != _phase(c.new):
+            return False
+        new[c.key].raw = c.new
+        return True
+    entry = world.pods.get(c.key)
+    if entry is None:
+        return False
+    old_node = (c.old.get("spec") or {}).get("nodeName")
+    new_node = (c.new.get("spec") or {}).get("nodeName")
+    if old_node is None and new_node is not None:
+        # Our own Binding landing where the policy placed the pod: the policy counted it there already.
+        placement = world.cluster.placements.get(c.key)
+        if placement is None or placement.node != new_node or not entry.ours:
+            return False
+        assumed.confirm(c.key)
+        entry.raw, entry.node, entry.assumed = c.new, new_node, False
+        out.landed.append(c.key)
+        return True
+    if old_node != new_node:
+        return False
+    if without_status(c.old, _DELETION) != without_status(c.new, _DELETION):
+        return False
+    if _phase(c.new) in TERMINAL_PHASES or (c.new.get("metadata") or {}).get("deletionTimestamp"):
+        if _phase(c.old) in TERMINAL_PHASES:
+            entry.raw = c.new
+            return True
+        return _ended(world, c.key, c.new, out)
+    if _phase(c.old) in TERMINAL_PHASES:
+        return False  # a finished pod running again: not something to carry
+    # Its status alone (conditions, readiness, Pending -> Running): a full cycle charges a pod that holds a node the
+    # same whatever its phase short of finished; the recorder compares its conditions before writing again.
+    entry.raw = c.new
+    return True
+
+
+def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
+    """A pod deleted (``raw`` None), finished or being deleted (``raw`` its new state): the single-pod workload of
+    ours it made ends, or the capacity another scheduler's pod held is free; the world is brought up to date as a
+    full cycle would build it. False (a full cycle) for a pod of a workload of several pods (a gang's member
+    going is for the gang's repair to judge) or one the world does not know."""
+    entry = world.pods.get(key)
+    if entry is None:
+        return False
+    workload = world.workload_of.get(key) if entry.ours else None
+    if entry.ours and (workload is None or world.pods_of.get(workload) != [key]):
+        return False
+    held = entry.holds_capacity
+    if raw is None:
+        del world.pods[key]
+    else:
+        entry.raw = raw
+        entry.terminal = _phase(raw) in TERMINAL_PHASES
+        entry.deleting = bool((raw.get("metadata") or {}).get("deletionTimestamp"))
+        if held and not entry.terminal:
+            return True  # being deleted, still running: it holds its node until it is gone, as a full cycle says
+    if workload is not None:
+        out.ended.append(workload)
+    elif held:
+        out.freed.append(key)
+    return True
+
+
+_DELETION = ("deletionTimestamp", "deletionGracePeriodSeconds")
+
+
+def _phase(obj: JsonDict) -> Any:
+    return (obj.get("status") or {}).get("phase")
+
+
+def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -> bool:
+    if known is None:
+        return False
+    parsed = parse.one(r.NODES, key, raw)
+    return isinstance(parsed.obj, Node) and parsed.obj == known
+
+
+def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | None:
+    """Add the new pods' workloads to the kept world and submit them to its policy; None (nothing changed) when
+    one of them would not make a workload of its own (a full cycle groups it with the pods it belongs with)."""
+    world = kept.world
+    chosen = [e.pod for e in entries if e.pod is not None and e.problem is None]
+    q = world.queues
+    problems = Problems()
+    workloads = build_workloads(Manifests(pods=chosen, priority_classes=q.priority_classes,
+                                          workload_priority_classes=q.workload_priority_classes,
+                                          local_queues=q.local_queues, controllers=q.controllers),
+                                problems, create_missing=False) if chosen else []
+    if problems.errors or len(workloads) != len(chosen):
+        return None
+    for w in workloads:
+        if len(w.pods) != 1 or w.gang or w.key in world.pods_of or w.pods[0].key in world.workload_of:
+            return None
+    world.now = now
+    for e in entries:
+        world.pods[e.key] = e
+    for w in workloads:
+        key = w.pods[0].key
+        world.workloads.append(w)
+        world.pods_of[w.key] = [key]
+        world.workload_of[key] = w.key
+        kept.policy.submit(w, now)
+    return workloads
+
+
+def release(kept: Kept, carried: Carried, now: float) -> None:
+    """What ended since the kept cycle, given back as the simulator gives it back: our workloads finished
+    (``Policy.finish``: their quota and nodes released, parked workloads woken), other schedulers' pods' capacity
+    freed on the nodes (workloads waiting for nodes woken)."""
+    world, policy = kept.world, kept.policy
+    for key in carried.freed:
+        if key in world.cluster.placements:
+            world.cluster.release(key)
+    if carried.freed:
+        policy.state.unpark_placement(now)
+    if not carried.ended:
+        return
+    ended = set(carried.ended)
+    for key in ended:
+        info = policy.info(key)
+        if info is not None and kept.counts is not None:
+            kept.counts.add(info, -1)  # as it stood: pending or admitted; finished, it is counted nowhere
+        policy.finish(key, now)
+        for pod in world.pods_of.pop(key, []):
+            world.workload_of.pop(pod, None)
+    world.workloads = [w for w in world.workloads if w.key not in ended]
