@@ -124,3 +124,14 @@ def test_fgdplus_runs_through_the_placer() -> None:
     assert eng.place(pod("c", 0, cpu=12500)) == 1  # CPU-only pod on the CPU-rich node
     assert eng.place(pod("s", 810, cpu=3152)) is not None
     eng.cluster.check_invariants()
+
+
+def test_the_fleet_s_waste_tables_are_worked_out_with_the_scorer() -> None:
+    # The live scheduler builds its scorer in a full cycle; its first placement may come in a cycle that carries
+    # on with a new pod waiting, which must not be the one that works the table out.
+    typ = typical((4000, 300, 1, 1), (4000, 500, 1, 1))
+    frag = FragmentationModel(typ)
+    s = FgdPlusScorer(frag, model_gpus={"T4": 8, "A100-SXM4-80GB": 0})
+    assert set(s._tables) == {frag.model_class("T4")}
+    assert s._tables[frag.model_class("T4")] == settled_waste_table(typ, "T4")
+    assert not FgdPlusScorer(frag)._tables  # no fleet known: worked out when first needed

@@ -74,6 +74,7 @@ def _finish_cycle(run: CycleRunner, snapshot: Any, d: _Decided | None, now: floa
         for p in job.pods:
             run.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
     run._mark_bound(d.world, d.jobs, now)
+    run._after_hand_off(d)
     run._keep(d, snapshot, d.victims)
     return d
 

@@ -4,7 +4,9 @@ beyond the assumed pods and the PodDisruptionBudget shields the caller passes in
 1. *Core* (no I/O): snapshot the informer cache, rebuild the world (:mod:`.world`), complete or give up
    partial gangs (:mod:`.gangs`), run the policy (:mod:`.planner`), and turn its decisions into write
    plans: bind jobs, victims, pending messages, queue statuses. Pods about to be bound are *assumed* before
-   any write, so a cycle that starts while these writes are in flight sees their capacity taken.
+   any write, so a cycle that starts while these writes are in flight sees their capacity taken. A cycle that
+   carries on from the last works out what only the other writes and the metrics read (the pods' pending
+   messages, the parked memory's holders, the pending gauge) after its Bindings are handed off.
 2. *API*: carry the plans out concurrently (one job per workload; a gang's pods in order inside its job).
    Bind jobs are handed to the binding workers and not waited for (:mod:`.bindqueue`): the next cycle may
    start while they run, the assumptions keeping it from reusing their capacity; a bind that fails releases
@@ -78,7 +80,9 @@ class _Decided:
     plan: planner.Plan
     jobs: list[BindJob]
     victims: list[Victim]
-    unschedulable: list[tuple[JsonDict, str]]
+    # The pods' Unschedulable conditions to write; None: worked out once the Bindings are handed off (a carried
+    # cycle: see CycleRunner._after_hand_off).
+    unschedulable: list[tuple[JsonDict, str]] | None
     statuses: list[tuple[Any, JsonDict, JsonDict]]
     world_s: float
     policy_s: float
@@ -86,6 +90,9 @@ class _Decided:
     counts: QueueCounts | None = None  # the policy's workloads per queue, when worked out
     # The workloads whose pods' bindings changed since the last cycle, when carried on from it; None: any.
     changed: set[str] | None = None
+    # The pods a carried cycle placed, for the parked memory's holders once the Bindings are handed off; None: the
+    # parked memory was brought up to date in full (a full cycle).
+    placed: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -100,7 +107,7 @@ class CycleReport:
     refused: list[str] = field(default_factory=list)  # workloads a PodDisruptionBudget protected
     completed_gangs: list[str] = field(default_factory=list)
     pending: int = 0
-    core_s: float = 0.0  # everything before the first write; world_s and policy_s are parts of it
+    core_s: float = 0.0  # everything before the Bindings are handed off; world_s and policy_s are parts of it
     world_s: float = 0.0
     policy_s: float = 0.0
     api_s: float = 0.0
@@ -215,8 +222,6 @@ class CycleRunner:
             d = self._decide_isolating(snapshot, now)
         world, plan = d.world, d.plan
         report.world_s, report.policy_s = d.world_s, d.policy_s
-        self._gauge(world, plan)
-        self._reject(world)
         for job in d.jobs:
             for p in job.pods:
                 self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
@@ -226,10 +231,18 @@ class CycleRunner:
         report.completed_gangs = [a.workload for a in d.repairs if a.kind == "complete"]
         report.pending = len(plan.pending)
         report.core_s = time.perf_counter() - started
-        jobs, victims, unschedulable, statuses = d.jobs, d.victims, d.unschedulable, d.statuses
+        victims = d.victims
 
         api_started = time.perf_counter()
-        self._apply(report, jobs, victims, unschedulable, statuses, now)
+        try:
+            evictions = self._hand_off(report, d.jobs, victims, now)
+        finally:
+            self._after_hand_off(d)  # (the parked memory must not be left half brought up to date)
+        # What only metrics and writes read comes after the Bindings: a new pod waits for none of it.
+        self._gauge(world, plan)
+        self._reject(world)
+        assert d.unschedulable is not None
+        self._finish_writes(report, evictions, victims, d.unschedulable, d.statuses, now)
         # The fleet's gauges after the writes: the Bindings are on their way while they are worked out.
         self.fleet.observe(world, plan, counts=d.counts, changed=d.changed)
         self.fleet.carried_out(plan, victims, report.evicted)
@@ -289,14 +302,25 @@ class CycleRunner:
             policy.pods_ready(key, now)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
-        self.parked.remember(policy, world, _placed(plan))
+        self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
         policy_s = time.perf_counter() - started - world_s
         if (wake := policy.next_wakeup(now)) is not None:
             due.append(wake)
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
-        return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []),
-                        self._unschedulable(world, plan), self._carried_statuses(snapshot, world, policy, counts, now),
-                        world_s, policy_s, due, counts, changed)
+        return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []), None,
+                        self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due, counts,
+                        changed, _placed(plan))
+
+    def _after_hand_off(self, d: _Decided) -> None:
+        """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the
+        cluster: the parked memory's holders (the pods this cycle placed count whether or not they are marked on
+        their nodes by now, so the set is the one the policy's round ended with), and the pods' Unschedulable
+        conditions (the pods sent to nodes meanwhile were not among them: the policy did not find them unfit)."""
+        if d.placed is not None:
+            self.parked.remember_holders(d.world, d.placed)
+            d.placed = None
+        if d.unschedulable is None:
+            d.unschedulable = self._unschedulable(d.world, d.plan)
 
     @staticmethod
     def _carried_counts(counts: QueueCounts | None, policy: KueuePolicy, submitted: list[Workload],
@@ -555,9 +579,9 @@ class CycleRunner:
 
     # --- writes -----------------------------------------------------------------------------------------
 
-    def _apply(self, report: CycleReport, jobs: list[BindJob], victims: list[Victim],
-               unschedulable: list[tuple[JsonDict, str]], statuses: list[tuple[Any, JsonDict, JsonDict]],
-               now: float) -> None:
+    def _hand_off(self, report: CycleReport, jobs: list[BindJob], victims: list[Victim],
+                  now: float) -> list[tuple[Victim, Future[EvictResult]]]:
+        """Start the evictions and the Bindings; the evictions' futures, for :meth:`_finish_writes`."""
         pool = self.pool
         evictions: list[tuple[Victim, Future[EvictResult]]] = [(v, pool.submit(self.evictor.evict, v))
                                                                for v in victims]
@@ -568,6 +592,13 @@ class CycleRunner:
                            or report.policy_cycles >= self.settings.max_cycles_per_round)
         if self._round_cut:
             self.wakeup.poke()  # the round stopped at its budget or cycle limit: there may be more to admit
+        return evictions
+
+    def _finish_writes(self, report: CycleReport, evictions: list[tuple[Victim, Future[EvictResult]]],
+                       victims: list[Victim], unschedulable: list[tuple[JsonDict, str]],
+                       statuses: list[tuple[Any, JsonDict, JsonDict]], now: float) -> None:
+        """The conditions and queue statuses, then wait for them and for the evictions :meth:`_hand_off` started."""
+        pool = self.pool
         others: list[Future[Any]] = []
         if self.may_write():
             others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable

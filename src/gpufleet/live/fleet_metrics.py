@@ -9,7 +9,8 @@ by :meth:`FleetMetrics.carried_out`.
 Nothing here is a second bookkeeping of the cluster: GPU shares come from the cluster state's devices
 (:mod:`gpufleet.cluster.holdings`, which the simulator's metrics use too), fragmentation from
 :mod:`gpufleet.scheduling.placement.stranded`, queue usage from the policy's quota tree and admitted counts from
-:class:`~gpufleet.live.queuestatus.QueueCounts`, as the ClusterQueue status shows them.
+:class:`~gpufleet.live.queuestatus.QueueCounts`, as the ClusterQueue status shows them. The GPU gauges are
+summed node by node (:mod:`gpufleet.live.fleet_tally`), each node's part kept while the node does not change.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import time
 from collections.abc import Callable, Collection, Iterable
 
 from gpufleet.api.objects import PodTemplate
-from gpufleet.cluster.holdings import holding_of
 from gpufleet.gpu.constants import MILLI
 from gpufleet.live.evictor import Victim
+from gpufleet.live.fleet_tally import FleetTally
 from gpufleet.live.planner import Plan
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.world import World
@@ -30,7 +31,6 @@ from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.charges import quota_value
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State, WorkloadInfo
-from gpufleet.scheduling.placement.stranded import stranded_by_node
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,6 @@ def _queue_of(info: WorkloadInfo | None) -> str:
     return info.cluster_queue or ""
 
 
-def _add(values: dict[Labels, float], key: Labels, amount: float) -> None:
-    values[key] = values.get(key, 0.0) + amount
-
-
 class FleetMetrics:
     def __init__(self, metrics: SchedulerMetrics, *, refresh: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -66,6 +62,9 @@ class FleetMetrics:
         self.clock = clock
         self._due = -math.inf
         self._bound: set[str] | None = None  # workloads all of whose pods the last cycle saw bound
+        # The GPU gauges node by node, kept while the cycles carry on with one cluster state (only the nodes that
+        # changed are looked at again).
+        self.tally = FleetTally()
 
     # --- gauges, after the policy --------------------------------------------------------------------
 
@@ -90,9 +89,10 @@ class FleetMetrics:
         self._due = started + self.refresh  # (a failure below waits as long before the next try)
         self._queues(world, policy, counts)
         self._gpus(world, policy, plan.pending)
-        self._holders(world, policy)
+        self._holders(world, policy)  # (after _gpus: both read the tally it updates)
         self._gangs(world, policy, plan.pending)
-        # Never more than a tenth of the time: at 5,000 nodes the gauges cost half a second.
+        # Never more than a tenth of the time: at 5,000 nodes the gauges cost half a second after a full cycle (a new
+        # cluster state: every node looked at), a few milliseconds while cycles carry on.
         self._due = started + max(self.refresh, 10 * (self.clock() - started))
 
     def _queues(self, world: World, policy: KueuePolicy, counts: QueueCounts | None) -> None:
@@ -128,47 +128,24 @@ class FleetMetrics:
 
     def _gpus(self, world: World, policy: KueuePolicy, pending: Iterable[str]) -> None:
         m = self.metrics
-        # (pool, model) -> capacity, held, idle, unhealthy, fragmented; thousandths of GPUs but for the counts
-        totals: dict[Labels, list[float]] = {}
-        stranded = stranded_by_node(world.cluster, _pending_templates(policy, pending))
-        for node in world.cluster.nodes.values():
-            # A stranded node's idle capacity is all stranded (placement.stranded looks at healthy GPUs only).
-            stuck = stranded.get(node.name, (0.0, 0.0))[0] > 0
-            pool = node.pool or ""
-            for g in node.gpus:
-                row = totals.get((pool, g.model))
-                if row is None:
-                    row = totals[(pool, g.model)] = [0.0, 0.0, 0.0, 0.0, 0.0]
-                used = g.used_milli
-                row[0] += 1
-                row[1] += used
-                if g.healthy:
-                    row[2] += MILLI - used
-                    if stuck:
-                        row[4] += MILLI - used
-                else:
-                    row[3] += 1
-        m.replace(m.gpus_capacity, {k: v[0] for k, v in totals.items()})
+        # Per (pool, model): capacity, held, idle, unhealthy, fragmented (thousandths of GPUs but for the counts); a
+        # stranded node's idle capacity is all stranded (placement.stranded looks at healthy GPUs only).
+        self.tally.update(world.cluster, policy, _pending_templates(policy, pending),
+                          lambda pod: _queue_of(policy.info(w)) if (w := world.workload_of.get(pod)) else "")
+        totals = self.tally.gpus()
+        m.replace(m.gpus_capacity, {k: float(v[0]) for k, v in totals.items()})
         m.replace(m.gpus_held, {k: v[1] / MILLI for k, v in totals.items()})
         m.replace(m.gpus_idle, {k: v[2] / MILLI for k, v in totals.items()})
-        m.replace(m.gpus_unhealthy, {k: v[3] for k, v in totals.items()})
+        m.replace(m.gpus_unhealthy, {k: float(v[3]) for k, v in totals.items()})
         m.replace(m.gpus_fragmented, {k: v[4] / MILLI for k, v in totals.items()})
         m.replace(m.gpu_price, {(model,): world.cluster.catalog.price(model) for _, model in totals})
 
     def _holders(self, world: World, policy: KueuePolicy) -> None:
+        """GPUs held and their cost per queue, pool and model, from the tally :meth:`_gpus` brought up to date."""
         m = self.metrics
-        held: dict[Labels, float] = {}
-        cost: dict[Labels, float] = {}
-        cluster = world.cluster
-        for key, placement in cluster.placements.items():
-            holding = holding_of(cluster, placement)
-            if holding.share <= 0:
-                continue
-            workload = world.workload_of.get(key)
-            queue = _queue_of(policy.info(workload)) if workload else ""
-            labels = (queue, holding.pool or "", holding.model or "")
-            _add(held, labels, holding.share)
-            _add(cost, labels, holding.share * holding.price)
+        sums = self.tally.holders()
+        held = {labels: share for labels, (share, _) in sums.items()}
+        cost = {labels: price for labels, (_, price) in sums.items()}
         # Every ClusterQueue shows, at 0 when it holds nothing, so a dashboard lists the idle ones too.
         for cq in policy.config.cluster_queues:
             if not any(k[0] == cq for k in held):

@@ -136,6 +136,18 @@ class ParkedMemory:
         pods it placed, ``admitted``): a later cycle re-parks only while none of those is gone. (Holders taken at
         the round's start missed the pods it admitted: one of them ending would not have woken what it kept
         out.)"""
+        self.remember_parked(policy)
+        self.remember_holders(world, admitted)
+
+    def remember_parked(self, policy: KueuePolicy) -> None:
+        """:meth:`remember`'s first half: what the round left parked. A cycle that carries on calls
+        :meth:`remember_holders` once its Bindings are handed off (every pod of the world is looked at, and the
+        pods it places are among ``admitted`` whether or not they are marked on their nodes by then)."""
         self._parked = {key: (name, info.message, info.pending, info.placement_parked)
                         for name, q in policy.state.queues.queues.items() for key, info in q.parked.items()}
-        self._holders = frozenset(e.key for e in world.pods.values() if e.holds_capacity) | frozenset(admitted)
+
+    def remember_holders(self, world: World, admitted: Collection[str] = ()) -> None:
+        """:meth:`remember`'s second half: the pods holding capacity (PodEntry.holds_capacity, inlined: this
+        looks at every pod of the cluster)."""
+        self._holders = frozenset([e.key for e in world.pods.values() if e.node is not None and not e.terminal]) \
+            | frozenset(admitted)

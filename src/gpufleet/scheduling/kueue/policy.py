@@ -84,6 +84,9 @@ class KueuePolicy:
             gangs = GangPlacer(factory(cluster, self.rng, list(self.config.topologies.values())),
                                self.config.flavors, self.memory)
         self.state = SchedulerState(self.config, cluster, gangs, quota_tree_factory)
+        # Whether any workload was ever deactivated here: pending_report looks for them among every workload only
+        # then (a live policy kept between cycles holds every running workload, and reports after each cycle).
+        self._deactivated = False
 
     # ---- Policy ----------------------------------------------------------------------------------------------
     def submit(self, workload: Workload, now: float) -> None:
@@ -112,6 +115,7 @@ class KueuePolicy:
             self._admit_preadmitted(info, now)
             return
         if not workload.active:
+            self._deactivated = True
             info.state = State.DEACTIVATED
             info.message = "The workload is inactive (spec.active: false); set it to true to queue it"
             info.pending = PendingReason.OTHER
@@ -157,6 +161,7 @@ class KueuePolicy:
         if reason == PODS_READY_TIMEOUT:
             policy = self.config.pods_ready_for(cq)
             if policy.backoff_limit_count is not None and info.requeue_count + 1 > policy.backoff_limit_count:
+                self._deactivated = True
                 info.state = State.DEACTIVATED
                 info.message = DEACTIVATED_MESSAGE
                 info.pending = PendingReason.OTHER
@@ -262,7 +267,7 @@ class KueuePolicy:
             out.append(PendingWorkload(info.key, info.message or "Waiting for nodes (no queue, no quota)"))
         for info in self.state.unqueued.values():
             out.append(PendingWorkload(info.key, info.message))
-        for info in self.state.infos.values():
+        for info in self.state.infos.values() if self._deactivated else ():
             if info.state is State.DEACTIVATED:
                 out.append(PendingWorkload(info.key, info.message))
         return out

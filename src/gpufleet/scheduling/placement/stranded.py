@@ -60,7 +60,7 @@ def idle_gpus(node: NodeState) -> float:
     return sum(g.free_milli for g in node.gpus if g.healthy) / MILLI
 
 
-def _pending_needs(pending: Iterable[PodTemplate]) -> list[PodNeed]:
+def pending_needs(pending: Iterable[PodTemplate]) -> list[PodNeed]:
     """The distinct pending GPU pod shapes (at most :data:`MAX_SPECS`), compiled for the fit check."""
     specs: list[PodTemplate] = []
     seen: set[int] = set()
@@ -123,19 +123,28 @@ def could_use(need: PodNeed, node: NodeState) -> bool:
 def stranded_by_node(cluster: ClusterState, pending: Iterable[PodTemplate]) -> dict[str, tuple[float, float]]:
     """Per node with idle GPU capacity: (its idle GPUs that some pending GPU pod could use were they free but no
     pending GPU pod fits now, its idle GPUs)."""
-    needs = _pending_needs(pending)
+    needs = pending_needs(pending)
     out: dict[str, tuple[float, float]] = {}
     for node in cluster.nodes.values():
         free = idle_gpus(node)
-        if free <= 0:
-            continue
-        stranded = 0.0
-        if needs and not any(unfit_reason(need, node) is None for need in needs):
-            empty = emptied(node)  # once per node, not once per pending shape
-            if any(unfit_reason(need, empty) is None for need in needs):
-                stranded = free
-        out[node.name] = (stranded, free)
+        if free > 0:
+            out[node.name] = (_stranded(node, needs, free), free)
     return out
+
+
+def stranded_on(node: NodeState, needs: list[PodNeed]) -> float:
+    """The idle GPUs of ``node`` that are stranded for the pending shapes ``needs`` (:func:`pending_needs`): all
+    of them when some could use the node were it empty but none fits now, else none."""
+    free = idle_gpus(node)
+    return _stranded(node, needs, free) if free > 0 else 0.0
+
+
+def _stranded(node: NodeState, needs: list[PodNeed], free: float) -> float:
+    if needs and not any(unfit_reason(need, node) is None for need in needs):
+        empty = emptied(node)  # once per node, not once per pending shape
+        if any(unfit_reason(need, empty) is None for need in needs):
+            return free
+    return 0.0
 
 
 def stranded_gpus(cluster: ClusterState, pending: Iterable[PodTemplate]) -> tuple[float, float]:
