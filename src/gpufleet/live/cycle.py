@@ -42,6 +42,7 @@ from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.live.bindqueue import BindQueue
 from gpufleet.live.claim_release import DeletedPodClaims
+from gpufleet.live.decide import decide, placed
 from gpufleet.live.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.live.fleet_metrics import FleetMetrics
 from gpufleet.live.grants import visible_devices
@@ -52,7 +53,7 @@ from gpufleet.live.queuestatus import QueueCounts, queue_statuses, write_status
 from gpufleet.live.recorder import Recorder
 from gpufleet.live.settings import SchedulerSettings
 from gpufleet.live.wakeup import Wakeup
-from gpufleet.live.world import World, assemble, finish, hold_pods_of
+from gpufleet.live.world import World
 from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
@@ -309,7 +310,7 @@ class CycleRunner:
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
         return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []), None,
                         self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due, counts,
-                        changed, _placed(plan))
+                        changed, placed(plan))
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the
@@ -385,37 +386,25 @@ class CycleRunner:
     def _decide(self, snapshot: CacheSnapshot, now: float, assumed: AssumedPods,
                 parked: planner.ParkedMemory) -> _Decided:
         """Everything the cycle decides from ``snapshot``, without a single write: the part a poisoned object
-        can make fail, and the part :meth:`_decide_isolating` reruns to find which object it is."""
+        can make fail, and the part :meth:`_decide_isolating` reruns to find which object it is. The decisions
+        are :func:`gpufleet.live.decide.decide`'s, the dashboard's too."""
         started = time.perf_counter()
         s = self.settings
         kinds = self.queue_kinds = self.queues.kinds(snapshot)
-        world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
-                         assumed=assumed, now=now, require_mutation=s.webhook.require_mutation,
-                         queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *kinds.resources))
-        hold_pods_of(world, [(res, h.key, f"is set aside, so its pods wait: {h.message}") for h in self.quarantine.held
-                             if (res := self._resource(h.resource)) is not None])
-        due: list[float] = []
-        if s.beside_kueue.enabled:
-            return self._decide_beside(snapshot, world, gangs.repair(world, s.binding.gang_repair_timeout, due),
-                                       started, due)
-        finish(world)  # workloads first: a gang is a JobSet's pods as much as a pod group's
-        repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
-        world_s = time.perf_counter() - started
-        policy = planner.make_policy(world, s.placement_profile, self.shields.active(now), parked=parked,
-                                     quota_only=s.quota_only)
-        repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
-        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
-        parked.remember(policy, world, _placed(plan))
-        policy_s = time.perf_counter() - started - world_s
-        timeouts = gangs.timed_out(world, plan.pods_ready_policy, due)
-        if (wake := policy.next_wakeup(now)) is not None:
-            due.append(wake)
+        held = [(res, h.key, h.message) for h in self.quarantine.held
+                if (res := self._resource(h.resource)) is not None]
+        d = decide(snapshot, now, s, parse=self.parse, queue_resources=kinds.resources, assumed=assumed, parked=parked,
+                   shields=self.shields.active(now), held=held)
+        world, repairs, due = d.world, d.repairs, d.due
+        if d.policy is None or d.plan is None:  # beside Kueue
+            return self._decide_beside(snapshot, world, repairs, started, due)
+        policy, plan = d.policy, d.plan
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         counts = QueueCounts(policy)
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
-                        self._victims(world, plan, [*repairs, *timeouts]), self._unschedulable(world, plan),
+                        self._victims(world, plan, [*repairs, *d.timeouts]), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
-                                       local_queues=kinds.local_queues, counts=counts), world_s, policy_s, due,
+                                       local_queues=kinds.local_queues, counts=counts), d.world_s, d.policy_s, due,
                         counts)
 
     def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
@@ -645,8 +634,3 @@ class CycleRunner:
                 log.debug("evicted pods still in the cache after %gs", timeout)
                 return
             version = self.cache.wait_for_change(version, timeout=left)
-
-
-def _placed(plan: planner.Plan) -> list[str]:
-    """The pods the plan's admissions put on nodes."""
-    return [p.pod for a in plan.admitted for p in a.pods if p.node is not None]

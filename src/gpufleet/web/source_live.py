@@ -29,13 +29,12 @@ from gpufleet.k8s import resources as r
 from gpufleet.k8s.client import KubeClient
 from gpufleet.k8s.informer import CacheSnapshot, Informer, InformerSet, ObjectCache
 from gpufleet.k8s.parsing import ParseCache
-from gpufleet.live import planner
-from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.decide import decide
 from gpufleet.live.preempted_note import PREEMPTED, parse_preempted_note
 from gpufleet.live.queuesource import QueueChooser
 from gpufleet.live.settings import SchedulerSettings
 from gpufleet.live.workloadsource import watched_resources
-from gpufleet.live.world import World, assemble, finish
+from gpufleet.live.world import World
 from gpufleet.web.clusterview import PlannerFacts, build_view
 from gpufleet.web.contract import ClusterView, PreemptionView, SimulationView, SourceKind
 
@@ -165,14 +164,14 @@ class LiveSource:
     def _build(self, snapshot: CacheSnapshot, now: float) -> ClusterView:
         s = self.settings
         kinds = self.queues.kinds(snapshot)
-        world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=self.parse,
-                         assumed=AssumedPods(), now=now, require_mutation=s.webhook.require_mutation,
-                         queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *kinds.resources))
-        finish(world)
-        policy = planner.make_policy(world, s.placement_profile, (), quota_only=s.quota_only)
-        bound = {k for k, e in world.pods.items() if e.node is not None}
-        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        # The scheduler's own decide (gpufleet.live.decide), with none of its memory: what it would do next.
+        d = decide(snapshot, now, replace(s, beside_kueue=replace(s.beside_kueue, enabled=False)), parse=self.parse,
+                   queue_resources=kinds.resources)
+        world, policy, plan = d.world, d.policy, d.plan
+        assert policy is not None and plan is not None  # decided as on its own (not beside Kueue)
+        bound = {k for k, e in world.pods.items() if e.node is not None and not e.completing}
         planned = frozenset(a.pod for adm in plan.admitted for a in adm.pods if a.node and a.pod not in bound)
+        planned |= frozenset(k for repair in d.repairs if repair.kind == "complete" for k in repair.pods)
         notes = [f"live: {len(world.nodes)} nodes, {len(world.pods)} pods, queues from {kinds.source}; "
                  f"placements marked planned are the next cycle's, not bound yet"]
         notes += [f"{res.kind} {key} left out: {why}" for res, key, _, why in world.invalid]

@@ -1,0 +1,78 @@
+"""What a live cycle decides from a cache snapshot, without a single write: the one decide the scheduler's cycle and
+the dashboard's live source both call (issue 27), so that what the dashboard shows as planned is what the scheduler
+binds next, given the same snapshot and the same memory.
+
+The steps: the world from the snapshot (:func:`gpufleet.live.world.assemble`), pods of set-aside objects held back,
+our workloads (:func:`~gpufleet.live.world.finish`), partial gangs repaired (:func:`gpufleet.live.gangs.repair`),
+the policy (with the PodDisruptionBudget shields and the parked-workload memory), pods come after their workload's
+admission joined to it (:func:`gpufleet.live.gangs.join`), the policy's round, waitForPodsReady timeouts. What the
+scheduler keeps between cycles (assumed pods, parked memory, shields, set-aside objects) comes in as arguments:
+the dashboard passes none of it and sees what a scheduler that had just started would do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gpufleet.k8s import resources as r
+from gpufleet.k8s.informer import CacheSnapshot
+from gpufleet.k8s.parsing import ParseCache
+from gpufleet.live import gangs, planner
+from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.settings import SchedulerSettings
+from gpufleet.live.world import World, assemble, finish, hold_pods_of
+from gpufleet.scheduling.kueue import KueuePolicy
+
+
+@dataclass(slots=True)
+class Decision:
+    """One snapshot's decisions: the world, the gang repairs, and (but beside Kueue, where Kueue admits) the
+    policy, its plan and the gangs whose pods did not get ready in time."""
+
+    world: World
+    repairs: list[gangs.GangAction]
+    due: list[float]  # when a timer the decisions started runs out (a gang's repair, waitForPodsReady, a backoff)
+    world_s: float
+    policy: KueuePolicy | None = None
+    plan: planner.Plan | None = None
+    timeouts: list[gangs.GangAction] = field(default_factory=list)
+    policy_s: float = 0.0
+
+
+def placed(plan: planner.Plan) -> list[str]:
+    """The pods the plan's admissions put on nodes."""
+    return [p.pod for a in plan.admitted for p in a.pods if p.node is not None]
+
+
+def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, parse: ParseCache,
+           queue_resources: Sequence[r.ResourceType], assumed: AssumedPods | None = None,
+           parked: planner.ParkedMemory | None = None, shields: Iterable[str] = (),
+           held: Iterable[tuple[r.ResourceType, str, str]] = ()) -> Decision:
+    """The cycle's decisions on ``snapshot`` (see the module's docstring); ``held``: set-aside objects (resource,
+    key, why) whose pods wait. Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
+    started = time.perf_counter()
+    s = settings
+    world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=parse,
+                     assumed=assumed if assumed is not None else AssumedPods(), now=now,
+                     require_mutation=s.webhook.require_mutation,
+                     queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *queue_resources))
+    hold_pods_of(world, [(res, key, f"is set aside, so its pods wait: {why}") for res, key, why in held])
+    due: list[float] = []
+    if s.beside_kueue.enabled:
+        return Decision(world, gangs.repair(world, s.binding.gang_repair_timeout, due), due,
+                        time.perf_counter() - started)
+    finish(world)  # workloads first: a gang is a JobSet's pods as much as a pod group's
+    repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
+    world_s = time.perf_counter() - started
+    policy = planner.make_policy(world, s.placement_profile, set(shields), parked=parked, quota_only=s.quota_only)
+    repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
+    plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+    if parked is not None:
+        parked.remember(policy, world, placed(plan))
+    policy_s = time.perf_counter() - started - world_s
+    timeouts = gangs.timed_out(world, plan.pods_ready_policy, due)
+    if (wake := policy.next_wakeup(now)) is not None:
+        due.append(wake)
+    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s)
