@@ -24,6 +24,7 @@ from gpufleet.api.objects import FairSharingStrategy
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.cohort_search import CohortSearch
 from gpufleet.scheduling.kueue.config import CQSpec
+from gpufleet.scheduling.kueue.flat_fair_search import FlatFairSearch, HeadWalk
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.preemption_order import (
     IN_CLUSTER_QUEUE,
@@ -93,8 +94,10 @@ class Preemptor:
             "LessThanOrEqualToFinalShare", "LessThanInitialShare")
         self.shared = True
         self._cohorts: CohortSearch | None = None
-        # Fair sharing: every node's share in the nomination's snapshot, computed once for all heads.
+        # Fair sharing: every node's share in the nomination's snapshot, computed once for all heads, and the
+        # searches in flat cohorts that build on it.
         self._snapshot_shares: SnapshotShares | None = None
+        self._flat: FlatFairSearch | None = None
 
     @contextmanager
     def nomination(self) -> Iterator[None]:
@@ -103,11 +106,14 @@ class Preemptor:
         or evict inside."""
         self._cohorts = CohortSearch(self.tree, self.admitted) if self.shared else None
         self._snapshot_shares = SnapshotShares(self.tree) if self.shared else None
+        self._flat = (FlatFairSearch(self.tree, self.admitted, self._snapshot_shares, self.strategies)
+                      if self._snapshot_shares is not None and self.fair_sharing else None)
         try:
             yield
         finally:
             self._cohorts = None
             self._snapshot_shares = None
+            self._flat = None
 
     # ---- shared helpers --------------------------------------------------------------------------------------
     def _within_nominal(self, node: QuotaNode, frs: frozenset[FR]) -> bool:
@@ -313,27 +319,38 @@ class Preemptor:
         return out
 
     def _fair_targets(self, ctx: _Ctx) -> list[Target]:
-        if self._snapshot_shares is not None:
-            candidates = self._fs_candidates_in_queue_order(ctx, self._snapshot_shares)
-        else:
-            candidates = self._fs_candidates(ctx)
-            candidates.sort(key=lambda c: candidate_order(c, ctx.cq.name))
-        if not candidates:
-            return []
-        tree = self.tree
+        walk: HeadWalk | None = None
+        candidates: list[WorkloadInfo] = []
         if self._snapshot_shares is not None and ctx.node.parent is not None:
-            self._snapshot_shares.prepare(root_of(ctx.node))  # while the tree is still the snapshot
+            root = root_of(ctx.node)
+            self._snapshot_shares.prepare(root)  # while the tree is still the snapshot
+            if self._flat is not None and self._flat.is_flat(root):
+                walk = self._flat.head(ctx.info, ctx.node, root, ctx.frs, ctx.usage, ctx.cq.preemption)
+                if walk is None:
+                    return []
+        if walk is None:
+            if self._snapshot_shares is not None:
+                candidates = self._fs_candidates_in_queue_order(ctx, self._snapshot_shares)
+            else:
+                candidates = self._fs_candidates(ctx)
+                candidates.sort(key=lambda c: candidate_order(c, ctx.cq.name))
+            if not candidates:
+                return []
+        tree = self.tree
         mark = tree.checkpoint()
         try:
             # The preemptor's usage stays simulated while shares are compared, and is taken out again for
             # every fit check.
             tree.add_usage(ctx.cq.name, ctx.usage)
-            touch(ctx.touched, ctx.node)
             targets: list[Target] = []
-            retry: list[WorkloadInfo] = []
-            fits = self._fs_first_strategy(ctx, candidates, targets, retry)
-            if not fits and len(self.strategies) > 1:
-                fits = self._fs_second_strategy(ctx, retry, targets)
+            if walk is not None:
+                fits = walk.run(targets, lambda: self._fs_fits(ctx))
+            else:
+                touch(ctx.touched, ctx.node)
+                retry: list[WorkloadInfo] = []
+                fits = self._fs_first_strategy(ctx, candidates, targets, retry)
+                if not fits and len(self.strategies) > 1:
+                    fits = self._fs_second_strategy(ctx, retry, targets)
             tree.remove_usage(ctx.cq.name, ctx.usage)
             if not fits:
                 return []
