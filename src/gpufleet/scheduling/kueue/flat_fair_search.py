@@ -123,7 +123,8 @@ class FlatFairSearch:
     def head(self, info: WorkloadInfo, node: QuotaNode, root: QuotaNode, frs: frozenset[FR], usage: Mapping[FR, int],
              policy: PreemptionPolicy) -> HeadWalk | None:
         """The walk of one head whose queue ``node`` is a child of the flat ``root`` (prepared in the snapshot);
-        None when it has no candidate at all. Call before the search changes the tree."""
+        None when it finds no target for sure (no candidate at all, or none it could reach). Call before the search
+        changes the tree."""
         own: list[WorkloadInfo] = []
         if policy.within_cluster_queue != "Never":
             own = _ordered(self.admitted[node.name], frs, policy.within_cluster_queue, info)
@@ -137,7 +138,12 @@ class FlatFairSearch:
             for fr, v in c.usage.items():
                 extra[fr] = extra.get(fr, 0) - v
         floor = self.tree.fair_sharing_key(node, extra)
-        return HeadWalk(self, cohort, cls, node, own, cohort.below(floor) if self.two_strategies else 0)
+        walk = HeadWalk(self, cohort, cls, node, own, cohort.below(floor) if self.two_strategies else 0)
+        # Without own candidates P stays the preemptor's share with the head's usage (read here as an extra):
+        # when no queue is worth a visit at that share, both strategies find nothing, as the walk would.
+        if not own and walk.next_place(0, self.tree.fair_sharing_key(node, usage)) >= len(cohort.nodes):
+            return None
+        return walk
 
     def without(self, node: QuotaNode, cand: WorkloadInfo) -> ShareKey:
         """The share of a queue still in the snapshot's state without ``cand``'s usage."""
@@ -243,14 +249,13 @@ class HeadWalk:
             return rank, node
         return None
 
-    def _next_place(self, i: int) -> int:
-        """The first place at or after ``i`` where an unchanged queue's visit may matter, with P as it is now."""
+    def next_place(self, i: int, p: ShareKey) -> int:
+        """The first place at or after ``i`` where an unchanged queue's visit may matter, P being ``p``."""
         cls = self.cls
         valid = cls.next_valid[i]
         n = len(self.cohort.nodes)
         if valid >= n:
             return n
-        p = self._share(self.node)
         if self.search.first_rule == _LTE:
             first = cls.best.first(valid, p)
         else:
@@ -273,9 +278,10 @@ class HeadWalk:
         while True:
             top = self._fresh_top()
             limit = bisect_left(cohort.ranks, top[0]) if top is not None else n
-            j = self._next_place(i)
+            p = self._share(self.node)
+            j = self.next_place(i, p)
             while j < limit and id(nodes[j]) in self.changed:  # walked from the heap instead
-                j = self._next_place(j + 1)
+                j = self.next_place(j + 1, p)
             if j < limit:
                 i = j + 1
                 node = nodes[j]
