@@ -138,10 +138,10 @@ class FlatFairSearch:
             for fr, v in c.usage.items():
                 extra[fr] = extra.get(fr, 0) - v
         floor = self.tree.fair_sharing_key(node, extra)
-        walk = HeadWalk(self, cohort, cls, node, own, cohort.below(floor) if self.two_strategies else 0)
-        # Without own candidates P stays the preemptor's share with the head's usage (read here as an extra):
-        # when no queue is worth a visit at that share, both strategies find nothing, as the walk would.
-        if not own and walk.next_place(0, self.tree.fair_sharing_key(node, usage)) >= len(cohort.nodes):
+        walk = HeadWalk(self, cohort, cls, node, usage, own, cohort.below(floor) if self.two_strategies else 0)
+        # Without own candidates P stays the preemptor's share with the head's usage: when no queue is worth a
+        # visit at that share, both strategies find nothing, as the walk would.
+        if not own and walk.next_place(0, walk.share(node)) >= len(cohort.nodes):
             return None
         return walk
 
@@ -192,16 +192,19 @@ class FlatFairSearch:
 
 
 class HeadWalk:
-    """One head's search: both strategies, on the tree with the head's usage added (the caller adds it and rolls
-    the tree back). Targets are appended in the order they are taken."""
+    """One head's search: both strategies. Its takes change the tree (the caller rolls it back); the head's usage
+    is never added to it: the preemptor's share reads it as an extra (other queues' shares do not read the
+    preemptor's queue in a flat cohort, and fit checks want it out). Targets are appended in the order they are
+    taken."""
 
     def __init__(self, search: FlatFairSearch, cohort: _Cohort, cls: _Class, node: QuotaNode,
-                 own: list[WorkloadInfo], floor_place: int) -> None:
+                 usage: Mapping[FR, int], own: list[WorkloadInfo], floor_place: int) -> None:
         self.tree = search.tree
         self.search = search
         self.cohort = cohort
         self.cls = cls
         self.node = node
+        self.usage = usage
         self.own = own
         self.own_next = 0
         # Places before it have a share above P_floor: the second strategy may take there (0 without one).
@@ -213,24 +216,25 @@ class HeadWalk:
         self.retry: list[WorkloadInfo] = []
 
     def run(self, targets: list[Target], fits: Callable[[], bool]) -> bool:
-        """Whether the head fits after taking ``targets`` (before the fill-back). The tree holds the head's usage
-        by now: its queue is ranked from here."""
+        """Whether the head fits after taking ``targets`` (before the fill-back)."""
         self._push(self.node)
         if self._first(targets, fits):
             return True
         return self.search.two_strategies and self._second(targets, fits)
 
     # ---- shares and ranks ----------------------------------------------------------------------------------
-    def _share(self, node: QuotaNode) -> ShareKey:
+    def share(self, node: QuotaNode) -> ShareKey:
+        """A queue's share as the walk reads it: the preemptor's with the head's usage."""
         if id(node) not in self.changed:
             return self.search.snapshot.share(node)
         found = self.current.get(id(node))
         if found is None:
-            found = self.current[id(node)] = self.tree.fair_sharing_key(node)
+            found = self.current[id(node)] = self.tree.fair_sharing_key(
+                node, self.usage if node is self.node else None)
         return found
 
     def _push(self, node: QuotaNode) -> None:
-        heapq.heappush(self.fresh, (_rank(self._share(node), self.cohort.pos[id(node)]), id(node), node))
+        heapq.heappush(self.fresh, (_rank(self.share(node), self.cohort.pos[id(node)]), id(node), node))
 
     def _has(self, node: QuotaNode) -> bool:
         if node is self.node:
@@ -241,7 +245,7 @@ class HeadWalk:
         fresh = self.fresh
         while fresh:
             rank, _, node = fresh[0]
-            share = self._share(node)
+            share = self.share(node)
             if rank != _rank(share, self.cohort.pos[id(node)]) or not self._has(node) or (
                     share == ZERO_SHARE and node is not self.node):
                 heapq.heappop(fresh)  # ranked again since, or out of the walk for good
@@ -278,7 +282,7 @@ class HeadWalk:
         while True:
             top = self._fresh_top()
             limit = bisect_left(cohort.ranks, top[0]) if top is not None else n
-            p = self._share(self.node)
+            p = self.share(self.node)
             j = self.next_place(i, p)
             while j < limit and id(nodes[j]) in self.changed:  # walked from the heap instead
                 j = self.next_place(j + 1, p)
@@ -300,8 +304,8 @@ class HeadWalk:
                 return True
 
     def _visit(self, node: QuotaNode, targets: list[Target], fits: Callable[[], bool]) -> bool:
-        p = self._share(self.node)
-        old = self._share(node)
+        p = self.share(self.node)
+        old = self.share(node)
         cands = self.cls.cands[self.cohort.index[id(node)]]
         k = self.next_cand.get(id(node), 0)
         lte = self.search.first_rule == _LTE
@@ -334,10 +338,10 @@ class HeadWalk:
             first.setdefault(id(node), (node, cand))
         if not first:
             return False
-        p = self._share(self.node)
+        p = self.share(self.node)
         pos = self.cohort.pos
-        for node, cand in sorted(first.values(), key=lambda item: _rank(self._share(item[0]), pos[id(item[0])])):
-            share = self._share(node)
+        for node, cand in sorted(first.values(), key=lambda item: _rank(self.share(item[0]), pos[id(item[0])])):
+            share = self.share(node)
             if share == ZERO_SHARE:
                 continue
             if not p < share:

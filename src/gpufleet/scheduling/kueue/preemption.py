@@ -24,7 +24,7 @@ from gpufleet.api.objects import FairSharingStrategy
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.cohort_search import CohortSearch
 from gpufleet.scheduling.kueue.config import CQSpec
-from gpufleet.scheduling.kueue.flat_fair_search import FlatFairSearch, HeadWalk
+from gpufleet.scheduling.kueue.flat_fair_search import FlatFairSearch
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.preemption_order import (
     IN_CLUSTER_QUEUE,
@@ -319,40 +319,48 @@ class Preemptor:
         return out
 
     def _fair_targets(self, ctx: _Ctx) -> list[Target]:
-        walk: HeadWalk | None = None
-        candidates: list[WorkloadInfo] = []
         if self._snapshot_shares is not None and ctx.node.parent is not None:
             root = root_of(ctx.node)
             self._snapshot_shares.prepare(root)  # while the tree is still the snapshot
             if self._flat is not None and self._flat.is_flat(root):
-                walk = self._flat.head(ctx.info, ctx.node, root, ctx.frs, ctx.usage, ctx.cq.preemption)
-                if walk is None:
-                    return []
-        if walk is None:
-            if self._snapshot_shares is not None:
-                candidates = self._fs_candidates_in_queue_order(ctx, self._snapshot_shares)
-            else:
-                candidates = self._fs_candidates(ctx)
-                candidates.sort(key=lambda c: candidate_order(c, ctx.cq.name))
-            if not candidates:
-                return []
+                return self._flat_fair_targets(ctx, root, self._flat)
+            candidates = self._fs_candidates_in_queue_order(ctx, self._snapshot_shares)
+        else:
+            candidates = self._fs_candidates(ctx)
+            candidates.sort(key=lambda c: candidate_order(c, ctx.cq.name))
+        if not candidates:
+            return []
         tree = self.tree
         mark = tree.checkpoint()
         try:
             # The preemptor's usage stays simulated while shares are compared, and is taken out again for
             # every fit check.
             tree.add_usage(ctx.cq.name, ctx.usage)
+            touch(ctx.touched, ctx.node)
             targets: list[Target] = []
-            if walk is not None:
-                fits = walk.run(targets, lambda: self._fs_fits(ctx))
-            else:
-                touch(ctx.touched, ctx.node)
-                retry: list[WorkloadInfo] = []
-                fits = self._fs_first_strategy(ctx, candidates, targets, retry)
-                if not fits and len(self.strategies) > 1:
-                    fits = self._fs_second_strategy(ctx, retry, targets)
+            retry: list[WorkloadInfo] = []
+            fits = self._fs_first_strategy(ctx, candidates, targets, retry)
+            if not fits and len(self.strategies) > 1:
+                fits = self._fs_second_strategy(ctx, retry, targets)
             tree.remove_usage(ctx.cq.name, ctx.usage)
             if not fits:
+                return []
+            return self._fill_back(targets, ctx.cq.name, ctx.usage, True)
+        finally:
+            tree.rollback(mark)
+
+    def _flat_fair_targets(self, ctx: _Ctx, root: QuotaNode, flat: FlatFairSearch) -> list[Target]:
+        """:meth:`_fair_targets` in a flat cohort. The preemptor's usage is never put in the tree: in a flat cohort
+        only its own queue's share reads it (the walk adds it there as an extra), and every fit check takes it out
+        again."""
+        walk = flat.head(ctx.info, ctx.node, root, ctx.frs, ctx.usage, ctx.cq.preemption)
+        if walk is None:
+            return []
+        tree = self.tree
+        mark = tree.checkpoint()
+        try:
+            targets: list[Target] = []
+            if not walk.run(targets, lambda: self.fits(ctx.cq.name, ctx.usage, True)):
                 return []
             return self._fill_back(targets, ctx.cq.name, ctx.usage, True)
         finally:
