@@ -130,18 +130,23 @@ class FlatFairSearch:
             own = _ordered(self.admitted[node.name], frs, policy.within_cluster_queue, info)
         cohort = self._cohort(root)
         cls = self._class(cohort, root, frs, policy.reclaim_within_cohort, info)
-        if not own and not (cls.any_cands - {id(node)}):
+        if not own and len(cls.any_cands) <= (id(node) in cls.any_cands):  # no other queue has candidates
             return None
-        # P2 is at least the preemptor's share with every own candidate taken (shares grow with usage).
-        extra = dict(usage)
-        for c in own:
-            for fr, v in c.usage.items():
-                extra[fr] = extra.get(fr, 0) - v
-        floor = self.tree.fair_sharing_key(node, extra)
-        walk = HeadWalk(self, cohort, cls, node, usage, own, cohort.below(floor) if self.two_strategies else 0)
-        # Without own candidates P stays the preemptor's share with the head's usage: when no queue is worth a
-        # visit at that share, both strategies find nothing, as the walk would.
-        if not own and walk.next_place(0, walk.share(node)) >= len(cohort.nodes):
+        walk = HeadWalk(self, cohort, cls, node, usage, own, 0)
+        p = walk.share(node)  # P as the walk starts (the tree does not change before it runs)
+        if self.two_strategies:
+            floor = p
+            if own:
+                # P2 is at least the preemptor's share with every own candidate taken (shares grow with usage).
+                extra = dict(usage)
+                for c in own:
+                    for fr, v in c.usage.items():
+                        extra[fr] = extra.get(fr, 0) - v
+                floor = self.tree.fair_sharing_key(node, extra)
+            walk.floor_place = cohort.below(floor)
+        # Without own candidates P stays as it is: when no queue is worth a visit at that share, both strategies
+        # find nothing, as the walk would.
+        if not own and walk.next_place(0, p) >= len(cohort.nodes):
             return None
         return walk
 
