@@ -9,9 +9,10 @@ unnecessary, leaving a minimal set.
 During a cycle's nomination (:meth:`Preemptor.nomination`) the work is shared between the heads, with the same
 targets: the classical search of a head in a cohort is answered by
 :class:`~gpufleet.scheduling.kueue.cohort_search.CohortSearch`; the fair-sharing search reads the snapshot's shares
-once for all heads (:class:`~gpufleet.scheduling.kueue.target_ordering.SharedTargetOrdering`). ``Preemptor.shared
-= False`` keeps the straightforward searches everywhere (the baseline of ``bench/kueue_cycles.py`` and the
-reference of the property tests).
+once for all heads (:class:`~gpufleet.scheduling.kueue.target_ordering.SharedTargetOrdering`), and in a flat cohort
+passes the target queues where it would change nothing in bulk
+(:mod:`~gpufleet.scheduling.kueue.flat_fair_search`). ``Preemptor.shared = False`` keeps the straightforward
+searches everywhere (the baseline of ``bench/kueue_cycles.py`` and the reference of the property tests).
 """
 
 from __future__ import annotations
