@@ -58,9 +58,20 @@ def _rank(share: ShareKey, pos: int) -> _Rank:
 
 
 def _ordered(queue: AdmittedQueue, frs: frozenset[FR], policy: str, head: WorkloadInfo) -> list[WorkloadInfo]:
-    """A queue's candidates for ``head`` under ``policy``, in the order the search takes them."""
-    kept = [c for c in queue.ordered() if c.uses_any(frs) and priority_allows(policy, head, c)]
-    return [c for c in kept if c.evicting] + [c for c in kept if not c.evicting]
+    """A queue's candidates for ``head`` under ``policy``, in the order the search takes them (evicted first)."""
+    if policy == "Never":
+        return []
+    ordered = queue.ordered()
+    # The queue lists its workloads by priority first: a policy bounded by the head's priority reads a prefix.
+    if policy == "LowerPriority":
+        ordered = ordered[:bisect_left(queue.standings(), (head.priority,))]
+    elif policy == "LowerOrNewerEqualPriority":
+        ordered = ordered[:bisect_left(queue.standings(), (head.priority + 1,))]
+    kept = [c for c in ordered if c.uses_any(frs) and priority_allows(policy, head, c)]
+    for c in kept:
+        if c.evicting:
+            return [c for c in kept if c.evicting] + [c for c in kept if not c.evicting]
+    return kept
 
 
 def _class_key(policy: str, head: WorkloadInfo) -> tuple[object, ...]:
