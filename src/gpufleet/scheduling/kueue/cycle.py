@@ -103,8 +103,10 @@ class Cycle:
         # Nomination sees one unchanging snapshot, so a target search asked twice (by the flavor oracle, then
         # for the whole assignment of a single-resource workload) has one answer.
         self._searches: dict[tuple[str, frozenset[FR], tuple[tuple[FR, int], ...]], list[Target]] = {}
+        self.searches = 0  # preemption searches asked for (the nomination memo reads whether a head asked any)
 
     def _targets(self, info: WorkloadInfo, frs: set[FR], usage: dict[FR, int]) -> list[Target]:
+        self.searches += 1
         key = (info.key, frozenset(frs), tuple(sorted(usage.items())))
         found = self._searches.get(key)
         if found is None:
@@ -247,11 +249,12 @@ class Cycle:
                         entries.append(e)
                         continue
                     at = answer  # none to recall: where the one made now is remembered
+                asked = self.searches
                 e.assignment, e.targets = self._assignments(info, cq)
                 e.message = e.assignment.message() if e.assignment.outcome is not FIT else ""
                 e.pending = _quota_reason(e.assignment)
                 if at is not None:
-                    at.remember(cq, e.assignment, e.targets, e.message)
+                    at.remember(cq, e.assignment, e.targets, e.message, self.searches != asked)
                 entries.append(e)
                 continue
             inadmissible.append(e)

@@ -15,10 +15,12 @@ made with the same inputs:
   groups, quotas, preemption and fungibility) and its usage of every flavor-resource, provided nothing else of it
   can be read (:func:`reads_only_own_candidates` below): fair sharing is off (the target walk breaks ties by a
   queue's position among its siblings), and either the queue is above its quota nowhere, or none of its heads'
-  searches reads another queue's candidates. Its own workloads a head could preempt (withinClusterQueue: those of
-  lower priority, or of lower or equal priority under LowerOrNewerEqualPriority) are then described by value, in
-  the queue's candidate order (:meth:`AdmittedQueue.value_ids`: priority, whether being evicted, usage; and for
-  equal-priority ones under LowerOrNewerEqualPriority whether the head is older), at most
+  searches reads another queue's candidates (under fair sharing, a nomination that ran no preemption search at all
+  is also remembered by spec and usage: nothing else of the queue was read). Its own workloads a head could
+  preempt (withinClusterQueue: those of lower priority, or of lower or equal priority under
+  LowerOrNewerEqualPriority) are then described by value, in the queue's candidate order
+  (:meth:`AdmittedQueue.value_ids`: priority, whether being evicted, usage; and for equal-priority ones under
+  LowerOrNewerEqualPriority whether the head is older), at most
   :data:`MAX_OWN_BY_VALUE` of them; its other workloads count only through its usage. Targets among them are
   remembered by position in that order and mapped to the asking queue's own workloads. Otherwise the queue's name
   is part of the key;
@@ -77,6 +79,8 @@ MAX_SHAPES = 65536
 
 _NEVER = "Never"
 _NEWER = "LowerOrNewerEqualPriority"
+# Marks the key of a nomination that ran no preemption search, under fair sharing (NominationMemo.lookup).
+_SEARCHLESS = "searchless"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +239,8 @@ class NominationMemo:
                         own: Hashable = tuple(queue.value_ids()[:n])
                         if q.within == 2:
                             # Equal priority: LowerOrNewerEqualPriority takes those queued after the head.
-                            ts = info.queue_ts
-                            own = (own, tuple([ts < c.queue_ts
+                            head_ts = info.queue_ts
+                            own = (own, tuple([head_ts < c.queue_ts
                                                for c in queue.ordered()[bisect_left(standings, (p,)):n]]))
                         who = (who, own)
         last = info.last_tried
@@ -246,7 +250,17 @@ class NominationMemo:
         stopped: Hashable = None  # where its last flavor search stopped, hashable (one pod set: no comprehension)
         if last is not None:
             stopped = (tuple(last[0].items()),) if len(last) == 1 else tuple([tuple(d.items()) for d in last])
-        key = (who, usage, shape, p, info.queue_ts if q.newer else None, stopped)
+        ts = info.queue_ts if q.newer else None
+        key = (who, usage, shape, p, ts, stopped)
+        searchless: Hashable = None
+        if self.fair_sharing:
+            # Under fair sharing a queue keeps its name in the key, unless a nomination ran no preemption search:
+            # then nothing of the queue but its spec and usage was read (as without fair sharing).
+            searchless = (_SEARCHLESS, q.spec, usage, shape, p, ts, stopped)
+            found = table.get(searchless)
+            if found is not None:
+                self.lookups += 1
+                return found
         found = table.get(key)
         self.lookups += 1
         if over and by_value:
@@ -254,7 +268,7 @@ class NominationMemo:
             self.above_quota_hits += found is not None
         if found is None:
             self.misses += 1
-            return Lookup(table, key, by_value, over, queue, n)
+            return Lookup(table, key, by_value, over, queue, n, searchless)
         if found.maps_own:
             self.mapped += found.made_for != name
             assert queue is not None
@@ -272,6 +286,8 @@ class Lookup:
     over: bool  # ... while above its quota: no target may be another queue's
     queue: AdmittedQueue | None
     n: int  # its first n workloads in standing order are described by value
+    # Fair sharing: where a nomination that ran no preemption search is remembered instead, for every queue alike.
+    searchless: Hashable = None
 
     @property
     def own(self) -> list[WorkloadInfo]:
@@ -280,7 +296,13 @@ class Lookup:
             return []
         return self.queue.ordered()[:self.n]
 
-    def remember(self, cq: CQSpec, assignment: Assignment, targets: list[Target], message: str) -> None:
+    def remember(self, cq: CQSpec, assignment: Assignment, targets: list[Target], message: str,
+                 searched: bool = True) -> None:
+        """Remember the nomination made; ``searched``: it ran a preemption search (its flavor search asked for
+        targets, or it did)."""
+        if not searched and self.searchless is not None:
+            self.table[self.searchless] = Nomination(assignment, (), (), message, cq.name, False)
+            return
         positions = {id(c): i for i, c in enumerate(self.own)}
         where = []
         for t in targets:

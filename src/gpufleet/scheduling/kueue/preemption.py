@@ -9,9 +9,10 @@ unnecessary, leaving a minimal set.
 During a cycle's nomination (:meth:`Preemptor.nomination`) the work is shared between the heads, with the same
 targets: the classical search of a head in a cohort is answered by
 :class:`~gpufleet.scheduling.kueue.cohort_search.CohortSearch`; the fair-sharing search reads the snapshot's shares
-once for all heads (:class:`~gpufleet.scheduling.kueue.target_ordering.SharedTargetOrdering`). ``Preemptor.shared
-= False`` keeps the straightforward searches everywhere (the baseline of ``bench/kueue_cycles.py`` and the
-reference of the property tests).
+once for all heads (:class:`~gpufleet.scheduling.kueue.target_ordering.SharedTargetOrdering`), and in a flat cohort
+passes the target queues where it would change nothing in bulk
+(:mod:`~gpufleet.scheduling.kueue.flat_fair_search`). ``Preemptor.shared = False`` keeps the straightforward
+searches everywhere (the baseline of ``bench/kueue_cycles.py`` and the reference of the property tests).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gpufleet.api.objects import FairSharingStrategy
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
 from gpufleet.scheduling.kueue.cohort_search import CohortSearch
 from gpufleet.scheduling.kueue.config import CQSpec
+from gpufleet.scheduling.kueue.flat_fair_search import FlatFairSearch
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.preemption_order import (
     IN_CLUSTER_QUEUE,
@@ -93,8 +95,10 @@ class Preemptor:
             "LessThanOrEqualToFinalShare", "LessThanInitialShare")
         self.shared = True
         self._cohorts: CohortSearch | None = None
-        # Fair sharing: every node's share in the nomination's snapshot, computed once for all heads.
+        # Fair sharing: every node's share in the nomination's snapshot, computed once for all heads, and the
+        # searches in flat cohorts that build on it.
         self._snapshot_shares: SnapshotShares | None = None
+        self._flat: FlatFairSearch | None = None
 
     @contextmanager
     def nomination(self) -> Iterator[None]:
@@ -103,11 +107,14 @@ class Preemptor:
         or evict inside."""
         self._cohorts = CohortSearch(self.tree, self.admitted) if self.shared else None
         self._snapshot_shares = SnapshotShares(self.tree) if self.shared else None
+        self._flat = (FlatFairSearch(self.tree, self.admitted, self._snapshot_shares, self.strategies)
+                      if self._snapshot_shares is not None and self.fair_sharing else None)
         try:
             yield
         finally:
             self._cohorts = None
             self._snapshot_shares = None
+            self._flat = None
 
     # ---- shared helpers --------------------------------------------------------------------------------------
     def _within_nominal(self, node: QuotaNode, frs: frozenset[FR]) -> bool:
@@ -313,7 +320,11 @@ class Preemptor:
         return out
 
     def _fair_targets(self, ctx: _Ctx) -> list[Target]:
-        if self._snapshot_shares is not None:
+        if self._snapshot_shares is not None and ctx.node.parent is not None:
+            root = root_of(ctx.node)
+            self._snapshot_shares.prepare(root)  # while the tree is still the snapshot
+            if self._flat is not None and self._flat.is_flat(root):
+                return self._flat_fair_targets(ctx, root, self._flat)
             candidates = self._fs_candidates_in_queue_order(ctx, self._snapshot_shares)
         else:
             candidates = self._fs_candidates(ctx)
@@ -321,8 +332,6 @@ class Preemptor:
         if not candidates:
             return []
         tree = self.tree
-        if self._snapshot_shares is not None and ctx.node.parent is not None:
-            self._snapshot_shares.prepare(root_of(ctx.node))  # while the tree is still the snapshot
         mark = tree.checkpoint()
         try:
             # The preemptor's usage stays simulated while shares are compared, and is taken out again for
@@ -336,6 +345,23 @@ class Preemptor:
                 fits = self._fs_second_strategy(ctx, retry, targets)
             tree.remove_usage(ctx.cq.name, ctx.usage)
             if not fits:
+                return []
+            return self._fill_back(targets, ctx.cq.name, ctx.usage, True)
+        finally:
+            tree.rollback(mark)
+
+    def _flat_fair_targets(self, ctx: _Ctx, root: QuotaNode, flat: FlatFairSearch) -> list[Target]:
+        """:meth:`_fair_targets` in a flat cohort. The preemptor's usage is never put in the tree: in a flat cohort
+        only its own queue's share reads it (the walk adds it there as an extra), and every fit check takes it out
+        again."""
+        walk = flat.head(ctx.info, ctx.node, root, ctx.frs, ctx.usage, ctx.cq.preemption)
+        if walk is None:
+            return []
+        tree = self.tree
+        mark = tree.checkpoint()
+        try:
+            targets: list[Target] = []
+            if not walk.run(targets, lambda: self.fits(ctx.cq.name, ctx.usage, True)):
                 return []
             return self._fill_back(targets, ctx.cq.name, ctx.usage, True)
         finally:
