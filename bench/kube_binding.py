@@ -155,10 +155,10 @@ def scheduler_role(args: argparse.Namespace) -> int:
         from gpufleet.live import settings as ks
         from gpufleet.live.scheduler import Scheduler
     except ImportError:  # a baseline revision from before gpufleet.kube was split (issue 27)
-        from gpufleet.k8s.client import KubeClient  # type: ignore[no-redef]
-        from gpufleet.k8s.informer import Backoff  # type: ignore[no-redef]
-        from gpufleet.live import settings as ks  # type: ignore[no-redef]
-        from gpufleet.live.scheduler import Scheduler  # type: ignore[no-redef]
+        from gpufleet.kube import settings as ks  # type: ignore[no-redef]
+        from gpufleet.kube.client import KubeClient  # type: ignore[no-redef]
+        from gpufleet.kube.informer import Backoff  # type: ignore[no-redef]
+        from gpufleet.kube.scheduler import Scheduler  # type: ignore[no-redef]
 
     binding = ks.BindingSettings(workers=args.workers, retries=3, retry_backoff=0.01, gang_repair_timeout=60.0,
                                  assume_timeout=60.0)

@@ -120,3 +120,32 @@ def test_idle_gpus_stop_being_stranded_when_the_pod_that_could_not_use_them_goes
     fresh, alone = fleet()
     alone.observe(d.world, d.plan)
     assert gauges(m) == gauges(fresh)
+
+
+def test_a_pod_name_leaving_one_node_for_another_keeps_its_holding_whatever_the_order() -> None:
+    # Between two refreshes ns/x ends on one node and a pod of the same name is placed on another: the kept tally
+    # must hold it once, on the new node, whichever changed node it looks at first.
+    from gpufleet.cluster.devices import DeviceGrant, GpuSlot
+    from gpufleet.cluster.state import ClusterState, NodeState
+
+    def nodes(names: list[str]) -> ClusterState:
+        return ClusterState([NodeState(name=n, labels={}, taints=(), allocatable={"nvidia.com/gpu": 1, "pods": 10},
+                                       used={}, gpus=[GpuSlot(0, f"GPU-{n}", "A100-SXM4-80GB", 81920, "whole",
+                                                              "nvidia.com/gpu")], gpu_model="A100-SXM4-80GB")
+                             for n in names])
+
+    class _Policy:  # what placed the pods: the tally keeps a weak reference to it
+        pass
+
+    for names in (["w-0", "w-1"], ["w-1", "w-0"], ["a", "b"], ["b", "a"]):
+        cluster = nodes(names)
+        policy = _Policy()
+        tally = FleetTally()
+        cluster.allocate("ns/x", names[0], {"nvidia.com/gpu": 1}, [DeviceGrant("whole", 0)])
+        tally.update(cluster, policy, [], lambda pod: "q")
+        cluster.release("ns/x")
+        cluster.allocate("ns/x", names[1], {"nvidia.com/gpu": 1}, [DeviceGrant("whole", 0)])
+        tally.update(cluster, policy, [], lambda pod: "q")
+        assert tally.looked_at == 2
+        [(labels, (share, _))] = tally.holders().items()
+        assert labels[0] == "q" and share == 1.0

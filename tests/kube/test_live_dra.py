@@ -242,3 +242,28 @@ def test_a_deleted_pods_claim_is_released_and_its_devices_go_to_the_next_pod(
     assert not (claim.get("status") or {}).get("reservedFor")
     wait_until(lambda: bound_node(apisim, "second") == "dra-0", what="the second pod bound on the freed devices")
     assert _allocated(apisim, "second-gpus-bbbbb") == ["gpu-0", "gpu-1"]
+
+
+def test_a_pod_bound_where_its_claims_are_is_sent_once_even_when_the_next_cycle_carries_on() -> None:
+    from gpufleet.k8s.client import KubeClient
+    from gpufleet.k8s.informer import ObjectCache
+    from gpufleet.live import planner
+    from gpufleet.live.cycle import CycleRunner
+    from gpufleet.live.settings import SchedulerSettings
+    from gpufleet.scheduler_metrics import SchedulerMetrics
+
+    mine = _claim("late-gpus-bbbbb", ["gpu-2", "gpu-3"], pod="late")  # allocated; the Binding was lost
+    snap = _world_snapshot({r.NODES: [_node("dra-0")], r.DEVICE_CLASSES: [CLASS],
+                            r.RESOURCE_SLICES: [_slice("dra-0", 4)], r.RESOURCE_CLAIMS: [mine],
+                            r.PODS: [_pod("late", "late-gpus-bbbbb")]})
+    client = KubeClient(host="http://127.0.0.1:9")  # never called: deciding writes nothing
+    runner = CycleRunner(client, ObjectCache(), SchedulerSettings(), identity="t", metrics=SchedulerMetrics(),
+                         may_write=lambda: False)
+    try:
+        d = runner._decide(snap, time.time(), AssumedPods(), planner.ParkedMemory())
+        assert [(p.key, p.node) for job in d.jobs for p in job.pods] == [(f"{NS}/late", "dra-0")]
+        # a cycle that carries on from this world (a new pod of no claim arrived) plans from the same world
+        assert [p.key for job in runner._jobs(d.world, d.plan, []) for p in job.pods] == []
+    finally:
+        runner.close()
+        client.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.client import KubeClient
@@ -22,19 +22,20 @@ log = logging.getLogger(__name__)
 
 
 class DeletedPodClaims:
-    """Listens to the cache for deleted pods of ``scheduler_name`` that use claims, and releases them on
-    ``pool`` while this replica may write (the leader)."""
+    """Listens to the cache for deleted pods of ``scheduler_name`` that use claims, and releases them on a pool of
+    its own (a burst of deletions never holds up the cycle's writes) while this replica may write (the leader)."""
 
     def __init__(self, cache: ObjectCache, client: KubeClient, scheduler_name: str, may_write: Callable[[], bool],
-                 pool: Executor) -> None:
+                 workers: int = 2) -> None:
         self.client = client
         self.scheduler_name = scheduler_name
         self.may_write = may_write
-        self.pool = pool
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="gpufleet-claims")
         self._unlisten = cache.add_listener(self._changed)
 
     def close(self) -> None:
         self._unlisten()
+        self.pool.shutdown(wait=True)
 
     def _changed(self, change: CacheChange) -> None:
         # Called under the cache's lock: decide cheaply, write elsewhere.

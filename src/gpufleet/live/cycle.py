@@ -187,7 +187,7 @@ class CycleRunner:
         self.count = 0
         self.fleet = FleetMetrics(metrics)  # gpufleet.live.fleet_metrics: the fleet's gauges and counters
         # The DRA claims of our deleted pods, released as the deletion reaches the cache (gpufleet.live.claim_release)
-        self.claim_release = DeletedPodClaims(cache, self.writes, settings.scheduler_name, may_write, self.pool)
+        self.claim_release = DeletedPodClaims(cache, self.writes, settings.scheduler_name, may_write)
         # Whose queue objects each cycle reads (gpufleet.live.queuesource), and beside Kueue, Kueue's Workloads.
         self.queues = QueueChooser(resources)
         self.watched = {res.key: res for res in resources}  # what the informers watch, in the version served
@@ -505,6 +505,7 @@ class CycleRunner:
             # a pod to its allocation's node too)
             if key in world.workload_of and key in world.cluster.placements:
                 jobs.append(BindJob(world.workload_of[key], (self._pod_bind(world, needs, key, False),)))
+        world.claim_bound.clear()  # sent once: a cycle that carries on from this world must not send them again
         for admitted in plan.admitted:
             members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
             gang = len(admitted.pods) > 1

@@ -83,9 +83,14 @@ class FleetTally:
         changed = cluster.nodes.keys() if fresh else self._changed_names
         self._changed_names = set()
         self.looked_at = len(changed)
-        for name in changed:
-            node = cluster.nodes.get(name)
-            self._replace(name, self._nodes.get(name), None if node is None else self._part(cluster, node, queue_of))
+        parts = {name: (self._nodes.get(name), None if (node := cluster.nodes.get(name)) is None
+                        else self._part(cluster, node, queue_of)) for name in changed}
+        # Every old part out before any new one in: a pod that left one changed node and (under the same name) came
+        # to another must not lose its new holding to its old one's removal.
+        for name, (old, _) in parts.items():
+            self._replace(name, old, None)
+        for name, (_, new) in parts.items():
+            self._replace(name, None, new)
         if again and not fresh:
             for name, part in self._nodes.items():
                 if name not in changed:

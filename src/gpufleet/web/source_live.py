@@ -169,9 +169,10 @@ class LiveSource:
                    queue_resources=kinds.resources)
         world, policy, plan = d.world, d.policy, d.plan
         assert policy is not None and plan is not None  # decided as on its own (not beside Kueue)
-        bound = {k for k, e in world.pods.items() if e.node is not None and not e.completing}
+        bound = {k for k, e in world.pods.items() if e.node is not None and not e.completing and not e.claim_bound}
         planned = frozenset(a.pod for adm in plan.admitted for a in adm.pods if a.node and a.pod not in bound)
         planned |= frozenset(k for repair in d.repairs if repair.kind == "complete" for k in repair.pods)
+        planned |= frozenset(world.claim_bound)  # bound next where their allocated claims are
         notes = [f"live: {len(world.nodes)} nodes, {len(world.pods)} pods, queues from {kinds.source}; "
                  f"placements marked planned are the next cycle's, not bound yet"]
         notes += [f"{res.kind} {key} left out: {why}" for res, key, _, why in world.invalid]
