@@ -102,7 +102,12 @@ def emulator_role(args: argparse.Namespace) -> int:
         for i in range(args.nodes):
             s._create(r.NODES, node(f"node-{i:05d}", gpus=8), None)
         s._create(r.RESOURCE_FLAVORS, flavor(), None)
-        s._create(r.CLUSTER_QUEUES, cluster_queue("all", gpus=args.nodes * 8, cpu=str(args.nodes * 64)), None)
+        queue = cluster_queue("all", gpus=args.nodes * 8, cpu=str(args.nodes * 64))
+        # quota for every pod: live_env's 10Ti of memory admits 10,240 pods of 1Gi, and the run stopped there
+        for res in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
+            if res["name"] == "memory":
+                res["nominalQuota"] = f"{max(args.pods, 1)}Gi"
+        s._create(r.CLUSTER_QUEUES, queue, None)
         s._create(r.LOCAL_QUEUES, local_queue("team", "all"), None)
         for i in range(args.pods):
             s._create(r.PODS, pod(f"p-{i:06d}", gpus=1, queue="team"), None)
