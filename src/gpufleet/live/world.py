@@ -48,7 +48,13 @@ from gpufleet.k8s.parsing import ParseCache, WorkloadObject
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.grants import grants_from_ids
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
-from gpufleet.scheduling.placement.dra import grant_resources, grants_of_keys, hold_claims, keys_by_device_id
+from gpufleet.scheduling.placement.dra import (
+    device_nodes,
+    grant_resources,
+    grants_of_keys,
+    hold_claims,
+    keys_by_device_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +315,7 @@ def _hold_allocated_claims(world: World, holders: Iterable[PodEntry]) -> None:
         keys = frozenset((d.driver, d.pool, d.device) for c in found if c is not None and c.allocation is not None
                          for d in c.allocation.devices)
         if where is None:
-            where = {k: ns.name for ns in world.cluster.nodes.values() for k in keys_by_device_id(ns).values()}
+            where = device_nodes(world.cluster)
         nodes = {where.get(k) for k in keys}
         if len(nodes) != 1 or None in nodes:
             continue
@@ -322,7 +328,7 @@ def _hold_allocated_claims(world: World, holders: Iterable[PodEntry]) -> None:
             held.update(names)
         else:
             e.node, e.devices = None, None
-    hold_claims(world.cluster, unheld_allocations(world.dra.resource_claims, held))
+    hold_claims(world.cluster, unheld_allocations(world.dra.resource_claims, held), where)
 
 
 def _reserved_for(claim: ResourceClaim, e: PodEntry) -> bool:

@@ -189,17 +189,22 @@ def first_dra_grants(need: PodNeed, node: NodeState) -> list[DeviceGrant] | None
 CLAIM_HOLD_PREFIX = "claim:"  # what holds the devices of an allocated claim no pod holds (cluster placements)
 
 
-def hold_claims(cluster: ClusterState, claims: Iterable[ResourceClaim]) -> list[str]:
+def device_nodes(cluster: ClusterState) -> dict[DeviceKey, str]:
+    """The node of every device DRA publishes in the cluster, by its DRA identity."""
+    return {key: ns.name for ns in cluster.nodes.values() for key in keys_by_device_id(ns).values()}
+
+
+def hold_claims(cluster: ClusterState, claims: Iterable[ResourceClaim],
+                where: dict[DeviceKey, str] | None = None) -> list[str]:
     """Charge the devices of allocated claims no pod holds to placeholders (``claim:<namespace>/<name>``), so
     that no pod is placed on them, nor carves a dynamic MIG device their counters need; the placeholders' keys.
-    A claim whose devices are not all on one node of the cluster, or already held, is left out (a stale view)."""
+    A claim whose devices are not all on one node of the cluster, or already held, is left out (a stale view).
+    ``where``: :func:`device_nodes` of the cluster, when the caller has it already."""
     pending = [c for c in claims if c.allocation is not None]
     if not pending:
         return []
-    where: dict[DeviceKey, str] = {}
-    for ns in cluster.nodes.values():
-        for key in keys_by_device_id(ns).values():
-            where[key] = ns.name
+    if where is None:
+        where = device_nodes(cluster)
     out: list[str] = []
     for claim in pending:
         assert claim.allocation is not None
