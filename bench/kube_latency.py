@@ -14,6 +14,10 @@ Each run reports:
 * **create → Binding**: for each new pod, from the moment the emulator created it (its watch event leaves then)
   to the moment the emulator accepted its Binding: p50, p99, max, and how many were bound within ``--within``
   seconds of their creation;
+* **event → Binding sent** (issue 27's goal): the scheduler's own ``gpufleet_pod_scheduling_sli_duration_seconds
+  {until="binding_sent"}`` histogram, read from its registry at the end: the share within 100 ms (a bucket edge,
+  exact) and the p99 interpolated within its bucket as Prometheus's ``histogram_quantile`` does (code without
+  the metric, an older baseline, says so);
 * the cycles run meanwhile (how many carried on from the last, the longest core phase), the scheduler's peak RSS;
 * the emulator's checks on its final state (no pod bound twice, no node over its GPUs, no GPU handed twice).
 
@@ -198,10 +202,47 @@ def scheduler_role(args: argparse.Namespace) -> int:
     sched.stop()
     client.close()
     reports = list(sched.reports)[marked:]
-    _emit({"cycles": len(reports), "carried": sum(1 for c in reports if getattr(c, "carried", False)),
+    _emit({"sli": _sli_buckets(sched.metrics),
+           "cycles": len(reports), "carried": sum(1 for c in reports if getattr(c, "carried", False)),
            "core_max": max((c.core_s for c in reports), default=0.0),
            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     return 0
+
+
+def _sli_buckets(metrics: Any) -> dict[str, list[tuple[float, float]]] | None:
+    """The pod scheduling SLI histogram's cumulative buckets per stage; None for code without it (a baseline)."""
+    if getattr(metrics, "pod_scheduling_sli", None) is None:
+        return None
+    from prometheus_client.utils import floatToGoString
+
+    from gpufleet.scheduler_metrics import SLI_BUCKETS
+
+    name = "gpufleet_pod_scheduling_sli_duration_seconds_bucket"
+    out: dict[str, list[tuple[float, float]]] = {}
+    for until in ("binding_sent", "bound"):
+        out[until] = [(le, metrics.registry.get_sample_value(name, {"until": until, "le": floatToGoString(le)}) or 0.0)
+                      for le in (*SLI_BUCKETS, float("inf"))]
+    return out
+
+
+def _share_within(buckets: list[tuple[float, float]], edge: float) -> float:
+    total = buckets[-1][1]
+    return next((n for le, n in buckets if le == edge), float("nan")) / total if total else float("nan")
+
+
+def _quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus's histogram_quantile: linear within the bucket the rank falls in."""
+    total = buckets[-1][1]
+    if not total:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for le, n in buckets:
+        if n >= rank:
+            if le == float("inf"):
+                return lower
+            return lower + (le - lower) * ((rank - below) / (n - below) if n > below else 1.0)
+        lower, below = le, n
+    return lower
 
 
 # --- the orchestrator -------------------------------------------------------------------------------------
@@ -262,7 +303,7 @@ def run_once(args: argparse.Namespace, src: Path) -> JsonDict:
                 except subprocess.TimeoutExpired:
                     proc.kill()
     latencies = state["latencies"]
-    return {"idle_core": (after["cpu_s"] - before["cpu_s"]) / args.idle,
+    return {"sli": cycles.get("sli"), "idle_core": (after["cpu_s"] - before["cpu_s"]) / args.idle,
             "idle_cycles": after["cycles"] - before["cycles"],
             "bound": sum(1 for x in latencies if x <= args.within), "p50": _percentile(latencies, 0.5),
             "p99": _percentile(latencies, 0.99), "max": max(latencies, default=float("nan")),
@@ -271,8 +312,18 @@ def run_once(args: argparse.Namespace, src: Path) -> JsonDict:
             "checks": not (state["double_bound"] or state["overcommitted_nodes"] or state["shared_gpus_nodes"])}
 
 
+def _sli_text(run: JsonDict) -> str:
+    sli = run.get("sli")
+    if not sli:
+        return "event->Binding sent: not measured (code without the SLI metric)  "
+    sent = sli["binding_sent"]
+    return (f"event->Binding sent p99 {_quantile(sent, 0.99):.3f}s (histogram), within 100 ms "
+            f"{100 * _share_within(sent, 0.1):.1f}% of {sent[-1][1]:.0f}  ")
+
+
 def _line(label: str, run: JsonDict, args: argparse.Namespace) -> str:
-    return (f"{label:9} idle {100 * run['idle_core']:5.1f}% of a core ({run['idle_cycles']} cycles in {args.idle:g}s)  "
+    return (f"{label:9} " + _sli_text(run)
+            + f"idle {100 * run['idle_core']:5.1f}% of a core ({run['idle_cycles']} cycles in {args.idle:g}s)  "
             f"create->Binding p50 {run['p50']:7.3f}s p99 {run['p99']:7.3f}s max {run['max']:7.3f}s  "
             f"bound within {args.within:g}s {run['bound']}/{args.arrivals}  cycles {run['cycles']} "
             f"({run['carried']} carried on, longest core {run['core_max']:.3f}s)  peak RSS {run['rss_mib']:.0f} MiB  "

@@ -58,6 +58,7 @@ from gpufleet.k8s.errors import (
 )
 from gpufleet.k8s.resources import PODS, RESOURCE_CLAIMS
 from gpufleet.live import claims as dra
+from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.recorder import Recorder
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
@@ -120,8 +121,9 @@ class BindResult:
 class Binder:
     def __init__(self, client: KubeClient, recorder: Recorder, metrics: SchedulerMetrics, *,
                  may_write: Callable[[], bool], retries: int = 5, backoff: float = 0.1,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, pending: PendingSince | None = None) -> None:
         self.client = client
+        self.pending = pending  # when each pod was first seen waiting: the pod scheduling SLI
         self.recorder = recorder
         self.metrics = metrics
         self.may_write = may_write
@@ -197,8 +199,12 @@ class Binder:
             if attempt and not self.may_write():
                 return ("unbound" if answered else "unknown"), "lost the leadership mid-bind"
             try:
+                if self.pending is not None and (waited := self.pending.sent(p.key, p.uid)) is not None:
+                    self.metrics.pod_scheduling_sli.labels("binding_sent").observe(waited)
                 # Fixed values: a retry of an unknown outcome writes the same annotations or meets a 409.
                 self.client.bind(p.namespace, p.name, p.node, pod_uid=p.uid, annotations=annotations)
+                if self.pending is not None and (waited := self.pending.bound(p.key, p.uid)) is not None:
+                    self.metrics.pod_scheduling_sli.labels("bound").observe(waited)
                 return "bound", ""
             except Conflict as e:
                 self.metrics.bind_errors.labels("409").inc()

@@ -47,6 +47,7 @@ from gpufleet.live.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.live.fleet_metrics import FleetMetrics
 from gpufleet.live.grants import visible_devices
 from gpufleet.live.increment import ChangeLog, Kept, carried_pods, extend, release
+from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.quarantine import Quarantine, find_culprit
 from gpufleet.live.queuesource import QueueChooser, QueueKinds
 from gpufleet.live.queuestatus import QueueCounts, queue_statuses, write_status
@@ -167,8 +168,10 @@ class CycleRunner:
         self.events = EventSink(client.limited(TokenBucket(cc.qps, cc.burst)), on_drop=metrics.events_dropped.inc)
         self.recorder = Recorder(self.writes, settings.scheduler_name, identity, self.events)
         b = settings.binding
+        # Listens before the wakeup and the change log do, so a pod's first event is noted before a cycle reads it.
+        self.pending_since = PendingSince(cache, settings.scheduler_name)
         self.binder = Binder(self.writes, self.recorder, metrics, may_write=may_write, retries=b.retries,
-                             backoff=b.retry_backoff)
+                             backoff=b.retry_backoff, pending=self.pending_since)
         self.evictor = Evictor(self.writes, self.recorder, metrics, may_write=may_write)
         self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
         # When the next cycle is worth running (not for our own Bindings landing), and the Bindings in flight.
@@ -201,6 +204,7 @@ class CycleRunner:
         self.events.close()
         self.wakeup.close()
         self.changes.close()
+        self.pending_since.close()
 
     def _released(self) -> None:
         """A Binding was given up: its capacity is free, which the kept policy does not know."""
