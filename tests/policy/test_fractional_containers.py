@@ -9,11 +9,10 @@ import celpy
 import pytest
 from celpy.adapter import json_to_cel
 
-from gpufleet.admission import webhook
 from gpufleet.api import gpushare
+from gpufleet.api.workloadkinds.templates import RawTemplate
 from gpufleet.policy import cel
 from gpufleet.policy import containers as pc
-from gpufleet.policy.model import RawTemplate
 
 _GPU = {"resources": {"limits": {"nvidia.com/gpu": 1}}}
 _HAMI = {"resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}}}
@@ -58,7 +57,7 @@ def test_lint_the_parser_and_the_webhook_share_one_fractional_rule(
     devices = [r for c in case[1] + case[2] for r in c.get("resources", {}).get("limits", {})]
     assert pc.is_fractional(raw) is case[4]
     assert gpushare.is_fractional(case[0], devices) is case[4]
-    assert webhook.is_fractional(t) is case[4]
+    assert gpushare.pod_is_fractional(t) is case[4]
     assert [c.get("name") for _, c in pc.gpu_containers(raw)] == case[3]
 
 

@@ -14,7 +14,7 @@ import yaml
 from gpufleet.admission.validating import VALIDATE_PATH
 from gpufleet.api.workloadkinds.table import RULES as KIND_RULES
 from gpufleet.api.workloadkinds.table import api_resources
-from gpufleet.policy.templates import WORKLOAD_KINDS
+from gpufleet.api.workloadkinds.templates import WORKLOAD_KINDS
 from gpufleet.policy.vap import export_documents
 from tests.kube.test_deploy_manifests import K8S_VERSIONS, chart_values, render_chart
 

@@ -4,7 +4,7 @@ v1beta2 CRDs, Kueue's TAS slices and HAMi's GPU shares. Each test is built from 
 
 from __future__ import annotations
 
-from gpufleet.admission import webhook
+from gpufleet.api import gpushare
 from gpufleet.api.errors import LEFT_OUT
 from gpufleet.api.gpushare import is_fractional
 from gpufleet.api.manifests import Manifests
@@ -684,7 +684,7 @@ def test_one_fractional_rule_serves_the_parser_and_the_webhook() -> None:
     memory_and_gpu = {"metadata": {"annotations": {"gpu-memory": "2000"}}, "spec": {"containers": [
         {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
     for pod, fractional in ((hami, False), (memory_only, True), (memory_and_gpu, False)):
-        assert webhook.is_fractional(pod) is fractional
+        assert gpushare.pod_is_fractional(pod) is fractional
     assert is_fractional({"gpufleet.io/gpu-fraction": "0.5"}, ["nvidia.com/gpu"])
     assert is_fractional({"gpu-memory": "2000"}, ["nvidia.com/gpucores"])  # HAMi's share is not a device
 

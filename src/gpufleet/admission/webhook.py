@@ -63,11 +63,6 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(_mapping(pod.get("metadata")).get("annotations"))
 
 
-def is_fractional(pod: Mapping[str, Any]) -> bool:
-    """The parser's rule, the one function both call (gpufleet.api.gpushare.is_fractional)."""
-    return gpushare.is_fractional(_annotations(pod), _gpu_requests(_mapping(pod.get("spec"))))
-
-
 def _env_entry() -> JsonDict:
     return {"name": ENV_NAME, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": FIELD_PATH}}}
 
@@ -99,19 +94,6 @@ def is_mutated(pod: Mapping[str, Any]) -> bool:
     return True
 
 
-def _gpu_requests(spec: Mapping[str, Any]) -> list[str]:
-    found: set[str] = set()
-    for _, _, c in _containers(spec):
-        resources = c.get("resources")
-        if not resources or type(resources) is not dict:
-            continue
-        for section in ("requests", "limits"):
-            amounts = resources.get(section)
-            if type(amounts) is dict:
-                found.update(name for name in amounts if str(name).startswith("nvidia.com/"))
-    return sorted(found)
-
-
 class PatchTooLarge(Exception):
     """The JSON patch a pod needs would pass :data:`MAX_PATCH_BYTES`."""
 
@@ -140,7 +122,7 @@ def mutate(pod: Mapping[str, Any], policy: WebhookPolicy) -> tuple[list[JsonDict
     spec = _mapping(pod.get("spec"))
     if (spec.get("schedulerName") or "default-scheduler") != policy.scheduler_name:
         return [], None  # another scheduler's pod: its GPU sharing is not ours to wire
-    gpus = _gpu_requests(spec)
+    gpus = gpushare.requested_gpu_resources(spec)
     conflict = gpushare.hami_conflict(_annotations(pod), gpus)
     if conflict is not None:  # the parser's error (gpufleet.api.kinds): gpufleet would not place it
         return None, f"{conflict[0]}; {conflict[1]}"

@@ -20,6 +20,7 @@ from aiohttp import web
 from gpufleet.admission.lint_settings import LintSettings
 from gpufleet.admission.validating import VALIDATE_PATH, ClusterSource, Validator, no_cluster
 from gpufleet.admission.webhook import MUTATE_PATH, BadReview, WebhookPolicy, review
+from gpufleet.admission.webhook_settings import WebhookSettings
 from gpufleet.api import safejson
 from gpufleet.k8s.health import listen_address
 from gpufleet.k8s.serving import (
@@ -31,7 +32,6 @@ from gpufleet.k8s.serving import (
     json_error,
     require_json_content_type,
 )
-from gpufleet.live.settings import WebhookSettings
 
 log = logging.getLogger(__name__)
 

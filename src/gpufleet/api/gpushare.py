@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpufleet.api.objects import (
     GPU_FRACTION_ANNOTATION,
@@ -61,6 +62,35 @@ def is_fractional(annotations: Mapping[str, object], gpu_devices: Collection[str
         return True
     return any(key in annotations for key in MEMORY_KEYS) and not any(
         r.startswith(GPU_PREFIX) and r not in HAMI_RESOURCES for r in gpu_devices)
+
+
+def requested_gpu_resources(spec: Mapping[str, Any]) -> list[str]:
+    """The ``nvidia.com/`` resources the containers (init containers included) of a pod spec as written request or
+    limit, sorted; malformed parts are passed over (the webhook and the node agent read pods nobody validated)."""
+    found: set[str] = set()
+    for section in ("initContainers", "containers"):
+        items = spec.get(section)
+        if type(items) is not list:
+            continue
+        for c in items:
+            resources = c.get("resources") if type(c) is dict else None
+            if type(resources) is not dict:
+                continue
+            for kind in ("requests", "limits"):
+                amounts = resources.get(kind)
+                if type(amounts) is dict:
+                    found.update(name for name in amounts if str(name).startswith(GPU_PREFIX))
+    return sorted(found)
+
+
+def pod_is_fractional(pod: Mapping[str, Any]) -> bool:
+    """:func:`is_fractional` of a pod as written (a manifest or an API object): what the mutating webhook, the live
+    scheduler's world and the node agent read."""
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    spec = pod.get("spec")
+    return is_fractional(annotations if isinstance(annotations, dict) else {},
+                         requested_gpu_resources(spec if isinstance(spec, dict) else {}))
 
 
 def hami_conflict(annotations: Mapping[str, object], resources: Collection[str]) -> tuple[str, str] | None:

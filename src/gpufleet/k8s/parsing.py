@@ -31,8 +31,8 @@ from gpufleet.api.manifests import ManifestBuilder, Manifests, build
 from gpufleet.api.objects import Node, Pod
 from gpufleet.api.source import Document
 from gpufleet.api.workloadkinds import intake
+from gpufleet.api.workloadkinds.templates import raw_templates, template_paths
 from gpufleet.k8s.resources import ResourceType
-from gpufleet.policy.templates import raw_templates, template_paths
 
 SOURCE = "<api>"
 log = logging.getLogger(__name__)

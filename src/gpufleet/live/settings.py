@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from gpufleet.admission.lint_settings import LintSettings, parse_lint_settings
+from gpufleet.admission.webhook_settings import WebhookSettings
 from gpufleet.api.errors import ManifestErrors, Problems, shown
 from gpufleet.api.kinds import parse_configuration, parse_duration
 from gpufleet.api.manifests import load_manifests
@@ -88,27 +89,6 @@ class ClientConnectionSettings:
 
     qps: float = 1000.0
     burst: int = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookSettings:
-    enabled: bool = False
-    bind_address: str = ":9443"
-    # Where the Deployment mounts the gpufleet-webhook-tls Secret (not under /etc/gpufleet: that is the
-    # read-only ConfigMap volume, which cannot host a mount point).
-    cert_file: str = "/var/run/gpufleet/webhook/tls.crt"
-    key_file: str = "/var/run/gpufleet/webhook/tls.key"
-    runtime_class_name: str | None = None
-    # Bind a fractional pod only if the webhook mutated it; off only where another tool sets the env var.
-    require_mutation: bool = True
-    # The listener's bounds (gpufleet.k8s.serving): threads answering reviews at once, complete requests
-    # waiting for one (more get a 503; connections themselves cost no thread), and deadlines for the TLS
-    # handshake, the headers and the body. The API server gives the webhook 5 seconds (timeoutSeconds), so a
-    # request slower than that is lost anyway.
-    workers: int = 8
-    queue: int = 16
-    handshake_timeout: float = 5.0
-    read_timeout: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,11 +27,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpufleet.admission.webhook import is_fractional, is_mutated
+from gpufleet.admission.webhook import is_mutated
 from gpufleet.api.dra_need import DeviceKey
 from gpufleet.api.dra_nodes import attach_dra_gpus
 from gpufleet.api.dra_objects import ResourceClaim
 from gpufleet.api.errors import ManifestError, Problems
+from gpufleet.api.gpushare import pod_is_fractional
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import POD_GROUP_COUNT_ANNOTATION, POD_GROUP_LABEL, Node, Pod, SchedulerConfig
 from gpufleet.api.reader import parse_int_text
@@ -196,7 +197,7 @@ def pod_entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, a
     if entry.ours and entry.node is None:
         if pod is None:
             entry.problem = f"the pod is invalid: {parsed.message if parsed else 'unreadable'}"
-        elif require_mutation and is_fractional(raw) and not is_mutated(raw):
+        elif require_mutation and pod_is_fractional(raw) and not is_mutated(raw):
             entry.problem = ("fractional GPU pod was not mutated by the gpufleet admission webhook "
                              "(NVIDIA_VISIBLE_DEVICES from gpufleet.io/visible-devices is missing); "
                              "recreate it with the webhook installed")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.admission.webhook import is_fractional
+from gpufleet.api.gpushare import pod_is_fractional
 from gpufleet.api.kinds import parse_timestamp
 from gpufleet.api.quantity import QuantityError, parse_quantity
 from gpufleet.k8s.annotations import VISIBLE_DEVICES_ANNOTATION, read_intent
@@ -77,7 +77,7 @@ def pod_view(pod: Mapping[str, Any], node: str, sequence: int) -> PodView:
     key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
     intent = read_intent(annotations)
     visible = str(annotations.get(VISIBLE_DEVICES_ANNOTATION) or "")
-    fractions = tuple(v.strip() for v in visible.split(",") if v.strip()) if is_fractional(pod) else ()
+    fractions = tuple(v.strip() for v in visible.split(",") if v.strip()) if pod_is_fractional(pod) else ()
     started = any((s.get("state") or {}).keys() - {"waiting"} or s.get("lastState")
                   for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []))
     return PodView(

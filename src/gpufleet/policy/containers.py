@@ -8,7 +8,7 @@ from typing import Any
 
 from gpufleet.api import gpushare
 from gpufleet.api.objects import GPU_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION
-from gpufleet.policy.model import RawTemplate
+from gpufleet.api.workloadkinds.templates import RawTemplate
 
 GPU_PREFIX = "nvidia.com/"  # the parser's GPU resources (gpufleet.api.kinds): every nvidia.com/ resource
 GPUFLEET_FRACTION_ANNOTATIONS = (GPU_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION)

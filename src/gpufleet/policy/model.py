@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from gpufleet.api.objects import ClusterQueue, LocalQueue, Pod, PodTemplate
 from gpufleet.api.workloadkinds.model import WorkloadOwner
+from gpufleet.api.workloadkinds.templates import RawTemplate
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -61,20 +62,6 @@ class Hit:
     field: str  # the field the finding is about, as kubectl writes it (spec.template.spec.containers[0])
     message: str
     fix: str
-
-
-@dataclass(frozen=True, slots=True)
-class RawTemplate:
-    """A pod template as written in the object: ``path`` to it, its ``metadata`` and ``spec`` (mappings, possibly
-    empty when the input is malformed: rules read them defensively)."""
-
-    path: str  # "" for a Pod itself, else e.g. "spec.template", "spec.replicatedJobs[0].template.spec.template"
-    metadata: Mapping[str, Any]
-    spec: Mapping[str, Any]
-
-    @property
-    def spec_path(self) -> str:
-        return f"{self.path}.spec" if self.path else "spec"
 
 
 @dataclass(frozen=True, slots=True)

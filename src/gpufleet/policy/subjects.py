@@ -1,7 +1,7 @@
 """From documents (and what gpufleet's parsers made of them) to the subjects the rules judge.
 
 A workload subject is a Pod or an object of a workload kind: its pod templates as written
-(:func:`~gpufleet.policy.templates.raw_templates`) and its pods as the workload kinds plan them
+(:func:`~gpufleet.api.workloadkinds.templates.raw_templates`) and its pods as the workload kinds plan them
 (``WorkloadOwner.workloads``). A Pod that a controller owns (an ownerReference with ``controller: true``) is
 not judged: its owner is, where it is written (the webhook and the exported policies skip such pods too, so that
 a Deployment's pods are not refused one by one after the Deployment was admitted). ClusterQueues and LocalQueues
@@ -18,9 +18,9 @@ from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import ClusterQueue, LocalQueue, Pod
 from gpufleet.api.source import Document
 from gpufleet.api.workloadkinds.model import WorkloadOwner
+from gpufleet.api.workloadkinds.templates import WORKLOAD_KINDS, raw_templates
 from gpufleet.policy.containers import mapping
 from gpufleet.policy.model import ObjectRef, PlannedPods, Subject
-from gpufleet.policy.templates import WORKLOAD_KINDS, raw_templates
 
 QUEUE_KINDS = ("ClusterQueue", "LocalQueue")
 Key = tuple[str, int, str, str]  # (file, line, kind, name as parsed: namespace/name or name)

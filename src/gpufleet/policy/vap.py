@@ -19,11 +19,11 @@ import yaml
 
 from gpufleet.api.workloadkinds.table import RULES as KIND_RULES
 from gpufleet.api.workloadkinds.table import api_resources
+from gpufleet.api.workloadkinds.templates import EACH_ITEM, EACH_VALUE, WORKLOAD_KINDS, Path, template_paths
 from gpufleet.policy.cel import CelRule, kind_test
 from gpufleet.policy.model import IGNORE_ANNOTATION, Rule
 from gpufleet.policy.multipod import MULTI_POD
 from gpufleet.policy.rules import RULES
-from gpufleet.policy.templates import EACH_ITEM, EACH_VALUE, WORKLOAD_KINDS, Path, template_paths
 
 POLICY_PREFIX = "gpufleet-lint"
 ACTIONS: dict[str, list[str]] = {"deny": ["Deny"], "warn": ["Warn", "Audit"]}

@@ -4,18 +4,34 @@
 A path is a tuple of steps: a field name, :data:`EACH_ITEM` (every item of a list) or :data:`EACH_VALUE` (every
 value of a map). The path
 of a Pod is ``()``: the object is its own template. :func:`raw_templates` follows the paths through an object as
-written; :mod:`.cel` writes the same paths as CEL.
+written; :mod:`gpufleet.policy.cel` writes the same paths as CEL. Here, in the input language, because the lint
+rules, the webhooks and the API plumbing (which pods a kind's object gives) all read them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from gpufleet.api.workloadkinds.fields import POD_SPEC, POD_TEMPLATE, SCHEMAS, ListOf, MapOf, Schema
 from gpufleet.api.workloadkinds.table import RULES
-from gpufleet.policy.model import RawTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class RawTemplate:
+    """A pod template as written in the object: ``path`` to it, its ``metadata`` and ``spec`` (mappings, possibly
+    empty when the input is malformed: rules read them defensively)."""
+
+    path: str  # "" for a Pod itself, else e.g. "spec.template", "spec.replicatedJobs[0].template.spec.template"
+    metadata: Mapping[str, Any]
+    spec: Mapping[str, Any]
+
+    @property
+    def spec_path(self) -> str:
+        return f"{self.path}.spec" if self.path else "spec"
+
 
 EACH_ITEM = "[]"  # every item of a list
 EACH_VALUE = "{}"  # every value of a map
