@@ -16,6 +16,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_env import NS, cluster_queue, fast_settings, flavor, local_queue, node, pod, priority_class, stamp
+from workload_env import job as job_object
+from workload_env import job_pods
 
 from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
 from gpufleet.k8s import resources as r
@@ -28,6 +30,7 @@ from gpufleet.live.recorder import Recorder
 from gpufleet.scheduler_metrics import SchedulerMetrics
 
 JsonDict = dict[str, Any]
+JOBS = next(res for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) == ("batch", "Job"))
 
 
 class Cluster:
@@ -115,9 +118,11 @@ def build(gpus_per_node: list[int], held: list[int], backlog: int) -> Cluster:
 @given(gpus_per_node=st.lists(st.integers(1, 8), min_size=1, max_size=5),
        held=st.lists(st.integers(0, 8), min_size=5, max_size=5),
        backlog=st.integers(0, 4), arrivals=st.integers(1, 12),
-       ends=st.lists(st.sampled_from(["deleted", "Succeeded", "Failed", "terminating"]), max_size=6))
+       ends=st.lists(st.sampled_from(["deleted", "Succeeded", "Failed", "terminating"]), max_size=6),
+       gangs=st.lists(st.integers(2, 4), max_size=3))
 def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
-        gpus_per_node: list[int], held: list[int], backlog: int, arrivals: int, ends: list[str]) -> None:
+        gpus_per_node: list[int], held: list[int], backlog: int, arrivals: int, ends: list[str],
+        gangs: list[int]) -> None:
     c = build(gpus_per_node, held[:len(gpus_per_node)], backlog)
     kept = runner(c)
     now = time.time()
@@ -137,22 +142,30 @@ def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
         c.put(r.PODS, obj, "MODIFIED")
     for k in range(arrivals):
         c.put(r.PODS, pod(f"new-{k}", queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
+    for g, size in enumerate(gangs):  # pod groups arriving whole, between the plain pods in time
+        for m in range(size):
+            c.put(r.PODS, pod(f"gang{g}-{m}", queue="lq", group=f"gang{g}", group_size=size,
+                              created=f"2026-01-02T00:00:{2 * g + 1:02d}Z"))
     snapshot = c.cache.snapshot()
     carried = kept._carry_on(snapshot, now + 1)
-    assert carried is not None, "new plain pods are carried on from the kept cycle"
+    assert carried is not None, "new plain pods and whole gangs are carried on from the kept cycle"
     fresh = runner(c)
     fresh.assumed = kept.assumed.copy()  # what the kept cycle admitted is being bound: both see it held
     rebuilt = fresh._decide_isolating(snapshot, now + 1)
     assert outcome(carried) == outcome(rebuilt)
     free = sum(g - min(h, g) for g, h in zip(gpus_per_node, held, strict=False))
     freed = sum(1 for how in ends[:len(running)] if how != "terminating")
-    assert len(carried.plan.admitted) == min(arrivals, free + freed)
+    if not gangs:
+        assert len(carried.plan.admitted) == min(arrivals, free + freed)
     carried.world.cluster.check_invariants()
     # The queue counts carried on are what counting every workload again gives.
     assert carried.counts is not None
     assert _nonzero(carried.counts) == _nonzero(QueueCounts(carried.plan.policy))
     devices = [d for job in carried.jobs for p in job.pods for d in p.devices]
-    assert len(devices) == len(set(devices)) == len(carried.plan.admitted)
+    assert len(devices) == len(set(devices)) == sum(len(a.pods) for a in carried.plan.admitted)
+    # A gang is handed to the binder whole, as one job (its Bindings carry its plan).
+    assert {job.workload: len(job.pods) for job in carried.jobs} == {a.workload: len(a.pods)
+                                                                       for a in carried.plan.admitted}
 
 
 def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:
@@ -166,14 +179,52 @@ def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:
     assert run.kept is None  # taken: the full cycle that follows keeps its own
 
 
-def test_pods_that_belong_together_wait_for_a_full_cycle() -> None:
+def test_a_gang_arrived_whole_is_carried_one_short_of_its_members_or_joining_a_known_one_is_not() -> None:
     c = build([8], [0], backlog=0)
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
+    c.put(r.PODS, pod("g0", queue="lq", group="trio", group_size=3))
+    c.put(r.PODS, pod("g1", queue="lq", group="trio", group_size=3))
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None  # two of three: built by a full cycle, where it waits
+    first_cycle(run, now + 1)
+    c.put(r.PODS, pod("g2", queue="lq", group="trio", group_size=3))
+    assert run._carry_on(c.cache.snapshot(), now + 2) is None  # the third joins a workload the world knows
+
+    d = first_cycle(run, now + 2)
+    assert outcome(d)[0] == {f"{NS}/trio"}
     for i in range(2):
-        c.put(r.PODS, pod(f"g{i}", queue="lq", group="pair", group_size=2))
-    assert run._carry_on(c.cache.snapshot(), now + 1) is None  # a pod group: built whole by a full cycle
+        c.put(r.PODS, pod(f"p{i}", gpus=2, queue="lq", group="pair", group_size=2))
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now + 3)
+    assert carried is not None  # the pair arrived whole: no rebuild
+    assert outcome(carried)[0] == {f"{NS}/pair"}
+    [job] = carried.jobs
+    assert sorted(p.key for p in job.pods) == [f"{NS}/p0", f"{NS}/p1"]  # one job: the gang is bound together
+    assert len({d for p in job.pods for d in p.devices}) == 4
+    fresh = runner(c)
+    fresh.assumed = run.assumed.copy()
+    assert outcome(fresh._decide_isolating(snapshot, now + 3)) == outcome(carried)
+
+
+def test_the_pods_of_a_job_arriving_after_it_are_carried_as_one_workload() -> None:
+    c = build([4, 4], [0, 0], backlog=0)
+    owner = job_object("train", pods=3, gpus=2, queue="lq")
+    c.put(JOBS, owner)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)  # the Job, no pod yet
+    for p in job_pods(owner):
+        c.put(r.PODS, p)
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now + 1)
+    assert carried is not None
+    fresh = runner(c)
+    fresh.assumed = run.assumed.copy()
+    rebuilt = fresh._decide_isolating(snapshot, now + 1)
+    assert outcome(carried) == outcome(rebuilt)
+    assert len(outcome(carried)[0]) == 1  # the Job's three pods: one workload, admitted
+    assert sorted(len(j.pods) for j in carried.jobs) == sorted(len(j.pods) for j in rebuilt.jobs) == [3]
 
 
 def test_a_timer_due_or_the_resync_makes_the_cycle_a_full_one() -> None:

@@ -10,9 +10,10 @@ added: parsed, grouped, submitted, then the policy runs as it would have.
 
 What a carried-on cycle accepts (:func:`carried_pods`), every other change making the next cycle a full one:
 
-* a pod of ours created unbound, that makes a workload of its own (a plain pod, a Deployment's pod...): a pod
-  that belongs with others (a pod group, a Job's or a JobSet's pods) waits for a full cycle, where its whole
-  workload is built;
+* pods of ours created unbound that make new workloads whole: a pod of its own (a plain pod, a Deployment's
+  pod...), or every pod of a pod group, a Job, a JobSet... arrived since the last cycle, its declared count (the
+  group's size, the owner's plan) reached. A pod that joins a workload the world knows (a late gang member), or a
+  gang still short of members, waits for a full cycle, where its whole workload is built;
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
 * a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
 * an unbound pod of another scheduler created, changed or deleted (never our business);
@@ -244,7 +245,7 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
 
 def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | None:
     """Add the new pods' workloads to the kept world and submit them to its policy; None (nothing changed) when
-    one of them would not make a workload of its own (a full cycle groups it with the pods it belongs with)."""
+    one of them belongs with pods the world knows, or its workload is not whole yet (a full cycle groups them)."""
     world = kept.world
     chosen = [e.pod for e in entries if e.pod is not None and e.problem is None]
     q = world.queues
@@ -253,19 +254,25 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
                                           workload_priority_classes=q.workload_priority_classes,
                                           local_queues=q.local_queues, controllers=q.controllers),
                                 problems, create_missing=False) if chosen else []
-    if problems.errors or len(workloads) != len(chosen):
+    if problems.errors:
         return None
+    grouped = [p.key for w in workloads for p in w.pods]
+    if len(grouped) != len(chosen) or set(grouped) != {p.key for p in chosen}:
+        return None  # a pod in no workload or in two, or one made up: only a full cycle builds those
     for w in workloads:
-        if len(w.pods) != 1 or w.gang or w.key in world.pods_of or w.pods[0].key in world.workload_of:
-            return None
+        if w.key in world.pods_of or any(p.key in world.workload_of for p in w.pods):
+            return None  # a member of a workload the world knows (a late gang member): a full cycle joins it
+        if not w.complete:
+            return None  # a gang still waiting for members: a full cycle builds it when they are all there
     world.now = now
     for e in entries:
         world.pods[e.key] = e
     for w in workloads:
-        key = w.pods[0].key
+        keys = [p.key for p in w.pods]
         world.workloads.append(w)
-        world.pods_of[w.key] = [key]
-        world.workload_of[key] = w.key
+        world.pods_of[w.key] = keys
+        for key in keys:
+            world.workload_of[key] = w.key
         kept.policy.submit(w, now)
     return workloads
 
