@@ -2,9 +2,9 @@
 
 A platform team's everyday cluster: N nodes × 8 whole A100-80GB, 5 of each node's 8 GPUs held by bound pods
 (62 %), B pending 16-GPU pods that fit on no node (the backlog of big jobs), then A new one-GPU pods created at
-R per second (``--finish-rate F``: running pods deleted at F per second meanwhile, as Jobs complete). The
-emulator of the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of
-their own, as in ``bench/kube_binding.py``.
+R per second (``--gang-size G``: each arrival a pod group of G one-GPU pods; ``--finish-rate F``: running pods
+deleted at F per second meanwhile, as Jobs complete). The emulator of the tests (kmock + ApiSim over real HTTP on
+127.0.0.1) and the scheduler each run in a process of their own, as in ``bench/kube_binding.py``.
 
 Each run reports:
 
@@ -25,7 +25,7 @@ Each run reports:
 of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
-                                           [--finish-rate 0] [--idle 20] [--within 120] [--repeat 1]
+                                           [--gang-size 1] [--finish-rate 0] [--idle 20] [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
 
@@ -98,7 +98,7 @@ def emulator_role(args: argparse.Namespace) -> int:
             for j in range(held):
                 s._create(r.PODS, pod(f"run-{i:05d}-{j}", gpus=1, queue="team", node_name=name), None)
         s._create(r.RESOURCE_FLAVORS, flavor(), None)
-        total = args.nodes * 8 + 16 * args.backlog + args.arrivals
+        total = args.nodes * 8 + 16 * args.backlog + args.arrivals * args.gang_size
         queue = cluster_queue("all", gpus=total, cpu=str(total * 2))
         for quota in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
             if quota["name"] == "memory":
@@ -133,8 +133,15 @@ def emulator_role(args: argparse.Namespace) -> int:
             name = f"new-{k:05d}"
 
             def create(name: str = name) -> None:
-                sim._create(r.PODS, pod(name, gpus=1, queue="team"), None)
-                sim.created[f"{pod_ns}/{name}"] = time.monotonic()
+                if args.gang_size == 1:
+                    sim._create(r.PODS, pod(name, gpus=1, queue="team"), None)
+                    sim.created[f"{pod_ns}/{name}"] = time.monotonic()
+                    return
+                for m in range(args.gang_size):  # a pod group, all its members created at once
+                    member = f"{name}-{m}"
+                    sim._create(r.PODS, pod(member, gpus=1, queue="team", group=name, group_size=args.gang_size),
+                                None)
+                    sim.created[f"{pod_ns}/{member}"] = time.monotonic()
 
             sim.harness.call(create, timeout=60)
 
@@ -252,6 +259,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT / "tests" / "kube")]))
     command = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--nodes", str(args.nodes),
                "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate),
+               "--gang-size", str(args.gang_size),
                "--finish-rate", str(args.finish_rate), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
@@ -289,7 +297,7 @@ def run_once(args: argparse.Namespace, src: Path) -> JsonDict:
         _ask(emulator, "arrive")
         end = time.monotonic() + args.arrivals / args.rate + args.within
         state = _ask(emulator, "report")
-        while len(state["latencies"]) < args.arrivals and time.monotonic() < end:
+        while len(state["latencies"]) < args.arrivals * args.gang_size and time.monotonic() < end:
             time.sleep(0.5)
             state = _ask(emulator, "report")
         cycles = _ask(scheduler, "stop")
@@ -325,7 +333,7 @@ def _line(label: str, run: JsonDict, args: argparse.Namespace) -> str:
     return (f"{label:9} " + _sli_text(run)
             + f"idle {100 * run['idle_core']:5.1f}% of a core ({run['idle_cycles']} cycles in {args.idle:g}s)  "
             f"create->Binding p50 {run['p50']:7.3f}s p99 {run['p99']:7.3f}s max {run['max']:7.3f}s  "
-            f"bound within {args.within:g}s {run['bound']}/{args.arrivals}  cycles {run['cycles']} "
+            f"bound within {args.within:g}s {run['bound']}/{args.arrivals * args.gang_size}  cycles {run['cycles']} "
             f"({run['carried']} carried on, longest core {run['core_max']:.3f}s)  peak RSS {run['rss_mib']:.0f} MiB  "
             f"checks "
             f"{'ok' if run['checks'] else 'VIOLATED'}  load {os.getloadavg()[0]:.2f}")
@@ -339,7 +347,9 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--backlog", type=int, default=500, help="pending 16-GPU pods that fit on no node")
     parser.add_argument("--arrivals", type=int, default=200, help="new one-GPU pods")
-    parser.add_argument("--rate", type=float, default=5.0, help="new pods per second")
+    parser.add_argument("--rate", type=float, default=5.0, help="new pods (or pod groups) per second")
+    parser.add_argument("--gang-size", type=int, default=1,
+                        help="each arrival a pod group of this many one-GPU pods (Kueue's pod group labels)")
     parser.add_argument("--finish-rate", type=float, default=0.0,
                         help="running pods deleted per second while the new ones arrive (churn)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of nothing changing, CPU measured")
@@ -353,7 +363,8 @@ def main() -> int:
     if args.role == "scheduler":
         return scheduler_role(args)
     print(f"{args.nodes} nodes x 8 GPUs, {args.nodes * 5} pods bound, {args.backlog} pending 16-GPU pods, "
-          f"{args.arrivals} new one-GPU pods at {args.rate:g}/s"
+          + (f"{args.arrivals} new one-GPU pods at {args.rate:g}/s" if args.gang_size == 1 else
+             f"{args.arrivals} new pod groups of {args.gang_size} one-GPU pods at {args.rate:g}/s")
           + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)
     runs: dict[str, list[JsonDict]] = {"current": [], "baseline": []}
