@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_env import NS, cluster_queue, fast_settings, flavor, local_queue, node, pod, priority_class, stamp
@@ -207,13 +208,22 @@ def test_a_gang_arrived_whole_is_carried_one_short_of_its_members_or_joining_a_k
     assert outcome(fresh._decide_isolating(snapshot, now + 3)) == outcome(carried)
 
 
-def test_the_pods_of_a_job_arriving_after_it_are_carried_as_one_workload() -> None:
+@pytest.mark.parametrize("job_first", [True, False], ids=["job-before-the-kept-cycle", "job-created-since"])
+def test_the_pods_of_a_job_are_carried_as_one_workload(job_first: bool) -> None:
     c = build([4, 4], [0, 0], backlog=0)
     owner = job_object("train", pods=3, gpus=2, queue="lq")
-    c.put(JOBS, owner)
+    if job_first:
+        c.put(JOBS, owner)
     run = runner(c)
     now = time.time()
-    first_cycle(run, now)  # the Job, no pod yet
+    first_cycle(run, now)  # no pod of the Job yet
+    if not job_first:
+        c.put(JOBS, owner)
+        theirs = job_object("web", pods=2)
+        theirs["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+        c.put(JOBS, theirs)  # another scheduler's: passed over
+        d, was_carried = step(run, now + 0.5)  # the Jobs alone: read, nothing to decide yet
+        assert was_carried and not d.plan.admitted
     for p in job_pods(owner):
         c.put(r.PODS, p)
     snapshot = c.cache.snapshot()
@@ -224,7 +234,29 @@ def test_the_pods_of_a_job_arriving_after_it_are_carried_as_one_workload() -> No
     rebuilt = fresh._decide_isolating(snapshot, now + 1)
     assert outcome(carried) == outcome(rebuilt)
     assert len(outcome(carried)[0]) == 1  # the Job's three pods: one workload, admitted
-    assert sorted(len(j.pods) for j in carried.jobs) == sorted(len(j.pods) for j in rebuilt.jobs) == [3]
+    assert [len(j.pods) for j in carried.jobs] == [len(j.pods) for j in rebuilt.jobs] == [3]
+
+
+def test_a_job_that_does_not_parse_or_changes_its_spec_takes_a_full_cycle() -> None:
+    c = build([4], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    broken = job_object("broken", pods=2, queue="lq")
+    broken["spec"]["parallelism"] = "many"  # the full cycle sets it aside and says why
+    c.put(JOBS, broken)
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None
+
+    c = build([4], [0], backlog=0)  # (a cycle with an invalid object keeps nothing to carry on from)
+    run = runner(c)
+    first_cycle(run, now + 1)
+    owner = job_object("train", pods=2, queue="lq")
+    c.put(JOBS, owner)
+    assert step(run, now + 2)[1]
+    changed = json.loads(json.dumps(owner))
+    changed["spec"]["parallelism"] = 1
+    c.put(JOBS, changed, "MODIFIED")
+    assert run._carry_on(c.cache.snapshot(), now + 3) is None
 
 
 def test_a_timer_due_or_the_resync_makes_the_cycle_a_full_one() -> None:

@@ -42,11 +42,11 @@ from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.live.bindqueue import BindQueue
 from gpufleet.live.claim_release import DeletedPodClaims
-from gpufleet.live.decide import decide, placed
+from gpufleet.live.decide import decide, placed, queue_kinds_read
 from gpufleet.live.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.live.fleet_metrics import FleetMetrics
 from gpufleet.live.grants import visible_devices
-from gpufleet.live.increment import ChangeLog, Kept, carried_pods, extend, release
+from gpufleet.live.increment import ChangeLog, Kept, carried_pods, extend, read_owners, release
 from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.quarantine import Quarantine, find_culprit
 from gpufleet.live.queuesource import QueueChooser, QueueKinds
@@ -290,6 +290,10 @@ class CycleRunner:
         carried = carried_pods(kept, changes, scheduler_name=s.scheduler_name, parse=self.parse,
                                assumed=self.assumed, require_mutation=s.webhook.require_mutation)
         if carried is None or any(e.problem is not None for e in carried.new):
+            return None
+        if carried.owners and not read_owners(kept.world, snapshot, carried.owners, parse=self.parse,
+                                              scheduler_name=s.scheduler_name,
+                                              queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
             return None
         submitted = extend(kept, carried.new, now)
         if submitted is None:

@@ -46,6 +46,11 @@ def placed(plan: planner.Plan) -> list[str]:
     return [p.pod for a in plan.admitted for p in a.pods if p.node is not None]
 
 
+def queue_kinds_read(queue_resources: Sequence[r.ResourceType]) -> tuple[r.ResourceType, ...]:
+    """What a cycle parses as its queues: the queue source's kinds with the PriorityClasses and Namespaces."""
+    return (r.PRIORITY_CLASSES, r.NAMESPACES, *queue_resources)
+
+
 def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, parse: ParseCache,
            queue_resources: Sequence[r.ResourceType], assumed: AssumedPods | None = None,
            parked: planner.ParkedMemory | None = None, shields: Iterable[str] = (),
@@ -57,7 +62,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=parse,
                      assumed=assumed if assumed is not None else AssumedPods(), now=now,
                      require_mutation=s.webhook.require_mutation,
-                     queue_kinds=(r.PRIORITY_CLASSES, r.NAMESPACES, *queue_resources))
+                     queue_kinds=queue_kinds_read(queue_resources))
     hold_pods_of(world, [(res, key, f"is set aside, so its pods wait: {why}") for res, key, why in held])
     due: list[float] = []
     if s.beside_kueue.enabled:

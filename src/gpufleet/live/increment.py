@@ -18,7 +18,11 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 * a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
 * an unbound pod of another scheduler created, changed or deleted (never our business);
 * a queue kind's or a workload kind's status alone (no decision reads them);
-* a node whose parse is unchanged (a status heartbeat).
+* a node whose parse is unchanged (a status heartbeat);
+* a workload kind's object created (a Job, a JobSet...): one of another scheduler's is passed over, as a full
+  cycle passes it over; one of ours is read into the kept world's workload objects (:func:`read_owners`), so its
+  pods, arriving with it or later, are grouped as a full cycle groups them. A change to one's spec, or its
+  deletion, takes a full cycle.
 
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
@@ -30,6 +34,7 @@ those take a full cycle, as does the periodic resync.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,11 +44,12 @@ from gpufleet.api.objects import Node
 from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
-from gpufleet.k8s.informer import CacheChange, ObjectCache
-from gpufleet.k8s.parsing import ParseCache
+from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
+from gpufleet.k8s.parsing import ParseCache, WorkloadObject
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.wakeup import unread_status_only, without_status
+from gpufleet.live.workloadsource import WORKLOAD_KEYS
 from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, pod_entry
 from gpufleet.scheduling.kueue import KueuePolicy
 
@@ -112,6 +118,7 @@ class Carried:
     before they held a node) and the other schedulers' pods that stopped holding capacity."""
 
     new: list[PodEntry] = field(default_factory=list)
+    owners: list[WorkloadObject] = field(default_factory=list)  # workload-kind objects of ours created since
     landed: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)  # workload keys
     freed: list[str] = field(default_factory=list)  # pod keys
@@ -134,7 +141,12 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             nodes = nodes if nodes is not None else {n.name: n for n in world.nodes}
             if c.type != "MODIFIED" or c.new is None or not _same_node(nodes.get(c.key), parse, c.key, c.new):
                 return None
-        elif not unread_status_only(c):
+        elif unread_status_only(c):
+            continue
+        elif (res := WORKLOAD_KEYS.get(c.resource)) is not None and c.type == "ADDED" and c.new is not None:
+            if parse.ours(res, c.key, c.new, scheduler_name):
+                out.owners.append((res, c.key, c.new))
+        else:
             return None
     out.new = list(new.values())
     return out
@@ -241,6 +253,22 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
         return False
     parsed = parse.one(r.NODES, key, raw)
     return isinstance(parsed.obj, Node) and parsed.obj == known
+
+
+def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObject], *, parse: ParseCache,
+                scheduler_name: str, queue_kinds: Sequence[r.ResourceType]) -> bool:
+    """Read the workload-kind objects of ``snapshot`` into ``world`` as a full cycle reads them (the same memoised
+    parse, :meth:`ParseCache.world_objects`), for the ``owners`` created since; False (a full cycle) when the queue
+    kinds' parse is not the kept one's (a queue changed meanwhile) or one of ``owners`` does not parse (the full
+    cycle tells why, in an event)."""
+    mine = [(res, key, obj) for res_key, res in WORKLOAD_KEYS.items()
+            for key, obj in snapshot.objects.get(res_key, {}).items() if parse.ours(res, key, obj, scheduler_name)]
+    both = parse.world_objects((o for res in queue_kinds for o in snapshot.of(res).values()), mine)
+    created = {(res.key, key) for res, key, _ in owners}
+    if both.generation != world.queue_generation or any((res.key, key) in created for res, key, *_ in both.rejected):
+        return False
+    world.queues = both.manifests
+    return True
 
 
 def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | None:
