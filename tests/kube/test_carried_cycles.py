@@ -120,10 +120,11 @@ def build(gpus_per_node: list[int], held: list[int], backlog: int) -> Cluster:
        held=st.lists(st.integers(0, 8), min_size=5, max_size=5),
        backlog=st.integers(0, 4), arrivals=st.integers(1, 12),
        ends=st.lists(st.sampled_from(["deleted", "Succeeded", "Failed", "terminating"]), max_size=6),
-       gangs=st.lists(st.integers(2, 4), max_size=3))
+       gangs=st.lists(st.integers(2, 4), max_size=3),
+       foreign=st.lists(st.tuples(st.integers(0, 4), st.booleans()), max_size=4))
 def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
         gpus_per_node: list[int], held: list[int], backlog: int, arrivals: int, ends: list[str],
-        gangs: list[int]) -> None:
+        gangs: list[int], foreign: list[tuple[int, bool]]) -> None:
     c = build(gpus_per_node, held[:len(gpus_per_node)], backlog)
     kept = runner(c)
     now = time.time()
@@ -141,6 +142,13 @@ def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
         else:
             obj["status"]["phase"] = how
         c.put(r.PODS, obj, "MODIFIED")
+    for f, (at, created_bound) in enumerate(foreign):  # another scheduler's CPU pods, a DaemonSet's or bound
+        on = f"n{at % len(gpus_per_node)}"
+        if created_bound:
+            c.put(r.PODS, pod(f"ds-{f}", gpus=0, scheduler="default-scheduler", node_name=on))
+        else:
+            c.put(r.PODS, pod(f"web-{f}", gpus=0, scheduler="default-scheduler"))
+            land(c, f"web-{f}", on)
     for k in range(arrivals):
         c.put(r.PODS, pod(f"new-{k}", queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
     for g, size in enumerate(gangs):  # pod groups arriving whole, between the plain pods in time
@@ -167,6 +175,32 @@ def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
     # A gang is handed to the binder whole, as one job (its Bindings carry its plan).
     assert {job.workload: len(job.pods) for job in carried.jobs} == {a.workload: len(a.pods)
                                                                        for a in carried.plan.admitted}
+
+
+def test_another_schedulers_pods_taking_gpus_are_charged_where_they_went() -> None:
+    c = build([2, 2], [0, 0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("ds", gpus=1, scheduler="default-scheduler", node_name="n0"))  # created on its node
+    c.put(r.PODS, pod("web", gpus=2, scheduler="default-scheduler"))
+    land(c, "web", "n1")  # bound by kube-scheduler
+    for k in range(3):
+        c.put(r.PODS, pod(f"new-{k}", queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now + 1)
+    assert carried is not None
+    assert [p.node for j in carried.jobs for p in j.pods] == ["n0"]  # one GPU left in all: n0's second
+    fresh = runner(c)
+    fresh.assumed = run.assumed.copy()
+    assert outcome(fresh._decide_isolating(snapshot, now + 1)) == outcome(carried)
+    carried.world.cluster.check_invariants()
+    _finish_cycle(run, snapshot, carried, now + 1)
+    assert run.kept is not None
+
+    c.put(r.PODS, pod("late", gpus=1, scheduler="default-scheduler"))
+    land(c, "late", "n0")  # n0 is full now: it cannot be charged there, and a full cycle says so
+    assert run._carry_on(c.cache.snapshot(), now + 2) is None
 
 
 def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:

@@ -16,7 +16,8 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   gang still short of members, waits for a full cycle, where its whole workload is built;
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
 * a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
-* an unbound pod of another scheduler created, changed or deleted (never our business);
+* an unbound pod of another scheduler created, changed or deleted (never our business); one bound (by
+  kube-scheduler) or created on its node (a DaemonSet's): charged on that node as a full cycle charges it;
 * a queue kind's or a workload kind's status alone (no decision reads them);
 * a node whose parse is unchanged (a status heartbeat);
 * a workload kind's object created (a Job, a JobSet...): one of another scheduler's is passed over, as a full
@@ -50,7 +51,7 @@ from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.wakeup import unread_status_only, without_status
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
-from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, pod_entry
+from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, account, pod_entry
 from gpufleet.scheduling.kueue import KueuePolicy
 
 JsonDict = dict[str, Any]
@@ -167,8 +168,11 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         # (its status names them): only a full cycle reads them together.
         return False
     if c.type == "ADDED":
-        if c.key in world.pods or c.key in new or spec.get("nodeName"):
+        if c.key in world.pods or c.key in new:
             return False
+        if spec.get("nodeName"):  # created on its node (a DaemonSet's pod, a static pod's mirror)
+            return _bound_elsewhere(world, c.key, obj, parse=parse, scheduler_name=scheduler_name,
+                                    assumed=assumed, require_mutation=require_mutation)
         created = pod_entry(c.key, obj, parse, scheduler_name, assumed, world.now, require_mutation)
         if created.deleting or created.gated or created.terminal:
             return False
@@ -184,10 +188,16 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         new[c.key].raw = c.new
         return True
     entry = world.pods.get(c.key)
-    if entry is None:
-        return False
     old_node = (c.old.get("spec") or {}).get("nodeName")
     new_node = (c.new.get("spec") or {}).get("nodeName")
+    if entry is None or not entry.ours:
+        if old_node is None and new_node is not None:
+            # Another scheduler bound its pod (kube-scheduler's): charged where it went, as a full cycle would.
+            world.pods.pop(c.key, None)
+            return _bound_elsewhere(world, c.key, c.new, parse=parse, scheduler_name=scheduler_name,
+                                    assumed=assumed, require_mutation=require_mutation)
+        if entry is None:
+            return False
     if old_node is None and new_node is not None:
         # Our own Binding landing where the policy placed the pod: the policy counted it there already.
         placement = world.cluster.placements.get(c.key)
@@ -211,6 +221,20 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
     # Its status alone (conditions, readiness, Pending -> Running): a full cycle charges a pod that holds a node the
     # same whatever its phase short of finished; the recorder compares its conditions before writing again.
     entry.raw = c.new
+    return True
+
+
+def _bound_elsewhere(world: World, key: str, raw: JsonDict, *, parse: ParseCache, scheduler_name: str,
+                     assumed: AssumedPods, require_mutation: bool) -> bool:
+    """Another scheduler's pod now on a node: charged there as a full cycle charges it (its recorded devices,
+    else first-fit, else its capacity alone); False (a full cycle) for a pod of ours, or one that does not fit
+    there (a full cycle reports it unaccounted)."""
+    entry = pod_entry(key, raw, parse, scheduler_name, assumed, world.now, require_mutation)
+    if entry.ours:
+        return False
+    if entry.holds_capacity and not account(world.cluster, entry):
+        return False
+    world.pods[key] = entry
     return True
 
 
