@@ -26,6 +26,7 @@ from gpufleet.k8s.annotations import Intent
 from gpufleet.k8s.client import KubeClient
 from gpufleet.k8s.informer import ObjectCache
 from gpufleet.live.cycle import CycleRunner, _Decided
+from gpufleet.live.increment import UNJOINED_WAIT
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.recorder import Recorder
 from gpufleet.scheduler_metrics import SchedulerMetrics
@@ -214,20 +215,48 @@ def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:
     assert run.kept is None  # taken: the full cycle that follows keeps its own
 
 
-def test_a_gang_arrived_whole_is_carried_one_short_of_its_members_or_joining_a_known_one_is_not() -> None:
+def test_a_gang_arriving_in_parts_waits_off_the_books_for_the_rest_then_is_carried_whole() -> None:
     c = build([8], [0], backlog=0)
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
     c.put(r.PODS, pod("g0", queue="lq", group="trio", group_size=3))
     c.put(r.PODS, pod("g1", queue="lq", group="trio", group_size=3))
-    assert run._carry_on(c.cache.snapshot(), now + 1) is None  # two of three: built by a full cycle, where it waits
-    first_cycle(run, now + 1)
+    d, was_carried = step(run, now + 1)  # two of three: held back, no rebuild
+    assert was_carried and not d.plan.admitted and set(d.world.unjoined) == {f"{NS}/g0", f"{NS}/g1"}
+    assert now + 1 + UNJOINED_WAIT in d.due  # how long they wait for the third
+    c.put(r.PODS, pod("g2", queue="lq", group="trio", group_size=3))
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now + 1.5)
+    assert carried is not None and outcome(carried)[0] == {f"{NS}/trio"} and not carried.world.unjoined
+    fresh = runner(c)
+    assert outcome(fresh._decide_isolating(snapshot, now + 1.5)) == outcome(carried)
+
+
+def test_a_gang_short_of_members_past_the_wait_or_a_late_member_takes_a_full_cycle() -> None:
+    c = build([8], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("h0", queue="lq", group="pair", group_size=2))
+    assert step(run, now + 1)[1]
+    assert run._carry_on(c.cache.snapshot(), now + 1 + UNJOINED_WAIT) is None  # the wait is over: built as it is
+
+    c = build([8], [0], backlog=0)
+    run = runner(c)
+    c.put(r.PODS, pod("g0", queue="lq", group="trio", group_size=3))
+    c.put(r.PODS, pod("g1", queue="lq", group="trio", group_size=3))
+    first_cycle(run, now + 1)  # a full cycle knows the trio, two of three
     c.put(r.PODS, pod("g2", queue="lq", group="trio", group_size=3))
     assert run._carry_on(c.cache.snapshot(), now + 2) is None  # the third joins a workload the world knows
 
-    d = first_cycle(run, now + 2)
-    assert outcome(d)[0] == {f"{NS}/trio"}
+
+
+def test_a_gang_arrived_whole_is_carried_and_bound_as_one_job() -> None:
+    c = build([8], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now + 2)
     for i in range(2):
         c.put(r.PODS, pod(f"p{i}", gpus=2, queue="lq", group="pair", group_size=2))
     snapshot = c.cache.snapshot()

@@ -46,7 +46,7 @@ from gpufleet.live.decide import decide, placed, queue_kinds_read
 from gpufleet.live.evictor import Evictor, EvictResult, Shields, Victim
 from gpufleet.live.fleet_metrics import FleetMetrics
 from gpufleet.live.grants import visible_devices
-from gpufleet.live.increment import ChangeLog, Kept, carried_pods, extend, read_owners, release
+from gpufleet.live.increment import UNJOINED_WAIT, ChangeLog, Kept, carried_pods, extend, read_owners, release
 from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.quarantine import Quarantine, find_culprit
 from gpufleet.live.queuesource import QueueChooser, QueueKinds
@@ -301,6 +301,8 @@ class CycleRunner:
         release(kept, carried, now)
         world, policy = kept.world, kept.policy
         due = [t for t in kept.due if t > now]
+        if world.unjoined_since is not None:  # a gang arrived in part: a full cycle builds it if the rest do not come
+            due.append(world.unjoined_since + UNJOINED_WAIT)
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
         changed = landed | set(carried.ended)
         if landed and gangs.timed_out(world, planner.Plan(policy).pods_ready_policy, due, only=landed):

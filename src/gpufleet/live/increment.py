@@ -12,8 +12,9 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 
 * pods of ours created unbound that make new workloads whole: a pod of its own (a plain pod, a Deployment's
   pod...), or every pod of a pod group, a Job, a JobSet... arrived since the last cycle, its declared count (the
-  group's size, the owner's plan) reached. A pod that joins a workload the world knows (a late gang member), or a
-  gang still short of members, waits for a full cycle, where its whole workload is built;
+  group's size, the owner's plan) reached. The members of a gang still short of some wait off the books for
+  the rest (``World.unjoined``), at most :data:`UNJOINED_WAIT` seconds, after which a full cycle builds the gang
+  as it is. A pod that joins a workload the world knows (a late gang member) takes a full cycle;
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
 * a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
 * an unbound pod of another scheduler created, changed or deleted (never our business); one bound (by
@@ -56,6 +57,9 @@ from gpufleet.scheduling.kueue import KueuePolicy
 
 JsonDict = dict[str, Any]
 
+# How long the members of a gang that arrived in part wait for the rest before a full cycle builds the gang as it
+# is (and says it waits for pods): a Job's or a JobSet's controller creates them within milliseconds of each other.
+UNJOINED_WAIT = 2.0
 CHANGE_LOG_LIMIT = 100_000  # changes kept between two cycles; past it, the next cycle is a full one
 
 
@@ -131,7 +135,7 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
     Bindings landed, statuses); None when a change needs a full cycle (see the module doc)."""
     world = kept.world
     nodes: dict[str, Node] | None = None  # by name, made at the first node change
-    new: dict[str, PodEntry] = {}
+    new: dict[str, PodEntry] = dict(world.unjoined)  # the members waiting for the rest of their gang, first
     out = Carried()
     for c in changes:
         if c.resource == r.PODS.key:
@@ -296,8 +300,9 @@ def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObje
 
 
 def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | None:
-    """Add the new pods' workloads to the kept world and submit them to its policy; None (nothing changed) when
-    one of them belongs with pods the world knows, or its workload is not whole yet (a full cycle groups them)."""
+    """Add the new pods' whole workloads to the kept world and submit them to its policy (returned); the members
+    of a gang still short of some wait in ``world.unjoined`` for the next cycle (:data:`UNJOINED_WAIT`). None
+    (nothing changed) when a pod belongs with pods the world knows: a full cycle groups them."""
     world = kept.world
     chosen = [e.pod for e in entries if e.pod is not None and e.problem is None]
     q = world.queues
@@ -314,11 +319,15 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
     for w in workloads:
         if w.key in world.pods_of or any(p.key in world.workload_of for p in w.pods):
             return None  # a member of a workload the world knows (a late gang member): a full cycle joins it
-        if not w.complete:
-            return None  # a gang still waiting for members: a full cycle builds it when they are all there
+    # A gang short of members (a controller still creating them) waits for the rest a little, off the books.
+    waiting = {p.key for w in workloads if not w.complete for p in w.pods}
+    world.unjoined = {e.key: e for e in entries if e.key in waiting}
+    world.unjoined_since = None if not waiting else world.unjoined_since if world.unjoined_since is not None else now
+    workloads = [w for w in workloads if w.complete]
     world.now = now
     for e in entries:
-        world.pods[e.key] = e
+        if e.key not in waiting:
+            world.pods[e.key] = e
     for w in workloads:
         keys = [p.key for p in w.pods]
         world.workloads.append(w)

@@ -126,6 +126,10 @@ class World:
     # serves them: the nodes' DRA GPUs come from the slices, the pods' claims are resolved against the rest.
     dra: Manifests = field(default_factory=Manifests)
     claim_bound: list[str] = field(default_factory=list)  # pods bound where their claims are (PodEntry.claim_bound)
+    # Pods of ours a carried cycle saw arrive whose gang is still short of members (gpufleet.live.increment): not
+    # in ``pods`` nor submitted until the rest arrive, or a full cycle builds the gang as it is. Since when.
+    unjoined: dict[str, PodEntry] = field(default_factory=dict)
+    unjoined_since: float | None = None
 
     def manifests(self) -> Manifests:
         """The bundle the policy reads (queues and the Kueue Configuration); never the cached one itself."""
