@@ -67,7 +67,7 @@ def scheduler(
         raise typer.Exit(EXIT_FINDINGS) from e
     client = KubeClient(cluster, user_agent=f"gpufleet-scheduler/{settings.scheduler_name}")
     try:
-        instance = Scheduler(client, settings, identity=_identity(), leader_elect=leader_elect)
+        instance = Scheduler(client, settings, identity=_identity(), leader_elect=leader_elect, own_process=True)
     except (OSError, ValueError) as e:  # a port in use, an unreadable webhook certificate
         console.error(str(e))
         raise typer.Exit(EXIT_FINDINGS) from e

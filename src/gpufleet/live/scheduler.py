@@ -29,6 +29,7 @@ from gpufleet.k8s.health import Endpoints, OpsServer, Probe
 from gpufleet.k8s.informer import InformerSet
 from gpufleet.k8s.leader import LeaderElectionConfig, LeaderElector
 from gpufleet.k8s.resources import ResourceType
+from gpufleet.live import collector
 from gpufleet.live.cycle import CycleReport, CycleRunner
 from gpufleet.live.ops import ops_servers
 from gpufleet.live.settings import SchedulerSettings
@@ -46,8 +47,12 @@ _TIMER_LATE = 0.01  # seconds after a timer's time that its cycle starts
 class Scheduler:
     def __init__(self, client: KubeClient, settings: SchedulerSettings, *, identity: str, leader_elect: bool,
                  serve: bool = True, informer_options: dict[str, Any] | None = None,
-                 clock: Callable[[], float] = time.time, resources: tuple[ResourceType, ...] | None = None) -> None:
+                 clock: Callable[[], float] = time.time, resources: tuple[ResourceType, ...] | None = None,
+                 own_process: bool = False) -> None:
         self.client = client
+        # The process is this scheduler's (the CLI): its garbage collector is set for it (gpufleet.live.collector).
+        self.own_process = own_process
+        self._synced_once = False
         self.settings = settings
         self.identity = identity
         self.metrics = SchedulerMetrics()
@@ -112,6 +117,8 @@ class Scheduler:
     # --- lifecycle --------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.own_process:
+            collector.tune()
         for server in self.servers:
             server.start()
         if self.webhook is not None:
@@ -171,6 +178,10 @@ class Scheduler:
                 if not self.informers.synced:
                     self._stop.wait(0.05)
                     continue
+                if not self._synced_once:
+                    self._synced_once = True
+                    if self.own_process:
+                        collector.freeze_synced()
                 if not self.is_leader():
                     assert self.elector is not None
                     if self._led and not self.elector.running:
