@@ -88,6 +88,14 @@ def test_parse_invalid(text: str) -> None:
     assert "e.g. 500m, 2, 10Gi, 1e3" in message
 
 
+def test_a_text_parsed_again_gives_the_same_answer_and_an_invalid_one_raises_each_time() -> None:
+    # texts are memoised (pods of one template repeat them): the memo must not change an answer
+    assert parse_quantity(" 1536Mi") == parse_quantity(" 1536Mi") == Fraction(1536 * 2**20)
+    for _ in range(2):
+        with pytest.raises(QuantityError, match="unknown suffix"):
+            parse_quantity("3GB")
+
+
 def test_error_messages_say_what_is_wrong() -> None:
     with pytest.raises(QuantityError, match="spaces"):
         parse_quantity("1 Gi")

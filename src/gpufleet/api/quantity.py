@@ -17,6 +17,7 @@ API server does when it decodes JSON; whitespace inside a quantity is rejected, 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -91,7 +92,14 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return parse_quantity(repr(value))
     if not isinstance(value, str):
         raise _invalid(value, f"expected a string or number, got {type(value).__name__}")
+    return _parse_text(value)
 
+
+# Pods made from one template write the same few quantities ("1", "500m", "1Gi") tens of thousands of times: a
+# scheduler's first cycle parses every pod of the cluster. Fractions are immutable, so a parse is shared; a text
+# that does not parse raises each time (exceptions are not cached).
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
     text = value.strip()
     if not text:
         raise _invalid(value, "it is empty")
