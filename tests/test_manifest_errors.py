@@ -202,3 +202,21 @@ def test_error_text_reads_well() -> None:
     text = str(m.problems.errors[0])
     assert text.startswith("pods.yaml:12: Pod team-a/half: spec.containers[0].resources.limits.nvidia.com/gpu: ")
     assert "; fix: " in text
+
+
+def test_resource_lists_read_again_give_the_same_requests_and_the_same_errors() -> None:
+    # Resource lists are memoised by content (pods of one template repeat theirs): the memo must change nothing.
+    good = '      limits:\n        nvidia.com/gpu: "1"\n      requests:\n        cpu: "2"\n        nvidia.com/gpu: "1"'
+    m = manifests(_pod("a", good) + "---\n" + _pod("b", good), "pods.yaml")
+    a, b = m.pods
+    assert a.template.requests == b.template.requests and a.template.requests["cpu"] == 2000
+    assert a.template.requests is not b.template.requests  # each pod its own: a change to one is not the other's
+    bad = '      limits:\n        nvidia.com/gpu: "1x"'
+    m = manifests(_pod("c", bad) + "---\n" + _pod("d", bad), "pods.yaml")
+    assert sorted(e.name or "" for e in m.problems.errors if "invalid quantity" in e.message) == [
+        "team-a/c", "team-a/d"]
+    # a boolean is never taken for the "1" read before it
+    m = manifests(_pod("e", '      limits:\n        nvidia.com/gpu: "1"') + "---\n"
+                  + _pod("f", "      limits:\n        nvidia.com/gpu: true"), "pods.yaml")
+    assert [p.meta.name for p in m.pods] == ["e"]
+    _one(m.problems.errors, "boolean")

@@ -135,6 +135,13 @@ def _node_cap(resource: str) -> limits.Limit | None:
     return limits.PODS_PER_NODE if resource == "pods" else None
 
 
+# Resource lists read before, by content: the pods of one template (and nodes of one shape) repeat theirs, and a
+# scheduler's first cycle reads every pod and node of the cluster (a third of a pod's parse was its resources).
+_RESOURCE_LISTS: dict[tuple[Callable[[str], limits.Limit | None], tuple[tuple[str, str], ...]],
+                      tuple[ResourceList, dict[str, Fraction]]] = {}
+_RESOURCE_LISTS_MAX = 4096  # distinct lists kept; past that, lists are read each time
+
+
 def _resource_list(r: FieldReader, key: str, cap: Callable[[str], limits.Limit | None] = _pod_cap,
                    ) -> tuple[ResourceList, dict[str, Fraction]]:
     """Canonical amounts, and the exact quantities (to spot a fractional extended resource).
@@ -145,6 +152,14 @@ def _resource_list(r: FieldReader, key: str, cap: Callable[[str], limits.Limit |
     section = r.obj(key)
     if section is None:
         return out, exact
+    raw = section.value
+    # Memoised by content for lists of strings only (what the API server sends: a boolean or a number would be
+    # equal to another value of another type, and read differently), and only when read without an error.
+    memo_key = (cap, tuple(raw.items())) if all(type(k) is str and type(v) is str for k, v in raw.items()) else None
+    hit = _RESOURCE_LISTS.get(memo_key) if memo_key is not None else None
+    if hit is not None:
+        return dict(hit[0]), dict(hit[1])
+    before = section.problems.error_count
     for name in section.value:
         resource = str(name)
         q = section.quantity(resource)
@@ -164,6 +179,8 @@ def _resource_list(r: FieldReader, key: str, cap: Callable[[str], limits.Limit |
                           fix=f"use at most {limit.value:,}")
             continue
         out[resource] = canonical_amount(resource, q)
+    if memo_key is not None and section.problems.error_count == before and len(_RESOURCE_LISTS) < _RESOURCE_LISTS_MAX:
+        _RESOURCE_LISTS[memo_key] = (dict(out), dict(exact))
     return out, exact
 
 
