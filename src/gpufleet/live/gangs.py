@@ -138,7 +138,7 @@ def join(world: World, policy: KueuePolicy) -> list[GangAction]:
                              "pods are placed together once they are gone")
             continue
         keys = {e.key for e in late}
-        joining = policy.join(w.key, keys, world.now)
+        joining = policy.join(w.key, sorted(keys), world.now)
         if joining is None:
             continue
         if joining.waiting is not None:

@@ -20,13 +20,12 @@ driver does.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
 
 from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.kueue.info import ADMITTED, WorkloadInfo
 from gpufleet.scheduling.kueue.state import SchedulerState
-from gpufleet.scheduling.types import PodAssignment
+from gpufleet.scheduling.types import Joining, PodAssignment
 
 # The workload kinds whose controllers own their pods once admitted: their later pods join the workload (a
 # workload's ``kind`` names its kind). Not the pod-group kinds, whose pods are a gang of pods, as Kueue's pod groups.
@@ -37,20 +36,6 @@ assert not JOINING_KINDS & {"Pod", "PodGroup", "Workload"}, "a workload kind nam
 def joins_late(workload: Workload) -> bool:
     """Whether the workload's pods created after its admission join it (:data:`JOINING_KINDS`)."""
     return workload.kind in JOINING_KINDS
-
-
-@dataclass(frozen=True, slots=True)
-class Joining:
-    """What :func:`join` decided for one workload's late pods: where they go (all of them), or why they wait."""
-
-    workload: str
-    placed: tuple[PodAssignment, ...] = ()  # every pod asked for, or none
-    waiting: str | None = None  # the placer's reason when they do not fit; None when placed
-
-    def message(self, kind: str) -> str:
-        """What a waiting pod is told (its condition): ``kind`` names the workload's kind."""
-        return (f"{kind} {self.workload} is admitted; this pod, created after it, waits for room next to its "
-                f"pods: {self.waiting}")
 
 
 def join(state: SchedulerState, info: WorkloadInfo, pods: Collection[str]) -> Joining | None:

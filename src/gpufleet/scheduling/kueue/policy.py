@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
@@ -34,7 +34,7 @@ from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import ADMITTED, FINISHED, AdmissionShape, PodSetAdmission, State, WorkloadInfo
-from gpufleet.scheduling.kueue.late_members import Joining, join, leave
+from gpufleet.scheduling.kueue.late_members import join, leave
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
@@ -42,7 +42,7 @@ from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, 
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.filters import gpu_key
 from gpufleet.scheduling.quota import FR, QuotaTree
-from gpufleet.scheduling.types import Decisions, PendingWorkload, Placer, PodAssignment
+from gpufleet.scheduling.types import Decisions, Joining, PendingWorkload, Placer, PodAssignment
 
 PlacerFactory = Callable[[ClusterState, random.Random, Sequence[Topology]], Placer]
 
@@ -191,7 +191,7 @@ class KueuePolicy:
         info.ready_deadline = None
         self.state.waiting_ready.pop(info.key, None)
 
-    def join(self, workload: str, pods: Collection[str], now: float) -> Joining | None:
+    def join(self, workload: str, pods: Sequence[str], now: float) -> Joining | None:
         """Place ``pods``, created after the admitted ``workload`` was admitted, next to its pods with its flavors,
         before any new admission (:func:`~gpufleet.scheduling.kueue.late_members.join`): where they went, or why they
         wait; None when the workload is not admitted or the policy places no pods."""
