@@ -21,10 +21,12 @@ only once the one before is ready: Kueue admits StatefulSets and LeaderWorkerSet
 workload is completed from a recorded plan like any gang, but never evicted for being partial; its pods that
 came after its admission, with no plan, are placed by :func:`join` once the cycle's policy has admitted it again,
 next to the ones bound, with its flavors, before anything new is admitted (their quota is the workload's
-already); they wait (their condition says why) while they do not fit. ``KueuePolicy.submit`` ignores every
-change to an admitted workload, so without this step they would never be bound. One exception keeps a gang
-whole: when every pod of the workload that holds a node is being deleted (a JobSet restarting all its Jobs), the
-new pods wait for them to go and are then placed together, as a new gang.
+already); they wait (their condition says why) while they do not fit. That rule is the core's
+(:mod:`gpufleet.scheduling.kueue.late_members`, which the simulator runs too); :func:`join` finds the late pods in
+the world and carries the answer back to them. ``KueuePolicy.submit`` ignores every change to an admitted
+workload, so without this step they would never be bound. One exception keeps a gang whole: when every pod of the
+workload that holds a node is being deleted (a JobSet restarting all its Jobs), the new pods wait for them to go
+and are then placed together, as a new gang.
 
 waitForPodsReady, Kueue's gang timeout, is carried out here too (the policy is rebuilt every cycle, so its
 own timers do not survive): a workload whose pods are not all Ready ``timeout`` seconds after it was

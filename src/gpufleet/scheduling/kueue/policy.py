@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
@@ -37,6 +37,7 @@ from gpufleet.scheduling.kueue.info import ADMITTED, FINISHED, AdmissionShape, P
 from gpufleet.scheduling.kueue.late_members import join, leave
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.selection import matches_affinity
+from gpufleet.scheduling.kueue.shields import shield
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, resized
 from gpufleet.scheduling.placement import make_placer
@@ -203,6 +204,11 @@ class KueuePolicy:
         quota stays charged (:func:`~gpufleet.scheduling.kueue.late_members.leave`)."""
         info = self.state.infos.get(workload)
         return info is not None and leave(self.state, info, pod, now)
+
+    def shield(self, workloads: Collection[str]) -> None:
+        """Take ``workloads`` out of the preemption candidates while they keep their nodes and quota (a
+        PodDisruptionBudget refused their eviction: :mod:`~gpufleet.scheduling.kueue.shields`)."""
+        shield(self.state, workloads)
 
     def cycle(self, now: float) -> Decisions:
         decisions = Cycle(self.state, now).run()
