@@ -47,7 +47,9 @@ from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State
 from gpufleet.scheduling.kueue.late_members import joins_late
 
-PODS_READY_TIMEOUT = "PodsReadyTimeout"
+# The core's reason, re-exported: one word for one eviction, whichever side decides it.
+from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT as PODS_READY_TIMEOUT
+
 GANG_INCOMPLETE = "GangIncomplete"
 LATE_MEMBERS = "LateMembers"
 
