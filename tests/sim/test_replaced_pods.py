@@ -46,6 +46,7 @@ def test_a_failed_pod_is_replaced_and_joins_its_job_while_the_other_runs_on() ->
     # Without replacement each failure ends the attempt, and both pods start over each time.
     assert (resubmitted.outcome, resubmitted.attempts, resubmitted.failures) == ("succeeded", 6, {"OOMKilled": 5})
     assert replaced.finished == resubmitted.finished  # the last replacement starts when the last attempt did
+    assert replaced.gpus == resubmitted.gpus == 0.25  # two eighths of the GPU, however often one was replaced
 
 
 def test_the_pod_that_stayed_runs_once_and_the_failed_ones_are_never_useful() -> None:

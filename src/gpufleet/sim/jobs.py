@@ -121,12 +121,15 @@ def job_lines(result: SimResult) -> list[JobLine]:
                     busy += x.demand * max(0.0, min(x.busy_to, result.run_end) - x.busy_from)
         starts = [a.started for a in record.attempts if a.started is not None]
         first = min((x.attempt for x in mine), default=0)
-        placed = [x for x in mine if x.attempt == first]  # the pods of the first attempt that placed any
+        placed: dict[str, PodSpan] = {}  # the pods of the first attempt that placed any, not their replacements
+        for x in mine:
+            if x.attempt == first:
+                placed.setdefault(x.pod, x)
         failures = Counter(a.cause or "Unknown" for a in record.attempts if a.outcome == "failed")
         failures.update(x.failed for x in mine if x.failed is not None)  # pods replaced while the job ran on
         out.append(JobLine(
             policy=result.policy, scenario=result.scenario, job=record.key, klass=record.klass, queue=record.queue,
-            role=record.role, gpus=sum(x.equivalents for x in placed) if placed else record.gpus,
+            role=record.role, gpus=sum(x.equivalents for x in placed.values()) if placed else record.gpus,
             submitted=record.arrival, outcome=_end_outcome(record),
             first_start=min(starts) if starts else None,
             finished=record.ended if record.outcome in ("succeeded", "failed") else None,
