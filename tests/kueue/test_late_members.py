@@ -45,6 +45,7 @@ def test_a_pod_that_left_rejoins_its_workload_with_the_quota_it_already_had(plac
     assert [p.pod for p in joining.placed] == [gone] and placed_pods(s, "web")[gone] in ("n1", "n2")
     assert gone in record_pods(s, "web") and s.usage("team") == 6000
     assert not s.policy.leave("default/web", "default/not-a-pod", s.now)
+    assert s.policy.join("default/web", [gone], s.now) is None  # placed already: nothing to decide
 
 
 @pytest.mark.parametrize("placer", PLACERS)

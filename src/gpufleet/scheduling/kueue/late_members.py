@@ -46,7 +46,9 @@ def join(state: SchedulerState, info: WorkloadInfo, pods: Collection[str]) -> Jo
     record = info.admission
     if placer is None or info.state is not ADMITTED or record is None or not pods:
         return None
-    keys = set(pods)
+    keys = set(pods).difference(p.pod for p in record.pods)  # (one placed already is not placed twice)
+    if not keys:
+        return None
     flavors = {ps.name: ps.flavors for ps in record.podsets}
     # Every pod of each pod set is a candidate (a late pod may sit past the set's admitted count: a replacement
     # carries a new name), and only those asked for are placed.
@@ -78,7 +80,7 @@ def leave(state: SchedulerState, info: WorkloadInfo, pod: str, now: float) -> bo
     cluster = state.cluster
     if cluster is not None:
         cluster.forget_memory(pod)  # a replacement of the same name starts afresh
-    if cluster is not None and pod in cluster.placements:
-        cluster.release(pod)
-        state.unpark_placement(now)  # node capacity is every queue's: whoever waited for nodes may fit now
+        if pod in cluster.placements:
+            cluster.release(pod)
+            state.unpark_placement(now)  # node capacity is every queue's: whoever waited for nodes may fit now
     return True
