@@ -115,7 +115,8 @@ def simulate(
         help="Measurement window and arrival horizon (14d, 36h); work started inside it may finish after.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the generator and the placers' tie-breaks.")] = None,
     failures: Annotated[str | None, typer.Option(
-        help="Failure models to apply: rendezvous,oom,retries (default: all) or none.")] = None,
+        help="Failure models to apply: rendezvous,oom,retries (default: all) or none; add replace-pods to replace a "
+             "Job's failed pod while the job runs on (it joins the admitted workload).")] = None,
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Also write the KPIs of every run as JSON into this file.", dir_okay=False)] = None,
     report: Annotated[Path | None, typer.Option(

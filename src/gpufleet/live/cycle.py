@@ -43,7 +43,7 @@ from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.live.bindqueue import BindQueue
 from gpufleet.live.claim_release import DeletedPodClaims
 from gpufleet.live.decide import decide, placed, queue_kinds_read
-from gpufleet.live.evictor import Evictor, EvictResult, Shields, Victim
+from gpufleet.live.evictor import Evictor, EvictResult, Victim
 from gpufleet.live.fleet_metrics import FleetMetrics
 from gpufleet.live.grants import visible_devices
 from gpufleet.live.increment import UNJOINED_WAIT, ChangeLog, Kept, carried_pods, extend, read_owners, release
@@ -59,6 +59,7 @@ from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.pending import PendingReason
+from gpufleet.scheduling.kueue.shields import Shields
 from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
 
 log = logging.getLogger(__name__)

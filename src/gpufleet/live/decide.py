@@ -4,8 +4,10 @@ binds next, given the same snapshot and the same memory.
 
 The steps: the world from the snapshot (:func:`gpufleet.live.world.assemble`), pods of set-aside objects held back,
 our workloads (:func:`~gpufleet.live.world.finish`), partial gangs repaired (:func:`gpufleet.live.gangs.repair`),
-the policy (with the PodDisruptionBudget shields and the parked-workload memory), pods come after their workload's
-admission joined to it (:func:`gpufleet.live.gangs.join`), the policy's round, waitForPodsReady timeouts. What the
+the policy (with the PodDisruptionBudget shields and the parked-workload memory, the core's:
+:mod:`gpufleet.scheduling.kueue.shields`, :mod:`gpufleet.scheduling.kueue.parked_memory`), pods come after their
+workload's admission joined to it (:func:`gpufleet.live.gangs.join`, over the core's
+:mod:`gpufleet.scheduling.kueue.late_members`), the policy's round, waitForPodsReady timeouts. What the
 scheduler keeps between cycles (assumed pods, parked memory, shields, set-aside objects) comes in as arguments:
 the dashboard passes none of it and sees what a scheduler that had just started would do.
 """

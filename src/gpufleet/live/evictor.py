@@ -4,7 +4,7 @@ A victim workload (a pod, or every pod of a gang) is first evicted in *dry run*:
 same PodDisruptionBudget check without deleting anything. If any pod is refused (429), none is evicted:
 half of a gang evicted would waste the other half. The workload is then *shielded* for a while (the
 server's Retry-After, else a configured backoff), which takes it out of the preemption candidates of the
-next cycles (:func:`gpufleet.live.planner.shield`), so the preemptor picks other victims.
+next cycles (:mod:`gpufleet.scheduling.kueue.shields`), so the preemptor picks other victims.
 
 Pods already terminating are not evicted again; their resources stay charged until they are gone, as
 kube-scheduler counts terminating pods.
@@ -19,7 +19,6 @@ releases them once the pod is gone, as it does for every pod.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,29 +54,6 @@ class EvictResult:
     retry_after: float | None = None
     message: str = ""
     api_seconds: float = 0.0
-
-
-class Shields:
-    """Workloads that a PodDisruptionBudget protects for now, with when to try them again."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._until: dict[str, float] = {}
-
-    def add(self, workload: str, until: float) -> None:
-        with self._lock:
-            self._until[workload] = max(until, self._until.get(workload, 0.0))
-
-    def active(self, now: float) -> set[str]:
-        with self._lock:
-            for key in [k for k, t in self._until.items() if t <= now]:
-                del self._until[key]
-            return set(self._until)
-
-    def next_expiry(self) -> float | None:
-        """When the earliest shield lapses (its workload is a candidate again), or None with none held."""
-        with self._lock:
-            return min(self._until.values(), default=None)
 
 
 def _name(pod: JsonDict) -> tuple[str, str, str | None]:

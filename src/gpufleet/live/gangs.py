@@ -21,10 +21,12 @@ only once the one before is ready: Kueue admits StatefulSets and LeaderWorkerSet
 workload is completed from a recorded plan like any gang, but never evicted for being partial; its pods that
 came after its admission, with no plan, are placed by :func:`join` once the cycle's policy has admitted it again,
 next to the ones bound, with its flavors, before anything new is admitted (their quota is the workload's
-already); they wait (their condition says why) while they do not fit. ``KueuePolicy.submit`` ignores every
-change to an admitted workload, so without this step they would never be bound. One exception keeps a gang
-whole: when every pod of the workload that holds a node is being deleted (a JobSet restarting all its Jobs), the
-new pods wait for them to go and are then placed together, as a new gang.
+already); they wait (their condition says why) while they do not fit. That rule is the core's
+(:mod:`gpufleet.scheduling.kueue.late_members`, which the simulator runs too); :func:`join` finds the late pods in
+the world and carries the answer back to them. ``KueuePolicy.submit`` ignores every change to an admitted
+workload, so without this step they would never be bound. One exception keeps a gang whole: when every pod of the
+workload that holds a node is being deleted (a JobSet restarting all its Jobs), the new pods wait for them to go
+and are then placed together, as a new gang.
 
 waitForPodsReady, Kueue's gang timeout, is carried out here too (the policy is rebuilt every cycle, so its
 own timers do not survive): a workload whose pods are not all Ready ``timeout`` seconds after it was
@@ -38,22 +40,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpufleet.api.objects import PodsReadyPolicy
-from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s.annotations import Intent, read_gang_plan
 from gpufleet.live.world import PodEntry, World, account, expected_size
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import State
-from gpufleet.scheduling.types import PodAssignment
+from gpufleet.scheduling.kueue.late_members import joins_late
 
-PODS_READY_TIMEOUT = "PodsReadyTimeout"
+# The core's reason, re-exported: one word for one eviction, whichever side decides it.
+from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT as PODS_READY_TIMEOUT
+
 GANG_INCOMPLETE = "GangIncomplete"
 LATE_MEMBERS = "LateMembers"
-
-# The workload kinds whose controllers own their pods once admitted: their later pods join the workload (a
-# workload's ``kind`` names its kind). Not the pod-group kinds, whose pods are a gang of pods, as Kueue's pod groups.
-JOINING_KINDS = frozenset(rule.kind for rule in RULES.values() if rule.grouping != "pod-group")
-assert not JOINING_KINDS & {"Pod", "PodGroup", "Workload"}, "a workload kind named as the workloads of pods"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,7 @@ def repair(world: World, timeout: float, due: list[float] | None = None) -> list
             actions.append(GangAction(key, "complete", tuple(m.key for m in unbound), "PartialBind",
                                       "completing a partial bind on the nodes chosen before"))
             continue
-        if key in workloads and workloads[key].kind in JOINING_KINDS:
+        if key in workloads and joins_late(workloads[key]):
             continue  # its controller's later pods join it (join): never evicted for being partial
         since = max([*(_created(m) for m in unbound),
                      min((m.intent.at for m in held if m.intent and m.intent.at), default=0.0)])
@@ -116,17 +114,17 @@ def _seen_bound(workload: Workload | None, entries: list[PodEntry]) -> None:
 
 
 def join(world: World, policy: KueuePolicy) -> list[GangAction]:
-    """Place the pods that came after their workload was admitted (a StatefulSet's next ordinal, a Job's
-    replacement pod; see the module doc): all of one workload together, with the flavors of its admission, on the
-    policy's nodes. Call it after the policy has every workload and before it runs: these pods already have their
-    quota and go before any new admission. Placed pods are charged and marked ``completing`` (this cycle binds
-    them); the others wait with ``PodEntry.waiting`` saying why."""
-    placer = policy.state.gangs
-    if placer is None:
+    """The pods that came after their workload was admitted (a StatefulSet's next ordinal, a Job's replacement pod;
+    see the module doc), handed to the core's rule (:func:`gpufleet.scheduling.kueue.late_members.join`): all of
+    one workload together, with the flavors of its admission, on the policy's nodes. Call it after the policy has
+    every workload and before it runs: these pods already have their quota and go before any new admission. Placed
+    pods are charged and marked ``completing`` (this cycle binds them); the others wait with ``PodEntry.waiting``
+    saying why."""
+    if policy.state.placer is None:
         return []  # quotaOnly: no nodes to place on
     actions: list[GangAction] = []
     for w in world.workloads:
-        if w.kind not in JOINING_KINDS:
+        if not joins_late(w):
             continue
         info = policy.info(w.key)
         if info is None or info.state is not State.ADMITTED or info.admission is None:
@@ -138,27 +136,22 @@ def join(world: World, policy: KueuePolicy) -> list[GangAction]:
         holding = [e for p in w.pods if (e := world.pods.get(p.key)) is not None and e.node is not None
                    and not e.terminal and not e.completing]
         if holding and all(e.deleting for e in holding):
+            # (deletion is what the API server shows of a restart: the core sees pods, not their deletion)
             for e in late:
                 e.waiting = (f"the pods of {w.kind} {w.key} that hold nodes are being deleted (a restart): its new "
                              "pods are placed together once they are gone")
             continue
         keys = {e.key for e in late}
-        flavors = {ps.name: ps.flavors for ps in info.admission.podsets}
-        groups = [(topology, [req for req in requests if req.key in keys]) for topology, requests in placer.groups(
-            info, [flavors.get(ps.name, {}) for ps in info.podsets], [len(w.pods)] * len(info.podsets))]
-        groups = [g for g in groups if g[1]]
-        placed, failed = placer.place(groups)
-        if placed is None:
-            assert failed is not None
-            why = placer.explain(failed, len(late))
-            for e in late:
-                e.waiting = (f"{w.kind} {w.key} is admitted; this pod, created after it, waits for room next to its "
-                             f"pods: {why}")
+        joining = policy.join(w.key, sorted(keys), world.now)
+        if joining is None:
             continue
-        for pl in placed:
-            e = world.pods[pl.pod]
-            e.node, e.devices, e.completing = pl.node, pl.device_ids, True
-            info.admission.pods.append(PodAssignment(pl.pod, pl.node, pl.device_ids))
+        if joining.waiting is not None:
+            for e in late:
+                e.waiting = joining.message(w.kind)
+            continue
+        for pa in joining.placed:
+            e = world.pods[pa.pod]
+            e.node, e.devices, e.completing = pa.node, pa.devices, True
         _seen_bound(w, late)
         actions.append(GangAction(w.key, "complete", tuple(sorted(keys)), LATE_MEMBERS,
                                   f"placing {len(keys)} pod(s) created after the workload was admitted"))

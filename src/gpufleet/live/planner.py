@@ -6,15 +6,13 @@ with their quota), then policy cycles run back to back, as the simulator runs th
 cycle admits nothing (or a cycle or time budget is spent): Kueue admits one head per ClusterQueue per
 cycle, so one cycle per rebuild would be a needless bottleneck.
 
-Workloads whose eviction a PodDisruptionBudget refused are *shielded*: they keep their nodes and quota but
-are no candidates for preemption, so the next cycle chooses other victims.
-
-Kueue parks a BestEffortFIFO head that does not fit, so the next head gets its turn, and wakes parked
-workloads only when capacity or quota is released. A policy rebuilt every cycle would forget that and
-re-evaluate the same unfit heads first each time (a backlog deeper than a cycle budget would starve the
-workloads behind it), so :class:`ParkedMemory` carries the parked set from one cycle to the next for as long
-as nothing was released: no pod that held capacity is gone, and nodes and queue objects are unchanged (the
-workload kinds' objects, parsed with the queues, may change: a Job's status releases nothing).
+What carries over from one rebuilt policy to the next is the core's state, and its rules are the core's: workloads
+whose eviction a PodDisruptionBudget refused are *shielded* (:mod:`gpufleet.scheduling.kueue.shields`: they keep
+their nodes and quota but are no candidates for preemption, so the next cycle chooses other victims), and the
+workloads the last cycle left parked are parked again while nothing was released
+(:mod:`gpufleet.scheduling.kueue.parked_memory`). This module only reads off the world what that rule is judged on
+(:func:`releases`: no pod that held capacity is gone, and nodes and queue objects are unchanged; the workload
+kinds' objects, parsed with the queues, may change: a Job's status releases nothing).
 """
 
 from __future__ import annotations
@@ -26,7 +24,8 @@ from dataclasses import dataclass, field
 from gpufleet.api.objects import PodsReadyPolicy
 from gpufleet.live.world import World
 from gpufleet.scheduling.kueue import KueuePolicy, engine_placer_factory
-from gpufleet.scheduling.kueue.pending import PendingReason
+from gpufleet.scheduling.kueue.parked_memory import ParkedMemory as CoreParkedMemory
+from gpufleet.scheduling.kueue.parked_memory import Releases
 from gpufleet.scheduling.types import AdmittedWorkload, PreemptedWorkload
 
 
@@ -53,23 +52,10 @@ def make_policy(world: World, profile: str, shielded: Collection[str], seed: int
     policy = KueuePolicy(world.manifests(), cluster, placer_factory=engine_placer_factory(profile), seed=seed)
     for w in world.workloads:
         policy.submit(w, world.now)
-    shield(policy, shielded)
+    policy.shield(shielded)
     if parked is not None:
         parked.apply(world, policy)
     return policy
-
-
-def shield(policy: KueuePolicy, workloads: Collection[str]) -> None:
-    """Take ``workloads`` out of the preemption candidates (their usage and placements stay charged).
-
-    Candidates are read from the admitted-workload tables; quota lives in the quota tree and nodes in the
-    ClusterState, so removing the table entries hides the workloads from preemption and nothing else."""
-    if not workloads:
-        return
-    state = policy.state
-    for table in state.admitted.values():
-        for key in workloads:
-            table.pop(key, None)
 
 
 def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: float = 2.0) -> Plan:
@@ -99,55 +85,29 @@ def _nodes_fingerprint(world: World) -> int:
                        tuple(sorted(n.labels.items()))) for n in world.nodes))
 
 
-class ParkedMemory:
-    """Which workloads the last cycle left parked, and whether that still holds (see the module doc)."""
+def releases(world: World) -> Releases:
+    """What the parked memory is judged against, as the world shows it: the queue kinds' generation
+    (gpufleet.k8s.parsing: workload objects change it not), the nodes, the pods holding capacity."""
+    return Releases(world.queue_generation, _nodes_fingerprint(world),
+                    frozenset(e.key for e in world.pods.values() if e.holds_capacity))
 
-    def __init__(self) -> None:
-        # workload -> (ClusterQueue, message, pending reason, for nodes)
-        self._parked: dict[str, tuple[str, str, PendingReason, bool]] = {}
-        self._queues = 0  # the queue kinds' generation (gpufleet.k8s.parsing): workload objects change it not
-        self._nodes = 0
-        self._holders: frozenset[str] = frozenset()
+
+class ParkedMemory(CoreParkedMemory):
+    """The core's parked memory (:mod:`gpufleet.scheduling.kueue.parked_memory`), read off the live world."""
 
     def apply(self, world: World, policy: KueuePolicy) -> int:
         """Park again in ``policy`` what the last cycle parked, if nothing was released since; how many."""
-        holders = frozenset(e.key for e in world.pods.values() if e.holds_capacity)
-        nodes = _nodes_fingerprint(world)
-        valid = world.queue_generation == self._queues != 0 and nodes == self._nodes and self._holders <= holders
-        parked = self._parked if valid else {}
-        count = 0
-        queues = policy.state.queues.queues
-        for key, (cq, message, reason, for_nodes) in parked.items():
-            info = policy.info(key)
-            q = queues.get(cq)
-            if info is not None and q is not None and key in q.active:
-                q.park(info)
-                info.message = message  # why it waits, for its pods' condition and the pending gauge
-                info.pending = reason
-                if for_nodes:
-                    info.placement_parked = True
-                    policy.state.placement_parked[key] = info
-                count += 1
-        self._queues, self._nodes, self._holders = world.queue_generation, nodes, holders
-        return count
+        return self.carry(policy, releases(world))
 
     def remember(self, policy: KueuePolicy, world: World, admitted: Collection[str] = ()) -> None:
         """What the round just run left parked, and the pods holding capacity as it ends (``world``'s and the
-        pods it placed, ``admitted``): a later cycle re-parks only while none of those is gone. (Holders taken at
-        the round's start missed the pods it admitted: one of them ending would not have woken what it kept
-        out.)"""
+        pods it placed, ``admitted``)."""
         self.remember_parked(policy)
         self.remember_holders(world, admitted)
 
-    def remember_parked(self, policy: KueuePolicy) -> None:
-        """:meth:`remember`'s first half: what the round left parked. A cycle that carries on calls
-        :meth:`remember_holders` once its Bindings are handed off (every pod of the world is looked at, and the
-        pods it places are among ``admitted`` whether or not they are marked on their nodes by then)."""
-        self._parked = {key: (name, info.message, info.pending, info.placement_parked)
-                        for name, q in policy.state.queues.queues.items() for key, info in q.parked.items()}
-
     def remember_holders(self, world: World, admitted: Collection[str] = ()) -> None:
-        """:meth:`remember`'s second half: the pods holding capacity (PodEntry.holds_capacity, inlined: this
-        looks at every pod of the cluster)."""
-        self._holders = frozenset([e.key for e in world.pods.values() if e.node is not None and not e.terminal]) \
-            | frozenset(admitted)
+        """:meth:`remember`'s second half, which a cycle that carries on calls once its Bindings are handed off
+        (every pod of the world is looked at, and the pods it places are among ``admitted`` whether or not they
+        are marked on their nodes by then). PodEntry.holds_capacity, inlined: this looks at every pod."""
+        self.note_holders(frozenset([e.key for e in world.pods.values() if e.node is not None and not e.terminal])
+                          | frozenset(admitted))

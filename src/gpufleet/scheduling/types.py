@@ -163,6 +163,35 @@ class MemoryFeedback(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """What a policy decided for the pods that came after their workload was admitted (a replacement for a failed
+    pod, a StatefulSet's next ordinal): where they go, all of them, or why they wait."""
+
+    workload: str
+    placed: tuple[PodAssignment, ...] = ()  # every pod asked for, or none
+    waiting: str | None = None  # why they do not fit (the placer's reason); None when placed
+
+    def message(self, kind: str) -> str:
+        """What a waiting pod is told (its condition); ``kind`` names the workload's kind."""
+        return (f"{kind} {self.workload} is admitted; this pod, created after it, waits for room next to its "
+                f"pods: {self.waiting}")
+
+
+@runtime_checkable
+class LateMembers(Protocol):
+    """A policy that lets an admitted workload's pods come and go while it stays admitted, as Kueue leaves a Job's,
+    a JobSet's or a StatefulSet's pods to their controller once admitted (gpufleet.scheduling.kueue.late_members):
+    the driver reports a pod gone (``leave``: its node is free, its quota stays the workload's) and asks to place
+    the pods that came later (``join``: before any new admission)."""
+
+    def join(self, workload: str, pods: Sequence[str], now: float) -> Joining | None:
+        ...
+
+    def leave(self, workload: str, pod: str, now: float) -> bool:
+        ...
+
+
 class Policy(Protocol):
     """A scheduler the simulator or the live driver runs, cycle after cycle."""
 

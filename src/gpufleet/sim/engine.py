@@ -7,7 +7,10 @@ start delay), preempted workloads have their pods stopped and are handed back th
 begins when every pod of a gang runs (each pod on its own for jobs that are not gangs) and lasts the job's
 duration, longer when a MIG instance gives it less compute than it needs. The failure models
 (:class:`~gpufleet.sim.model.FailureModels`) end attempts early; a failed attempt is finished with the
-policy and resubmitted while the job's backoff limit allows.
+policy and resubmitted while the job's backoff limit allows. With ``replace_pods``, a pod of a Job or a
+StatefulSet whose pods work apart fails alone instead: the policy is told it left (``LateMembers.leave``), and its
+replacement joins the admitted workload (``LateMembers.join``, gpufleet.scheduling.kueue.late_members) before the
+instant's cycles, as the live scheduler joins the pods created after their workload's admission.
 
 A run is deterministic: events at one instant are taken in a fixed order and nothing reads the wall clock
 except to report how long the run took.
@@ -22,8 +25,9 @@ from dataclasses import dataclass, field
 from gpufleet.api.objects import PodTemplate
 from gpufleet.cluster.holdings import Holding, holding_of, unplaced_holding
 from gpufleet.gpu.constants import MILLI
+from gpufleet.scheduling.kueue.late_members import joins_late
 from gpufleet.scheduling.placement.stranded import stranded_by_node
-from gpufleet.scheduling.types import Decisions, MemoryFeedback, Policy
+from gpufleet.scheduling.types import Decisions, LateMembers, MemoryFeedback, PodAssignment, Policy
 from gpufleet.sim.contention import Work, WorkClock
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.model import SimConfig, SimJob, SimulationError
@@ -33,7 +37,7 @@ Progress = Callable[[float, float], None]  # (virtual now, virtual end) -> None
 
 # Events that can change what happens next; timers of the engine itself (ticks, samples) do not.
 _LIVE = frozenset({Kind.ARRIVAL, Kind.POD_START, Kind.WORK_DONE, Kind.POD_DONE, Kind.MEMORY_PEAK,
-                   Kind.RENDEZVOUS, Kind.RETRY, Kind.WAKEUP, Kind.CRASH})
+                   Kind.RENDEZVOUS, Kind.RETRY, Kind.WAKEUP, Kind.CRASH, Kind.REPLACE})
 _IDLE_WAKEUPS = 1000  # wake-ups in a row that change nothing while nothing else is left: the run is over
 # Cycles in a row that decide nothing at one instant while the policy still has heads to try (each cycle tries one
 # per ClusterQueue): a queue of thousands of workloads none of which fits is not walked through at every event.
@@ -65,6 +69,9 @@ class _JobRun:
     working: bool = False
     pods_done: int = 0
     works: dict[str, Work] = field(default_factory=dict)  # its works under way, by pod ("" for a gang's)
+    # The version a pod's next work starts at: past the last of a pod that failed alone (FailureModels.replace_pods),
+    # so that the failed pod's end event, still queued, is stale for its replacement's work.
+    work_versions: dict[str, int] = field(default_factory=dict)
 
     def record_work(self, key: str, work: Work) -> None:
         """Write the work done so far on the pods it runs on: pod ``key``'s, or every pod's for a gang's ("")."""
@@ -99,6 +106,10 @@ class Simulator:
         self._settled: Callable[[], bool] | None = settled if callable(settled) else None
         # What the node agent would report of GPU memory (per-pod use, OOM kills), to a policy that learns from it.
         self._feedback = policy if isinstance(policy, MemoryFeedback) else None
+        # A policy that takes pods joining an admitted workload (FailureModels.replace_pods), and per job the
+        # replacements waiting to join it, in the order they were created.
+        self._members = policy if isinstance(policy, LateMembers) and policy.cluster is not None else None
+        self._joining: dict[str, list[str]] = {}
         self.events = 0
         self.cycles = 0
         self.last_pending_reason: dict[str, str] = {}
@@ -182,7 +193,9 @@ class Simulator:
                 need_cycle |= self._handle(ev)
             if stopped:
                 break
-            decided = self._cycles(t) if need_cycle else False
+            # Replacements join their admitted workloads first: their quota is theirs already (the live order).
+            joined = self._join(t) if need_cycle and self._joining else False
+            decided = (self._cycles(t) if need_cycle else False) or joined
             if need_cycle or decided:
                 last_change = t  # timers that found their attempt already over change nothing
             if end is None and only_wakeups and not decided and self._live == 0:
@@ -250,6 +263,10 @@ class Simulator:
         if kind == Kind.POD_START:
             self._start_pod(run, run.pods[ev.pod], ev.time)
             return True
+        if kind == Kind.REPLACE:
+            self._joining.setdefault(run.job.key, []).append(ev.pod)
+            self._pending[run.job.key] = None  # waiting again, for its replacement pod
+            return True
         if kind in (Kind.WORK_DONE, Kind.POD_DONE):
             work = run.works.get(ev.pod)
             if work is None or work.version != ev.version:
@@ -275,7 +292,10 @@ class Simulator:
             if not self._memory_fits(pod):
                 if self._feedback is not None:  # told while its devices are still held
                     self._feedback.oom_killed(run.job.key, pod.key, ev.time)
-                self._end_attempt(run, ev.time, "failed", "OOMKilled")
+                if self._replaces(run, pod):
+                    self._pod_failed(run, pod, ev.time, "OOMKilled")
+                else:
+                    self._end_attempt(run, ev.time, "failed", "OOMKilled")
                 return True
             if self._feedback is not None and pod.memory_mib is not None:
                 self._feedback.observe_memory(run.job.key, pod.key, pod.memory_mib, ev.time)
@@ -308,7 +328,6 @@ class Simulator:
             self._end_attempt(run, t, "preempted", p.reason, tell_policy=False)
             self.policy.evicted(p.workload, t, requeue=True, reason=p.reason)
             self._new_attempt(run, t)  # requeued by the policy itself: waiting again from now
-        cluster = self.policy.cluster
         for a in d.admitted:
             run = self._run_of(a.workload, "admitted")
             if run.state != "active":
@@ -318,22 +337,77 @@ class Simulator:
                     raise SimulationError(f"policy {self.policy.name} placed {pa.pod}, not a pod of {a.workload}")
                 if pa.pod in run.pods:
                     raise SimulationError(f"policy {self.policy.name} placed {pa.pod} twice")
-                placement = cluster.placements.get(pa.pod) if cluster is not None and pa.node else None
-                holding = holding_of(cluster, placement) if cluster is not None and placement is not None \
-                    else unplaced_holding(self._template(run, pa.pod).gpu.gpu_equivalent)
-                span = PodSpan(run.job.key, pa.pod, holding.node, holding.pool, holding.model, holding.share,
-                               holding.price, held_from=t, shared_gpus=holding.shared_gpus,
-                               attempt=len(run.record.attempts) - 1, equivalent=holding.equivalent)
-                pod = _PodRun(pa.pod, holding, span, run.job.profile(pa.pod).memory_mib)
-                run.pods[pa.pod] = pod
-                self._held += holding.share
-                self._spans.append(span)
-                if self.config.pod_start_s > 0:
-                    self._push(t + self.config.pod_start_s, Kind.POD_START, run.job.key, run.token, pa.pod)
-                else:
-                    self._start_pod(run, pod, t)
+                self._place_pod(run, pa, t)
             if len(run.pods) == len(run.pod_keys):
                 self._pending.pop(run.job.key, None)
+
+    def _place_pod(self, run: _JobRun, pa: PodAssignment, t: float) -> None:
+        """A pod the policy placed holds what it was given from now, and starts (after the start delay)."""
+        cluster = self.policy.cluster
+        placement = cluster.placements.get(pa.pod) if cluster is not None and pa.node else None
+        holding = holding_of(cluster, placement) if cluster is not None and placement is not None \
+            else unplaced_holding(self._template(run, pa.pod).gpu.gpu_equivalent)
+        span = PodSpan(run.job.key, pa.pod, holding.node, holding.pool, holding.model, holding.share,
+                       holding.price, held_from=t, shared_gpus=holding.shared_gpus,
+                       attempt=len(run.record.attempts) - 1, equivalent=holding.equivalent)
+        pod = _PodRun(pa.pod, holding, span, run.job.profile(pa.pod).memory_mib)
+        run.pods[pa.pod] = pod
+        self._held += holding.share
+        self._spans.append(span)
+        if self.config.pod_start_s > 0:
+            self._push(t + self.config.pod_start_s, Kind.POD_START, run.job.key, run.token, pa.pod)
+        else:
+            self._start_pod(run, pod, t)
+
+    # ---- pods that fail alone, and their replacements (FailureModels.replace_pods) ----------------------------
+    def _replaces(self, run: _JobRun, pod: _PodRun) -> bool:
+        """Whether the failed ``pod`` is replaced while its job runs on, rather than ending the attempt: its job's
+        pods work apart, its controller owns its pods once admitted, the policy takes late members, and the pod is
+        still at work (one whose own work is over leaves nothing to replace)."""
+        return (self.config.failures.replace_pods and self._members is not None and not run.job.gang
+                and joins_late(run.job.workload) and pod.key in run.works)
+
+    def _pod_failed(self, run: _JobRun, pod: _PodRun, t: float, cause: str) -> None:
+        """``pod`` failed alone: it stops and leaves its workload (its node is free, its quota stays the job's), and
+        its controller creates a replacement after the backoff, while the job's failures stay within its backoff
+        limit; past it the job fails for good."""
+        assert self._members is not None
+        work = run.works[pod.key]
+        self._stop_work(run, pod.key, t)
+        run.work_versions[pod.key] = work.version + 1
+        self._release_pod(pod, t)
+        del run.pods[pod.key]
+        if pod.running:
+            run.running -= 1
+        self._members.leave(run.job.key, pod.key, t)
+        failures = self.config.failures
+        if failures.retries and run.failures + 1 <= run.job.backoff_limit:
+            run.failures += 1
+            pod.span.failed = cause  # (a failure that ends the attempt is the attempt's, and counted there)
+            self._push(t + failures.retry_delay(run.failures), Kind.REPLACE, run.job.key, run.token, pod.key)
+        else:
+            self._end_attempt(run, t, "failed", cause)  # (it counts this failure, and gives up)
+
+    def _join(self, t: float) -> bool:
+        """Ask the policy to place the replacements waiting to join their admitted jobs; whether any joined."""
+        assert self._members is not None
+        joined = False
+        for key, pods in list(self._joining.items()):
+            run = self._runs[key]
+            got = self._members.join(key, pods, t)
+            if got is None:
+                raise SimulationError(f"policy {self.policy.name} does not take the late pods of {key}, which it "
+                                      "admitted")
+            if got.waiting is not None:
+                self.last_pending_reason[key] = got.message(run.job.workload.kind)
+                continue
+            del self._joining[key]
+            for pa in got.placed:
+                self._place_pod(run, pa, t)
+            if len(run.pods) == len(run.pod_keys):
+                self._pending.pop(key, None)
+            joined = True
+        return joined
 
     def _run_of(self, key: str, what: str) -> _JobRun:
         run = self._runs.get(key)
@@ -406,6 +480,8 @@ class Simulator:
         it loads them and, for a batch job, slows down when they are over-busy (sim/contention.py)."""
         work = Work((run.job.key, key), [(p.key, p.holding.shared_gpus, p.span.demand) for p in pods], length,
                     run.job.work_bound)
+        if run.work_versions:
+            work.version = run.work_versions.get(key, 0)
         run.works[key] = work
         self._clock.start(work, t)
 
@@ -424,6 +500,8 @@ class Simulator:
 
     def _all_running(self, run: _JobRun, t: float) -> None:
         assert run.attempt is not None
+        if run.attempt.started is not None:
+            return  # a replacement pod completed the set again (FailureModels.replace_pods): the work began before
         run.attempt.started = t
         run.attempt.outcome = "running"
         if callable(self._pods_ready):
@@ -447,21 +525,27 @@ class Simulator:
         for key in list(run.works):
             self._stop_work(run, key, t)
         for pod in run.pods.values():
-            self._held -= pod.holding.share
-            pod.span.held_to = t
-            if pod.span.busy_from is not None and pod.span.busy_to is None:
-                pod.span.busy_to = t
-            if pod.resident:
-                for dev in pod.holding.devices:
-                    if dev.shared:
-                        self._resident[dev.key] -= pod.memory_mib or 0
-                pod.resident = False
+            self._release_pod(pod, t)
         run.pods = {}
+        run.work_versions.clear()
+        self._joining.pop(run.job.key, None)  # its replacements' attempt is over: the next one places every pod
         run.running = 0
         run.first_start = None
         run.working = False
         run.pods_done = 0
         run.token += 1
+
+    def _release_pod(self, pod: _PodRun, t: float) -> None:
+        """The pod holds nothing from ``t``: its span ends and its memory leaves the devices it shared."""
+        self._held -= pod.holding.share
+        pod.span.held_to = t
+        if pod.span.busy_from is not None and pod.span.busy_to is None:
+            pod.span.busy_to = t
+        if pod.resident:
+            for dev in pod.holding.devices:
+                if dev.shared:
+                    self._resident[dev.key] -= pod.memory_mib or 0
+            pod.resident = False
 
     def _end_attempt(self, run: _JobRun, t: float, outcome: Outcome, cause: str | None, *,
                      tell_policy: bool = True) -> None:

@@ -25,6 +25,7 @@ class Kind(IntEnum):
     SAMPLE = 9  # fragmentation sample
     END = 10  # the run's last instant
     CRASH = 11  # an attempt fails on its own (SimJob.crashes)
+    REPLACE = 12  # a failed pod's replacement is created (FailureModels.replace_pods) and asks to join its job
 
 
 class Event(NamedTuple):

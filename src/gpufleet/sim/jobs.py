@@ -13,6 +13,8 @@ A line (:meth:`JobLine.to_json`)::
 * ``outcome`` at the end of the run: ``succeeded``; ``failed`` (for good, its retries spent); ``running`` (an
   attempt whose every pod runs, healthy, at the end); ``pending`` (waiting at the end: never started, or
   waiting again after a failure or a preemption; ``firstStart`` tells which);
+* ``failures``: per cause, the attempts that failed, and the pods that failed alone while their job ran on (the
+  ``replace_pods`` failure model: a replacement took their place; what they held is never useful);
 * ``firstStart``: when the job's work first began (every pod of an attempt running); ``finished``: when it
   succeeded or failed for good;
 * GPU-seconds are whole-GPU equivalents over the whole run (the window and its drain): a whole GPU counts 1,
@@ -111,7 +113,7 @@ def job_lines(result: SimResult) -> list[JobLine]:
             seconds = max(0.0, min(x.held_to, result.run_end) - x.held_from)
             held += x.equivalents * seconds
             cost += x.share * x.price * seconds / 3600
-            if x.attempt in useful:
+            if x.attempt in useful and x.failed is None:  # (a pod that failed alone did no useful work)
                 use += x.equivalents * seconds
                 if x.work_s is not None:
                     busy += x.demand * x.work_s
@@ -119,11 +121,15 @@ def job_lines(result: SimResult) -> list[JobLine]:
                     busy += x.demand * max(0.0, min(x.busy_to, result.run_end) - x.busy_from)
         starts = [a.started for a in record.attempts if a.started is not None]
         first = min((x.attempt for x in mine), default=0)
-        placed = [x for x in mine if x.attempt == first]  # the pods of the first attempt that placed any
+        placed: dict[str, PodSpan] = {}  # the pods of the first attempt that placed any, not their replacements
+        for x in mine:
+            if x.attempt == first:
+                placed.setdefault(x.pod, x)
         failures = Counter(a.cause or "Unknown" for a in record.attempts if a.outcome == "failed")
+        failures.update(x.failed for x in mine if x.failed is not None)  # pods replaced while the job ran on
         out.append(JobLine(
             policy=result.policy, scenario=result.scenario, job=record.key, klass=record.klass, queue=record.queue,
-            role=record.role, gpus=sum(x.equivalents for x in placed) if placed else record.gpus,
+            role=record.role, gpus=sum(x.equivalents for x in placed.values()) if placed else record.gpus,
             submitted=record.arrival, outcome=_end_outcome(record),
             first_start=min(starts) if starts else None,
             finished=record.ended if record.outcome in ("succeeded", "failed") else None,

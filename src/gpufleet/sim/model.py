@@ -95,7 +95,13 @@ class FailureModels:
       whole GPU, a MIG instance) or, on a software-shared GPU (time-slice replicas, fractions), what the
       co-tenants already use plus its own exceeds the GPU's memory, it fails with OOMKilled;
     * retries: a failed job is resubmitted up to its backoff limit, after the Job controller's backoff
-      (``retry_backoff_s`` doubling per failure, at most ``retry_backoff_max_s``).
+      (``retry_backoff_s`` doubling per failure, at most ``retry_backoff_max_s``);
+    * replace_pods (off unless asked for): a pod that fails in a job whose pods work apart (not a gang) and whose
+      controller owns its pods (a Job, a StatefulSet: gpufleet.scheduling.kueue.late_members) is replaced, after
+      the same backoff, and the job runs on, admitted, as the Job controller does: the replacement joins the
+      admitted workload (the policy's ``join``, next to its pods with its flavors) and waits there for room; the
+      job fails for good once its failures pass its backoff limit. Off, a failed pod ends the attempt and the
+      whole job is resubmitted. Policies that do not take late members (kube-default) are never asked.
     """
 
     rendezvous: bool = True
@@ -105,6 +111,7 @@ class FailureModels:
     retries: bool = True
     retry_backoff_s: float = 10.0
     retry_backoff_max_s: float = 360.0
+    replace_pods: bool = False
 
     def retry_delay(self, failures: int) -> float:
         return float(min(self.retry_backoff_s * 2.0 ** max(failures - 1, 0), self.retry_backoff_max_s))

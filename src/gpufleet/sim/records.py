@@ -37,6 +37,9 @@ class PodSpan:
     # Seconds of work done while busy, at the pod's own pace: shorter than its busy time when it shared a GPU
     # that its co-tenants kept more than busy (sim/contention.py); None: the busy time itself.
     work_s: float | None = None
+    # Why the pod failed alone while its job ran on (FailureModels.replace_pods: a replacement took its place);
+    # None: it ended with its attempt. What such a pod held is never useful.
+    failed: str | None = None
 
     @property
     def equivalents(self) -> float:

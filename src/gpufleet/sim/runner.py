@@ -57,18 +57,22 @@ def parse_duration_option(text: str | None) -> float | None:
 
 
 FAILURE_MODELS = ("rendezvous", "oom", "retries")
+# Models only applied when named: replace-pods changes what a failed pod does (FailureModels.replace_pods).
+OPT_IN_FAILURE_MODELS = ("replace-pods",)
 
 
 def parse_failures(text: str | None) -> FailureModels:
-    """``rendezvous,oom,retries`` (the default: all), any subset, or ``none``."""
+    """``rendezvous,oom,retries`` (the default: all), any subset, or ``none``; ``replace-pods`` added to a list
+    replaces a failed pod of a Job or a StatefulSet while the job runs on, instead of ending its attempt."""
     if text is None:
         return FailureModels()
     names = {n.strip() for n in text.split(",") if n.strip()} - {"none"}
-    unknown = sorted(names - set(FAILURE_MODELS))
+    unknown = sorted(names - set(FAILURE_MODELS) - set(OPT_IN_FAILURE_MODELS))
     if unknown:
         raise SimulationError(f"--failures: unknown model(s) {', '.join(unknown)}; "
-                              f"expected some of {', '.join(FAILURE_MODELS)} or none")
-    return FailureModels(rendezvous="rendezvous" in names, oom="oom" in names, retries="retries" in names)
+                              f"expected some of {', '.join(FAILURE_MODELS + OPT_IN_FAILURE_MODELS)} or none")
+    return FailureModels(rendezvous="rendezvous" in names, oom="oom" in names, retries="retries" in names,
+                         replace_pods="replace-pods" in names)
 
 
 def no_nodes_error(notes: Sequence[str]) -> SimulationError:

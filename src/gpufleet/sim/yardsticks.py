@@ -5,7 +5,8 @@ drain), so work left undone can never show up as a saving:
 
 * **work done**: useful GPU-hours, held by attempts that succeeded or are still running at the end;
 * **work done, busy**: the compute that useful work kept busy (the same for a job whatever device it holds);
-* **wasted GPU-hours**: held by attempts that failed, were preempted, or never got all their pods;
+* **wasted GPU-hours**: held by attempts that failed, were preempted, or never got all their pods, and by pods that
+  failed alone and were replaced (the ``replace_pods`` failure model);
 * **cost per useful GPU-hour**: what the fleet costs over the run (every GPU at its price, idle or not: a
   platform pays for its GPUs whether or not the scheduler uses them) over the work done. What the jobs held,
   priced, is ``cost_held`` beside it; held cost per useful hour would rise with the share of work done on
@@ -42,7 +43,8 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("first_start_p95_gpu_weighted_s", "the same, each job weighing the GPUs it held when placed (else asks): by "
                                        "then the jobs holding 95% of the GPUs had started (a 16-GPU gang weighs as "
                                        "much as 128 notebooks on eighth replicas)."),
-    ("wasted_gpu_hours", "GPU-hours held by attempts that failed, were preempted, or never got all their pods."),
+    ("wasted_gpu_hours", "GPU-hours held by attempts that failed, were preempted, or never got all their pods, and by "
+                         "pods replaced after failing alone."),
 )
 
 

@@ -12,6 +12,9 @@ Module map:
 * :mod:`.gangs` - placing a workload's pods all or none through the placement engine's Placer
   (:mod:`.firstfit` is a simple reference placer for tests);
 * :mod:`.state`, :mod:`.cycle` - the policy's state and one scheduling cycle;
+* :mod:`.late_members` - pods that come after their workload's admission joining it, and pods leaving it;
+* :mod:`.parked_memory`, :mod:`.shields` - what carries over into a policy rebuilt for the next cycle: the parked
+  workloads, and the workloads shielded from preemption;
 * :mod:`.policy` - :class:`KueuePolicy`, the :class:`~gpufleet.scheduling.types.Policy` drivers run.
 """
 

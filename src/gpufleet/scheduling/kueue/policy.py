@@ -12,13 +12,16 @@ Lifecycle of a workload, driven by the simulator or the live driver:
 * ``evicted``: the driver has stopped the pods of a preempted or timed-out workload; it is requeued (after a
   ``PodsReadyTimeout``, with Kueue's exponential backoff, and deactivated past ``backoffLimitCount``).
 * ``finish``: the workload is over; its quota and nodes are released.
+* ``join`` / ``leave``: a pod created after its workload was admitted joins it (a StatefulSet's next ordinal, a
+  Job's replacement for a failed pod), and a pod of an admitted workload is gone while the workload stays
+  (:mod:`~gpufleet.scheduling.kueue.late_members`).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
@@ -31,14 +34,16 @@ from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.kueue.gangs import GangPlacer
 from gpufleet.scheduling.kueue.info import ADMITTED, FINISHED, AdmissionShape, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.late_members import join, leave
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.selection import matches_affinity
+from gpufleet.scheduling.kueue.shields import shield
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, resized
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.filters import gpu_key
 from gpufleet.scheduling.quota import FR, QuotaTree
-from gpufleet.scheduling.types import Decisions, PendingWorkload, Placer, PodAssignment
+from gpufleet.scheduling.types import Decisions, Joining, PendingWorkload, Placer, PodAssignment
 
 PlacerFactory = Callable[[ClusterState, random.Random, Sequence[Topology]], Placer]
 
@@ -186,6 +191,24 @@ class KueuePolicy:
         info.ready = True
         info.ready_deadline = None
         self.state.waiting_ready.pop(info.key, None)
+
+    def join(self, workload: str, pods: Sequence[str], now: float) -> Joining | None:
+        """Place ``pods``, created after the admitted ``workload`` was admitted, next to its pods with its flavors,
+        before any new admission (:func:`~gpufleet.scheduling.kueue.late_members.join`): where they went, or why they
+        wait; None when the workload is not admitted or the policy places no pods."""
+        info = self.state.infos.get(workload)
+        return join(self.state, info, pods) if info is not None else None
+
+    def leave(self, workload: str, pod: str, now: float) -> bool:
+        """One pod of the admitted ``workload`` is gone and the workload runs on: its node capacity is free, its
+        quota stays charged (:func:`~gpufleet.scheduling.kueue.late_members.leave`)."""
+        info = self.state.infos.get(workload)
+        return info is not None and leave(self.state, info, pod, now)
+
+    def shield(self, workloads: Collection[str]) -> None:
+        """Take ``workloads`` out of the preemption candidates while they keep their nodes and quota (a
+        PodDisruptionBudget refused their eviction: :mod:`~gpufleet.scheduling.kueue.shields`)."""
+        shield(self.state, workloads)
 
     def cycle(self, now: float) -> Decisions:
         decisions = Cycle(self.state, now).run()

@@ -1,0 +1,106 @@
+"""Which workloads a policy left parked, carried into a policy built afresh for the next cycle.
+
+Kueue parks a BestEffortFIFO head that does not fit, so that the next head gets its turn, and wakes parked
+workloads only when capacity or quota is released. A policy that lives on (the simulator's, the live scheduler's
+kept one) remembers that in its queues. A policy rebuilt from the cluster's objects, as a restart or the live
+scheduler's full cycle builds it, would forget, and re-evaluate the same unfit heads first every cycle: behind a
+backlog deeper than one cycle's budget, the workloads queued after it would starve. :class:`ParkedMemory` carries
+the parked set from the policy a cycle ends with into the one the next cycle builds, for as long as nothing was
+released in between.
+
+"Nothing released" is judged on a :class:`Releases`: what the driver sees of the things whose change could wake a
+parked workload (the queue objects' generation, the nodes, the pods holding capacity). The memory holds while the
+queues and the nodes are the same and every pod that held capacity still does; new pods holding capacity release
+nothing. How the driver measures these is its own affair (gpufleet.live.planner); the rule is here.
+
+No I/O and no clock. A driver whose policy lives on needs none of it: its policy's queues are the memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gpufleet.scheduling.kueue.pending import PendingReason
+from gpufleet.scheduling.kueue.policy import KueuePolicy
+from gpufleet.scheduling.kueue.state import SchedulerState
+
+
+class Parked(NamedTuple):
+    """One workload left parked: in which ClusterQueue, why it waits, and whether it waits for nodes (not quota).
+    (A tuple: a carried live cycle remembers every parked workload, thousands in a backlog, each time.)"""
+
+    cluster_queue: str
+    message: str
+    reason: PendingReason
+    for_nodes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Releases:
+    """What a release would change, as the driver sees it at one moment."""
+
+    queues: int  # the queue objects' generation; 0: unknown (the memory never holds against it)
+    nodes: int  # a fingerprint of the nodes (what a scheduler reads of them)
+    holders: frozenset[str]  # the pods holding capacity
+
+    def released_since(self, before: Releases) -> bool:
+        """Whether something may have been released between ``before`` and this: a queue or a node changed, or a
+        pod that held capacity then holds none now."""
+        return not (self.queues == before.queues != 0 and self.nodes == before.nodes
+                    and before.holders <= self.holders)
+
+
+def parked_in(state: SchedulerState) -> dict[str, Parked]:
+    """The workloads ``state``'s queues hold parked, with why they wait."""
+    return {key: Parked(name, info.message, info.pending, info.placement_parked)
+            for name, q in state.queues.queues.items() for key, info in q.parked.items()}
+
+
+def park_again(state: SchedulerState, parked: dict[str, Parked]) -> int:
+    """Park in ``state`` the workloads of ``parked`` that are waiting, active, in the same ClusterQueue (the others
+    are gone, admitted, or moved: they are left as they are), as they were parked; how many."""
+    count = 0
+    queues = state.queues.queues
+    for key, p in parked.items():
+        info = state.infos.get(key)
+        q = queues.get(p.cluster_queue)
+        if info is not None and q is not None and key in q.active:
+            q.park(info)
+            info.message = p.message  # why it waits, for its pods' condition and the pending gauge
+            info.pending = p.reason
+            if p.for_nodes:
+                info.placement_parked = True
+                state.placement_parked[key] = info
+            count += 1
+    return count
+
+
+class ParkedMemory:
+    """The parked set a cycle's policy ended with, and what it was judged against (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.parked: dict[str, Parked] = {}
+        self.seen: Releases | None = None  # what the driver saw when it last looked
+
+    def carry(self, policy: KueuePolicy, now: Releases) -> int:
+        """Park again in ``policy`` (one just built) what the last cycle left parked, unless something was
+        released since (judged on ``now``); how many. ``now`` is what a later :meth:`carry` is judged against,
+        unless :meth:`note_holders` brings the holders up to date first."""
+        valid = self.seen is not None and not now.released_since(self.seen)
+        count = park_again(policy.state, self.parked) if valid else 0
+        self.seen = now
+        return count
+
+    def remember_parked(self, policy: KueuePolicy) -> None:
+        """What the round just run left parked."""
+        self.parked = parked_in(policy.state)
+
+    def note_holders(self, holders: frozenset[str]) -> None:
+        """The pods holding capacity as the round ends (those it placed included): a later cycle re-parks only while
+        none of them is gone. (Holders taken at the round's start would miss the pods it placed: one of them
+        ending would not wake what it kept out.)"""
+        if self.seen is not None:
+            self.seen = Releases(self.seen.queues, self.seen.nodes, holders)
+        else:
+            self.seen = Releases(0, 0, holders)
