@@ -43,6 +43,7 @@ from gpufleet.scheduling.kueue.preemption_order import (
     Target,
     priority_allows,
 )
+from gpufleet.scheduling.kueue.search_reads import SearchReads
 from gpufleet.scheduling.kueue.target_ordering import ZERO_SHARE, ShareKey, SnapshotShares
 from gpufleet.scheduling.quota import FR, QuotaNode, QuotaTree
 
@@ -132,18 +133,22 @@ class FlatFairSearch:
         return found
 
     def head(self, info: WorkloadInfo, node: QuotaNode, root: QuotaNode, frs: frozenset[FR], usage: Mapping[FR, int],
-             policy: PreemptionPolicy) -> HeadWalk | None:
+             policy: PreemptionPolicy, reads: SearchReads | None = None) -> HeadWalk | None:
         """The walk of one head whose queue ``node`` is a child of the flat ``root`` (prepared in the snapshot);
         None when it finds no target for sure (no candidate at all, or none it could reach). Call before the search
-        changes the tree."""
+        changes the tree. ``reads`` gets what the search reads of the cohort beyond values
+        (:mod:`~gpufleet.scheduling.kueue.search_reads`), here and as the walk runs."""
         own: list[WorkloadInfo] = []
         if policy.within_cluster_queue != "Never":
             own = _ordered(self.admitted[node.name], frs, policy.within_cluster_queue, info)
+        if own and reads is not None:
+            # The preemptor's own node is ranked among the queues of equal share by its position: not by value.
+            reads.opaque = True
         cohort = self._cohort(root)
         cls = self._class(cohort, root, frs, policy.reclaim_within_cohort, info)
-        if not own and len(cls.any_cands) <= (id(node) in cls.any_cands):  # no other queue has candidates
-            return None
-        walk = HeadWalk(self, cohort, cls, node, usage, own, 0)
+        if not own and not cls.any_cands:
+            return None  # no candidate anywhere: the same for every queue alike
+        walk = HeadWalk(self, cohort, cls, node, usage, own, 0, reads)
         p = walk.share(node)  # P as the walk starts (the tree does not change before it runs)
         if self.two_strategies:
             floor = p
@@ -155,10 +160,17 @@ class FlatFairSearch:
                         extra[fr] = extra.get(fr, 0) - v
                 floor = self.tree.fair_sharing_key(node, extra)
             walk.floor_place = cohort.below(floor)
-        # Without own candidates P stays as it is: when no queue is worth a visit at that share, both strategies
-        # find nothing, as the walk would.
-        if not own and walk.next_place(0, p) >= len(cohort.nodes):
-            return None
+        if not own:
+            # Without own candidates P stays as it is: when no queue is worth a visit at that share, both
+            # strategies find nothing, as the walk would; that reads no queue's place.
+            first = walk.next_place(0, p)
+            if first >= len(cohort.nodes):
+                return None
+            if len(cls.any_cands) <= (id(node) in cls.any_cands):
+                # Only its own queue has candidates (so ``first`` is its own place, which its walk passes over): a
+                # queue alike would visit this one there.
+                walk.stopped_at(first)
+                return None
         return walk
 
     def without(self, node: QuotaNode, cand: WorkloadInfo) -> ShareKey:
@@ -214,7 +226,8 @@ class HeadWalk:
     taken."""
 
     def __init__(self, search: FlatFairSearch, cohort: _Cohort, cls: _Class, node: QuotaNode,
-                 usage: Mapping[FR, int], own: list[WorkloadInfo], floor_place: int) -> None:
+                 usage: Mapping[FR, int], own: list[WorkloadInfo], floor_place: int,
+                 reads: SearchReads | None = None) -> None:
         self.tree = search.tree
         self.search = search
         self.cohort = cohort
@@ -230,6 +243,12 @@ class HeadWalk:
         self.next_cand: dict[int, int] = {}  # queue id -> its first candidate not yet looked at
         self.fresh: list[tuple[_Rank, int, QuotaNode]] = []  # changed queues by rank (stale items skipped)
         self.retry: list[WorkloadInfo] = []
+        self.reads = reads
+
+    def stopped_at(self, place: int) -> None:
+        """The walk stops at ``place`` (visits its queue, or passes over it as one of its own changed queues)."""
+        if self.reads is not None:
+            self.reads.queues.add(self.cohort.nodes[place].name)
 
     def run(self, targets: list[Target], fits: Callable[[], bool]) -> bool:
         """Whether the head fits after taking ``targets`` (before the fill-back)."""
@@ -301,8 +320,10 @@ class HeadWalk:
             p = self.share(self.node)
             j = self.next_place(i, p)
             while j < limit and id(nodes[j]) in self.changed:  # walked from the heap instead
+                self.stopped_at(j)
                 j = self.next_place(j + 1, p)
             if j < limit:
+                self.stopped_at(j)
                 i = j + 1
                 node = nodes[j]
             elif top is not None:
