@@ -14,6 +14,7 @@ report must be the same. ``GPUFLEET_MEMO_EXAMPLES`` sets the number of examples 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, cast
 
 from hypothesis import HealthCheck, event, given, settings
@@ -85,12 +86,15 @@ FILLER = Shape(cpu=2, memory=0, gpu=0, count=1, min_count=None, priority=0, tole
 
 class WatchedMemo:
     """Counts lookups answered with a searching nomination shared by value, made for another queue, with and
-    without targets, and those refused because the asking queue is among the queues its walks stopped at."""
+    without targets (among them the asking queue's own), ranked by position; and those refused because the asking
+    queue is among the queues its walks stopped at or out of its bounds of position."""
 
     def __init__(self, memo: NominationMemo) -> None:
         self.with_targets = 0
         self.without_targets = 0
         self.refused = 0
+        self.own_targets = 0  # ... with targets among the asking queue's own workloads
+        self.bounded = 0  # ... whose walk ranked its own queue against others of equal share by position
         self._memo = memo
         self._lookup = memo.lookup
         memo.lookup = self.lookup  # type: ignore[method-assign]
@@ -103,9 +107,13 @@ class WatchedMemo:
                 self.with_targets += 1
             else:
                 self.without_targets += 1
+            self.own_targets += found.maps_own
+            assert found.reads is not None
+            self.bounded += found.reads.low >= 0 or found.reads.high < sys.maxsize
         if isinstance(found, Lookup) and found.alike is not None:
             recalled = found.table.get(found.alike)
-            self.refused += recalled is not None and cq.name in recalled.reads
+            self.refused += (recalled is not None and recalled.reads is not None
+                             and not recalled.reads.admits(cq.name, self._memo._queues[cq.name].pos))
         return found
 
 
@@ -221,6 +229,10 @@ def test_alike_queues_share_searching_nominations_as_fresh_ones_decide(
         event("a searching nomination with targets was shared by value")
     if watched.without_targets:
         event("a searching nomination without targets was shared by value")
+    if watched.own_targets:
+        event("a searching nomination with own targets was shared by value")
+    if watched.bounded:
+        event("a searching nomination bounded in position was shared by value")
     if watched.refused:
         event("a nomination shared by value was refused to a queue its walk stopped at")
 
@@ -350,3 +362,33 @@ def test_a_walk_with_own_candidates_is_not_handed_to_a_queue_alike() -> None:
                    *driver.made(2, Shape(1, 0, 0, 1, None, 1, True, None))])
     assert driver.cycle() == [("cq0-1/w10011", "cq0-0/w10015", "InCohortFairSharing"),
                               ("cq0-2/w10012", "cq0-2/w10016", "InClusterQueue")]
+
+
+def test_a_walk_that_ranks_its_own_queue_against_one_it_took_from_is_not_handed_across() -> None:
+    """As above, but cq0-1 (between the two alike) borrows 12 cpu (six 2-cpu workloads of priority 0: a share of 2)
+    and the heads ask for 3 cpu. Each head's walk takes one workload of cq0-1 first, which brings its share down to
+    1, the preemptor's: then cq0-0's walk ranks cq0-1 first again (the later child) and takes a second one of it,
+    cq0-2's ranks its own queue first and takes its own workload. cq0-0's nomination (made first: heads are
+    nominated in queue order) is not cq0-2's."""
+    spec = QueueSpec(flavors=FLAVORS[:1], nominal=(0, 0), borrowing_limit=None, lending_limit=None, parent="pool",
+                     within="LowerOrNewerEqualPriority", reclaim="LowerPriority", bwc=False, threshold=None,
+                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=3)
+    m, names = manifests([spec, lender(3000), HOG], True)
+    m.cohorts = [c for c in m.cohorts if c.name != "sub"]
+    policies = _memo_and_reference(m)
+    driver = Driver(policies, names, events=False)
+    for k in range(6):
+        alike = [driver.made(q, Shape(2, 0, 0, 1, None, 1, True, None), created=5) for q in (0, 2)] if k < 4 else []
+        driver.submit([*driver.made(1, FILLER), *(w for made in alike for w in made)])
+        driver.cycle()
+    tree = policies[0].state.tree
+    for flavor in FLAVORS[:2]:
+        room = tree.available("cq2-0", (flavor, "cpu")) // CPU
+        driver.submit(driver.made(4, Shape(room, 0, 0, 1, None, 3, True, flavor)))
+        driver.cycle()
+    assert [tree.fair_sharing_key(name) for name in names[:3]] == [(0, 1.0), (0, 2.0), (0, 1.0)]
+    # cq0-2's head is made first: it wins the tournament's tie, and is processed before cq0-0's.
+    driver.submit([*driver.made(2, Shape(3, 0, 0, 1, None, 1, True, None)),
+                   *driver.made(0, Shape(3, 0, 0, 1, None, 1, True, None))])
+    assert driver.cycle() == [("cq0-1/w10014", "cq0-2/w10017", "InCohortFairSharing"),
+                              ("cq0-2/w10011", "cq0-2/w10017", "InClusterQueue")]

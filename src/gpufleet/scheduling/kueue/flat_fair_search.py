@@ -24,6 +24,12 @@ preemptor's share were all its own candidates taken. So an unchanged queue whose
 strategy and whose share is <= P_floor is passed without listing its candidates; the walk jumps to the next
 queue that is not such (:class:`~gpufleet.scheduling.kueue.first_at_least.FirstAtLeast`), never past the best
 changed queue (whose visit may move P).
+
+**What a walk reads of the asking queue.** A walk records in its :class:`SearchReads` the queues at whose places
+it stops and, while the preemptor has own candidates, the positions of the queues its own node is ranked against
+at an equal share (the nearest places where the walk may stop, on either side, and the changed queues in the
+heap): the nomination memo hands its answer only to queues alike that these leave unchanged
+(:mod:`~gpufleet.scheduling.kueue.search_reads`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from math import inf
 
 from gpufleet.api.objects import FairSharingStrategy, PreemptionPolicy
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -107,6 +114,7 @@ class _Class:
     cands: list[list[WorkloadInfo]]
     best: FirstAtLeast[ShareKey]
     next_valid: list[int]  # place -> the first place at or after it where the walk stops (len when none)
+    last_valid: list[int]  # place -> the last place before it where the walk stops (-1 when none)
     any_cands: set[int]  # ids of the queues with candidates (the search has candidates at all)
 
 
@@ -141,9 +149,6 @@ class FlatFairSearch:
         own: list[WorkloadInfo] = []
         if policy.within_cluster_queue != "Never":
             own = _ordered(self.admitted[node.name], frs, policy.within_cluster_queue, info)
-        if own and reads is not None:
-            # The preemptor's own node is ranked among the queues of equal share by its position: not by value.
-            reads.opaque = True
         cohort = self._cohort(root)
         cls = self._class(cohort, root, frs, policy.reclaim_within_cohort, info)
         if not own and not cls.any_cands:
@@ -215,7 +220,10 @@ class FlatFairSearch:
         next_valid = [n] * (n + 1)
         for i in range(n - 1, -1, -1):
             next_valid[i] = i if best[i] != _NEVER else next_valid[i + 1]
-        found = self._classes[key] = _Class(cands, FirstAtLeast(best, _NEVER), next_valid, any_cands)
+        last_valid = [-1] * (n + 1)
+        for i in range(1, n + 1):
+            last_valid[i] = i - 1 if best[i - 1] != _NEVER else last_valid[i - 1]
+        found = self._classes[key] = _Class(cands, FirstAtLeast(best, _NEVER), next_valid, last_valid, any_cands)
         return found
 
 
@@ -318,6 +326,8 @@ class HeadWalk:
             top = self._fresh_top()
             limit = bisect_left(cohort.ranks, top[0]) if top is not None else n
             p = self.share(self.node)
+            if self.reads is not None and self.own_next < len(self.own):
+                self._ranked(top, i, p)
             j = self.next_place(i, p)
             while j < limit and id(nodes[j]) in self.changed:  # walked from the heap instead
                 self.stopped_at(j)
@@ -339,6 +349,33 @@ class HeadWalk:
                     return True
             elif self._visit(node, targets, fits):
                 return True
+
+    def _ranked(self, top: tuple[_Rank, QuotaNode] | None, start: int, p: ShareKey) -> None:
+        """Record what the own node (with own candidates left, share ``p``) is ranked against by its position: the
+        other changed queues of equal share in the heap, and when it is the heap's top the places of equal share
+        from ``start`` on where the walk may stop (those before it are visited first, or passed over for good once
+        it is taken; where the walk never stops, at any share, it makes no difference)."""
+        reads = self.reads
+        assert reads is not None
+        cohort = self.cohort
+        own = cohort.pos[id(self.node)]
+        for _, _, node in self.fresh:
+            if node is not self.node and self.share(node) == p:
+                reads.ranked_against(cohort.pos[id(node)], own)
+        if top is None or top[1] is not self.node:
+            return
+        ranks = cohort.ranks
+        first = bisect_left(ranks, (-p[0], -p[1], -inf), start)
+        end = bisect_left(ranks, (-p[0], -p[1], 1), first)
+        mid = bisect_left(ranks, (-p[0], -p[1], -own), first, end)  # the first of them after the own node
+        before = self.cls.last_valid[mid]
+        if before >= first:
+            reads.ranked_against(-ranks[before][2], own)
+        after = self.cls.next_valid[mid]
+        if after < end and -ranks[after][2] == own:
+            after = self.cls.next_valid[after + 1]  # its own place in the snapshot: passed over
+        if after < end:
+            reads.ranked_against(-ranks[after][2], own)
 
     def _visit(self, node: QuotaNode, targets: list[Target], fits: Callable[[], bool]) -> bool:
         p = self.share(self.node)

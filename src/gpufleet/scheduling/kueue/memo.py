@@ -30,13 +30,14 @@ made with the same inputs:
 
 **Under fair sharing** the walk's answer may read which queue asked (a queue's position among its siblings breaks
 ties of share). A nomination that ran no preemption search is keyed by spec and usage (above). One whose searches
-were all answered by the walk of a flat cohort without own candidates (:mod:`~gpufleet.scheduling.kueue.search_reads`)
-read of the asking queue only its spec, usage and own candidates by value, and of the others the places its walks
-stopped at: it is keyed as without fair sharing and handed to any queue alike except those places' queues (the
-asking queue's own place among them means it is kept under its name). For two queues alike, neither among those
-places, each one's walk stops at the same places in the same order and reads the same there; where the walk did not
-stop, what it passes over is decided by values alike for both (the candidates' shares, the preemptor's share).
-``tests/kueue/test_alike_fair_nominations.py`` compares with nominating every head afresh.
+were all answered by the walk of a flat cohort (:mod:`~gpufleet.scheduling.kueue.search_reads`) read of the asking
+queue its spec, usage and own candidates (by value, as above), its position only where its own node was ranked
+against queues of equal share, and of the others the places its walks stopped at: it is keyed as without fair
+sharing and handed to any queue alike that is not among those places' queues and whose position lies within the
+bounds the walk recorded (the asking queue's own place among the stops means it is kept under its name). For two
+queues alike so, each one's walk stops at the same places in the same order and reads the same there; where the
+walk did not stop, what it passes over is decided by values alike for both (the candidates' shares, the
+preemptor's share). ``tests/kueue/test_alike_fair_nominations.py`` compares with nominating every head afresh.
 
 **When a queue above its quota is described by value.** Its workloads are candidates of the other queues'
 searches, so two such queues never read the same cohort candidate list (each leaves out its own and sees the
@@ -108,9 +109,9 @@ class Nomination:
     message: str
     made_for: str  # the ClusterQueue whose head it was made for
     maps_own: bool  # a target is one of the asking queue's own workloads (any ``own`` position >= 0)
-    # Fair sharing, shared by value: the queues its walks stopped at, which may not be handed it
-    # (:class:`~gpufleet.scheduling.kueue.search_reads.SearchReads`).
-    reads: frozenset[str] = frozenset()
+    # Fair sharing, shared by value: what its searches read beyond values, which says to which queues alike it
+    # may be handed (:meth:`SearchReads.admits`); None for any other.
+    reads: SearchReads | None = None
 
     def mapped_to(self, own: list[WorkloadInfo]) -> Nomination:
         """This nomination as it reads for a queue whose workloads described by value are ``own``: its own targets
@@ -152,6 +153,7 @@ class _Queue:
     sealed_when_full: bool
     floors: tuple[tuple[int, int], ...]
     admitted: AdmittedQueue
+    pos: int  # its position among its parent's children (fair sharing ranks queues of equal share by it); -1: none
 
 
 def reads_only_own_candidates(queue: _Queue, usage: tuple[int, ...]) -> bool:
@@ -214,7 +216,8 @@ class NominationMemo:
         return _Queue(
             self._spec[cq.name], 0 if within == _NEVER else 2 if within == _NEWER else 1,
             within == _NEWER or policy.reclaim_within_cohort == _NEWER,
-            policy.reclaim_within_cohort == _NEVER or parent is None, sealed, tuple(floors), self.admitted[cq.name])
+            policy.reclaim_within_cohort == _NEVER or parent is None, sealed, tuple(floors), self.admitted[cq.name],
+            -1 if parent is None else parent.children.index(tree.cluster_queue(cq.name)))
 
     def _shape(self, info: WorkloadInfo) -> int:
         found = info.shape = self._shapes.id_of(head_key(info))
@@ -315,7 +318,7 @@ class NominationMemo:
             desc, queue, n = own
             alike = (_ALIKE, q.spec, desc, usage, *head)
             found = table.get(alike)
-            if found is not None and name not in found.reads:
+            if found is not None and found.reads is not None and found.reads.admits(name, q.pos):
                 self.alike_hits += 1
                 if found.maps_own:
                     self.mapped += found.made_for != name
@@ -363,12 +366,12 @@ class Lookup:
             return
         if (self.alike is not None and reads is not None and not reads.opaque and cq.name not in reads.queues
                 and self.alike not in self.table):
-            self._remember(self.alike, True, cq, assignment, targets, message, frozenset(reads.queues))
+            self._remember(self.alike, True, cq, assignment, targets, message, reads)
             return
-        self._remember(self.key, self.by_value, cq, assignment, targets, message, frozenset())
+        self._remember(self.key, self.by_value, cq, assignment, targets, message, None)
 
     def _remember(self, key: Hashable, by_value: bool, cq: CQSpec, assignment: Assignment, targets: list[Target],
-                  message: str, reads: frozenset[str]) -> None:
+                  message: str, reads: SearchReads | None) -> None:
         positions = {id(c): i for i, c in enumerate(self.own)} if by_value else {}
         where = []
         for t in targets:

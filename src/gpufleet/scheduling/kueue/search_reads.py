@@ -3,16 +3,24 @@
 Under fair sharing the memo shares a searching nomination between queues alike (spec, usage, own candidates by
 value; :mod:`~gpufleet.scheduling.kueue.memo`) only when the searches' answers do not depend on which of them
 asked. In a flat cohort's walk (:mod:`~gpufleet.scheduling.kueue.flat_fair_search`) the asking queue's identity
-enters in two ways only: its own place in the walk order is passed over (its usage is the preemptor's, its
-candidates are its own), and its own node is ranked among the other queues by its position when their shares tie.
-A search therefore records the queues at whose places the walk stopped (:attr:`SearchReads.queues`): for two
-queues alike, neither among them, each one's walk stops at the same places and reads the same there. Anything
-else that reads the asker's identity (its own candidates ranked against the other queues, a cohort that is not
-flat, the classical search) marks the reads :attr:`~SearchReads.opaque`.
+enters in two ways only:
+
+* its own place in the walk order is passed over (its usage is the preemptor's, its candidates its own): a search
+  records the queues at whose places the walk stopped (:attr:`SearchReads.queues`); for two queues alike, neither
+  among them, each one's walk stops at the same places and reads the same there;
+* while it has own candidates left, its own node is ranked among the queues of equal share by its position among
+  the cohort's children (ties go to the later child): the walk records the positions of the queues it was ranked
+  against at an equal share, nearest to its own on either side (:attr:`~SearchReads.low`,
+  :attr:`~SearchReads.high`); a queue alike whose position lies within them (a bound may be its own place) is
+  ranked before and after the same queues.
+
+Anything else that reads the asker's identity (a cohort that is not flat, the classical search) marks the reads
+:attr:`~SearchReads.opaque`.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 
@@ -25,3 +33,17 @@ class SearchReads:
     queues: set[str] = field(default_factory=set)
     # A search read something of the asking queue that is not described by value: its nomination keeps the name.
     opaque: bool = False
+    # The positions among the cohort's children a queue alike may have, bounds included.
+    low: int = -1
+    high: int = sys.maxsize
+
+    def ranked_against(self, pos: int, own: int) -> None:
+        """The asker's own node (at position ``own``) was ranked against the queue at ``pos`` at an equal share."""
+        if pos > own:
+            self.high = min(self.high, pos)
+        elif pos < own:
+            self.low = max(self.low, pos)
+
+    def admits(self, name: str, pos: int) -> bool:
+        """Whether a queue alike, ``name`` at position ``pos``, would read the same."""
+        return not self.opaque and name not in self.queues and self.low <= pos <= self.high
