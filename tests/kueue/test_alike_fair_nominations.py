@@ -2,13 +2,15 @@
 head afresh (issue 27 item 5; ``kueue/memo.py``, ``kueue/search_reads.py``).
 
 The reference is the same policy with ``state.memo = None``. Setups are flat cohorts, where the walk of
-``kueue/flat_fair_search.py`` answers searches and tells which queues' places it stopped at: several copies of
-each queue spec (alike but for their names, kept alike in usage by mirrored workloads), a lender that makes shares
-coarse (ties between queues of equal share are then the rule, as at the bench's 500-queue cohorts), weights
-including 0, every preemption policy, one strategy or both in either order. Low-priority workloads are admitted
-first at times, so that the heads after them find candidates in their own queue and in the others. The driver
-submits, finishes, evicts and runs cycles in a random order; every decision of every cycle and the final pending
-report must be the same. ``GPUFLEET_MEMO_EXAMPLES`` sets the number of examples (1000 by default).
+``kueue/flat_fair_search.py`` answers searches and tells what it read of the asking queue (the places it stopped at,
+the positions its own node was ranked against): several copies of each queue spec (alike but for their names, kept
+alike in usage by mirrored workloads), a lender that makes shares coarse (ties between queues of equal share are then
+the rule, as at the bench's 500-queue cohorts), a hog that takes what is left, weights including 0, every preemption
+policy, one strategy or both in either order. Low-priority workloads are admitted first at times, so that the heads
+after them find candidates in their own queue and in the others. The driver submits, finishes, evicts and runs
+cycles in a random order; every decision of every cycle and the final pending report must be the same.
+``GPUFLEET_MEMO_EXAMPLES`` sets the number of examples (1000 by default). Directed cases below hold each part of what
+a walk records to a setup where leaving it out hands a queue another's nomination wrongly.
 """
 
 from __future__ import annotations
