@@ -36,6 +36,7 @@ from gpufleet.scheduling.kueue.queues import FAILED_AFTER_NOMINATION, GENERIC, N
 from gpufleet.scheduling.kueue.reservation import BACKFILL_LIMIT, quota_hold, starving
 from gpufleet.scheduling.kueue.reservation import message as reservation_message
 from gpufleet.scheduling.kueue.room import HeldRooms, Nomination, Room, make_room
+from gpufleet.scheduling.kueue.search_reads import SearchReads
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.quota import FR
 from gpufleet.scheduling.types import Decisions, PendingWorkload, PodAssignment, PreemptedWorkload
@@ -104,13 +105,16 @@ class Cycle:
         # for the whole assignment of a single-resource workload) has one answer.
         self._searches: dict[tuple[str, frozenset[FR], tuple[tuple[FR, int], ...]], list[Target]] = {}
         self.searches = 0  # preemption searches asked for (the nomination memo reads whether a head asked any)
+        # What the searches of the head being nominated read beyond values (the nomination memo reads it).
+        self.reads: SearchReads | None = None
 
     def _targets(self, info: WorkloadInfo, frs: set[FR], usage: dict[FR, int]) -> list[Target]:
         self.searches += 1
         key = (info.key, frozenset(frs), tuple(sorted(usage.items())))
         found = self._searches.get(key)
         if found is None:
-            found = self._searches[key] = self.state.preemptor.targets(info, frs, usage)
+            # An answer recalled from the cache is the same head's: its reads are in self.reads already.
+            found = self._searches[key] = self.state.preemptor.targets(info, frs, usage, self.reads)
         return list(found)
 
     # ---- 1-2: timers and workloads without queue ---------------------------------------------------------------
@@ -250,11 +254,13 @@ class Cycle:
                         continue
                     at = answer  # none to recall: where the one made now is remembered
                 asked = self.searches
+                reads = self.reads = SearchReads() if at is not None else None
                 e.assignment, e.targets = self._assignments(info, cq)
+                self.reads = None
                 e.message = e.assignment.message() if e.assignment.outcome is not FIT else ""
                 e.pending = _quota_reason(e.assignment)
                 if at is not None:
-                    at.remember(cq, e.assignment, e.targets, e.message, self.searches != asked)
+                    at.remember(cq, e.assignment, e.targets, e.message, self.searches != asked, reads)
                 entries.append(e)
                 continue
             inadmissible.append(e)

@@ -24,6 +24,12 @@ preemptor's share were all its own candidates taken. So an unchanged queue whose
 strategy and whose share is <= P_floor is passed without listing its candidates; the walk jumps to the next
 queue that is not such (:class:`~gpufleet.scheduling.kueue.first_at_least.FirstAtLeast`), never past the best
 changed queue (whose visit may move P).
+
+**What a walk reads of the asking queue.** A walk records in its :class:`SearchReads` the queues at whose places
+it stops and, while the preemptor has own candidates, the positions of the queues its own node is ranked against
+at an equal share (the nearest places where the walk may stop, on either side, and the changed queues in the
+heap): the nomination memo hands its answer only to queues alike that these leave unchanged
+(:mod:`~gpufleet.scheduling.kueue.search_reads`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from math import inf
 
 from gpufleet.api.objects import FairSharingStrategy, PreemptionPolicy
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -43,6 +50,7 @@ from gpufleet.scheduling.kueue.preemption_order import (
     Target,
     priority_allows,
 )
+from gpufleet.scheduling.kueue.search_reads import SearchReads
 from gpufleet.scheduling.kueue.target_ordering import ZERO_SHARE, ShareKey, SnapshotShares
 from gpufleet.scheduling.quota import FR, QuotaNode, QuotaTree
 
@@ -106,6 +114,7 @@ class _Class:
     cands: list[list[WorkloadInfo]]
     best: FirstAtLeast[ShareKey]
     next_valid: list[int]  # place -> the first place at or after it where the walk stops (len when none)
+    last_valid: list[int]  # place -> the last place before it where the walk stops (-1 when none)
     any_cands: set[int]  # ids of the queues with candidates (the search has candidates at all)
 
 
@@ -132,18 +141,19 @@ class FlatFairSearch:
         return found
 
     def head(self, info: WorkloadInfo, node: QuotaNode, root: QuotaNode, frs: frozenset[FR], usage: Mapping[FR, int],
-             policy: PreemptionPolicy) -> HeadWalk | None:
+             policy: PreemptionPolicy, reads: SearchReads | None = None) -> HeadWalk | None:
         """The walk of one head whose queue ``node`` is a child of the flat ``root`` (prepared in the snapshot);
         None when it finds no target for sure (no candidate at all, or none it could reach). Call before the search
-        changes the tree."""
+        changes the tree. ``reads`` gets what the search reads of the cohort beyond values
+        (:mod:`~gpufleet.scheduling.kueue.search_reads`), here and as the walk runs."""
         own: list[WorkloadInfo] = []
         if policy.within_cluster_queue != "Never":
             own = _ordered(self.admitted[node.name], frs, policy.within_cluster_queue, info)
         cohort = self._cohort(root)
         cls = self._class(cohort, root, frs, policy.reclaim_within_cohort, info)
-        if not own and len(cls.any_cands) <= (id(node) in cls.any_cands):  # no other queue has candidates
-            return None
-        walk = HeadWalk(self, cohort, cls, node, usage, own, 0)
+        if not own and not cls.any_cands:
+            return None  # no candidate anywhere: the same for every queue alike
+        walk = HeadWalk(self, cohort, cls, node, usage, own, 0, reads)
         p = walk.share(node)  # P as the walk starts (the tree does not change before it runs)
         if self.two_strategies:
             floor = p
@@ -155,10 +165,17 @@ class FlatFairSearch:
                         extra[fr] = extra.get(fr, 0) - v
                 floor = self.tree.fair_sharing_key(node, extra)
             walk.floor_place = cohort.below(floor)
-        # Without own candidates P stays as it is: when no queue is worth a visit at that share, both strategies
-        # find nothing, as the walk would.
-        if not own and walk.next_place(0, p) >= len(cohort.nodes):
-            return None
+        if not own:
+            # Without own candidates P stays as it is: when no queue is worth a visit at that share, both
+            # strategies find nothing, as the walk would; that reads no queue's place.
+            first = walk.next_place(0, p)
+            if first >= len(cohort.nodes):
+                return None
+            if len(cls.any_cands) <= (id(node) in cls.any_cands):
+                # Only its own queue has candidates (so ``first`` is its own place, which its walk passes over): a
+                # queue alike would visit this one there.
+                walk.stopped_at(first)
+                return None
         return walk
 
     def without(self, node: QuotaNode, cand: WorkloadInfo) -> ShareKey:
@@ -203,7 +220,10 @@ class FlatFairSearch:
         next_valid = [n] * (n + 1)
         for i in range(n - 1, -1, -1):
             next_valid[i] = i if best[i] != _NEVER else next_valid[i + 1]
-        found = self._classes[key] = _Class(cands, FirstAtLeast(best, _NEVER), next_valid, any_cands)
+        last_valid = [-1] * (n + 1)
+        for i in range(1, n + 1):
+            last_valid[i] = i - 1 if best[i - 1] != _NEVER else last_valid[i - 1]
+        found = self._classes[key] = _Class(cands, FirstAtLeast(best, _NEVER), next_valid, last_valid, any_cands)
         return found
 
 
@@ -214,7 +234,8 @@ class HeadWalk:
     taken."""
 
     def __init__(self, search: FlatFairSearch, cohort: _Cohort, cls: _Class, node: QuotaNode,
-                 usage: Mapping[FR, int], own: list[WorkloadInfo], floor_place: int) -> None:
+                 usage: Mapping[FR, int], own: list[WorkloadInfo], floor_place: int,
+                 reads: SearchReads | None = None) -> None:
         self.tree = search.tree
         self.search = search
         self.cohort = cohort
@@ -230,6 +251,12 @@ class HeadWalk:
         self.next_cand: dict[int, int] = {}  # queue id -> its first candidate not yet looked at
         self.fresh: list[tuple[_Rank, int, QuotaNode]] = []  # changed queues by rank (stale items skipped)
         self.retry: list[WorkloadInfo] = []
+        self.reads = reads
+
+    def stopped_at(self, place: int) -> None:
+        """The walk stops at ``place`` (visits its queue, or passes over it as one of its own changed queues)."""
+        if self.reads is not None:
+            self.reads.queues.add(self.cohort.nodes[place].name)
 
     def run(self, targets: list[Target], fits: Callable[[], bool]) -> bool:
         """Whether the head fits after taking ``targets`` (before the fill-back)."""
@@ -299,10 +326,14 @@ class HeadWalk:
             top = self._fresh_top()
             limit = bisect_left(cohort.ranks, top[0]) if top is not None else n
             p = self.share(self.node)
+            if self.reads is not None and self.own_next < len(self.own):
+                self._ranked(top, i, p)
             j = self.next_place(i, p)
             while j < limit and id(nodes[j]) in self.changed:  # walked from the heap instead
+                self.stopped_at(j)
                 j = self.next_place(j + 1, p)
             if j < limit:
+                self.stopped_at(j)
                 i = j + 1
                 node = nodes[j]
             elif top is not None:
@@ -318,6 +349,33 @@ class HeadWalk:
                     return True
             elif self._visit(node, targets, fits):
                 return True
+
+    def _ranked(self, top: tuple[_Rank, QuotaNode] | None, start: int, p: ShareKey) -> None:
+        """Record what the own node (with own candidates left, share ``p``) is ranked against by its position: the
+        other changed queues of equal share in the heap, and when it is the heap's top the places of equal share
+        from ``start`` on where the walk may stop (those before it are visited first, or passed over for good once
+        it is taken; where the walk never stops, at any share, it makes no difference)."""
+        reads = self.reads
+        assert reads is not None
+        cohort = self.cohort
+        own = cohort.pos[id(self.node)]
+        for _, _, node in self.fresh:
+            if node is not self.node and self.share(node) == p:
+                reads.ranked_against(cohort.pos[id(node)], own)
+        if top is None or top[1] is not self.node:
+            return
+        ranks = cohort.ranks
+        first = bisect_left(ranks, (-p[0], -p[1], -inf), start)
+        end = bisect_left(ranks, (-p[0], -p[1], 1), first)
+        mid = bisect_left(ranks, (-p[0], -p[1], -own), first, end)  # the first of them after the own node
+        before = self.cls.last_valid[mid]
+        if before >= first:
+            reads.ranked_against(-ranks[before][2], own)
+        after = self.cls.next_valid[mid]
+        if after < end and -ranks[after][2] == own:
+            after = self.cls.next_valid[after + 1]  # its own place in the snapshot: passed over
+        if after < end:
+            reads.ranked_against(-ranks[after][2], own)
 
     def _visit(self, node: QuotaNode, targets: list[Target], fits: Callable[[], bool]) -> bool:
         p = self.share(self.node)

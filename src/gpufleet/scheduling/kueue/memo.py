@@ -23,10 +23,21 @@ made with the same inputs:
   LowerOrNewerEqualPriority whether the head is older), at most
   :data:`MAX_OWN_BY_VALUE` of them; its other workloads count only through its usage. Targets among them are
   remembered by position in that order and mapped to the asking queue's own workloads. Otherwise the queue's name
-  is part of the key;
+  is part of the key (but see fair sharing below);
 * **the same head**: the requests of each pod set (count, minimum count, per-pod quota amounts), what flavor
   selection reads of its pod template (node selector, required affinity, tolerations, topology request), its
   priority, queue timestamp where a policy reads it, and where its last flavor search stopped.
+
+**Under fair sharing** the walk's answer may read which queue asked (a queue's position among its siblings breaks
+ties of share). A nomination that ran no preemption search is keyed by spec and usage (above). One whose searches
+were all answered by the walk of a flat cohort (:mod:`~gpufleet.scheduling.kueue.search_reads`) read of the asking
+queue its spec, usage and own candidates (by value, as above), its position only where its own node was ranked
+against queues of equal share, and of the others the places its walks stopped at: it is keyed as without fair
+sharing and handed to any queue alike that is not among those places' queues and whose position lies within the
+bounds the walk recorded (the asking queue's own place among the stops means it is kept under its name). For two
+queues alike so, each one's walk stops at the same places in the same order and reads the same there; where the
+walk did not stop, what it passes over is decided by values alike for both (the candidates' shares, the
+preemptor's share). ``tests/kueue/test_alike_fair_nominations.py`` compares with nominating every head afresh.
 
 **When a queue above its quota is described by value.** Its workloads are candidates of the other queues'
 searches, so two such queues never read the same cohort candidate list (each leaves out its own and sees the
@@ -67,6 +78,7 @@ from gpufleet.scheduling.kueue.flavors import Assignment
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.interner import Interner
 from gpufleet.scheduling.kueue.preemption_order import Target
+from gpufleet.scheduling.kueue.search_reads import SearchReads
 from gpufleet.scheduling.quota import QuotaTree
 
 # Own workloads described by value at most this many (a key holds one small integer per workload); a queue with
@@ -81,6 +93,8 @@ _NEVER = "Never"
 _NEWER = "LowerOrNewerEqualPriority"
 # Marks the key of a nomination that ran no preemption search, under fair sharing (NominationMemo.lookup).
 _SEARCHLESS = "searchless"
+# ... of one whose searches read no queue's identity, shared by value (NominationMemo._fair_lookup).
+_ALIKE = "alike"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +109,15 @@ class Nomination:
     message: str
     made_for: str  # the ClusterQueue whose head it was made for
     maps_own: bool  # a target is one of the asking queue's own workloads (any ``own`` position >= 0)
+    # Fair sharing, shared by value: what its searches read beyond values, which says to which queues alike it
+    # may be handed (:meth:`SearchReads.admits`); None for any other.
+    reads: SearchReads | None = None
 
     def mapped_to(self, own: list[WorkloadInfo]) -> Nomination:
         """This nomination as it reads for a queue whose workloads described by value are ``own``: its own targets
         are those workloads, at the positions remembered."""
         targets = tuple(t if i < 0 else Target(own[i], t.reason) for t, i in zip(self.targets, self.own, strict=True))
-        return Nomination(self.assignment, targets, self.own, self.message, self.made_for, self.maps_own)
+        return Nomination(self.assignment, targets, self.own, self.message, self.made_for, self.maps_own, self.reads)
 
 
 def _spec_key(cq: CQSpec) -> Hashable:
@@ -136,6 +153,7 @@ class _Queue:
     sealed_when_full: bool
     floors: tuple[tuple[int, int], ...]
     admitted: AdmittedQueue
+    pos: int  # its position among its parent's children (fair sharing ranks queues of equal share by it); -1: none
 
 
 def reads_only_own_candidates(queue: _Queue, usage: tuple[int, ...]) -> bool:
@@ -173,6 +191,8 @@ class NominationMemo:
         self.mapped = 0
         self.above_quota = 0
         self.above_quota_hits = 0
+        # Fair sharing: lookups answered by a searching nomination shared by value (NominationMemo._fair_lookup).
+        self.alike_hits = 0
 
     @property
     def hits(self) -> int:
@@ -196,11 +216,38 @@ class NominationMemo:
         return _Queue(
             self._spec[cq.name], 0 if within == _NEVER else 2 if within == _NEWER else 1,
             within == _NEWER or policy.reclaim_within_cohort == _NEWER,
-            policy.reclaim_within_cohort == _NEVER or parent is None, sealed, tuple(floors), self.admitted[cq.name])
+            policy.reclaim_within_cohort == _NEVER or parent is None, sealed, tuple(floors), self.admitted[cq.name],
+            -1 if parent is None else parent.children.index(tree.cluster_queue(cq.name)))
 
     def _shape(self, info: WorkloadInfo) -> int:
         found = info.shape = self._shapes.id_of(head_key(info))
         return found
+
+    def _own(self, q: _Queue, info: WorkloadInfo) -> tuple[Hashable, AdmittedQueue | None, int] | None:
+        """The queue's own candidates for this head by value: a description for the key (() when none), the queue
+        and how many of its first workloads in standing order it describes; None when there are more than
+        :data:`MAX_OWN_BY_VALUE` (the queue is keyed by its name)."""
+        if not q.within:
+            return (), None, 0
+        # Its admitted workloads the policy lets this head evict on priority grounds, at most those of lower
+        # priority (LowerPriority) or of lower or equal priority (LowerOrNewerEqualPriority); the list is in
+        # standing order, lowest priority first.
+        queue = q.admitted
+        standings = queue.standings()
+        if not standings:
+            return (), queue, 0
+        p = info.priority
+        n = bisect_left(standings, (p + 1,) if q.within == 2 else (p,))
+        if n > MAX_OWN_BY_VALUE:
+            return None
+        if not n:
+            return (), queue, 0
+        own: Hashable = tuple(queue.value_ids()[:n])
+        if q.within == 2:
+            # Equal priority: LowerOrNewerEqualPriority takes those queued after the head.
+            head_ts = info.queue_ts
+            own = (own, tuple([head_ts < c.queue_ts for c in queue.ordered()[bisect_left(standings, (p,)):n]]))
+        return own, queue, n
 
     def lookup(self, info: WorkloadInfo, cq: CQSpec) -> Nomination | Lookup:
         """The nomination remembered for this head, its targets being the asking queue's where they are its own;
@@ -216,33 +263,6 @@ class NominationMemo:
             table.clear()
         q = self._queues[name]
         p = info.priority
-        queue: AdmittedQueue | None = None
-        n = 0
-        who: Hashable
-        if self.fair_sharing or (over and not reads_only_own_candidates(q, usage)):
-            who = name
-            by_value = False
-        else:
-            who = q.spec
-            by_value = True
-            if q.within:
-                # The queue's own candidates: its admitted workloads the policy lets this head evict on priority
-                # grounds, at most those of lower priority (LowerPriority) or of lower or equal priority
-                # (LowerOrNewerEqualPriority); the list is in standing order, lowest priority first.
-                queue = q.admitted
-                standings = queue.standings()
-                if standings:
-                    n = bisect_left(standings, (p + 1,) if q.within == 2 else (p,))
-                    if n > MAX_OWN_BY_VALUE:
-                        who, by_value, queue, n = name, False, None, 0
-                    elif n:
-                        own: Hashable = tuple(queue.value_ids()[:n])
-                        if q.within == 2:
-                            # Equal priority: LowerOrNewerEqualPriority takes those queued after the head.
-                            head_ts = info.queue_ts
-                            own = (own, tuple([head_ts < c.queue_ts
-                                               for c in queue.ordered()[bisect_left(standings, (p,)):n]]))
-                        who = (who, own)
         last = info.last_tried
         shape = info.shape
         if shape is None:
@@ -251,28 +271,65 @@ class NominationMemo:
         if last is not None:
             stopped = (tuple(last[0].items()),) if len(last) == 1 else tuple([tuple(d.items()) for d in last])
         ts = info.queue_ts if q.newer else None
-        key = (who, usage, shape, p, ts, stopped)
-        searchless: Hashable = None
-        if self.fair_sharing:
-            # Under fair sharing a queue keeps its name in the key, unless a nomination ran no preemption search:
-            # then nothing of the queue but its spec and usage was read (as without fair sharing).
-            searchless = (_SEARCHLESS, q.spec, usage, shape, p, ts, stopped)
-            found = table.get(searchless)
-            if found is not None:
-                self.lookups += 1
-                return found
-        found = table.get(key)
         self.lookups += 1
+        if self.fair_sharing:
+            return self._fair_lookup(table, name, q, info, usage, over, (shape, p, ts, stopped))
+        queue: AdmittedQueue | None = None
+        n = 0
+        who: Hashable
+        own = None if over and not reads_only_own_candidates(q, usage) else self._own(q, info)
+        if own is None:
+            who = name
+            by_value = False
+        else:
+            desc, queue, n = own
+            who = (q.spec, desc) if n else q.spec
+            by_value = True
+        key = (who, usage, shape, p, ts, stopped)
+        found = table.get(key)
         if over and by_value:
             self.above_quota += 1
             self.above_quota_hits += found is not None
         if found is None:
             self.misses += 1
-            return Lookup(table, key, by_value, over, queue, n, searchless)
+            return Lookup(table, key, by_value, over, queue, n)
         if found.maps_own:
             self.mapped += found.made_for != name
             assert queue is not None
             return found.mapped_to(queue.ordered()[:n])  # the own workloads a Lookup describes (Lookup.own)
+        return found
+
+    def _fair_lookup(self, table: dict[Hashable, Nomination], name: str, q: _Queue, info: WorkloadInfo,
+                     usage: tuple[int, ...], over: bool, head: tuple[Hashable, ...]) -> Nomination | Lookup:
+        """Under fair sharing a nomination that ran no preemption search read nothing of the queue but its spec
+        and usage (as without fair sharing); one whose searches read no queue's identity
+        (:class:`~gpufleet.scheduling.kueue.search_reads.SearchReads`) is also shared by value, with the queue's
+        own candidates, with every queue alike that is not among the queues its walk stopped at; any other keeps
+        the queue's name in its key."""
+        searchless = (_SEARCHLESS, q.spec, usage, *head)
+        found = table.get(searchless)
+        if found is not None:
+            return found
+        own = self._own(q, info)
+        alike: Hashable = None
+        queue: AdmittedQueue | None = None
+        n = 0
+        if own is not None:
+            desc, queue, n = own
+            alike = (_ALIKE, q.spec, desc, usage, *head)
+            found = table.get(alike)
+            if found is not None and found.reads is not None and found.reads.admits(name, q.pos):
+                self.alike_hits += 1
+                if found.maps_own:
+                    self.mapped += found.made_for != name
+                    assert queue is not None
+                    return found.mapped_to(queue.ordered()[:n])
+                return found
+        key = (name, usage, *head)
+        found = table.get(key)
+        if found is None:
+            self.misses += 1
+            return Lookup(table, key, False, over, queue, n, searchless, alike)
         return found
 
 
@@ -288,6 +345,10 @@ class Lookup:
     n: int  # its first n workloads in standing order are described by value
     # Fair sharing: where a nomination that ran no preemption search is remembered instead, for every queue alike.
     searchless: Hashable = None
+    # Fair sharing: where one whose searches read no queue's identity is remembered, for the queues alike (own
+    # candidates by value, the first ``n`` of ``queue``) that its walks did not stop at; None when the queue has
+    # too many own candidates to describe.
+    alike: Hashable = None
 
     @property
     def own(self) -> list[WorkloadInfo]:
@@ -297,22 +358,30 @@ class Lookup:
         return self.queue.ordered()[:self.n]
 
     def remember(self, cq: CQSpec, assignment: Assignment, targets: list[Target], message: str,
-                 searched: bool = True) -> None:
+                 searched: bool = True, reads: SearchReads | None = None) -> None:
         """Remember the nomination made; ``searched``: it ran a preemption search (its flavor search asked for
-        targets, or it did)."""
+        targets, or it did); ``reads``: what its searches read beyond values."""
         if not searched and self.searchless is not None:
             self.table[self.searchless] = Nomination(assignment, (), (), message, cq.name, False)
             return
-        positions = {id(c): i for i, c in enumerate(self.own)}
+        if (self.alike is not None and reads is not None and not reads.opaque and cq.name not in reads.queues
+                and self.alike not in self.table):
+            self._remember(self.alike, True, cq, assignment, targets, message, reads)
+            return
+        self._remember(self.key, self.by_value, cq, assignment, targets, message, None)
+
+    def _remember(self, key: Hashable, by_value: bool, cq: CQSpec, assignment: Assignment, targets: list[Target],
+                  message: str, reads: SearchReads | None) -> None:
+        positions = {id(c): i for i, c in enumerate(self.own)} if by_value else {}
         where = []
         for t in targets:
             i = positions.get(id(t.info), -1)
-            if i < 0 and self.by_value:
+            if i < 0 and by_value:
                 if t.info.cluster_queue == cq.name:
                     return  # an own target the key does not describe: not to be handed to another queue
                 # A queue above its quota is described by value only when its searches take nothing of another
                 # queue (NominationMemo's docstring); such a target would mean that proof is wrong.
-                assert not self.over, f"{cq.name}: a search above quota took {t.info.key} of another queue"
+                assert not self.over or key == self.alike, f"{cq.name}: a search above quota took {t.info.key}"
             where.append(i)
-        self.table[self.key] = Nomination(assignment, tuple(targets), tuple(where), message, cq.name,
-                                          any(i >= 0 for i in where))
+        self.table[key] = Nomination(assignment, tuple(targets), tuple(where), message, cq.name,
+                                     any(i >= 0 for i in where), reads)

@@ -38,6 +38,7 @@ from gpufleet.scheduling.kueue.preemption_order import (
     priority_allows,
     reclaim_variant,
 )
+from gpufleet.scheduling.kueue.search_reads import SearchReads
 from gpufleet.scheduling.kueue.target_ordering import (
     SharedTargetOrdering,
     ShareKey,
@@ -148,8 +149,11 @@ class Preemptor:
                 self._remove(targets[i].info)
         return targets
 
-    def targets(self, info: WorkloadInfo, frs: set[FR], usage: dict[FR, int]) -> list[Target]:
-        """The workloads to evict so that ``usage`` fits in the workload's ClusterQueue; [] when none do."""
+    def targets(self, info: WorkloadInfo, frs: set[FR], usage: dict[FR, int],
+                reads: SearchReads | None = None) -> list[Target]:
+        """The workloads to evict so that ``usage`` fits in the workload's ClusterQueue; [] when none do.
+        ``reads`` gets what the search read beyond values (:mod:`~gpufleet.scheduling.kueue.search_reads`): only
+        the fair-sharing walk of a flat cohort tells; every other search marks it opaque."""
         assert info.cluster_queue is not None
         cq = self.cqs[info.cluster_queue]
         node = self.tree.cluster_queue(cq.name)
@@ -157,10 +161,14 @@ class Preemptor:
         if self._cohorts is not None and not self.fair_sharing:
             found = self._cohorts.classical_targets(info, cq, node, contested, usage)
             if found is not None:
+                if reads is not None:
+                    reads.opaque = True
                 return found
         ctx = _Ctx(info, cq, node, contested, usage)
         if self.fair_sharing:
-            return self._fair_targets(ctx)
+            return self._fair_targets(ctx, reads)
+        if reads is not None:
+            reads.opaque = True
         return self._classical_targets(ctx)
 
     # ---- classical -------------------------------------------------------------------------------------------
@@ -319,16 +327,18 @@ class Preemptor:
                     take(self.admitted[node.name], p.reclaim_within_cohort)
         return out
 
-    def _fair_targets(self, ctx: _Ctx) -> list[Target]:
+    def _fair_targets(self, ctx: _Ctx, reads: SearchReads | None = None) -> list[Target]:
         if self._snapshot_shares is not None and ctx.node.parent is not None:
             root = root_of(ctx.node)
             self._snapshot_shares.prepare(root)  # while the tree is still the snapshot
             if self._flat is not None and self._flat.is_flat(root):
-                return self._flat_fair_targets(ctx, root, self._flat)
+                return self._flat_fair_targets(ctx, root, self._flat, reads)
             candidates = self._fs_candidates_in_queue_order(ctx, self._snapshot_shares)
         else:
             candidates = self._fs_candidates(ctx)
             candidates.sort(key=lambda c: candidate_order(c, ctx.cq.name))
+        if reads is not None:
+            reads.opaque = True  # the shared walk of target_ordering ranks the asker's own queue by position
         if not candidates:
             return []
         tree = self.tree
@@ -350,11 +360,12 @@ class Preemptor:
         finally:
             tree.rollback(mark)
 
-    def _flat_fair_targets(self, ctx: _Ctx, root: QuotaNode, flat: FlatFairSearch) -> list[Target]:
+    def _flat_fair_targets(self, ctx: _Ctx, root: QuotaNode, flat: FlatFairSearch,
+                           reads: SearchReads | None = None) -> list[Target]:
         """:meth:`_fair_targets` in a flat cohort. The preemptor's usage is never put in the tree: in a flat cohort
         only its own queue's share reads it (the walk adds it there as an extra), and every fit check takes it out
         again."""
-        walk = flat.head(ctx.info, ctx.node, root, ctx.frs, ctx.usage, ctx.cq.preemption)
+        walk = flat.head(ctx.info, ctx.node, root, ctx.frs, ctx.usage, ctx.cq.preemption, reads)
         if walk is None:
             return []
         tree = self.tree
