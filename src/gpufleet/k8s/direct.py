@@ -17,9 +17,10 @@ that ends has its connection closed when the next one is opened.
 Then httpcore's HTTP/1.1 (h11's state machine, its event objects and header validation) was most of what was
 left of a call's CPU; :class:`http.client.HTTPConnection` writes the same request and reads the same answers
 (``Content-Length``, chunked, or ended by the connection; ``Connection: close``; ``100 Continue`` skipped) for
-about half of it: a Binding from 16 threads to the emulator, 0.28 ms of the client's CPU through httpcore, 0.16
-ms here, with head and body sent in one segment (:meth:`_Plain.send`); most of the rest is http.client's header
-parsing, which goes through :mod:`email.parser` (bench/README.md, "kube_client_calls").
+about half of it: a Binding from 16 threads to the emulator, ~0.3 ms of the client's CPU through httpcore,
+~0.16 ms here. Most of what is left is http.client's own: its header parsing goes through :mod:`email.parser`
+(bench/README.md, "kube_client_calls"). ``endheaders`` sends a request's head and body in two sends; held back
+and sent as one, the CPU per call did not change measurably, so they go as http.client sends them.
 
 What httpx did for these calls is done here: the bearer token (and one retry with a fresh token after a
 401, as client-go), the TLS context and server name (the certificate verified against ``tls-server-name`` when
@@ -38,7 +39,6 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -72,30 +72,12 @@ class _Plain(http.client.HTTPConnection):
 
     busy = False  # a call is using it (read by another thread deciding whether it may close it)
     idle_since = 0.0
-    _held_back: list[bytes] | None = None  # what send() keeps for one sendall, between hold() and flush()
 
     def connect(self) -> None:
         try:
             super().connect()
         except OSError:  # refused, unreachable, timed out: tried once more (httpx's transport did: retries=1)
             super().connect()
-
-    def send(self, data: Any) -> None:  # Any: as http.client takes it
-        """http.client's ``send``; between :meth:`hold` and :meth:`flush`, kept: ``endheaders`` sends a request's
-        head and its body apart, and each send is a TCP segment (TCP_NODELAY), with the loopback or network
-        processing each one costs; held, they go as one."""
-        if self._held_back is not None and isinstance(data, bytes):
-            self._held_back.append(data)
-        else:
-            super().send(data)
-
-    def hold(self) -> None:
-        self._held_back = []
-
-    def flush(self) -> None:
-        held, self._held_back = self._held_back, None
-        if held:
-            super().send(b"".join(held))
 
 
 class _TLS(_Plain):
@@ -232,9 +214,7 @@ class DirectCalls:
                 connection.putheader("Content-Length", str(len(content)))
             if token:
                 connection.putheader("Authorization", "Bearer " + token)
-            connection.hold()
             connection.endheaders(content)
-            connection.flush()  # head and body in one send
             response = connection.getresponse()
             body = response.read()  # whole: Content-Length, chunked, or until the connection ends
             answer = Answer(response.status, body, response.getheader("Retry-After"))
