@@ -4,9 +4,10 @@ Objects travel as raw JSON dicts: the scheduling core reads a few fields of each
 typed models for tens of thousands of pods would cost more than the scheduling itself.
 
 Thread-safe: one :class:`KubeClient` (its keep-alive connections) is shared by all informer threads, the
-leader elector and the writers. Watches stream through httpx; every other call goes straight to httpcore's
-connection pool (:mod:`gpufleet.k8s.direct`: a third of httpx's CPU per call). :meth:`KubeClient.limited`
-gives a view whose calls are rate-limited by a token bucket (:mod:`gpufleet.k8s.ratelimit`).
+leader elector and the writers. Watches stream through httpx; every other call goes on a keep-alive
+http.client connection of the calling thread's own (:mod:`gpufleet.k8s.direct`; CPU per call in bench/README.md,
+"kube_client_calls"). :meth:`KubeClient.limited` gives a view whose calls are rate-limited by a token bucket
+(:mod:`gpufleet.k8s.ratelimit`).
 """
 
 from __future__ import annotations
@@ -206,7 +207,8 @@ class KubeClient:
             config = ClusterConfig.for_host(host)
         self.config = config
         self.timeout = timeout
-        # tls-server-name: httpcore verifies the certificate against the SNI name it sends.
+        # tls-server-name: the certificate is verified against the SNI name sent (httpcore for watches, and
+        # gpufleet.k8s.direct).
         self._extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
         agent = user_agent or f"gpufleet/{__version__}"
         tls = _ssl_context(config)
@@ -228,8 +230,8 @@ class KubeClient:
             ),
             trust_env=False,  # a scheduler must not pick up HTTP(S)_PROXY meant for workloads
         )
-        # Every call but watches straight on httpcore, one connection per calling thread (gpufleet.k8s.direct);
-        # through a proxy, httpx.
+        # Every call but watches on an http.client connection per calling thread (gpufleet.k8s.direct); through a
+        # proxy, httpx.
         self._direct: DirectCalls | None = None if config.proxy_url else DirectCalls(
             config.host, ssl_context=tls if isinstance(tls, ssl.SSLContext) else None, auth=config.auth,
             tls_server_name=config.tls_server_name, timeout=timeout, user_agent=agent)
