@@ -6,7 +6,9 @@ that binds it: the scheduler patches no pod. For a gang, every Binding up to and
 succeeds also carries the plan of the whole gang (``gpufleet.io/gang-plan``). A crash before the first
 Binding leaves nothing bound and nothing written; a crash after it leaves a partial gang whose first bound
 member records where every other member goes, and the next cycle completes it there
-(:mod:`gpufleet.live.gangs`). The order of the Bindings is the job's order.
+(:mod:`gpufleet.live.gangs`). The Bindings go in the job's order until one carrying the plan succeeds; the
+members after it then go out together (``member_workers`` threads), as kube-scheduler binds pods, so a gang of
+16 waits one round trip for them rather than fifteen.
 
 A Binding is retried when the outcome is unknown or transient (5xx, 429, no answer), and every ambiguous
 answer is settled by reading the pod back:
@@ -39,8 +41,10 @@ them, for the pod would start without them.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -121,8 +125,13 @@ class BindResult:
 class Binder:
     def __init__(self, client: KubeClient, recorder: Recorder, metrics: SchedulerMetrics, *,
                  may_write: Callable[[], bool], retries: int = 5, backoff: float = 0.1,
-                 sleep: Callable[[float], None] = time.sleep, pending: PendingSince | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, pending: PendingSince | None = None,
+                 member_workers: int = 8) -> None:
         self.client = client
+        # Threads for a gang's members once its plan is recorded (0: one after another, on the job's thread).
+        self.member_workers = member_workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.pending = pending  # when each pod was first seen waiting: the pod scheduling SLI
         self.recorder = recorder
         self.metrics = metrics
@@ -147,28 +156,15 @@ class Binder:
             return
         plan = self._plan(job, now)
         anchored = plan is None  # until one Binding with the plan succeeds, each carries it
-        for p in job.pods:
-            if not self.may_write():
-                result.failed[p.key] = "lost the leadership mid-bind"  # never sent: certainly not bound
-                continue
-            notes = intent_annotations(p.node, p.devices, now, p.visible) if p.annotate else {}
-            if not anchored:
-                assert plan is not None
-                notes[GANG_PLAN_ANNOTATION] = plan
-            added: set[str] = set()  # the claims this attempt put the finalizer on
-            claimed = self._reserve_claims(p, added)
-            state, why = claimed if claimed is not None else self._bind(p, notes)
-            if p.claims and state in ("unbound", "gone"):
-                self._unreserve_claims(p, added, why)
-            if state == "bound":
-                result.bound.append(p.key)
-                anchored = True
-            elif state == "elsewhere":
-                result.elsewhere.append(p.key)
-            else:
-                result.failed[p.key] = why
-                if state == "unknown":
-                    result.uncertain.add(p.key)
+        for i, p in enumerate(job.pods):
+            if anchored and len(job.pods) - i > 1 and self.member_workers > 0:
+                # The plan is on a bound member (or there is none): the rest cannot be told apart, so their
+                # Bindings go out together, as kube-scheduler binds pods, instead of one round trip after another.
+                self._run_members(job.pods[i:], now, result)
+                break
+            state, why = self._one(p, now, None if anchored else plan)
+            self._record(result, p, state, why)
+            anchored = anchored or state == "bound"
         self.metrics.pods_scheduled.inc(len(result.bound))
         for key in result.bound:
             pod = next(p for p in job.pods if p.key == key)
@@ -177,7 +173,58 @@ class Binder:
             log.warning("workload %s: %d of %d pods not bound: %s", job.workload, len(result.failed), len(job.pods),
                         "; ".join(f"{k}: {v}" for k, v in sorted(result.failed.items())))
 
+    def _run_members(self, pods: tuple[PodBind, ...], now: float, result: BindResult) -> None:
+        pool = self._members_pool()
+        futures = [pool.submit(self._member, p, now) for p in pods]
+        for p, future in zip(pods, futures, strict=True):
+            state, why, cpu = future.result()
+            result.client_cpu_seconds += cpu  # their threads' CPU is the job's too
+            self._record(result, p, state, why)
+
+    def _member(self, p: PodBind, now: float) -> tuple[BindState, str, float]:
+        cpu = time.thread_time()
+        state, why = self._one(p, now, None)
+        return state, why, time.thread_time() - cpu
+
+    def _members_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.member_workers, thread_name_prefix="gpufleet-gang-bind")
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the threads that bind a gang's members (the jobs in flight end first: see BindQueue.close)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    @staticmethod
+    def _record(result: BindResult, p: PodBind, state: BindState, why: str) -> None:
+        if state == "bound":
+            result.bound.append(p.key)
+        elif state == "elsewhere":
+            result.elsewhere.append(p.key)
+        else:
+            result.failed[p.key] = why
+            if state == "unknown":
+                result.uncertain.add(p.key)
+
     # --- one pod ----------------------------------------------------------------------------------------
+
+    def _one(self, p: PodBind, now: float, plan: str | None) -> tuple[BindState, str]:
+        """One pod: its claims reserved, then its Binding (carrying the gang's ``plan`` when given)."""
+        if not self.may_write():
+            return "unbound", "lost the leadership mid-bind"  # never sent: certainly not bound
+        notes = intent_annotations(p.node, p.devices, now, p.visible) if p.annotate else {}
+        if plan is not None:
+            notes[GANG_PLAN_ANNOTATION] = plan
+        added: set[str] = set()  # the claims this attempt put the finalizer on
+        claimed = self._reserve_claims(p, added)
+        state, why = claimed if claimed is not None else self._bind(p, notes)
+        if p.claims and state in ("unbound", "gone"):
+            self._unreserve_claims(p, added, why)
+        return state, why
 
     @staticmethod
     def _plan(job: BindJob, now: float) -> str | None:

@@ -200,6 +200,7 @@ class CycleRunner:
 
     def close(self) -> None:
         self.binds.close()  # the Bindings in flight end first (a gang is bound to its end)
+        self.binder.close()
         self.claim_release.close()
         self.pool.shutdown(wait=True)
         self.events.close()
