@@ -224,13 +224,18 @@ def test_a_gang_arriving_in_parts_waits_off_the_books_for_the_rest_then_is_carri
     c.put(r.PODS, pod("g1", queue="lq", group="trio", group_size=3))
     d, was_carried = step(run, now + 1)  # two of three: held back, no rebuild
     assert was_carried and not d.plan.admitted and set(d.world.unjoined) == {f"{NS}/g0", f"{NS}/g1"}
-    assert now + 1 + UNJOINED_WAIT in d.due  # how long they wait for the third
+    assert d.world.unjoined_since == now + 1  # they wait for the third until now + 1 + UNJOINED_WAIT
     c.put(r.PODS, pod("g2", queue="lq", group="trio", group_size=3))
     snapshot = c.cache.snapshot()
     carried = run._carry_on(snapshot, now + 1.5)
     assert carried is not None and outcome(carried)[0] == {f"{NS}/trio"} and not carried.world.unjoined
     fresh = runner(c)
     assert outcome(fresh._decide_isolating(snapshot, now + 1.5)) == outcome(carried)
+    # Whole now, the gang leaves no timer behind: a pod arriving after the wait would have ended is carried too.
+    _finish_cycle(run, snapshot, carried, now + 1.5)
+    assert run.kept is not None and all(t < now + 1 + UNJOINED_WAIT for t in run.kept.due)
+    c.put(r.PODS, pod("solo", queue="lq"))
+    assert run._carry_on(c.cache.snapshot(), now + 2 + UNJOINED_WAIT) is not None
 
 
 def test_a_gang_short_of_members_past_the_wait_or_a_late_member_takes_a_full_cycle() -> None:

@@ -147,6 +147,12 @@ def _claim_writes(needs: dict[str, DraNeed], world: World, key: str, node: str,
                  for claim, found in by_claim.items())
 
 
+def _unjoined_due(world: World) -> list[float]:
+    """When the members of a gang that arrived in part stop waiting for the rest (gpufleet.live.increment), if
+    any wait."""
+    return [world.unjoined_since + UNJOINED_WAIT] if world.unjoined_since is not None else []
+
+
 class CycleRunner:
     def __init__(self, client: KubeClient, cache: ObjectCache, settings: SchedulerSettings, *, identity: str,
                  metrics: SchedulerMetrics, may_write: Callable[[], bool], clock: Callable[[], float] = time.time,
@@ -253,7 +259,9 @@ class CycleRunner:
         # The fleet's gauges after the writes: the Bindings are on their way while they are worked out.
         self.fleet.observe(world, plan, counts=d.counts, changed=d.changed)
         self.fleet.carried_out(plan, victims, report.evicted)
-        report.next_due = self._next_due(d.due, now)  # after the writes: a refused eviction shields its victim
+        # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
+        # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
+        report.next_due = self._next_due([*d.due, *_unjoined_due(world)], now)
         self._keep(d, snapshot, victims)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
@@ -277,7 +285,8 @@ class CycleRunner:
         # An assumption or a shield lapsing changes what the kept policy holds (capacity, candidates): a full cycle.
         lapsed = any(t is not None and t <= now for t in (self.assumed.next_expiry(), self.shields.next_expiry()))
         if (kept is None or changes is None or released or lapsed or kept.timer_due(now) or self.quarantine.held
-                or now - self._last_full >= self.settings.cycle_period):
+                or now - self._last_full >= self.settings.cycle_period
+                or any(t <= now for t in _unjoined_due(kept.world))):
             return None
         try:
             return self._decide_carried(snapshot, kept, changes, now)
@@ -303,8 +312,6 @@ class CycleRunner:
         release(kept, carried, now)
         world, policy = kept.world, kept.policy
         due = [t for t in kept.due if t > now]
-        if world.unjoined_since is not None:  # a gang arrived in part: a full cycle builds it if the rest do not come
-            due.append(world.unjoined_since + UNJOINED_WAIT)
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
         changed = landed | set(carried.ended)
         if landed and gangs.timed_out(world, planner.Plan(policy).pods_ready_policy, due, only=landed):
