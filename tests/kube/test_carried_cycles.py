@@ -238,6 +238,20 @@ def test_a_gang_arriving_in_parts_waits_off_the_books_for_the_rest_then_is_carri
     assert run._carry_on(c.cache.snapshot(), now + 2 + UNJOINED_WAIT) is not None
 
 
+def test_each_gang_held_back_waits_from_its_own_arrival() -> None:
+    c = build([8], [0], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("a0", queue="lq", group="a", group_size=2))
+    assert step(run, now + 1)[1]
+    c.put(r.PODS, pod("a1", queue="lq", group="a", group_size=2))  # a is whole...
+    c.put(r.PODS, pod("b0", queue="lq", group="b", group_size=2))  # ...as b arrives in part
+    d, was_carried = step(run, now + 1 + 0.9 * UNJOINED_WAIT)
+    assert was_carried and outcome(d)[0] == {f"{NS}/a"}
+    assert set(d.world.unjoined) == {f"{NS}/b0"} and d.world.unjoined_since == now + 1 + 0.9 * UNJOINED_WAIT
+
+
 def test_a_gang_short_of_members_past_the_wait_or_a_late_member_takes_a_full_cycle() -> None:
     c = build([8], [0], backlog=0)
     run = runner(c)
@@ -303,6 +317,23 @@ def test_the_pods_of_a_job_are_carried_as_one_workload(job_first: bool) -> None:
     assert outcome(carried) == outcome(rebuilt)
     assert len(outcome(carried)[0]) == 1  # the Job's three pods: one workload, admitted
     assert [len(j.pods) for j in carried.jobs] == [len(j.pods) for j in rebuilt.jobs] == [3]
+
+
+def test_a_job_whose_pods_came_first_takes_a_full_cycle_that_groups_them() -> None:
+    c = build([4], [4], backlog=0)  # every GPU held: the Job's pods wait
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    owner = job_object("train", pods=3, queue="lq")
+    for p in job_pods(owner)[:2]:  # their watch is ahead of the Jobs' watch
+        c.put(r.PODS, p)
+    d, was_carried = step(run, now + 1)
+    assert was_carried and not d.plan.admitted  # pods of their own for now, as a rebuild would read them too
+    c.put(JOBS, owner)
+    snapshot = c.cache.snapshot()
+    assert run._carry_on(snapshot, now + 2) is None  # the Job takes pods the world knows: rebuilt, grouped
+    rebuilt = runner(c)._decide_isolating(snapshot, now + 2)
+    assert f"{NS}/train" in rebuilt.plan.pending  # a gang of 3 with 2 pods: it waits for the third
 
 
 def test_a_job_that_does_not_parse_or_changes_its_spec_takes_a_full_cycle() -> None:

@@ -5,6 +5,7 @@ second part without a clock: bound one after another, the first member would wai
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 
 from gpufleet.k8s.annotations import GANG_PLAN_ANNOTATION
@@ -88,3 +89,29 @@ def test_without_member_threads_the_members_go_one_after_another_on_the_jobs_thr
     assert result.bound == [f"ml/m{i}" for i in range(4)]
     assert set(client.threads.values()) == {threading.get_ident()}
     assert [name for name, _ in client.calls] == ["m0", "m1", "m2", "m3"]
+
+
+class BusyClient(Client):
+    """Each Binding costs its thread ``cpu`` seconds of CPU (measured on that thread's clock, whatever the load)."""
+
+    def __init__(self, members: int, cpu: float) -> None:
+        super().__init__(members)
+        self.cpu = cpu
+
+    def bind(self, namespace: str, pod_name: str, node_name: str, *, pod_uid: str | None = None,
+             annotations: Mapping[str, str] | None = None) -> None:
+        started = time.thread_time()
+        while time.thread_time() - started < self.cpu:
+            pass
+        super().bind(namespace, pod_name, node_name, pod_uid=pod_uid, annotations=annotations)
+
+
+def test_the_member_threads_cpu_counts_in_the_jobs_client_cpu() -> None:
+    client = BusyClient(members=4, cpu=0.02)
+    b = binder(client)
+    try:
+        result = b.run(BindJob("ml/gang", pods(5)), 1000.0)
+    finally:
+        b.close()
+    assert len(result.bound) == 5
+    assert result.client_cpu_seconds >= 5 * 0.02  # the first on the job's thread, four on the members'

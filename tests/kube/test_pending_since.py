@@ -11,9 +11,12 @@ from kube_apisim import ApiSim
 from live_env import bound_node, node, pod, wait_until
 
 from gpufleet.k8s import resources as r
+from gpufleet.k8s.errors import ApiConnectionError
 from gpufleet.k8s.informer import ObjectCache
+from gpufleet.live.binder import Binder, BindJob, PodBind
 from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.scheduler import Scheduler
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 SLI = "gpufleet_pod_scheduling_sli_duration_seconds"
 
@@ -106,3 +109,34 @@ def test_the_live_scheduler_observes_sent_and_bound_once_per_pod_it_binds(
     sent, accepted = sample("_sum", "binding_sent"), sample("_sum", "bound")
     assert sent is not None and accepted is not None
     assert 0.0 <= sent <= accepted <= 2 * elapsed  # seconds, sending before its answer
+
+
+class LostAnswerClient:
+    """The Binding lands (the cache shows the pod bound) but its answer is lost; reading back finds it bound."""
+
+    def __init__(self, cache: ObjectCache, bound: dict[str, object]) -> None:
+        self.cache, self.bound_pod = cache, bound
+
+    def bind(self, namespace: str, pod_name: str, node_name: str, **_: object) -> None:
+        self.cache.apply(r.PODS, "MODIFIED", self.bound_pod)
+        raise ApiConnectionError("connection reset")
+
+    def get(self, resource: object, name: str, namespace: str | None = None) -> dict[str, object]:
+        return self.bound_pod
+
+
+def test_a_binding_found_bound_on_reading_back_ends_the_sli_and_leaves_no_entry() -> None:
+    cache, clock = ObjectCache(), Clock(50.0)
+    since = PendingSince(cache, "gpufleet", clock=clock)
+    cache.apply(r.PODS, "ADDED", versioned(pod("p"), 1))
+    client = LostAnswerClient(cache, versioned(pod("p", node_name="n0"), 2))
+    metrics = SchedulerMetrics()
+    recorder = type("R", (), {"scheduled": lambda self, raw, node: None})()
+    b = Binder(client, recorder, metrics, may_write=lambda: True, retries=0, sleep=lambda _: None,  # type: ignore[arg-type]
+               pending=since)
+    clock.now = 50.5
+    result = b.run(BindJob("ml/p", (PodBind("ml/p", "uid-p", "n0", (), None, True, {"metadata": {}}),)), 1000.0)
+    assert result.bound == ["ml/p"]
+    assert metrics.registry.get_sample_value(f"{SLI}_count", {"until": "bound"}) == 1.0
+    assert metrics.registry.get_sample_value(f"{SLI}_sum", {"until": "bound"}) == 0.5
+    assert len(since) == 0

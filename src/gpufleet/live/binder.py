@@ -147,7 +147,7 @@ class Binder:
             self._run(job, now, result)
         finally:
             result.api_seconds = time.perf_counter() - started
-            result.client_cpu_seconds = time.thread_time() - cpu
+            result.client_cpu_seconds += time.thread_time() - cpu  # with the member threads' own (_run_members)
         return result
 
     def _run(self, job: BindJob, now: float, result: BindResult) -> None:
@@ -224,7 +224,19 @@ class Binder:
         state, why = claimed if claimed is not None else self._bind(p, notes)
         if p.claims and state in ("unbound", "gone"):
             self._unreserve_claims(p, added, why)
+        self._settle_sli(p, state)
         return state, why
+
+    def _settle_sli(self, p: PodBind, state: BindState) -> None:
+        """The pod scheduling SLI's end: bound (answered, or found bound on reading back) is observed; a pod still
+        unbound keeps waiting (a later Binding ends it); elsewhere, gone or unknown leaves the table."""
+        if self.pending is None or state == "unbound":
+            return
+        if state == "bound":
+            if (waited := self.pending.bound(p.key, p.uid)) is not None:
+                self.metrics.pod_scheduling_sli.labels("bound").observe(waited)
+        else:
+            self.pending.forget(p.key)
 
     @staticmethod
     def _plan(job: BindJob, now: float) -> str | None:
@@ -250,8 +262,6 @@ class Binder:
                     self.metrics.pod_scheduling_sli.labels("binding_sent").observe(waited)
                 # Fixed values: a retry of an unknown outcome writes the same annotations or meets a 409.
                 self.client.bind(p.namespace, p.name, p.node, pod_uid=p.uid, annotations=annotations)
-                if self.pending is not None and (waited := self.pending.bound(p.key, p.uid)) is not None:
-                    self.metrics.pod_scheduling_sli.labels("bound").observe(waited)
                 return "bound", ""
             except Conflict as e:
                 self.metrics.bind_errors.labels("409").inc()

@@ -150,7 +150,8 @@ def _claim_writes(needs: dict[str, DraNeed], world: World, key: str, node: str,
 def _unjoined_due(world: World) -> list[float]:
     """When the members of a gang that arrived in part stop waiting for the rest (gpufleet.live.increment), if
     any wait."""
-    return [world.unjoined_since + UNJOINED_WAIT] if world.unjoined_since is not None else []
+    since = world.unjoined_since
+    return [since + UNJOINED_WAIT] if since is not None else []
 
 
 class CycleRunner:

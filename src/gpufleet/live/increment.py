@@ -43,6 +43,7 @@ from typing import Any
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import Node
+from gpufleet.cluster import grouping
 from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
@@ -295,6 +296,16 @@ def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObje
     created = {(res.key, key) for res, key, _ in owners}
     if both.generation != world.queue_generation or any((res.key, key) in created for res, key, *_ in both.rejected):
         return False
+    # Pods the world knows that a new owner takes (its pods seen before it: a Job's pods can come through their
+    # watch first, a Volcano PodGroup named before it exists): a full cycle groups them into its workload.
+    by_kind = {(res.group, res.kind, key) for res, key, _ in owners}
+    new_owners = [o for o in both.manifests.controllers.owners
+                  if (o.rule.group, o.kind, f"{o.namespace}/{o.meta.name}") in by_kind]
+    namespaces = {o.namespace for o in new_owners}
+    known = [e.pod for e in (*world.pods.values(), *world.unjoined.values())
+             if e.ours and e.pod is not None and e.namespace in namespaces]
+    if known and len(grouping.adopt(known, new_owners).unclaimed) < len(known):
+        return False
     world.queues = both.manifests
     return True
 
@@ -322,7 +333,7 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
     # A gang short of members (a controller still creating them) waits for the rest a little, off the books.
     waiting = {p.key for w in workloads if not w.complete for p in w.pods}
     world.unjoined = {e.key: e for e in entries if e.key in waiting}
-    world.unjoined_since = None if not waiting else world.unjoined_since if world.unjoined_since is not None else now
+    world.unjoined_at = {key: world.unjoined_at.get(key, now) for key in world.unjoined}
     workloads = [w for w in workloads if w.complete]
     world.now = now
     for e in entries:

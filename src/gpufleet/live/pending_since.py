@@ -62,6 +62,11 @@ class PendingSince:
             del self._since[key]
         return max(0.0, self._clock() - entry.since)
 
+    def forget(self, key: str) -> None:
+        """The pod's Binding ended without its figure: bound elsewhere, gone, or an outcome never known."""
+        with self._lock:
+            self._since.pop(key, None)
+
     def _entry(self, key: str, uid: str | None) -> _Waiting | None:
         entry = self._since.get(key)
         if entry is None or (uid is not None and entry.uid is not None and entry.uid != uid):

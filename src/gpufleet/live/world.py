@@ -129,7 +129,12 @@ class World:
     # Pods of ours a carried cycle saw arrive whose gang is still short of members (gpufleet.live.increment): not
     # in ``pods`` nor submitted until the rest arrive, or a full cycle builds the gang as it is. Since when.
     unjoined: dict[str, PodEntry] = field(default_factory=dict)
-    unjoined_since: float | None = None
+    unjoined_at: dict[str, float] = field(default_factory=dict)  # pod key -> when a carried cycle first held it
+
+    @property
+    def unjoined_since(self) -> float | None:
+        """When the longest-waiting of the held members was first held back, if any waits."""
+        return min(self.unjoined_at.values(), default=None)
 
     def manifests(self) -> Manifests:
         """The bundle the policy reads (queues and the Kueue Configuration); never the cached one itself."""
