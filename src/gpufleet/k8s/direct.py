@@ -102,10 +102,13 @@ def _reusable(connection: _Plain) -> bool:
     if sock is None or time.monotonic() - connection.idle_since >= KEEPALIVE_EXPIRY_S:
         return False
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):  # closed under us; or a descriptor above select's limit
+        # poll, not select: a scheduler process may hold more than select's 1,024 descriptors (watches, webhook
+        # and metrics clients), and select refuses any above that, which would make every call reconnect.
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):  # closed under us
         return False
-    return not readable
 
 
 class DirectCalls:
