@@ -4,6 +4,7 @@ HTTP/1.1 server on 127.0.0.1 that records every connection it accepts and when e
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -119,6 +120,23 @@ def test_each_thread_keeps_one_connection_for_all_its_calls(peer: Peer) -> None:
         assert peer.opened == 4  # one per thread, none per call
         _get(client, "p-again")
         assert peer.opened == 4  # this thread's, alive, was not closed when the others opened theirs
+
+
+def test_a_connection_on_a_descriptor_above_1024_is_kept(peer: Peer) -> None:
+    """A busy scheduler holds many descriptors (watches, listeners, clients): the idle check must not need the
+    connection's to be below select's limit, or every call would open a new connection."""
+    pipes = []
+    try:
+        while len(pipes) < 600:  # 1,200 descriptors: the connection opened next is numbered above 1,024
+            pipes.append(os.pipe())
+        with KubeClient(host=peer.url, timeout=5.0) as client:
+            for i in range(5):
+                _get(client, f"p-{i}")
+            assert peer.opened == 1
+    finally:
+        for a, b in pipes:
+            os.close(a)
+            os.close(b)
 
 
 def test_the_connection_of_a_thread_that_ended_is_closed_when_another_is_opened(peer: Peer) -> None:
