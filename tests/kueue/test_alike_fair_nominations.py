@@ -28,6 +28,7 @@ from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.config import CQSpec
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.memo import Lookup, Nomination, NominationMemo
+from gpufleet.scheduling.quota import QuotaTree
 from tests.kueue.test_flat_fair_search import STRATEGIES
 from tests.kueue.test_nomination_memo import (
     CPU,
@@ -239,6 +240,29 @@ def test_alike_queues_share_searching_nominations_as_fresh_ones_decide(
         event("a nomination shared by value was refused to a queue its walk stopped at")
 
 
+def _alike(copies: int, within: str = "Never") -> tuple[list[KueuePolicy], list[str], Driver]:
+    """``copies`` queues alike (no quota of their own, reclaimWithinCohort LowerPriority, ``within`` for
+    withinClusterQueue) beside the lender of 6,000 cpu and the hog, in one flat cohort; the memo's policy first,
+    then the reference's."""
+    spec = QueueSpec(flavors=FLAVORS[:1], nominal=(0, 0), borrowing_limit=None, lending_limit=None, parent="pool",
+                     within=within, reclaim="LowerPriority", bwc=False, threshold=None, strategy="BestEffortFIFO",
+                     fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=copies)
+    m, names = manifests([spec, lender(3000), HOG], True)
+    m.cohorts = [c for c in m.cohorts if c.name != "sub"]
+    policies = _memo_and_reference(m)
+    return policies, names, Driver(policies, names, events=False)
+
+
+def _hog_takes_the_rest(driver: Driver, policies: list[KueuePolicy], hog: int, priority: int) -> QuotaTree:
+    """The hog (queue ``hog``) borrows all the lender has left, with workloads of ``priority``."""
+    tree = policies[0].state.tree
+    for flavor in FLAVORS[:2]:
+        room = tree.available("cq2-0", (flavor, "cpu")) // CPU
+        driver.submit(driver.made(hog, Shape(room, 0, 0, 1, None, priority, True, flavor)))
+        driver.cycle()
+    return tree
+
+
 def test_a_walk_that_stops_at_a_queue_alike_is_not_handed_to_it() -> None:
     """Four queues alike (no quota of their own, reclaimWithinCohort LowerPriority, withinClusterQueue Never) each
     borrow 8 of the lender's 6,000 cpu with low-priority workloads; the hog takes the rest with workloads no head
@@ -246,24 +270,14 @@ def test_a_walk_that_stops_at_a_queue_alike_is_not_handed_to_it() -> None:
     thousandth, so each head's walk takes from the first queue alike in the walk order, the last one (ties go to
     the later child). The first head's nomination (its walk stopped at cq0-3 only) is handed to cq0-1 and cq0-2,
     not to cq0-3, whose own walk passes over its own place and takes from cq0-2. Decisions are the reference's."""
-    spec = QueueSpec(flavors=FLAVORS[:1], nominal=(0, 0), borrowing_limit=None, lending_limit=None, parent="pool",
-                     within="Never", reclaim="LowerPriority", bwc=False, threshold=None, strategy="BestEffortFIFO",
-                     fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=4)
-    m, names = manifests([spec, lender(3000), HOG], True)
-    m.cohorts = [c for c in m.cohorts if c.name != "sub"]
-    policies = _memo_and_reference(m)
+    policies, names, driver = _alike(4)
     memo = policies[0].state.memo
     assert memo is not None
     watched = WatchedMemo(memo)
-    driver = Driver(policies, names, events=False)
     for _ in range(4):
         driver.submit(driver.made(0, FILLER, mirror=True))
         driver.cycle()
-    tree = policies[0].state.tree
-    for flavor in FLAVORS[:2]:
-        room = tree.available("cq2-0", (flavor, "cpu")) // CPU
-        driver.submit(driver.made(5, Shape(room, 0, 0, 1, None, 2, True, flavor)))
-        driver.cycle()
+    tree = _hog_takes_the_rest(driver, policies, hog=5, priority=2)
     assert {tree.fair_sharing_key(name) for name in names[:4]} == {(0, 1.0)}
     driver.submit(driver.made(0, Shape(1, 0, 0, 1, None, 1, True, None), mirror=True))
     preempted = driver.cycle()
@@ -281,25 +295,15 @@ def test_a_walk_that_passes_over_its_own_place_is_not_handed_to_a_queue_alike() 
     passes over cq0-2 (no workload of it can go with the share staying at 1), stops at its own place (which it
     passes over) and takes from cq0-0; cq0-2's walk takes cq0-1's 1-cpu workload there. cq0-1's nomination is not
     handed to cq0-2 (its walk stopped at cq0-1's place). Decisions are the reference's."""
-    spec = QueueSpec(flavors=FLAVORS[:1], nominal=(0, 0), borrowing_limit=None, lending_limit=None, parent="pool",
-                     within="Never", reclaim="LowerPriority", bwc=False, threshold=None, strategy="BestEffortFIFO",
-                     fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=3)
-    m, names = manifests([spec, lender(3000), HOG], True)
-    m.cohorts = [c for c in m.cohorts if c.name != "sub"]
-    policies = _memo_and_reference(m)
+    policies, names, driver = _alike(3)
     memo = policies[0].state.memo
     assert memo is not None
     watched = WatchedMemo(memo)
-    driver = Driver(policies, names, events=False)
     for q, cpus, priority in ((0, (2, 2, 2, 2), 0), (1, (1, 7), 2), (2, (8,), 2)):
         for cpu in cpus:
             driver.submit(driver.made(q, Shape(cpu, 0, 0, 1, None, priority, True, None)))
             driver.cycle()
-    tree = policies[0].state.tree
-    for flavor in FLAVORS[:2]:
-        room = tree.available("cq2-0", (flavor, "cpu")) // CPU
-        driver.submit(driver.made(4, Shape(room, 0, 0, 1, None, 3, True, flavor)))
-        driver.cycle()
+    tree = _hog_takes_the_rest(driver, policies, hog=4, priority=3)
     assert {tree.fair_sharing_key(name) for name in names[:3]} == {(0, 1.0)}
     driver.submit([*driver.made(1, Shape(1, 0, 0, 1, None, 3, True, None)),
                    *driver.made(2, Shape(1, 0, 0, 1, None, 3, True, None))])
@@ -314,22 +318,12 @@ def test_a_search_answered_without_a_walk_is_not_handed_to_a_queue_alike_that_wo
     cq0-1 holds one 8-cpu workload of priority 2). cq0-0's head finds nothing without walking (no other queue has
     candidates, and its own place is passed over), but cq0-1's, alike to the memo, takes from cq0-0: the first
     answer is not handed to it."""
-    spec = QueueSpec(flavors=FLAVORS[:1], nominal=(0, 0), borrowing_limit=None, lending_limit=None, parent="pool",
-                     within="Never", reclaim="LowerPriority", bwc=False, threshold=None, strategy="BestEffortFIFO",
-                     fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=2)
-    m, names = manifests([spec, lender(3000), HOG], True)
-    m.cohorts = [c for c in m.cohorts if c.name != "sub"]
-    policies = _memo_and_reference(m)
-    driver = Driver(policies, names, events=False)
+    policies, names, driver = _alike(2)
     for q, cpus, priority in ((0, (2, 2, 2, 2), 0), (1, (8,), 2)):
         for cpu in cpus:
             driver.submit(driver.made(q, Shape(cpu, 0, 0, 1, None, priority, True, None)))
             driver.cycle()
-    tree = policies[0].state.tree
-    for flavor in FLAVORS[:2]:
-        room = tree.available("cq2-0", (flavor, "cpu")) // CPU
-        driver.submit(driver.made(3, Shape(room, 0, 0, 1, None, 3, True, flavor)))
-        driver.cycle()
+    tree = _hog_takes_the_rest(driver, policies, hog=3, priority=3)
     assert {tree.fair_sharing_key(name) for name in names[:2]} == {(0, 1.0)}
     driver.submit([*driver.made(0, Shape(1, 0, 0, 1, None, 1, True, None)),
                    *driver.made(1, Shape(1, 0, 0, 1, None, 1, True, None))])
@@ -343,22 +337,12 @@ def test_a_walk_with_own_candidates_is_not_handed_to_a_queue_alike() -> None:
     1 in cq0-0 and cq0-2: its own queue's workloads are candidates, the others' of priority 1 are not. Shares tie,
     so the walk ranks the preemptor's own queue among the others by position: cq0-0's comes after cq0-1, whose
     workload it takes; cq0-2's comes first, and it takes its own. A search with own candidates is not shared."""
-    spec = QueueSpec(flavors=FLAVORS[:1], nominal=(0, 0), borrowing_limit=None, lending_limit=None, parent="pool",
-                     within="LowerOrNewerEqualPriority", reclaim="LowerPriority", bwc=False, threshold=None,
-                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=3)
-    m, names = manifests([spec, lender(3000), HOG], True)
-    m.cohorts = [c for c in m.cohorts if c.name != "sub"]
-    policies = _memo_and_reference(m)
-    driver = Driver(policies, names, events=False)
+    policies, names, driver = _alike(3, within="LowerOrNewerEqualPriority")
     for _ in range(4):
         driver.submit([*driver.made(0, Shape(2, 0, 0, 1, None, 1, True, None), created=5), *driver.made(1, FILLER),
                        *driver.made(2, Shape(2, 0, 0, 1, None, 1, True, None), created=5)])
         driver.cycle()
-    tree = policies[0].state.tree
-    for flavor in FLAVORS[:2]:
-        room = tree.available("cq2-0", (flavor, "cpu")) // CPU
-        driver.submit(driver.made(4, Shape(room, 0, 0, 1, None, 3, True, flavor)))
-        driver.cycle()
+    tree = _hog_takes_the_rest(driver, policies, hog=4, priority=3)
     assert {tree.fair_sharing_key(name) for name in names[:3]} == {(0, 1.0)}
     driver.submit([*driver.made(0, Shape(1, 0, 0, 1, None, 1, True, None)),
                    *driver.made(2, Shape(1, 0, 0, 1, None, 1, True, None))])
@@ -372,22 +356,12 @@ def test_a_walk_that_ranks_its_own_queue_against_one_it_took_from_is_not_handed_
     1, the preemptor's: then cq0-0's walk ranks cq0-1 first again (the later child) and takes a second one of it,
     cq0-2's ranks its own queue first and takes its own workload. cq0-0's nomination (made first: heads are
     nominated in queue order) is not cq0-2's."""
-    spec = QueueSpec(flavors=FLAVORS[:1], nominal=(0, 0), borrowing_limit=None, lending_limit=None, parent="pool",
-                     within="LowerOrNewerEqualPriority", reclaim="LowerPriority", bwc=False, threshold=None,
-                     strategy="BestEffortFIFO", fungibility=("Borrow", "TryNextFlavor"), gpus=None, copies=3)
-    m, names = manifests([spec, lender(3000), HOG], True)
-    m.cohorts = [c for c in m.cohorts if c.name != "sub"]
-    policies = _memo_and_reference(m)
-    driver = Driver(policies, names, events=False)
+    policies, names, driver = _alike(3, within="LowerOrNewerEqualPriority")
     for k in range(6):
         alike = [driver.made(q, Shape(2, 0, 0, 1, None, 1, True, None), created=5) for q in (0, 2)] if k < 4 else []
         driver.submit([*driver.made(1, FILLER), *(w for made in alike for w in made)])
         driver.cycle()
-    tree = policies[0].state.tree
-    for flavor in FLAVORS[:2]:
-        room = tree.available("cq2-0", (flavor, "cpu")) // CPU
-        driver.submit(driver.made(4, Shape(room, 0, 0, 1, None, 3, True, flavor)))
-        driver.cycle()
+    tree = _hog_takes_the_rest(driver, policies, hog=4, priority=3)
     assert [tree.fair_sharing_key(name) for name in names[:3]] == [(0, 1.0), (0, 2.0), (0, 1.0)]
     # cq0-2's head is made first: it wins the tournament's tie, and is processed before cq0-0's.
     driver.submit([*driver.made(2, Shape(3, 0, 0, 1, None, 1, True, None)),
