@@ -53,7 +53,7 @@ from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.wakeup import unread_status_only, without_status
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
-from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, account, pod_entry
+from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, account, pod_entry, read_world_objects
 from gpufleet.scheduling.kueue import KueuePolicy
 
 JsonDict = dict[str, Any]
@@ -290,9 +290,7 @@ def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObje
     parse, :meth:`ParseCache.world_objects`), for the ``owners`` created since; False (a full cycle) when the queue
     kinds' parse is not the kept one's (a queue changed meanwhile) or one of ``owners`` does not parse (the full
     cycle tells why, in an event)."""
-    mine = [(res, key, obj) for res_key, res in WORKLOAD_KEYS.items()
-            for key, obj in snapshot.objects.get(res_key, {}).items() if parse.ours(res, key, obj, scheduler_name)]
-    both = parse.world_objects((o for res in queue_kinds for o in snapshot.of(res).values()), mine)
+    both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
     created = {(res.key, key) for res, key, _ in owners}
     if both.generation != world.queue_generation or any((res.key, key) in created for res, key, *_ in both.rejected):
         return False

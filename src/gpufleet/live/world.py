@@ -45,7 +45,7 @@ from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.annotations import NODE_ANNOTATION, Intent, read_devices, read_intent
 from gpufleet.k8s.informer import CacheSnapshot
-from gpufleet.k8s.parsing import ParseCache, WorkloadObject
+from gpufleet.k8s.parsing import ParseCache, QueueParse, WorkloadObject
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.grants import grants_from_ids
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
@@ -247,12 +247,11 @@ def account(cluster: ClusterState, entry: PodEntry, claimed: frozenset[DeviceKey
     return False
 
 
-def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerConfig, parse: ParseCache,
-             assumed: AssumedPods, now: float, require_mutation: bool = True,
-             queue_kinds: Sequence[r.ResourceType] = QUEUE_KINDS) -> World:
-    """Parse the snapshot and charge every pod that holds capacity; workloads come later (:func:`finish`).
-    ``queue_kinds``: the queue kinds and priority classes to read (gpufleet.io's or Kueue's, see
-    :mod:`gpufleet.live.queuesource`)."""
+def read_world_objects(snapshot: CacheSnapshot, *, parse: ParseCache, scheduler_name: str,
+                       queue_kinds: Sequence[r.ResourceType]) -> QueueParse:
+    """The queue kinds and this scheduler's workload-kind objects of ``snapshot``, parsed together (memoised by
+    :class:`ParseCache`; the memo of objects gone is dropped): what a full cycle reads, and what a carried one
+    reads again when an owner was created (gpufleet.live.increment.read_owners)."""
     seen: list[tuple[str, str]] = []
     mine: list[WorkloadObject] = []
     for res_key, res in WORKLOAD_KEYS.items():
@@ -261,7 +260,16 @@ def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerCo
             if parse.ours(res, key, obj, scheduler_name):
                 mine.append((res, key, obj))
     parse.forget_workload_objects_except(seen)
-    both = parse.world_objects((o for res in queue_kinds for o in snapshot.of(res).values()), mine)
+    return parse.world_objects((o for res in queue_kinds for o in snapshot.of(res).values()), mine)
+
+
+def assemble(snapshot: CacheSnapshot, *, scheduler_name: str, kueue: SchedulerConfig, parse: ParseCache,
+             assumed: AssumedPods, now: float, require_mutation: bool = True,
+             queue_kinds: Sequence[r.ResourceType] = QUEUE_KINDS) -> World:
+    """Parse the snapshot and charge every pod that holds capacity; workloads come later (:func:`finish`).
+    ``queue_kinds``: the queue kinds and priority classes to read (gpufleet.io's or Kueue's, see
+    :mod:`gpufleet.live.queuesource`)."""
+    both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
     queues = both.manifests
     nodes: list[Node] = []
     raw_nodes = snapshot.of(r.NODES)
