@@ -4,6 +4,7 @@ given up, what the cycle's report and callbacks see."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,13 +12,13 @@ from typing import Any
 import kmock
 import pytest
 from kube_apisim import ApiSim, failure
-from live_env import NS, PODS_RES, bound_node, node, pod
+from live_env import NS, PODS_RES, bound_node, node, pod, wait_until
 
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.annotations import Intent
 from gpufleet.k8s.client import KubeClient
 from gpufleet.live.assumed import AssumedPods
-from gpufleet.live.binder import Binder, BindJob, PodBind
+from gpufleet.live.binder import Binder, BindJob, BindResult, PodBind
 from gpufleet.live.bindqueue import BindQueue
 from gpufleet.live.recorder import Recorder
 from gpufleet.scheduler_metrics import SchedulerMetrics
@@ -93,3 +94,38 @@ def test_settling_keeps_what_may_still_land_releases_what_did_not_and_reports_on
     assert late == ["now"]
     queue.close()
     apisim.harness.call(never.set)  # let the held requests end before the server stops
+
+
+class GatedBinder:
+    """Binds each job once its gate opens (a job per workload, named after it)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.gates = {name: threading.Event() for name in names}
+
+    def run(self, job: BindJob, now: float) -> BindResult:
+        assert self.gates[job.workload].wait(30.0), f"{job.workload} never released"
+        return BindResult(job.workload, bound=[p.key for p in job.pods])
+
+
+def test_a_cycle_that_hands_jobs_over_twice_ends_when_the_last_of_them_does() -> None:
+    """A round's early Bindings and its end's are one cycle (gpufleet.live.bindstream): the callbacks wait for both."""
+    binder = GatedBinder(["ml/a", "ml/b"])
+    queue = BindQueue(binder, AssumedPods(TTL), workers=2, metrics=SchedulerMetrics())  # type: ignore[arg-type]
+    report = Report(7)
+    ended = threading.Event()
+    try:
+        job = lambda w: BindJob(w, (PodBind(f"{w}-0", "uid", "n0", (), None, False, {"metadata": {}}),))  # noqa: E731
+        queue.submit(report, [job("ml/a")], ASSUMED_AT)
+        queue.submit(report, [job("ml/b")], ASSUMED_AT)
+        queue.after(report, ended.set)
+        binder.gates["ml/a"].set()
+        wait_until(lambda: queue.in_flight() == 1, what="ml/a's job settled")
+        assert not ended.is_set()  # ml/b's job still runs
+        binder.gates["ml/b"].set()
+        assert ended.wait(30.0)
+        assert queue.drain(30.0)
+        assert sorted(report.bound) == ["ml/a-0", "ml/b-0"] and queue.in_flight() == 0
+    finally:
+        for gate in binder.gates.values():
+            gate.set()
+        queue.close()

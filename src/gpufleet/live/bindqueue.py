@@ -73,7 +73,13 @@ class BindQueue:
             return
         pods = sum(len(j.pods) for j in jobs)
         with self._lock:
-            self._cycles[report.number] = _Cycle(report, len(jobs), pods)
+            # A cycle may hand over jobs more than once (its round's early ones, gpufleet.live.bindstream).
+            cycle = self._cycles.get(report.number)
+            if cycle is not None and cycle.report is report:
+                cycle.jobs += len(jobs)
+                cycle.pods += pods
+            else:
+                self._cycles[report.number] = _Cycle(report, len(jobs), pods)
             self._in_flight += pods
         self.metrics.binds_in_flight.inc(pods)
         for job in jobs:

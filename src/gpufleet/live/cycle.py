@@ -19,6 +19,7 @@ The two phases are timed separately; the benchmark reports their share.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +42,7 @@ from gpufleet.live import beside, gangs, planner
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.live.bindqueue import BindQueue
+from gpufleet.live.bindstream import BindStream
 from gpufleet.live.claim_release import DeletedPodClaims
 from gpufleet.live.decide import decide, placed, queue_kinds_read
 from gpufleet.live.evictor import Evictor, EvictResult, Victim
@@ -61,6 +63,7 @@ from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.shields import Shields
 from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
+from gpufleet.scheduling.types import AdmittedWorkload
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +199,9 @@ class CycleRunner:
         self._statuses_at = float("-inf")  # when queue statuses were last worked out
         self._status_due: float | None = None  # when they are to be worked out again, if changes wait for it
         self.count = 0
+        # The running cycle's round hands its admissions to the binders as it makes them (gpufleet.live.bindstream).
+        self._stream: BindStream | None = None
+        self._stream_needs: tuple[World, dict[str, DraNeed]] | None = None
         self.fleet = FleetMetrics(metrics)  # gpufleet.live.fleet_metrics: the fleet's gauges and counters
         # The DRA claims of our deleted pods, released as the deletion reaches the cache (gpufleet.live.claim_release)
         self.claim_release = DeletedPodClaims(cache, self.writes, settings.scheduler_name, may_write)
@@ -228,12 +234,16 @@ class CycleRunner:
         report = CycleReport(self.count, now)
         started = time.perf_counter()
         snapshot = self.cache.snapshot()
-        d = self._carry_on(snapshot, now)
-        report.carried = d is not None
-        if d is None:
-            self._last_full = self._statuses_at = now
-            self._status_due = None
-            d = self._decide_isolating(snapshot, now)
+        self._stream = BindStream(functools.partial(self._send_early, report, now))
+        try:
+            d = self._carry_on(snapshot, now)
+            report.carried = d is not None
+            if d is None:
+                self._last_full = self._statuses_at = now
+                self._status_due = None
+                d = self._decide_isolating(snapshot, now)
+        finally:
+            self._stream = self._stream_needs = None
         world, plan = d.world, d.plan
         report.world_s, report.policy_s = d.world_s, d.policy_s
         for job in d.jobs:
@@ -322,7 +332,8 @@ class CycleRunner:
             # the kept policy must not block admission (blockAdmission) on what a rebuild would not.
             policy.pods_ready(key, now)
         world_s = time.perf_counter() - started
-        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+        plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
+                           on_admitted=None if self._stream is None else functools.partial(self._stream, world))
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
         policy_s = time.perf_counter() - started - world_s
         if (wake := policy.next_wakeup(now)) is not None:
@@ -404,17 +415,18 @@ class CycleRunner:
     # --- the core, and what to do when it fails ----------------------------------------------------------
 
     def _decide(self, snapshot: CacheSnapshot, now: float, assumed: AssumedPods,
-                parked: planner.ParkedMemory) -> _Decided:
-        """Everything the cycle decides from ``snapshot``, without a single write: the part a poisoned object
-        can make fail, and the part :meth:`_decide_isolating` reruns to find which object it is. The decisions
-        are :func:`gpufleet.live.decide.decide`'s, the dashboard's too."""
+                parked: planner.ParkedMemory, stream: BindStream | None = None) -> _Decided:
+        """Everything the cycle decides from ``snapshot``: the part a poisoned object can make fail, and the part
+        :meth:`_decide_isolating` reruns to find which object it is. Without a single write, but for the
+        Bindings ``stream`` starts during the round. The decisions are :func:`gpufleet.live.decide.decide`'s, the
+        dashboard's too."""
         started = time.perf_counter()
         s = self.settings
         kinds = self.queue_kinds = self.queues.kinds(snapshot)
         held = [(res, h.key, h.message) for h in self.quarantine.held
                 if (res := self._resource(h.resource)) is not None]
         d = decide(snapshot, now, s, parse=self.parse, queue_resources=kinds.resources, assumed=assumed, parked=parked,
-                   shields=self.shields.active(now), held=held)
+                   shields=self.shields.active(now), held=held, on_admitted=stream)
         world, repairs, due = d.world, d.repairs, d.due
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
@@ -448,7 +460,7 @@ class CycleRunner:
         for attempt in range(MAX_CULPRITS_PER_CYCLE + 1):
             filtered = self.quarantine.filter(snapshot)
             try:
-                return self._decide(filtered, now, self.assumed, self.parked)
+                return self._decide(filtered, now, self.assumed, self.parked, self._stream)
             except Exception as exc:
                 if attempt == MAX_CULPRITS_PER_CYCLE:
                     raise
@@ -511,11 +523,43 @@ class CycleRunner:
 
     # --- plans ------------------------------------------------------------------------------------------
 
+    def _send_early(self, report: CycleReport, now: float, world: World, admitted: list[AdmittedWorkload]) -> None:
+        """Start the Bindings of admissions the round has just made (gpufleet.live.bindstream): their pods assumed
+        and marked as sent in the world, as :meth:`run` does with the cycle's jobs, so the round's end leaves
+        them out."""
+        if self._stream_needs is None or self._stream_needs[0] is not world:
+            self._stream_needs = (world, self._needs(world))
+        jobs = self._admission_jobs(world, self._stream_needs[1], admitted)
+        for job in jobs:
+            for p in job.pods:
+                self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
+        self._mark_bound(world, jobs, now)
+        self.binds.submit(report, jobs, now)
+
+    @staticmethod
+    def _needs(world: World) -> dict[str, DraNeed]:
+        """The pods' resolved DRA claims (none to look up without DRA claims in the cluster)."""
+        return pod_needs((p.key, p.template.dra) for w in world.workloads for p in w.pods) \
+            if world.dra.resource_claims else {}
+
+    def _admission_jobs(self, world: World, needs: dict[str, DraNeed],
+                        admissions: Iterable[AdmittedWorkload]) -> list[BindJob]:
+        """A bind job per admission, of its pods placed and not sent to a node yet."""
+        jobs: list[BindJob] = []
+        for admitted in admissions:
+            members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
+            gang = len(admitted.pods) > 1
+            pods = tuple(self._pod_bind(world, needs, p.pod, gang) for p in members
+                         if world.pods[p.pod].node is None and not world.pods[p.pod].bound)
+            if pods:
+                jobs.append(BindJob(admitted.workload, pods))
+        return jobs
+
     def _jobs(self, world: World, plan: planner.Plan, repairs: Iterable[gangs.GangAction]) -> list[BindJob]:
         jobs: list[BindJob] = []
-        # The pods' resolved DRA claims, once per cycle (none to look up without DRA claims in the cluster).
-        needs = pod_needs((p.key, p.template.dra) for w in world.workloads for p in w.pods) \
-            if world.dra.resource_claims else {}
+        # The pods' resolved DRA claims, once per cycle.
+        needs = self._stream_needs[1] if self._stream_needs is not None and self._stream_needs[0] is world \
+            else self._needs(world)
         for action in repairs:
             if action.kind == "complete":
                 jobs.append(BindJob(action.workload,
@@ -526,13 +570,8 @@ class CycleRunner:
             if key in world.workload_of and key in world.cluster.placements:
                 jobs.append(BindJob(world.workload_of[key], (self._pod_bind(world, needs, key, False),)))
         world.claim_bound.clear()  # sent once: a cycle that carries on from this world must not send them again
-        for admitted in plan.admitted:
-            members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
-            gang = len(admitted.pods) > 1
-            pods = tuple(self._pod_bind(world, needs, p.pod, gang) for p in members
-                         if world.pods[p.pod].node is None and not world.pods[p.pod].bound)
-            if pods:
-                jobs.append(BindJob(admitted.workload, pods))
+        # (the admissions sent during the round are marked on their nodes: left out)
+        jobs += self._admission_jobs(world, needs, plan.admitted)
         return jobs
 
     def _pod_bind(self, world: World, needs: dict[str, DraNeed], key: str, gang: bool) -> PodBind:

@@ -14,8 +14,9 @@ the dashboard passes none of it and sees what a scheduler that had just started 
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.k8s import resources as r
@@ -26,6 +27,7 @@ from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.settings import SchedulerSettings
 from gpufleet.live.world import World, assemble, finish, hold_pods_of
 from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.types import AdmittedWorkload
 
 
 @dataclass(slots=True)
@@ -56,9 +58,11 @@ def queue_kinds_read(queue_resources: Sequence[r.ResourceType]) -> tuple[r.Resou
 def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, parse: ParseCache,
            queue_resources: Sequence[r.ResourceType], assumed: AssumedPods | None = None,
            parked: planner.ParkedMemory | None = None, shields: Iterable[str] = (),
-           held: Iterable[tuple[r.ResourceType, str, str]] = ()) -> Decision:
+           held: Iterable[tuple[r.ResourceType, str, str]] = (),
+           on_admitted: Callable[[World, list[AdmittedWorkload]], None] | None = None) -> Decision:
     """The cycle's decisions on ``snapshot`` (see the module's docstring); ``held``: set-aside objects (resource,
-    key, why) whose pods wait. Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
+    key, why) whose pods wait; ``on_admitted``: hears the round's admissions as they are made (planner.run), with
+    the world they were made in. Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
     started = time.perf_counter()
     s = settings
     world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=parse,
@@ -75,7 +79,8 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     world_s = time.perf_counter() - started
     policy = planner.make_policy(world, s.placement_profile, set(shields), parked=parked, quota_only=s.quota_only)
     repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
-    plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget)
+    plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
+                       on_admitted=None if on_admitted is None else functools.partial(on_admitted, world))
     if parked is not None:
         parked.remember(policy, world, placed(plan))
     policy_s = time.perf_counter() - started - world_s

@@ -18,7 +18,7 @@ kinds' objects, parsed with the queues, may change: a Job's status releases noth
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from gpufleet.api.objects import PodsReadyPolicy
@@ -58,11 +58,15 @@ def make_policy(world: World, profile: str, shielded: Collection[str], seed: int
     return policy
 
 
-def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: float = 2.0) -> Plan:
+def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: float = 2.0,
+        on_admitted: Callable[[list[AdmittedWorkload]], None] | None = None) -> Plan:
     """Policy cycles until another would change nothing (``KueuePolicy.settled``: every head left was just
     evaluated and is stuck, or there is none, as the simulator's engine stops), or a budget is spent. (Counting
     the heads was not enough: a cycle that woke parked workloads and parked them again looked stuck while the
-    workload behind them had not been tried.)"""
+    workload behind them had not been tried.)
+
+    ``on_admitted`` hears each policy cycle's admissions as they are made, until the round's first preemption
+    (the live cycle starts their Bindings while the round goes on); they are in the plan all the same."""
     plan = Plan(policy)
     started = time.perf_counter()
     evicting: set[str] = set()
@@ -74,6 +78,8 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
             if p.workload not in evicting:
                 evicting.add(p.workload)
                 plan.preempted.append(p)
+        if on_admitted is not None and decisions.admitted and not plan.preempted:
+            on_admitted(decisions.admitted)
         if (not decisions.admitted and policy.settled()) or time.perf_counter() - started > budget_s:
             break
     plan.pending = {p.workload: p.reason for p in policy.pending_report()}
