@@ -3,8 +3,10 @@
 A platform team's everyday cluster: N nodes × 8 whole A100-80GB, 5 of each node's 8 GPUs held by bound pods
 (62 %), B pending 16-GPU pods that fit on no node (the backlog of big jobs), then A new one-GPU pods created at
 R per second (``--gang-size G``: each arrival a pod group of G one-GPU pods; ``--finish-rate F``: running pods
-deleted at F per second meanwhile, as Jobs complete). The emulator of the tests (kmock + ApiSim over real HTTP on
-127.0.0.1) and the scheduler each run in a process of their own, as in ``bench/kube_binding.py``.
+deleted at F per second meanwhile, as Jobs complete; ``--pods-ready T``: waitForPodsReady on with a timeout of T
+seconds, every pod Ready as soon as it is bound, as a kubelet that starts it at once would say). The emulator of
+the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of their own, as in
+``bench/kube_binding.py``.
 
 Each run reports:
 
@@ -25,13 +27,15 @@ Each run reports:
 of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
-                                           [--gang-size 1] [--finish-rate 0] [--idle 20] [--within 120] [--repeat 1]
+                                           [--gang-size 1] [--finish-rate 0] [--pods-ready 0] [--idle 20]
+                                           [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import os
 import resource
@@ -51,6 +55,7 @@ sys.path.append(str(ROOT / "bench"))
 from kube_binding import _ask, _emit, _final_state  # noqa: E402  (sibling modules of this script)
 from revision_src import revision_src  # noqa: E402
 
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 BASELINE_REF = "e36a5e0"  # the live scheduler before its cycles ran on timers (issue 27)
 
 JsonDict = dict[str, Any]
@@ -78,6 +83,8 @@ def emulator_role(args: argparse.Namespace) -> int:
 
         def _bind(self, res: Any, ns: str | None, name: str, body: JsonDict) -> Any:
             out = super()._bind(res, ns, name, body)
+            if args.pods_ready:  # the kubelet starts it at once: Running and Ready, a status change of its own
+                self._patched(res, ns, name, {"status": READY})
             key = f"{ns}/{name}"
             self.accepted[key] = self.accepted.get(key, 0) + 1
             self.bound.setdefault(key, time.monotonic())
@@ -96,7 +103,10 @@ def emulator_role(args: argparse.Namespace) -> int:
             name = f"node-{i:05d}"
             s._create(r.NODES, node(name, gpus=8), None)
             for j in range(held):
-                s._create(r.PODS, pod(f"run-{i:05d}-{j}", gpus=1, queue="team", node_name=name), None)
+                running = pod(f"run-{i:05d}-{j}", gpus=1, queue="team", node_name=name)
+                if args.pods_ready:
+                    running["status"] = READY
+                s._create(r.PODS, running, None)
         s._create(r.RESOURCE_FLAVORS, flavor(), None)
         total = args.nodes * 8 + 16 * args.backlog + args.arrivals * args.gang_size
         queue = cluster_queue("all", gpus=total, cpu=str(total * 2))
@@ -184,8 +194,13 @@ def scheduler_role(args: argparse.Namespace) -> int:
         from gpufleet.kube.informer import Backoff  # type: ignore[no-redef]
         from gpufleet.kube.scheduler import Scheduler  # type: ignore[no-redef]
 
-    # The production defaults, but for the HTTP endpoints (none).
+    # The production defaults, but for the HTTP endpoints (none) and, with --pods-ready, waitForPodsReady.
     settings = ks.SchedulerSettings(metrics_bind_address="127.0.0.1:0", health_probe_bind_address="127.0.0.1:0")
+    if args.pods_ready:
+        from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
+
+        settings = dataclasses.replace(settings, kueue=SchedulerConfig(
+            pods_ready=PodsReadyPolicy(enable=True, timeout_s=args.pods_ready)))
     client = KubeClient(host=args.url, timeout=30.0)
     sched = Scheduler(client, settings, identity="bench", leader_elect=False, serve=False,
                       informer_options={"backoff": Backoff(initial=0.05, maximum=0.2, jitter=0.0),
@@ -260,7 +275,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
     command = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--nodes", str(args.nodes),
                "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate),
                "--gang-size", str(args.gang_size),
-               "--finish-rate", str(args.finish_rate), *extra]
+               "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
@@ -352,6 +367,8 @@ def main() -> int:
                         help="each arrival a pod group of this many one-GPU pods (Kueue's pod group labels)")
     parser.add_argument("--finish-rate", type=float, default=0.0,
                         help="running pods deleted per second while the new ones arrive (churn)")
+    parser.add_argument("--pods-ready", type=float, default=0.0,
+                        help="waitForPodsReady timeout in seconds (0: off); bound pods turn Ready at once")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of nothing changing, CPU measured")
     parser.add_argument("--within", type=float, default=120.0, help="seconds after its creation a pod counts bound")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the backlog's first look")
@@ -366,6 +383,7 @@ def main() -> int:
           + (f"{args.arrivals} new one-GPU pods at {args.rate:g}/s" if args.gang_size == 1 else
              f"{args.arrivals} new pod groups of {args.gang_size} one-GPU pods at {args.rate:g}/s")
           + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
+          + (f", waitForPodsReady {args.pods_ready:g}s" if args.pods_ready else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)
     runs: dict[str, list[JsonDict]] = {"current": [], "baseline": []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,6 +25,7 @@ from gpufleet.k8s import resources as r
 from gpufleet.k8s.annotations import Intent
 from gpufleet.k8s.client import KubeClient
 from gpufleet.k8s.informer import ObjectCache
+from gpufleet.live import gangs
 from gpufleet.live.cycle import CycleRunner, _Decided
 from gpufleet.live.increment import UNJOINED_WAIT
 from gpufleet.live.queuestatus import QueueCounts
@@ -523,3 +524,54 @@ def test_a_change_log_cleared_by_a_follower_makes_the_next_cycle_a_full_one() ->
     c.put(r.PODS, pod("a", queue="lq"))
     run.changes.clear()  # what a follower does with the changes it will never carry on with
     assert run._carry_on(c.cache.snapshot(), now + 1) is None  # the changes since are not all known: rebuild
+
+
+def _pods_ready_runner(c: Cluster) -> CycleRunner:
+    kueue = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=300))
+    return CycleRunner(KubeClient(host="http://127.0.0.1:9"), c.cache, fast_settings(cycle_period=3600.0, kueue=kueue),
+                       identity="t", metrics=SchedulerMetrics(), may_write=lambda: False)
+
+
+def _ready(c: Cluster, name: str) -> None:
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
+    obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    c.put(r.PODS, obj, "MODIFIED")
+
+
+def test_an_admission_leaves_no_timer_that_takes_a_rebuild_and_its_pods_ready_deadline_is_judged_carried_on() -> None:
+    # With waitForPodsReady on, every admission used to leave the core's readiness deadline among the timers that
+    # take a full cycle: a rebuild five minutes after every admission, for a rule the pods themselves decide.
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("a", queue="lq", created=stamp()))
+    run = _pods_ready_runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    assert outcome(d)[0] == {f"{NS}/a"}
+    assert run.kept is not None and run.kept.due == []
+    land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
+    d, carried = step(run, now + 1)
+    assert carried and run.kept is not None and run.kept.due == []
+    assert run.kept.ready_due == [pytest.approx(now + 300)]  # its clock started when it was sent to its node
+    _ready(c, "a")
+    d, carried = step(run, now + 2)
+    assert carried
+    late = run._carry_on(c.cache.snapshot(), now + 301)  # the deadline, the pod ready since: nothing to evict
+    assert late is not None and not late.victims and late.ready_due == []
+
+
+def test_a_pods_ready_deadline_with_pods_not_ready_takes_the_full_cycle_that_evicts() -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("a", queue="lq", created=stamp()))
+    run = _pods_ready_runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
+    d, carried = step(run, now + 1)
+    assert carried
+    d, carried = step(run, now + 299)
+    assert carried and not d.victims  # not yet
+    d, carried = step(run, now + 301)
+    assert not carried
+    assert [(v.workload, v.reason) for v in d.victims] == [(f"{NS}/a", gangs.PODS_READY_TIMEOUT)]

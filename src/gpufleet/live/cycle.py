@@ -99,6 +99,7 @@ class _Decided:
     # The pods a carried cycle placed, for the parked memory's holders once the Bindings are handed off; None: the
     # parked memory was brought up to date in full (a full cycle).
     placed: list[str] | None = None
+    ready_due: list[float] = field(default_factory=list)  # waitForPodsReady deadlines (see Kept.ready_due)
 
 
 @dataclass(slots=True)
@@ -272,7 +273,7 @@ class CycleRunner:
         self.fleet.carried_out(plan, victims, report.evicted)
         # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
         # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
-        report.next_due = self._next_due([*d.due, *_unjoined_due(world)], now)
+        report.next_due = self._next_due([*d.due, *d.ready_due, *_unjoined_due(world)], now)
         self._keep(d, snapshot, victims)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
@@ -325,15 +326,22 @@ class CycleRunner:
         due = [t for t in kept.due if t > now]
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
         changed = landed | set(carried.ended)
-        if landed and gangs.timed_out(world, planner.Plan(policy).pods_ready_policy, due, only=landed):
-            return None  # their clocks have just started; should one have run out already, a full cycle evicts
-        for key in list(policy.state.waiting_ready):
-            # A rebuild admits what holds nodes as ready (waitForPodsReady is judged on the pods, by gangs.timed_out):
-            # the kept policy must not block admission (blockAdmission) on what a rebuild would not.
-            policy.pods_ready(key, now)
+        pods_ready_policy = planner.Plan(policy).pods_ready_policy
+        if kept.ready_timer_due(now):
+            # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them; a full cycle
+            # only to evict the late ones.
+            ready_due: list[float] = []
+            if gangs.timed_out(world, pods_ready_policy, ready_due):
+                return None
+        else:
+            ready_due = [t for t in kept.ready_due if t > now]
+            if landed and gangs.timed_out(world, pods_ready_policy, ready_due, only=landed):
+                return None  # their clocks have just started; should one have run out already, a full cycle evicts
+        planner.ready_as_bound(policy, now)  # (the last round's admissions were made ready at its end already)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                            on_admitted=None if self._stream is None else functools.partial(self._stream, world))
+        planner.ready_as_bound(policy, now)
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
         policy_s = time.perf_counter() - started - world_s
         if (wake := policy.next_wakeup(now)) is not None:
@@ -341,7 +349,7 @@ class CycleRunner:
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
         return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []), None,
                         self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due, counts,
-                        changed, placed(plan))
+                        changed, placed(plan), ready_due)
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the
@@ -403,7 +411,7 @@ class CycleRunner:
             # comes free, which carrying on would give to new pods instead)
             self.kept = None
             return
-        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts)
+        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts, d.ready_due)
 
     def _next_due(self, due: list[float], now: float) -> float | None:
         """The earliest of the cycle's timers, the assumptions' and the shields' expiries, after ``now`` (one
@@ -437,7 +445,7 @@ class CycleRunner:
                         self._victims(world, plan, [*repairs, *d.timeouts]), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                                        local_queues=kinds.local_queues, counts=counts), d.world_s, d.policy_s, due,
-                        counts)
+                        counts, ready_due=d.ready_due)
 
     def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
                        started: float, due: list[float]) -> _Decided:

@@ -37,12 +37,14 @@ class Decision:
 
     world: World
     repairs: list[gangs.GangAction]
-    due: list[float]  # when a timer the decisions started runs out (a gang's repair, waitForPodsReady, a backoff)
+    due: list[float]  # when a timer the decisions started runs out that needs a rebuild (a gang's repair, a backoff)
     world_s: float
     policy: KueuePolicy | None = None
     plan: planner.Plan | None = None
     timeouts: list[gangs.GangAction] = field(default_factory=list)
     policy_s: float = 0.0
+    # When a workload's waitForPodsReady timeout runs out, judged on the pods (a cycle that carries on judges it).
+    ready_due: list[float] = field(default_factory=list)
 
 
 def placed(plan: planner.Plan) -> list[str]:
@@ -84,7 +86,9 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     if parked is not None:
         parked.remember(policy, world, placed(plan))
     policy_s = time.perf_counter() - started - world_s
-    timeouts = gangs.timed_out(world, plan.pods_ready_policy, due)
+    ready_due: list[float] = []
+    timeouts = gangs.timed_out(world, plan.pods_ready_policy, ready_due)
+    planner.ready_as_bound(policy, now)
     if (wake := policy.next_wakeup(now)) is not None:
         due.append(wake)
-    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s)
+    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s, ready_due)

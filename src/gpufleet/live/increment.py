@@ -29,8 +29,10 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
 And never when the last cycle evicted or was refused an eviction, a Binding was given up since (its capacity is
-free again), objects are set aside, a timer of the last cycle has fallen due, or the change log lost changes:
-those take a full cycle, as does the periodic resync.
+free again), objects are set aside, a timer of the last cycle has fallen due (a partial gang's repair, a
+requeue backoff), or the change log lost changes: those take a full cycle, as does the periodic resync. A
+waitForPodsReady deadline falling due is judged on the kept world's pods, whose conditions every status change
+brings up to date: a full cycle only when a workload's pods are in fact late (its eviction).
 """
 
 from __future__ import annotations
@@ -110,11 +112,17 @@ class Kept:
     world: World
     policy: KueuePolicy
     version: int  # the cache version of the snapshot they were built from (or last carried on to)
-    due: list[float] = field(default_factory=list)  # the timers the world reported (wall clock)
+    due: list[float] = field(default_factory=list)  # timers that take a rebuild when they fall due (wall clock)
     counts: QueueCounts | None = None  # the policy's pending and admitted workloads per queue, kept up to date
+    # waitForPodsReady deadlines (wall clock): a cycle that carries on judges them on the kept world's pods.
+    ready_due: list[float] = field(default_factory=list)
 
     def timer_due(self, now: float) -> bool:
+        """Whether a timer that takes a rebuild has fallen due."""
         return any(t <= now for t in self.due)
+
+    def ready_timer_due(self, now: float) -> bool:
+        return any(t <= now for t in self.ready_due)
 
 
 @dataclass(slots=True)
