@@ -2,11 +2,12 @@
 
 A platform team's everyday cluster: N nodes × 8 whole A100-80GB, 5 of each node's 8 GPUs held by bound pods
 (62 %), B pending 16-GPU pods that fit on no node (the backlog of big jobs), then A new one-GPU pods created at
-R per second (``--gang-size G``: each arrival a pod group of G one-GPU pods; ``--finish-rate F``: running pods
-deleted at F per second meanwhile, as Jobs complete; ``--pods-ready T``: waitForPodsReady on with a timeout of T
-seconds, every pod Ready as soon as it is bound, as a kubelet that starts it at once would say). The emulator of
-the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of their own, as in
-``bench/kube_binding.py``.
+R per second. Options: ``--gang-size G``, each arrival a pod group of G one-GPU pods; ``--finish-rate F``, running
+pods deleted at F per second meanwhile, as Jobs complete; with ``--running-gang-size H`` the bound pods are pod
+groups of H on one node each, whose members finish (``Succeeded``) at F per second instead, as a training job's
+pods end; ``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is
+bound (a kubelet that starts it at once). The emulator of the tests (kmock + ApiSim over real HTTP on 127.0.0.1)
+and the scheduler each run in a process of their own, as in ``bench/kube_binding.py``.
 
 Each run reports:
 
@@ -27,7 +28,8 @@ Each run reports:
 of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
-                                           [--gang-size 1] [--finish-rate 0] [--pods-ready 0] [--idle 20]
+                                           [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
+                                           [--idle 20]
                                            [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
@@ -103,7 +105,9 @@ def emulator_role(args: argparse.Namespace) -> int:
             name = f"node-{i:05d}"
             s._create(r.NODES, node(name, gpus=8), None)
             for j in range(held):
-                running = pod(f"run-{i:05d}-{j}", gpus=1, queue="team", node_name=name)
+                group = {} if args.running_gang_size == 1 else {
+                    "group": f"job-{i:05d}-{j // args.running_gang_size}", "group_size": args.running_gang_size}
+                running = pod(f"run-{i:05d}-{j}", gpus=1, queue="team", node_name=name, **group)
                 if args.pods_ready:
                     running["status"] = READY
                 s._create(r.PODS, running, None)
@@ -133,7 +137,11 @@ def emulator_role(args: argparse.Namespace) -> int:
             due = started + k / args.finish_rate
             time.sleep(max(0.0, due - time.monotonic()))
             i, j = divmod(k, held)
-            sim.harness.call(lambda i=i, j=j: sim._delete(r.PODS, pod_ns, f"run-{i:05d}-{j}"), timeout=60)
+            if args.running_gang_size == 1:
+                sim.harness.call(lambda i=i, j=j: sim._delete(r.PODS, pod_ns, f"run-{i:05d}-{j}"), timeout=60)
+            else:  # a member of a training job's pod group ends; the group ends with its last
+                sim.harness.call(lambda i=i, j=j: sim._patched(r.PODS, pod_ns, f"run-{i:05d}-{j}",
+                                                               {"status": {"phase": "Succeeded"}}), timeout=60)
             k += 1
 
     def arrive() -> None:
@@ -275,7 +283,8 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
     command = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--nodes", str(args.nodes),
                "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate),
                "--gang-size", str(args.gang_size),
-               "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready), *extra]
+               "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
+               "--running-gang-size", str(args.running_gang_size), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
@@ -367,6 +376,8 @@ def main() -> int:
                         help="each arrival a pod group of this many one-GPU pods (Kueue's pod group labels)")
     parser.add_argument("--finish-rate", type=float, default=0.0,
                         help="running pods deleted per second while the new ones arrive (churn)")
+    parser.add_argument("--running-gang-size", type=int, default=1, choices=range(1, 6),
+                        help="the bound pods as pod groups of this many on one node; --finish-rate then ends members")
     parser.add_argument("--pods-ready", type=float, default=0.0,
                         help="waitForPodsReady timeout in seconds (0: off); bound pods turn Ready at once")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of nothing changing, CPU measured")
@@ -383,6 +394,7 @@ def main() -> int:
           + (f"{args.arrivals} new one-GPU pods at {args.rate:g}/s" if args.gang_size == 1 else
              f"{args.arrivals} new pod groups of {args.gang_size} one-GPU pods at {args.rate:g}/s")
           + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
+          + (f" (pod groups of {args.running_gang_size})" if args.running_gang_size > 1 else "")
           + (f", waitForPodsReady {args.pods_ready:g}s" if args.pods_ready else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)
     runs: dict[str, list[JsonDict]] = {"current": [], "baseline": []}

@@ -575,3 +575,110 @@ def test_a_pods_ready_deadline_with_pods_not_ready_takes_the_full_cycle_that_evi
     d, carried = step(run, now + 301)
     assert not carried
     assert [(v.workload, v.reason) for v in d.victims] == [(f"{NS}/a", gangs.PODS_READY_TIMEOUT)]
+
+
+def _finish_pod(c: Cluster, name: str, phase: str = "Succeeded") -> None:
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
+    obj["status"] = {"phase": phase}
+    c.put(r.PODS, obj, "MODIFIED")
+
+
+def _carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
+    """The next cycle carried on, deciding what a rebuild on the same snapshot decides; kept as run() keeps it."""
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now)
+    assert carried is not None, "carried on"
+    fresh = runner(c)
+    fresh.assumed = run.assumed.copy()
+    rebuilt = fresh._decide_isolating(snapshot, now)
+    # Which workloads are admitted and which wait; not the waiting ones' messages: a workload parked by an earlier
+    # cycle keeps the message of its last evaluation until something is released, as Kueue keeps its condition
+    # (the scheduler's own rebuilds park it again with it: ParkedMemory), where this fresh runner evaluates anew.
+    assert outcome(carried)[0] == outcome(rebuilt)[0]
+    assert set(outcome(carried)[1]) == set(outcome(rebuilt)[1])
+    assert carried.counts is not None
+    assert _nonzero(carried.counts) == _nonzero(QueueCounts(carried.plan.policy))
+    assert _nonzero(carried.counts) == _nonzero(QueueCounts(rebuilt.plan.policy))
+    carried.world.cluster.check_invariants()
+    return _finish_cycle(run, snapshot, carried, now)
+
+
+def test_a_gangs_members_finishing_one_by_one_free_their_nodes_and_the_last_ends_it_carried_on() -> None:
+    # Every training job's end used to rebuild everything: a member of a workload of several pods finishing took a
+    # full cycle. A full cycle keeps the workload admitted on its running pods, quota whole, the finished pod on no
+    # node; the last one finishing ends it. Carried on, the kept policy is told the same (leave, then finish).
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 8, cpu="100"), "MODIFIED")  # quota: 8 GPUs in all
+    for n in range(3):
+        c.put(r.NODES, node(f"n{n}", gpus=4))
+    for m in range(3):  # a gang of three 4-GPU pods running, one per node
+        c.put(r.PODS, pod(f"gang-{m}", gpus=4, queue="lq", group="gang", group_size=3, node_name=f"n{m}"))
+    c.put(r.PODS, pod("quota-bound", gpus=4, queue="lq", created=stamp()))  # over quota while the gang runs
+    run = runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    assert outcome(d)[0] == set() and run.kept is not None
+    _finish_pod(c, "gang-0")  # its node is free, the gang's quota is not: the waiting pod still waits
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert outcome(d)[0] == set() and f"{NS}/quota-bound" in outcome(d)[1]
+    placements = d.world.cluster.placements
+    assert f"{NS}/gang-0" not in placements and {f"{NS}/gang-1", f"{NS}/gang-2"} <= set(placements)
+    _finish_pod(c, "gang-1", "Failed")
+    _finish_pod(c, "gang-2")  # the last: the gang ends, its quota is free
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert outcome(d)[0] == {f"{NS}/quota-bound"}
+    for m in range(3):  # the finished pods cleaned up afterwards (a Job's TTL)
+        c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/gang-{m}"), "DELETED")
+    c.put(r.PODS, pod("after", gpus=4, queue="lq", created=stamp()))
+    d = _carried_as_rebuilt(run, c, now + 3)
+    assert outcome(d)[0] == {f"{NS}/after"}
+
+
+def test_a_gang_member_deleted_while_the_gang_runs_takes_a_full_cycle() -> None:
+    c = Cluster()
+    for n in range(2):
+        c.put(r.NODES, node(f"n{n}", gpus=4))
+    for m in range(2):
+        c.put(r.PODS, pod(f"gang-{m}", gpus=4, queue="lq", group="gang", group_size=2, node_name=f"n{m}"))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    _finish_pod(c, "gang-0")
+    _carried_as_rebuilt(run, c, now + 1)
+    # The finished member deleted while the other runs: a rebuild sees a workload of one pod, asking less quota.
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/gang-0"), "DELETED")
+    assert run._carry_on(c.cache.snapshot(), now + 2) is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gangs=st.lists(st.lists(st.sampled_from(["running", "Succeeded", "Failed"]), min_size=2, max_size=4),
+                      min_size=1, max_size=3),
+       arrivals=st.lists(st.integers(1, 4), max_size=5), quota=st.integers(4, 24))
+def test_gangs_finishing_in_part_or_whole_are_decided_as_a_rebuild_decides_them(
+        gangs: list[list[str]], arrivals: list[int], quota: int) -> None:
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", quota, cpu="100"), "MODIFIED")
+    for n in range(3):
+        c.put(r.NODES, node(f"n{n}", gpus=8))
+    slot = itertools.count()
+    for g, members in enumerate(gangs):
+        for m in range(len(members)):
+            c.put(r.PODS, pod(f"gang{g}-{m}", queue="lq", group=f"gang{g}", group_size=len(members),
+                              node_name=f"n{next(slot) % 3}"))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    for g, members in enumerate(gangs):
+        for m, how in enumerate(members):
+            if how != "running":
+                _finish_pod(c, f"gang{g}-{m}", how)
+    for k, gpus in enumerate(arrivals):
+        c.put(r.PODS, pod(f"new-{k}", gpus=gpus, queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
+    _carried_as_rebuilt(run, c, now + 1)
+    # The gangs that finished whole are cleaned up; one pod more arrives.
+    for g, members in enumerate(gangs):
+        if "running" not in members:
+            for m in range(len(members)):
+                c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/gang{g}-{m}"), "DELETED")
+    c.put(r.PODS, pod("late", gpus=2, queue="lq", created="2026-01-03T00:00:00Z"))
+    _carried_as_rebuilt(run, c, now + 2)

@@ -325,7 +325,7 @@ class CycleRunner:
         world, policy = kept.world, kept.policy
         due = [t for t in kept.due if t > now]
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
-        changed = landed | set(carried.ended)
+        changed = landed | set(carried.ended) | {workload for workload, _ in carried.left}
         pods_ready_policy = planner.Plan(policy).pods_ready_policy
         if kept.ready_timer_due(now):
             # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them; a full cycle

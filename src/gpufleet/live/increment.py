@@ -17,6 +17,9 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   as it is. A pod that joins a workload the world knows (a late gang member) takes a full cycle;
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
 * a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
+* our single-pod workload ending; a bound member of a workload of several pods finishing (``Succeeded``,
+  ``Failed``): its node freed, the workload's quota kept, the workload finished with its last member; a finished
+  pod of a workload that ended being deleted;
 * an unbound pod of another scheduler created, changed or deleted (never our business); one bound (by
   kube-scheduler) or created on its node (a DaemonSet's): charged on that node as a full cycle charges it;
 * a queue kind's or a workload kind's status alone (no decision reads them);
@@ -136,6 +139,8 @@ class Carried:
     landed: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)  # workload keys
     freed: list[str] = field(default_factory=list)  # pod keys
+    # (workload, pod): a member of a workload of several pods that finished while others run on
+    left: list[tuple[str, str]] = field(default_factory=list)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -253,15 +258,24 @@ def _bound_elsewhere(world: World, key: str, raw: JsonDict, *, parse: ParseCache
 
 def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
     """A pod deleted (``raw`` None), finished or being deleted (``raw`` its new state): the single-pod workload of
-    ours it made ends, or the capacity another scheduler's pod held is free; the world is brought up to date as a
-    full cycle would build it. False (a full cycle) for a pod of a workload of several pods (a gang's member
-    going is for the gang's repair to judge) or one the world does not know."""
+    ours it made ends, a member of one of several pods finishes (:func:`_member_finished`), a finished pod of a
+    workload that ended is deleted, or the capacity another scheduler's pod held is free; the world is brought up
+    to date as a full cycle would build it. False (a full cycle) for a member of a workload of several pods
+    deleted or being deleted while it runs (a gang's member going is for the gang's repair to judge) or one the
+    world does not know."""
     entry = world.pods.get(key)
     if entry is None:
         return False
     workload = world.workload_of.get(key) if entry.ours else None
-    if entry.ours and (workload is None or world.pods_of.get(workload) != [key]):
+    if entry.ours and workload is None:
+        if raw is None and entry.terminal:
+            # A finished pod of a workload that ended (a Job's pods cleaned up after it): a full cycle without it
+            # has nothing left of that workload to decide either.
+            del world.pods[key]
+            return True
         return False
+    if entry.ours and workload is not None and world.pods_of.get(workload) != [key]:
+        return _member_finished(world, entry, raw, workload, out)
     held = entry.holds_capacity
     if raw is None:
         del world.pods[key]
@@ -275,6 +289,31 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
         out.ended.append(workload)
     elif held:
         out.freed.append(key)
+    return True
+
+
+def _member_finished(world: World, entry: PodEntry, raw: JsonDict | None, workload: str, out: Carried) -> bool:
+    """A bound member of a workload of several pods finished (``Succeeded`` or ``Failed``): a full cycle keeps the
+    workload admitted on its other pods, its quota whole (the finished pod is still one of its pods), the finished
+    one holding no node: the core's ``leave``. The last one finishing finishes the workload, as a full cycle finds
+    it with no pod left running, and a finished member of a workload none of whose pods runs being deleted ends it
+    (finishing it again changes nothing). Deleted, or being deleted, while it or another member runs: False, a
+    full cycle (the workload a full cycle builds without that pod asks less quota)."""
+    others = [world.pods.get(k) for k in world.pods_of.get(workload, []) if k != entry.key]
+    if raw is None and entry.terminal and all(o is not None and o.terminal for o in others):
+        del world.pods[entry.key]
+        out.ended.append(workload)
+        return True
+    if raw is None or _phase(raw) not in TERMINAL_PHASES or entry.node is None or any(o is None for o in others):
+        return False  # (a member the world lost: only a full cycle rebuilds that workload)
+    held = entry.holds_capacity
+    entry.raw = raw
+    entry.terminal = True
+    entry.deleting = bool((raw.get("metadata") or {}).get("deletionTimestamp"))
+    if all(o is not None and o.terminal for o in others):
+        out.ended.append(workload)
+    elif held:
+        out.left.append((workload, entry.key))
     return True
 
 
@@ -357,9 +396,12 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
 
 def release(kept: Kept, carried: Carried, now: float) -> None:
     """What ended since the kept cycle, given back as the simulator gives it back: our workloads finished
-    (``Policy.finish``: their quota and nodes released, parked workloads woken), other schedulers' pods' capacity
-    freed on the nodes (workloads waiting for nodes woken)."""
+    (``Policy.finish``: their quota and nodes released, parked workloads woken), our gangs' finished members' nodes
+    (``KueuePolicy.leave``), other schedulers' pods' capacity freed on the nodes (workloads waiting for nodes
+    woken)."""
     world, policy = kept.world, kept.policy
+    for workload, pod in carried.left:
+        policy.leave(workload, pod, now)  # its node capacity free (parked workloads woken), its quota kept
     for key in carried.freed:
         if key in world.cluster.placements:
             world.cluster.release(key)
