@@ -583,6 +583,10 @@ def _finish_pod(c: Cluster, name: str, phase: str = "Succeeded") -> None:
     c.put(r.PODS, obj, "MODIFIED")
 
 
+def _repairs(d: _Decided) -> set[tuple[str, str, tuple[str, ...]]]:
+    return {(a.kind, a.workload, a.pods) for a in d.repairs}
+
+
 def _carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     """The next cycle carried on, deciding what a rebuild on the same snapshot decides; kept as run() keeps it."""
     snapshot = c.cache.snapshot()
@@ -596,6 +600,7 @@ def _carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     # (the scheduler's own rebuilds park it again with it: ParkedMemory), where this fresh runner evaluates anew.
     assert outcome(carried)[0] == outcome(rebuilt)[0]
     assert set(outcome(carried)[1]) == set(outcome(rebuilt)[1])
+    assert _repairs(carried) == _repairs(rebuilt)  # late members placed, none twice, none left out
     assert carried.counts is not None
     assert _nonzero(carried.counts) == _nonzero(QueueCounts(carried.plan.policy))
     assert _nonzero(carried.counts) == _nonzero(QueueCounts(rebuilt.plan.policy))
@@ -682,3 +687,112 @@ def test_gangs_finishing_in_part_or_whole_are_decided_as_a_rebuild_decides_them(
                 c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/gang{g}-{m}"), "DELETED")
     c.put(r.PODS, pod("late", gpus=2, queue="lq", created="2026-01-03T00:00:00Z"))
     _carried_as_rebuilt(run, c, now + 2)
+
+
+def _job_with_late_pods(c: Cluster, gpus_per_pod: int = 2, parallelism: int = 2,
+                        completions: int = 4) -> tuple[JsonDict, list[JsonDict]]:
+    """A Job of ``parallelism`` running pods on n0."""
+    owner = job_object("train", pods=parallelism, gpus=gpus_per_pod, queue="lq")
+    owner["spec"]["completions"] = completions
+    c.put(JOBS, owner)
+    pods = job_pods(owner)
+    for p in pods:
+        p["spec"]["nodeName"] = "n0"
+        p["status"] = {"phase": "Running"}
+        c.put(r.PODS, p)
+    return owner, pods
+
+
+def _running_job(node_gpus: int) -> tuple[Cluster, list[JsonDict], CycleRunner, float]:
+    """The Job of :func:`_job_with_late_pods` on a node of ``node_gpus``, after a first cycle."""
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=node_gpus))
+    _, pods = _job_with_late_pods(c)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    return c, pods, run, now
+
+
+def _next_pod(c: Cluster, template: JsonDict, name: str) -> None:
+    """The Job controller's next pod (a completion done, or a replacement)."""
+    new = json.loads(json.dumps(template))
+    new["metadata"] = {k: v for k, v in new["metadata"].items() if k not in ("uid", "resourceVersion")}
+    new["metadata"]["name"] = name
+    new["spec"].pop("nodeName", None)
+    new["status"] = {"phase": "Pending"}
+    c.put(r.PODS, new)
+
+
+def test_a_jobs_next_pod_joins_it_carried_on_as_a_rebuild_places_it() -> None:
+    # A Job whose completions exceed its parallelism creates a pod as each one ends: each used to rebuild everything.
+    c, pods, run, now = _running_job(8)
+    _finish_pod(c, "train-p0x")
+    _next_pod(c, pods[0], "train-p2x")
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert _repairs(d) == {("complete", f"{NS}/train", (f"{NS}/train-p2x",))}
+    assert [(j.workload, [p.key for p in j.pods], [p.node for p in j.pods]) for j in d.jobs] == [
+        (f"{NS}/train", [f"{NS}/train-p2x"], ["n0"])]
+    assert not d.world.late
+
+
+def test_a_late_pod_that_does_not_fit_waits_and_is_placed_carried_on_when_room_comes() -> None:
+    c, pods, run, now = _running_job(4)  # all 4 of n0's GPUs
+    _finish_pod(c, "train-p0x")
+    _carried_as_rebuilt(run, c, now + 1)
+    c.put(r.PODS, pod("web", gpus=2, scheduler="default-scheduler", node_name="n0"))  # takes the room it left
+    _next_pod(c, pods[0], "train-p2x")
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert not d.jobs and d.world.late == {f"{NS}/train"} and d.world.pods[f"{NS}/train-p2x"].waiting
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/web"), "DELETED")  # room again: the waiting pod is placed, carried on
+    d = _carried_as_rebuilt(run, c, now + 3)
+    assert _repairs(d) == {("complete", f"{NS}/train", (f"{NS}/train-p2x",))} and not d.world.late
+
+
+def test_a_replacement_that_makes_a_pod_set_grow_takes_a_full_cycle() -> None:
+    # The replacement arrives before the pod it replaces has finished: a full cycle counts three live pods where
+    # two were planned, and charges them; the admission kept on does not hold that quota.
+    c, pods, run, now = _running_job(8)
+    _next_pod(c, pods[0], "train-p2x")
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None
+
+
+def test_a_late_member_of_a_pod_group_takes_a_full_cycle() -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    for m in range(2):
+        c.put(r.PODS, pod(f"gang-{m}", queue="lq", group="gang", group_size=2, node_name="n0"))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("gang-2", queue="lq", group="gang", group_size=2))  # a gang left incomplete: its repair
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parallelism=st.integers(1, 3), ends=st.lists(st.sampled_from(["running", "Succeeded", "Failed"]), max_size=3),
+       new_pods=st.integers(1, 3), node_gpus=st.integers(2, 8), others=st.lists(st.integers(1, 2), max_size=3))
+def test_a_jobs_pods_created_after_its_admission_are_decided_as_a_rebuild_decides_them(
+        parallelism: int, ends: list[str], new_pods: int, node_gpus: int, others: list[int]) -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.NODES, node("n1", gpus=node_gpus))
+    _, pods = _job_with_late_pods(c, gpus_per_pod=1, parallelism=parallelism, completions=10)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    for p, how in zip(pods, ends, strict=False):
+        if how != "running":
+            _finish_pod(c, p["metadata"]["name"], how)
+    for k in range(new_pods):
+        _next_pod(c, pods[0], f"train-n{k}x")
+    for k, gpus in enumerate(others):
+        c.put(r.PODS, pod(f"other-{k}", gpus=gpus, queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
+    snapshot = c.cache.snapshot()
+    running = sum(1 for how in (ends + ["running"] * parallelism)[:parallelism] if how == "running")
+    if running and running + new_pods > parallelism:
+        # More live pods than planned while the admitted workload runs: a full cycle charges them all, more than the
+        # admission holds. (With none running the workload ended: its next pods make a new one, carried.)
+        assert run._carry_on(snapshot, now + 1) is None
+        return
+    _carried_as_rebuilt(run, c, now + 1)

@@ -318,14 +318,19 @@ class CycleRunner:
                                               scheduler_name=s.scheduler_name,
                                               queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
             return None
+        # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
+        # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
+        release(kept, carried, now)
         submitted = extend(kept, carried.new, now)
         if submitted is None:
             return None
-        release(kept, carried, now)
         world, policy = kept.world, kept.policy
+        # Pods created after their workload's admission, before anything new (a full cycle tries them all).
+        repairs = gangs.join(world, policy, only=set(world.late)) if world.late else []
         due = [t for t in kept.due if t > now]
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
-        changed = landed | set(carried.ended) | {workload for workload, _ in carried.left}
+        changed = landed | set(carried.ended) | {workload for workload, _ in carried.left} | {
+            a.workload for a in repairs}
         pods_ready_policy = planner.Plan(policy).pods_ready_policy
         if kept.ready_timer_due(now):
             # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them; a full cycle
@@ -347,9 +352,9 @@ class CycleRunner:
         if (wake := policy.next_wakeup(now)) is not None:
             due.append(wake)
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
-        return _Decided(world, [], plan, self._jobs(world, plan, []), self._victims(world, plan, []), None,
-                        self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due, counts,
-                        changed, placed(plan), ready_due)
+        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
+                        None, self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
+                        counts, changed, placed(plan), ready_due)
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the

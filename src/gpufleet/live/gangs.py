@@ -113,17 +113,20 @@ def _seen_bound(workload: Workload | None, entries: list[PodEntry]) -> None:
             p.node_name = nodes[p.key]
 
 
-def join(world: World, policy: KueuePolicy) -> list[GangAction]:
+def join(world: World, policy: KueuePolicy, only: Collection[str] | None = None) -> list[GangAction]:
     """The pods that came after their workload was admitted (a StatefulSet's next ordinal, a Job's replacement pod;
     see the module doc), handed to the core's rule (:func:`gpufleet.scheduling.kueue.late_members.join`): all of
     one workload together, with the flavors of its admission, on the policy's nodes. Call it after the policy has
     every workload and before it runs: these pods already have their quota and go before any new admission. Placed
     pods are charged and marked ``completing`` (this cycle binds them); the others wait with ``PodEntry.waiting``
-    saying why."""
+    saying why, their workload in ``World.late``. ``only``: these workloads (a cycle that carries on: the ones with
+    pods created since, and ``World.late``), not all."""
     if policy.state.placer is None:
         return []  # quotaOnly: no nodes to place on
     actions: list[GangAction] = []
-    for w in world.workloads:
+    chosen = world.workloads if only is None else [w for w in world.workloads if w.key in only]
+    for w in chosen:
+        world.late.discard(w.key)
         if not joins_late(w):
             continue
         info = policy.info(w.key)
@@ -140,6 +143,7 @@ def join(world: World, policy: KueuePolicy) -> list[GangAction]:
             for e in late:
                 e.waiting = (f"the pods of {w.kind} {w.key} that hold nodes are being deleted (a restart): its new "
                              "pods are placed together once they are gone")
+            world.late.add(w.key)
             continue
         keys = {e.key for e in late}
         joining = policy.join(w.key, sorted(keys), world.now)
@@ -148,10 +152,11 @@ def join(world: World, policy: KueuePolicy) -> list[GangAction]:
         if joining.waiting is not None:
             for e in late:
                 e.waiting = joining.message(w.kind)
+            world.late.add(w.key)
             continue
         for pa in joining.placed:
             e = world.pods[pa.pod]
-            e.node, e.devices, e.completing = pa.node, pa.devices, True
+            e.node, e.devices, e.completing, e.waiting = pa.node, pa.devices, True, None
         _seen_bound(w, late)
         actions.append(GangAction(w.key, "complete", tuple(sorted(keys)), LATE_MEMBERS,
                                   f"placing {len(keys)} pod(s) created after the workload was admitted"))

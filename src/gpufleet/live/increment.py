@@ -14,7 +14,10 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   pod...), or every pod of a pod group, a Job, a JobSet... arrived since the last cycle, its declared count (the
   group's size, the owner's plan) reached. The members of a gang still short of some wait off the books for
   the rest (``World.unjoined``), at most :data:`UNJOINED_WAIT` seconds, after which a full cycle builds the gang
-  as it is. A pod that joins a workload the world knows (a late gang member) takes a full cycle;
+  as it is. Pods that join an admitted workload of a kind whose controller owns its pods (a Job's next or
+  replacement pod, a StatefulSet's next ordinal) are added to it and placed next to its pods before the round
+  (``gangs.join``, the core's rule), or wait there, tried again at each cycle; a late member of a pod group (a
+  gang left incomplete) or of a workload still pending takes a full cycle;
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
 * a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
 * our single-pod workload ending; a bound member of a workload of several pods finishing (``Succeeded``,
@@ -42,12 +45,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
-from gpufleet.api.objects import Node
+from gpufleet.api.objects import Node, Pod
 from gpufleet.cluster import grouping
 from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.workloads import Workload
@@ -60,6 +63,8 @@ from gpufleet.live.wakeup import unread_status_only, without_status
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
 from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, account, pod_entry, read_world_objects
 from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.kueue.info import ADMITTED
+from gpufleet.scheduling.kueue.late_members import joins_late
 
 JsonDict = dict[str, Any]
 
@@ -141,6 +146,8 @@ class Carried:
     freed: list[str] = field(default_factory=list)  # pod keys
     # (workload, pod): a member of a workload of several pods that finished while others run on
     left: list[tuple[str, str]] = field(default_factory=list)
+    # Workloads as a full cycle now groups them (a finished member dropped from its place): key -> workload
+    regrouped: dict[str, Workload] = field(default_factory=dict)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -306,15 +313,81 @@ def _member_finished(world: World, entry: PodEntry, raw: JsonDict | None, worklo
         return True
     if raw is None or _phase(raw) not in TERMINAL_PHASES or entry.node is None or any(o is None for o in others):
         return False  # (a member the world lost: only a full cycle rebuilds that workload)
+    if all(o is not None and o.terminal for o in others):
+        _finished(entry, raw)
+        out.ended.append(workload)
+        return True
+    # Others run on: the workload a full cycle groups from its pods as they now stand must ask what it asked (a
+    # pod set's count grows with live pods beyond its plan, which a finished one may have been one of).
+    known = _known(world, workload)
+    was = entry.raw, entry.terminal, entry.deleting
     held = entry.holds_capacity
+    _finished(entry, raw)
+    regrouped = _regrouped(world, workload)
+    if known is None or regrouped is None or regrouped.pod_sets != known.pod_sets:
+        entry.raw, entry.terminal, entry.deleting = was
+        return False
+    out.regrouped[workload] = regrouped
+    if held:
+        out.left.append((workload, entry.key))
+    return True
+
+
+def _finished(entry: PodEntry, raw: JsonDict) -> None:
     entry.raw = raw
     entry.terminal = True
     entry.deleting = bool((raw.get("metadata") or {}).get("deletionTimestamp"))
-    if all(o is not None and o.terminal for o in others):
-        out.ended.append(workload)
-    elif held:
-        out.left.append((workload, entry.key))
-    return True
+
+
+def _known(world: World, key: str) -> Workload | None:
+    return next((w for w in world.workloads if w.key == key), None)
+
+
+def _current(entry: PodEntry) -> Pod | None:
+    """The entry's pod as its last state says (a carried status change updates ``raw`` only): its phase and node."""
+    pod = entry.pod
+    if pod is None:
+        return None
+    phase = (entry.raw.get("status") or {}).get("phase") or pod.phase
+    if pod.phase != phase or pod.node_name != entry.node:
+        pod = replace(pod, phase=phase, node_name=entry.node)
+    return pod
+
+
+def _regrouped(world: World, key: str, extra: Sequence[Pod] = ()) -> Workload | None:
+    """The workload ``key`` as a full cycle groups it from its pods as they now stand, and ``extra`` (pods created
+    since); None when they make no workload of that key alone."""
+    pods = [p for k in world.pods_of.get(key, []) if (e := world.pods.get(k)) is not None
+            and (p := _current(e)) is not None]
+    built = _grouped(world, [*pods, *extra])
+    return built[0] if built is not None and len(built) == 1 and built[0].key == key else None
+
+
+def _grouped(world: World, pods: list[Pod]) -> list[Workload] | None:
+    """``pods`` grouped into workloads as a full cycle groups them (the kept world's workload objects); None when
+    the grouping reports a problem (a full cycle says it)."""
+    q = world.queues
+    problems = Problems()
+    built = build_workloads(Manifests(pods=pods, priority_classes=q.priority_classes,
+                                      workload_priority_classes=q.workload_priority_classes,
+                                      local_queues=q.local_queues, controllers=q.controllers),
+                            problems, create_missing=False) if pods else []
+    return None if problems.errors else built
+
+
+def _adopt(world: World, policy: KueuePolicy, workload: Workload) -> None:
+    """Put ``workload`` (regrouped) in the place of the kept world's workload of its key, and in the policy's."""
+    at = next(i for i, w in enumerate(world.workloads) if w.key == workload.key)
+    for k in world.pods_of.get(workload.key, []):
+        world.workload_of.pop(k, None)  # (a finished pod a full cycle leaves out of it belongs to no workload)
+    world.workloads[at] = workload
+    keys = [p.key for p in workload.pods]
+    world.pods_of[workload.key] = keys
+    for k in keys:
+        world.workload_of[k] = workload.key
+    info = policy.info(workload.key)
+    if info is not None:
+        info.workload = replace(info.workload, pods=list(workload.pods))
 
 
 _DELETION = ("deletionTimestamp", "deletionGracePeriodSeconds")
@@ -361,37 +434,74 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
     (nothing changed) when a pod belongs with pods the world knows: a full cycle groups them."""
     world = kept.world
     chosen = [e.pod for e in entries if e.pod is not None and e.problem is None]
-    q = world.queues
-    problems = Problems()
-    workloads = build_workloads(Manifests(pods=chosen, priority_classes=q.priority_classes,
-                                          workload_priority_classes=q.workload_priority_classes,
-                                          local_queues=q.local_queues, controllers=q.controllers),
-                                problems, create_missing=False) if chosen else []
-    if problems.errors:
+    built = _grouped(world, chosen)
+    if built is None:
         return None
+    workloads = built
     grouped = [p.key for w in workloads for p in w.pods]
     if len(grouped) != len(chosen) or set(grouped) != {p.key for p in chosen}:
         return None  # a pod in no workload or in two, or one made up: only a full cycle builds those
+    for i, w in enumerate(workloads):
+        if w.key in world.ended:
+            # The next pods of an owner whose last workload ended: grouped with its finished pods, which take the
+            # places the new ones leave free, as a full cycle groups them.
+            finished = [p for k in world.ended[w.key] if (e := world.pods.get(k)) is not None and e.terminal
+                        and k not in world.workload_of and (p := _current(e)) is not None]
+            mine = {m.key for m in w.pods}
+            regrouped = _grouped(world, [*(p for p in chosen if p.key in mine), *finished])
+            if regrouped is None or len(regrouped) != 1 or regrouped[0].key != w.key:
+                return None
+            workloads[i] = regrouped[0]
+    joining: list[Workload] = []  # the workloads the world knows, with their pods created since
     for w in workloads:
-        if w.key in world.pods_of or any(p.key in world.workload_of for p in w.pods):
-            return None  # a member of a workload the world knows (a late gang member): a full cycle joins it
+        if any(p.key in world.workload_of for p in w.pods):
+            return None
+        if w.key in world.pods_of:
+            merged = _joinable(kept, w, [p for p in chosen if p.key in {m.key for m in w.pods}])
+            if merged is None:
+                return None  # a late member of a pod group (a gang left incomplete), or of a pending workload...
+            joining.append(merged)
+    late = {w.key for w in joining}
     # A gang short of members (a controller still creating them) waits for the rest a little, off the books.
-    waiting = {p.key for w in workloads if not w.complete for p in w.pods}
+    waiting = {p.key for w in workloads if not w.complete and w.key not in late for p in w.pods}
     world.unjoined = {e.key: e for e in entries if e.key in waiting}
     world.unjoined_at = {key: world.unjoined_at.get(key, now) for key in world.unjoined}
-    workloads = [w for w in workloads if w.complete]
+    workloads = [w for w in workloads if w.complete and w.key not in late]
     world.now = now
     for e in entries:
         if e.key not in waiting:
             world.pods[e.key] = e
     for w in workloads:
+        world.ended.pop(w.key, None)
         keys = [p.key for p in w.pods]
         world.workloads.append(w)
         world.pods_of[w.key] = keys
         for key in keys:
             world.workload_of[key] = w.key
         kept.policy.submit(w, now)
+    for merged in joining:
+        # As a full cycle groups it, with the pods created since; the policy places them next to the others
+        # (gpufleet.live.gangs.join, which the cycle calls for World.late before its round).
+        _adopt(world, kept.policy, merged)
+        world.late.add(merged.key)
     return workloads
+
+
+def _joinable(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:
+    """The kept world's workload that pods created since (``new``, their ``pods``) join, grouped with them as a full
+    cycle groups it: an admitted workload of a kind whose controller owns its pods (``late_members.JOINING_KINDS``)
+    that asks what it asked; None otherwise (a full cycle judges them: a pod set that grows with the new pods asks
+    more quota, which the admission does not hold)."""
+    world = kept.world
+    known = _known(world, new.key)
+    info = kept.policy.info(new.key)
+    if known is None or info is None or info.state is not ADMITTED or not joins_late(known):
+        return None
+    merged = _regrouped(world, new.key, pods)
+    if merged is None or merged.pod_sets != known.pod_sets or not {p.key for p in new.pods} <= {
+            p.key for p in merged.pods}:
+        return None
+    return merged
 
 
 def release(kept: Kept, carried: Carried, now: float) -> None:
@@ -400,6 +510,8 @@ def release(kept: Kept, carried: Carried, now: float) -> None:
     (``KueuePolicy.leave``), other schedulers' pods' capacity freed on the nodes (workloads waiting for nodes
     woken)."""
     world, policy = kept.world, kept.policy
+    for regrouped in carried.regrouped.values():
+        _adopt(world, policy, regrouped)
     for workload, pod in carried.left:
         policy.leave(workload, pod, now)  # its node capacity free (parked workloads woken), its quota kept
     for key in carried.freed:
@@ -415,6 +527,9 @@ def release(kept: Kept, carried: Carried, now: float) -> None:
         if info is not None and kept.counts is not None:
             kept.counts.add(info, -1)  # as it stood: pending or admitted; finished, it is counted nowhere
         policy.finish(key, now)
-        for pod in world.pods_of.pop(key, []):
+        pods = world.pods_of.pop(key, [])
+        if len(pods) > 1:
+            world.ended[key] = pods
+        for pod in pods:
             world.workload_of.pop(pod, None)
     world.workloads = [w for w in world.workloads if w.key not in ended]

@@ -130,6 +130,12 @@ class World:
     # in ``pods`` nor submitted until the rest arrive, or a full cycle builds the gang as it is. Since when.
     unjoined: dict[str, PodEntry] = field(default_factory=dict)
     unjoined_at: dict[str, float] = field(default_factory=dict)  # pod key -> when a carried cycle first held it
+    # Admitted workloads with pods created after their admission still to place (gpufleet.live.gangs.join): a
+    # cycle that carries on tries them again, as a full cycle tries every workload.
+    late: set[str] = field(default_factory=set)
+    # Workloads of several pods a carried cycle ended, with their pods (finished): a full cycle still groups those
+    # with the same owner's next pods (a Job's), so a carried one does too.
+    ended: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def unjoined_since(self) -> float | None:
