@@ -15,7 +15,7 @@ from live_env import node, pod
 from test_carried_cycles import Cluster, runner
 
 from gpufleet.k8s import resources as r
-from gpufleet.live import planner
+from gpufleet.live import bindstream, planner
 from gpufleet.live.binder import BindJob
 from gpufleet.live.bindstream import BindStream
 from gpufleet.live.cycle import CycleRunner
@@ -42,10 +42,12 @@ class Handed:
     def __init__(self, cycles: PolicyCycles) -> None:
         self.cycles = cycles
         self.calls: list[tuple[int, list[str]]] = []
+        self.devices: list[tuple[str, str]] = []  # (node, GPU) of every pod handed over
 
     def submit(self, report: Any, jobs: list[BindJob], now: float) -> None:
         if jobs:
             self.calls.append((self.cycles.count, [p.key for j in jobs for p in j.pods]))
+            self.devices += [(p.node, d) for j in jobs for p in j.pods for d in p.devices]
 
     def close(self) -> None:
         pass
@@ -141,3 +143,60 @@ def test_the_stream_sends_in_batches_and_stops_for_the_round_when_sending_fails(
     assert stream.stopped and stream.sent == 6 and "wait for its end" in caplog.text
     stream(world, [SimpleNamespace(workload="j")])  # type: ignore[list-item]
     assert len(batches) == 2 and stream.sent == 6
+
+
+def _failing_last_cycle(monkeypatch: pytest.MonkeyPatch, culprit: str) -> None:
+    """The round's last policy cycle raises while ``culprit`` is among the policy's workloads: the cycle looks for
+    the object responsible, sets it aside and decides again."""
+    real = KueuePolicy.cycle
+
+    def cycle(policy: KueuePolicy, now: float) -> Any:
+        out = real(policy, now)
+        if policy.info(culprit) is not None and not out.admitted:
+            raise RuntimeError("a fault tied to one pod")
+        return out
+
+    monkeypatch.setattr(KueuePolicy, "cycle", cycle)
+
+
+def test_a_retry_after_a_round_failed_sends_no_binding_twice(
+        burst: tuple[CycleRunner, Handed, PolicyCycles], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The failed round had handed some admissions over and buffered others; the retry decides again without the
+    # culprit. A stream kept across the two sent the buffered admissions with the retry's own, the same pods.
+    run, handed, _ = burst
+    # Batches of 8 and no timer: 4 admissions are left in the buffer when the round fails, and the retry re-admits
+    # those 4 before its own first batch is full.
+    monkeypatch.setattr(bindstream, "BATCH", 8)
+    monkeypatch.setattr(bindstream, "EVERY_S", 3600.0)
+    run.cache.apply(r.PODS, "ADDED", {**pod("poison", gpus=100, queue="lq", created="2030-01-01T00:00:00Z"),
+                                      "metadata": {**pod("poison")["metadata"], "uid": "u-poison",
+                                                   "resourceVersion": "9999",
+                                                   "labels": {"kueue.x-k8s.io/queue-name": "lq"}}})
+    _failing_last_cycle(monkeypatch, "ml/poison")
+    run.run()
+    assert [h.key for h in run.quarantine.held] == ["ml/poison"]
+    sent = [key for _, keys in handed.calls for key in keys]
+    assert len(sent) == len(set(sent)) == 300  # the failed round's and the retry's, each pod once
+    assert len(handed.devices) == len(set(handed.devices)) == 300  # and no GPU handed out twice
+
+
+def test_a_pod_whose_binding_is_on_its_way_is_never_set_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Set aside, the retry would not count it where it is going, and hand its GPUs to another pod.
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("first", gpus=8, queue="lq", created="2026-01-01T00:00:00Z"))
+    c.put(r.PODS, pod("second", gpus=8, queue="lq", created="2026-01-01T00:00:01Z"))
+    run = runner(c)
+    cycles = PolicyCycles(monkeypatch)
+    handed = Handed(cycles)
+    run.binds.close()
+    run.binds = handed  # type: ignore[assignment]
+    monkeypatch.setattr(bindstream, "BATCH", 1)
+    _failing_last_cycle(monkeypatch, "ml/first")
+    try:
+        with pytest.raises(RuntimeError, match="a fault tied to one pod"):
+            run.run()
+    finally:
+        run.close()
+    assert [keys for _, keys in handed.calls] == [["ml/first"]]  # handed over during the failed round
+    assert not run.quarantine.held and run.assumed.keys() == {"ml/first"}  # still counted where it is going

@@ -790,9 +790,78 @@ def test_a_jobs_pods_created_after_its_admission_are_decided_as_a_rebuild_decide
         c.put(r.PODS, pod(f"other-{k}", gpus=gpus, queue="lq", created=f"2026-01-02T00:00:{k:02d}Z"))
     snapshot = c.cache.snapshot()
     running = sum(1 for how in (ends + ["running"] * parallelism)[:parallelism] if how == "running")
-    if running and running + new_pods > parallelism:
-        # More live pods than planned while the admitted workload runs: a full cycle charges them all, more than the
-        # admission holds. (With none running the workload ended: its next pods make a new one, carried.)
+    if not running or running + new_pods > parallelism:
+        # None running: the workload ended here, and a full cycle groups its finished pods with the next ones. More
+        # live pods than planned while it runs: a full cycle charges them all, more than the admission holds.
         assert run._carry_on(snapshot, now + 1) is None
         return
     _carried_as_rebuilt(run, c, now + 1)
+
+
+def test_the_last_running_member_finishing_while_a_late_pod_waits_takes_a_full_cycle() -> None:
+    # Nothing of the Job on a node any more: a rebuild queues it anew as a gang of what is left, not as admitted.
+    c, pods, run, now = _running_job(4)
+    _finish_pod(c, "train-p0x")
+    _carried_as_rebuilt(run, c, now + 1)
+    c.put(r.PODS, pod("web", gpus=2, scheduler="default-scheduler", node_name="n0"))
+    _next_pod(c, pods[0], "train-p2x")
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert d.world.late == {f"{NS}/train"}
+    _finish_pod(c, "train-p1x")
+    assert run._carry_on(c.cache.snapshot(), now + 3) is None
+
+
+def _ready_job(c: Cluster) -> list[JsonDict]:
+    """The Job of :func:`_job_with_late_pods`, its pods Ready (bound long ago)."""
+    _, pods = _job_with_late_pods(c)
+    for p in pods:
+        _ready(c, p["metadata"]["name"])
+    return pods
+
+
+def test_a_healthy_jobs_next_pod_placed_by_a_full_cycle_does_not_time_the_job_out() -> None:
+    # waitForPodsReady judged the workload from its first pod's bind: the next pod, placed in this very cycle and
+    # not ready yet, made a Job that had run for days late at once, and the full cycle evicted it.
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    pods = _ready_job(c)
+    _finish_pod(c, "train-p0x")
+    _next_pod(c, pods[0], "train-p2x")
+    run = _pods_ready_runner(c)
+    d = first_cycle(run, time.time())
+    assert _repairs(d) == {("complete", f"{NS}/train", (f"{NS}/train-p2x",))} and not d.victims
+    land(c, "train-p2x", "n0")
+    d, carried = step(run, time.time() + 1)
+    assert carried and not d.victims  # its clock starts at its own bind
+    d, carried = step(run, time.time() + 301)
+    assert not carried and [v.workload for v in d.victims] == [f"{NS}/train"]  # never ready: late now
+
+
+def test_a_pod_not_ready_any_more_after_its_deadline_is_judged_as_a_rebuild_judges_it() -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    _ready_job(c)
+    run = _pods_ready_runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    assert not d.victims and run.kept is not None
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/train-p1x")))
+    obj["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    c.put(r.PODS, obj, "MODIFIED")
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None  # a full cycle evicts it, as a rebuild does
+
+
+def test_a_finished_pod_that_fills_a_place_of_a_job_queued_anew_is_placed_nowhere() -> None:
+    # A Job with no pod left on a node is queued anew by a full cycle, its finished pod filling a place of its pod
+    # set: the gang's placement took a node for that finished pod too, and the world kept on from that cycle
+    # counted the phantom until the next rebuild.
+    c, pods, run, now = _running_job(8)
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/train-p1x"), "DELETED")
+    step(run, now + 1)
+    _finish_pod(c, "train-p0x")
+    _next_pod(c, pods[0], "train-p2x")
+    d, carried = step(run, now + 2)
+    assert not carried and outcome(d)[0] == {f"{NS}/train"}
+    assert set(d.world.cluster.placements) == {f"{NS}/train-p2x"}
+    c.put(r.PODS, pod("after", gpus=6, queue="lq", created=stamp()))  # the room the phantom took
+    assert outcome(_carried_as_rebuilt(run, c, now + 3))[0] == {f"{NS}/after"}

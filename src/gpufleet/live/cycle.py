@@ -38,7 +38,7 @@ from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache
 from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.resources import SCHEDULER_RESOURCES, ResourceType
-from gpufleet.live import beside, gangs, planner
+from gpufleet.live import beside, bindstream, gangs, planner
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.live.bindqueue import BindQueue
@@ -200,8 +200,10 @@ class CycleRunner:
         self._statuses_at = float("-inf")  # when queue statuses were last worked out
         self._status_due: float | None = None  # when they are to be worked out again, if changes wait for it
         self.count = 0
-        # The running cycle's round hands its admissions to the binders as it makes them (gpufleet.live.bindstream).
-        self._stream: BindStream | None = None
+        # The running cycle's rounds hand their admissions to the binders as they make them (gpufleet.live.bindstream):
+        # how (None between cycles), the pods handed over so far, and the DRA needs of the world they came from.
+        self._send: Callable[[World, list[AdmittedWorkload]], None] | None = None
+        self._streamed: set[str] = set()
         self._stream_needs: tuple[World, dict[str, DraNeed]] | None = None
         self.fleet = FleetMetrics(metrics)  # gpufleet.live.fleet_metrics: the fleet's gauges and counters
         # The DRA claims of our deleted pods, released as the deletion reaches the cache (gpufleet.live.claim_release)
@@ -235,7 +237,8 @@ class CycleRunner:
         report = CycleReport(self.count, now)
         started = time.perf_counter()
         snapshot = self.cache.snapshot()
-        self._stream = BindStream(functools.partial(self._send_early, report, now))
+        self._send = functools.partial(self._send_early, report, now)
+        self._streamed = set()
         try:
             d = self._carry_on(snapshot, now)
             report.carried = d is not None
@@ -244,7 +247,7 @@ class CycleRunner:
                 self._status_due = None
                 d = self._decide_isolating(snapshot, now)
         finally:
-            self._stream = self._stream_needs = None
+            self._send = self._stream_needs = None
         world, plan = d.world, d.plan
         report.world_s, report.policy_s = d.world_s, d.policy_s
         for job in d.jobs:
@@ -340,12 +343,14 @@ class CycleRunner:
                 return None
         else:
             ready_due = [t for t in kept.ready_due if t > now]
-            if landed and gangs.timed_out(world, pods_ready_policy, ready_due, only=landed):
-                return None  # their clocks have just started; should one have run out already, a full cycle evicts
+            # Pods landed (their clocks start) or whose readiness changed: judged as a full cycle judges them.
+            judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of}
+            if judged and gangs.timed_out(world, pods_ready_policy, ready_due, only=judged):
+                return None  # one ran out already (a pod not ready any more, long after its bind): a full cycle evicts
         planner.ready_as_bound(policy, now)  # (the last round's admissions were made ready at its end already)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
-                           on_admitted=None if self._stream is None else functools.partial(self._stream, world))
+                           on_admitted=None if (stream := self._stream()) is None else functools.partial(stream, world))
         planner.ready_as_bound(policy, now)
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
         policy_s = time.perf_counter() - started - world_s
@@ -403,7 +408,8 @@ class CycleRunner:
         for job in jobs:
             for p in job.pods:
                 entry = world.pods.get(p.key)
-                if entry is not None and entry.node is None:
+                # (a pod a gang's repair or a late join placed holds its node in the world already: completing)
+                if entry is not None and (entry.node is None or entry.completing):
                     entry.node, entry.devices, entry.assumed = p.node, p.devices, True
                     entry.intent = Intent(p.node, p.devices, now)
 
@@ -473,13 +479,20 @@ class CycleRunner:
         for attempt in range(MAX_CULPRITS_PER_CYCLE + 1):
             filtered = self.quarantine.filter(snapshot)
             try:
-                return self._decide(filtered, now, self.assumed, self.parked, self._stream)
+                # A stream per attempt: what a failed one buffered is not sent with the next one's admissions.
+                return self._decide(filtered, now, self.assumed, self.parked, self._stream())
             except Exception as exc:
                 if attempt == MAX_CULPRITS_PER_CYCLE:
                     raise
                 log.exception("scheduling cycle %d failed; looking for the object responsible", self.count)
                 culprit = find_culprit(filtered, lambda trial: self._fails(trial, now))
                 if culprit is None:
+                    raise
+                if culprit[0] == r.PODS.key and culprit[1] in self._streamed:
+                    # Its Binding is on its way (handed over during the failed round): set aside, it would no longer
+                    # be counted where it is going. The next cycle finds it there.
+                    log.error("scheduling cycle %d failed on pod %s, whose Binding is already on its way; it is not "
+                              "set aside", self.count, culprit[1])
                     raise
                 self._hold(filtered, culprit, exc)
         raise AssertionError("unreachable")  # the loop returns or raises
@@ -536,6 +549,10 @@ class CycleRunner:
 
     # --- plans ------------------------------------------------------------------------------------------
 
+    def _stream(self) -> BindStream | None:
+        """A new stream for a round of the running cycle (None outside :meth:`run`)."""
+        return None if self._send is None else BindStream(self._send, bindstream.BATCH, bindstream.EVERY_S)
+
     def _send_early(self, report: CycleReport, now: float, world: World, admitted: list[AdmittedWorkload]) -> None:
         """Start the Bindings of admissions the round has just made (gpufleet.live.bindstream): their pods assumed
         and marked as sent in the world, as :meth:`run` does with the cycle's jobs, so the round's end leaves
@@ -547,6 +564,7 @@ class CycleRunner:
             for p in job.pods:
                 self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
         self._mark_bound(world, jobs, now)
+        self._streamed.update(p.key for job in jobs for p in job.pods)
         self.binds.submit(report, jobs, now)
 
     @staticmethod

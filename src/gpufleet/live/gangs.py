@@ -218,11 +218,11 @@ def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None],
         live = [p for p in pods if not p.terminal]
         if not live or any(p.node is None or p.deleting for p in live) or all(_ready(p) for p in live):
             continue
-        if any(p.assumed for p in live):
-            continue  # still being bound (gpufleet.live.bindqueue): the cache has no start time for it yet
-        started = min((p.intent.at for p in live if p.intent and p.intent.at), default=None)
-        if started is None:
-            started = min(_created(p) for p in live)
+        if any(p.assumed or p.completing for p in live):
+            continue  # still being bound (gpufleet.live.bindqueue, or by this cycle): no start time for it yet
+        # From the latest of its pods' binds: a pod that joined the running workload later (a Job's next pod, a
+        # replacement) gets the timeout from its own bind, not from the workload's first.
+        started = max((p.intent.at if p.intent and p.intent.at else _created(p)) for p in live)
         if world.now - started < policy.timeout_s:
             if due is not None:
                 due.append(started + policy.timeout_s)

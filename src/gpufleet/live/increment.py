@@ -148,6 +148,8 @@ class Carried:
     left: list[tuple[str, str]] = field(default_factory=list)
     # Workloads as a full cycle now groups them (a finished member dropped from its place): key -> workload
     regrouped: dict[str, Workload] = field(default_factory=dict)
+    # Bound pods of ours whose status changed (readiness): their workloads' waitForPodsReady is judged again
+    restated: list[str] = field(default_factory=list)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -229,7 +231,7 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         if placement is None or placement.node != new_node or not entry.ours:
             return False
         assumed.confirm(c.key)
-        entry.raw, entry.node, entry.assumed = c.new, new_node, False
+        entry.raw, entry.node, entry.assumed, entry.completing = c.new, new_node, False, False
         out.landed.append(c.key)
         return True
     if old_node != new_node:
@@ -244,8 +246,11 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
     if _phase(c.old) in TERMINAL_PHASES:
         return False  # a finished pod running again: not something to carry
     # Its status alone (conditions, readiness, Pending -> Running): a full cycle charges a pod that holds a node the
-    # same whatever its phase short of finished; the recorder compares its conditions before writing again.
+    # same whatever its phase short of finished; the recorder compares its conditions before writing again. A
+    # full cycle would judge its workload's waitForPodsReady on it: so does the cycle that carries it.
     entry.raw = c.new
+    if entry.ours and entry.node is not None:
+        out.restated.append(c.key)
     return True
 
 
@@ -317,6 +322,8 @@ def _member_finished(world: World, entry: PodEntry, raw: JsonDict | None, worklo
         _finished(entry, raw)
         out.ended.append(workload)
         return True
+    if not any(o is not None and o.node is not None and not o.terminal for o in others):
+        return False  # no member left on a node, only late ones waiting: a full cycle queues the workload anew
     # Others run on: the workload a full cycle groups from its pods as they now stand must ask what it asked (a
     # pod set's count grows with live pods beyond its plan, which a finished one may have been one of).
     known = _known(world, workload)
@@ -441,17 +448,10 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
     grouped = [p.key for w in workloads for p in w.pods]
     if len(grouped) != len(chosen) or set(grouped) != {p.key for p in chosen}:
         return None  # a pod in no workload or in two, or one made up: only a full cycle builds those
-    for i, w in enumerate(workloads):
-        if w.key in world.ended:
-            # The next pods of an owner whose last workload ended: grouped with its finished pods, which take the
-            # places the new ones leave free, as a full cycle groups them.
-            finished = [p for k in world.ended[w.key] if (e := world.pods.get(k)) is not None and e.terminal
-                        and k not in world.workload_of and (p := _current(e)) is not None]
-            mine = {m.key for m in w.pods}
-            regrouped = _grouped(world, [*(p for p in chosen if p.key in mine), *finished])
-            if regrouped is None or len(regrouped) != 1 or regrouped[0].key != w.key:
-                return None
-            workloads[i] = regrouped[0]
+    if any(w.key in world.ended for w in workloads):
+        # The next pods of an owner whose workload ended here: a full cycle groups them with its finished pods, which
+        # take the places the new ones leave free (and are placed with them for that cycle).
+        return None
     joining: list[Workload] = []  # the workloads the world knows, with their pods created since
     for w in workloads:
         if any(p.key in world.workload_of for p in w.pods):
@@ -472,7 +472,6 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
         if e.key not in waiting:
             world.pods[e.key] = e
     for w in workloads:
-        world.ended.pop(w.key, None)
         keys = [p.key for p in w.pods]
         world.workloads.append(w)
         world.pods_of[w.key] = keys
@@ -527,9 +526,8 @@ def release(kept: Kept, carried: Carried, now: float) -> None:
         if info is not None and kept.counts is not None:
             kept.counts.add(info, -1)  # as it stood: pending or admitted; finished, it is counted nowhere
         policy.finish(key, now)
-        pods = world.pods_of.pop(key, [])
-        if len(pods) > 1:
-            world.ended[key] = pods
-        for pod in pods:
+        if info is not None and joins_late(info.workload):
+            world.ended.add(key)
+        for pod in world.pods_of.pop(key, []):
             world.workload_of.pop(pod, None)
     world.workloads = [w for w in world.workloads if w.key not in ended]

@@ -133,9 +133,9 @@ class World:
     # Admitted workloads with pods created after their admission still to place (gpufleet.live.gangs.join): a
     # cycle that carries on tries them again, as a full cycle tries every workload.
     late: set[str] = field(default_factory=set)
-    # Workloads of several pods a carried cycle ended, with their pods (finished): a full cycle still groups those
-    # with the same owner's next pods (a Job's), so a carried one does too.
-    ended: dict[str, list[str]] = field(default_factory=dict)
+    # Workloads of a kind whose controller owns its pods (a Job's) that a carried cycle ended: a full cycle groups
+    # their finished pods with the owner's next ones, which a carried cycle leaves to it.
+    ended: set[str] = field(default_factory=set)
 
     @property
     def unjoined_since(self) -> float | None:

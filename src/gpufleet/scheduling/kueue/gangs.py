@@ -39,6 +39,9 @@ def _flavor_extras(flavors: Sequence[ResourceFlavor]) -> tuple[tuple[tuple[str, 
     return tuple(sorted(labels.items())), tuple(taints), tuple(tolerations)
 
 
+_FINISHED = ("Succeeded", "Failed")
+
+
 class GangPlacer:
     def __init__(self, placer: Placer, flavors: Mapping[str, ResourceFlavor], memory: MemoryBook | None = None) -> None:
         self.placer = placer
@@ -50,7 +53,9 @@ class GangPlacer:
         return self.placer.cluster
 
     def pods_of(self, info: WorkloadInfo, podset: PodSetRequest, count: int) -> list[WorkloadPod]:
-        pods = [p for p in info.workload.pods if p.pod_set == podset.name]
+        # A finished pod is placed nowhere: it may fill a place of its set (a Job's, whose next pod comes later and
+        # joins the admitted workload), but placed it would hold a node for nothing.
+        pods = [p for p in info.workload.pods if p.pod_set == podset.name and p.phase not in _FINISHED]
         return pods[:count]
 
     def groups(self, info: WorkloadInfo, podset_flavors: Sequence[Mapping[str, str]],
