@@ -347,6 +347,8 @@ class CycleRunner:
             judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of}
             if judged and gangs.timed_out(world, pods_ready_policy, ready_due, only=judged):
                 return None  # one ran out already (a pod not ready any more, long after its bind): a full cycle evicts
+            # (a workload judged again at each of its pods' status changes gives the same deadline again)
+            ready_due = sorted(set(ready_due))
         planner.ready_as_bound(policy, now)  # (the last round's admissions were made ready at its end already)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
