@@ -180,6 +180,10 @@ class NominationMemo:
         # What a lookup reads of each queue's spec and place in the tree, worked out with the rest of what is kept
         # per queue (building the policy takes time in the number of queues anyway), not in the cycle that first
         # nominates one of its heads.
+        self._columns = {fr: i for i, fr in enumerate(tree.flavor_resources())}
+        parents = {id(p): p for name in cqs if (p := tree.cluster_queue(name).parent) is not None}
+        # A queue's place among its siblings, found once per parent, not by searching its children for each queue.
+        self._positions = {id(child): i for parent in parents.values() for i, child in enumerate(parent.children)}
         self._queues: dict[str, _Queue] = {name: self._queue(cq) for name, cq in cqs.items()}
         self._shapes: Interner[Hashable] = Interner(MAX_SHAPES)
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
@@ -200,10 +204,10 @@ class NominationMemo:
         return self.lookups - self.misses
 
     def _queue(self, cq: CQSpec) -> _Queue:
-        tree = self.tree
-        parent = tree.cluster_queue(cq.name).parent
+        node = self.tree.cluster_queue(cq.name)
+        parent = node.parent
         policy = cq.preemption
-        columns = {fr: i for i, fr in enumerate(tree.flavor_resources())}
+        columns = self._columns
         floors = []
         sealed = policy.borrow_within_cohort.policy == _NEVER and parent is not None and parent.parent is None
         for fr, q in cq.quotas.items():
@@ -217,7 +221,7 @@ class NominationMemo:
             self._spec[cq.name], 0 if within == _NEVER else 2 if within == _NEWER else 1,
             within == _NEWER or policy.reclaim_within_cohort == _NEWER,
             policy.reclaim_within_cohort == _NEVER or parent is None, sealed, tuple(floors), self.admitted[cq.name],
-            -1 if parent is None else parent.children.index(tree.cluster_queue(cq.name)))
+            -1 if parent is None else self._positions[id(node)])
 
     def _shape(self, info: WorkloadInfo) -> int:
         found = info.shape = self._shapes.id_of(head_key(info))
