@@ -22,7 +22,6 @@ from workload_env import job_pods
 
 from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
 from gpufleet.k8s import resources as r
-from gpufleet.k8s.annotations import Intent
 from gpufleet.k8s.client import KubeClient
 from gpufleet.k8s.informer import ObjectCache
 from gpufleet.live import gangs
@@ -76,10 +75,7 @@ def _finish_cycle(run: CycleRunner, snapshot: Any, d: _Decided | None, now: floa
     if d is None:
         run._last_full = run._statuses_at = now
         d = run._decide_isolating(snapshot, now)
-    for job in d.jobs:
-        for p in job.pods:
-            run.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
-    run._mark_bound(d.world, d.jobs, now)
+    run._assume(d.world, d.jobs, now)
     run._after_hand_off(d)
     run._keep(d, snapshot, d.victims)
     return d

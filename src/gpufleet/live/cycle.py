@@ -250,10 +250,7 @@ class CycleRunner:
             self._send = self._stream_needs = None
         world, plan = d.world, d.plan
         report.world_s, report.policy_s = d.world_s, d.policy_s
-        for job in d.jobs:
-            for p in job.pods:
-                self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
-        self._mark_bound(world, d.jobs, now)
+        self._assume(world, d.jobs, now)
         report.policy_cycles = plan.cycles
         report.admitted = [a.workload for a in plan.admitted]
         report.completed_gangs = [a.workload for a in d.repairs if a.kind == "complete"]
@@ -349,7 +346,6 @@ class CycleRunner:
                 return None  # one ran out already (a pod not ready any more, long after its bind): a full cycle evicts
             # (a workload judged again at each of its pods' status changes gives the same deadline again)
             ready_due = sorted(set(ready_due))
-        planner.ready_as_bound(policy, now)  # (the last round's admissions were made ready at its end already)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                            on_admitted=None if (stream := self._stream()) is None else functools.partial(stream, world))
@@ -403,12 +399,13 @@ class CycleRunner:
         return queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                               local_queues=kinds.local_queues, counts=counts)
 
-    @staticmethod
-    def _mark_bound(world: World, jobs: list[BindJob], now: float) -> None:
-        """The pods this cycle sends to nodes hold them in the world it keeps, as a rebuild sees them (assumed):
-        a later cycle that carries on must find them there (their capacity, a preemption's victims)."""
+    def _assume(self, world: World, jobs: list[BindJob], now: float) -> None:
+        """The pods of ``jobs``, about to be handed to the binders, assumed where they are going (a cycle that
+        starts meanwhile counts them there), and holding their nodes in the world this cycle keeps, as a rebuild
+        sees them: a later cycle that carries on must find them there (their capacity, a preemption's victims)."""
         for job in jobs:
             for p in job.pods:
+                self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
                 entry = world.pods.get(p.key)
                 # (a pod a gang's repair or a late join placed holds its node in the world already: completing)
                 if entry is not None and (entry.node is None or entry.completing):
@@ -562,10 +559,7 @@ class CycleRunner:
         if self._stream_needs is None or self._stream_needs[0] is not world:
             self._stream_needs = (world, self._needs(world))
         jobs = self._admission_jobs(world, self._stream_needs[1], admitted)
-        for job in jobs:
-            for p in job.pods:
-                self.assumed.assume(p.key, p.uid, Intent(p.node, p.devices, now), now)
-        self._mark_bound(world, jobs, now)
+        self._assume(world, jobs, now)
         self._streamed.update(p.key for job in jobs for p in job.pods)
         self.binds.submit(report, jobs, now)
 

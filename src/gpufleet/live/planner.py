@@ -89,9 +89,9 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
 def ready_as_bound(policy: KueuePolicy, now: float) -> None:
     """Every workload the policy admitted is ready as far as the core is concerned: live, waitForPodsReady is
     judged on the pods themselves (``gpufleet.live.gangs.timed_out``), and a rebuilt policy admits what holds
-    nodes as ready. Called after a round (and before a carried one), so the core keeps no readiness deadline
-    (``KueuePolicy.next_wakeup``) that would wake the loop, and blocks no later round's admissions
-    (blockAdmission) on what a rebuild would not."""
+    nodes as ready. Called after every round (the kept policy a carried round runs on had it after its last), so
+    the core keeps no readiness deadline (``KueuePolicy.next_wakeup``) that would wake the loop, and blocks no
+    later round's admissions (blockAdmission) on what a rebuild would not."""
     for key in list(policy.state.waiting_ready):
         policy.pods_ready(key, now)
 
