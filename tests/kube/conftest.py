@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import kmock
 import pytest
 from kmock._internal import parsing as kmock_parsing
-from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
+from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces, serving
 
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.client import KubeClient
@@ -41,15 +41,8 @@ def kube_emulator(kmock_namespaces_fix: None) -> Iterator[KmockThread]:
 @pytest.fixture
 def apisim(kmock_namespaces_fix: None) -> Iterator[ApiSim]:
     """A kmock KubernetesScaffold plus API-server semantics (see kube_apisim) for the scheduler's types."""
-    harness = KmockThread(kmock.KubernetesScaffold)
-    harness.start()
-    sim = ApiSim(harness)
-    sim.serve(*SERVED)
-    try:
+    with serving(kmock.KubernetesScaffold, *SERVED) as sim:
         yield sim
-    finally:
-        sim.close()
-        harness.stop()
 
 
 @pytest.fixture

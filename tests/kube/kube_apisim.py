@@ -19,7 +19,8 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -572,3 +573,17 @@ class ApiSim:
                     self.watchers.remove(watcher)
 
         return stream()
+
+
+@contextmanager
+def serving(handler: Callable[[], kmock.RawHandler], *resources: ResourceType) -> Iterator[ApiSim]:
+    """An ApiSim serving ``resources`` on a kmock handler of its own (``handler``), in a background loop."""
+    harness = KmockThread(handler)
+    harness.start()
+    sim = ApiSim(harness)
+    sim.serve(*resources)
+    try:
+        yield sim
+    finally:
+        sim.close()
+        harness.stop()

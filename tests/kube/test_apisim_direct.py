@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kube_apisim import ApiSim, DirectWrites, KmockThread
+from kube_apisim import ApiSim, DirectWrites, serving
 from live_env import pod
 
 from gpufleet.k8s import resources as r
@@ -16,15 +16,8 @@ from gpufleet.k8s.errors import Conflict, NotFound
 
 @pytest.fixture
 def direct(kmock_namespaces_fix: None) -> Iterator[ApiSim]:
-    harness = KmockThread(DirectWrites)
-    harness.start()
-    sim = ApiSim(harness, record_requests=True)
-    sim.serve(r.PODS, r.NODES, r.EVENTS)
-    try:
+    with serving(DirectWrites, r.PODS, r.NODES, r.EVENTS) as sim:
         yield sim
-    finally:
-        sim.close()
-        harness.stop()
 
 
 @pytest.fixture

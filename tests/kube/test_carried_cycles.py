@@ -57,6 +57,15 @@ def runner(cluster: Cluster) -> CycleRunner:
                        identity="t", metrics=SchedulerMetrics(), may_write=lambda: False)
 
 
+def started(gpus_per_node: list[int], held: list[int], backlog: int) -> tuple[Cluster, CycleRunner, float]:
+    """:func:`build`'s cluster, a runner on it, and its first (full) cycle run and kept: when it ran."""
+    c = build(gpus_per_node, held, backlog)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    return c, run, now
+
+
 def first_cycle(run: CycleRunner, now: float) -> _Decided:
     """A full cycle, kept as run() keeps it (its admissions assumed as run() assumes them)."""
     snapshot = run.cache.snapshot()
@@ -176,10 +185,7 @@ def test_new_pods_beside_a_backlog_are_decided_as_a_full_rebuild_decides_them(
 
 
 def test_another_schedulers_pods_taking_gpus_are_charged_where_they_went() -> None:
-    c = build([2, 2], [0, 0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([2, 2], [0, 0], backlog=0)
     c.put(r.PODS, pod("ds", gpus=1, scheduler="default-scheduler", node_name="n0"))  # created on its node
     c.put(r.PODS, pod("web", gpus=2, scheduler="default-scheduler"))
     land(c, "web", "n1")  # bound by kube-scheduler
@@ -202,10 +208,7 @@ def test_another_schedulers_pods_taking_gpus_are_charged_where_they_went() -> No
 
 
 def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:
-    c = build([4, 4], [2, 2], backlog=1)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([4, 4], [2, 2], backlog=1)
     c.put(r.NODES, node("n9", gpus=8))  # a node: capacity the kept world does not have
     c.put(r.PODS, pod("new", queue="lq"))
     assert run._carry_on(c.cache.snapshot(), now + 1) is None
@@ -213,10 +216,7 @@ def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:
 
 
 def test_a_gang_arriving_in_parts_waits_off_the_books_for_the_rest_then_is_carried_whole() -> None:
-    c = build([8], [0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([8], [0], backlog=0)
     c.put(r.PODS, pod("g0", queue="lq", group="trio", group_size=3))
     c.put(r.PODS, pod("g1", queue="lq", group="trio", group_size=3))
     d, was_carried = step(run, now + 1)  # two of three: held back, no rebuild
@@ -236,10 +236,7 @@ def test_a_gang_arriving_in_parts_waits_off_the_books_for_the_rest_then_is_carri
 
 
 def test_each_gang_held_back_waits_from_its_own_arrival() -> None:
-    c = build([8], [0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([8], [0], backlog=0)
     c.put(r.PODS, pod("a0", queue="lq", group="a", group_size=2))
     assert step(run, now + 1)[1]
     c.put(r.PODS, pod("a1", queue="lq", group="a", group_size=2))  # a is whole...
@@ -250,10 +247,7 @@ def test_each_gang_held_back_waits_from_its_own_arrival() -> None:
 
 
 def test_a_gang_short_of_members_past_the_wait_or_a_late_member_takes_a_full_cycle() -> None:
-    c = build([8], [0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([8], [0], backlog=0)
     c.put(r.PODS, pod("h0", queue="lq", group="pair", group_size=2))
     assert step(run, now + 1)[1]
     assert run._carry_on(c.cache.snapshot(), now + 1 + UNJOINED_WAIT) is None  # the wait is over: built as it is
@@ -334,10 +328,7 @@ def test_a_job_whose_pods_came_first_takes_a_full_cycle_that_groups_them() -> No
 
 
 def test_a_job_that_does_not_parse_or_changes_its_spec_takes_a_full_cycle() -> None:
-    c = build([4], [0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([4], [0], backlog=0)
     broken = job_object("broken", pods=2, queue="lq")
     broken["spec"]["parallelism"] = "many"  # the full cycle sets it aside and says why
     c.put(JOBS, broken)
@@ -356,10 +347,7 @@ def test_a_job_that_does_not_parse_or_changes_its_spec_takes_a_full_cycle() -> N
 
 
 def test_a_timer_due_or_the_resync_makes_the_cycle_a_full_one() -> None:
-    c = build([4], [0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([4], [0], backlog=0)
     assert run.kept is not None
     run.kept.due.append(now + 5)
     c.put(r.PODS, pod("a", queue="lq"))
@@ -374,10 +362,7 @@ def test_a_timer_due_or_the_resync_makes_the_cycle_a_full_one() -> None:
 
 
 def test_queue_statuses_are_worked_out_at_most_once_a_second_and_a_timer_brings_the_last() -> None:
-    c = build([8], [0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([8], [0], backlog=0)
     c.put(r.PODS, pod("a", queue="lq"))
     soon = run._carry_on(c.cache.snapshot(), now + 0.5)
     assert soon is not None and soon.plan.admitted and soon.statuses == []
@@ -388,10 +373,7 @@ def test_queue_statuses_are_worked_out_at_most_once_a_second_and_a_timer_brings_
 
 
 def test_a_node_heartbeat_is_carried_a_node_that_changes_is_not() -> None:
-    c = build([4, 4], [1, 1], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([4, 4], [1, 1], backlog=0)
     beat = node("n0", gpus=4)
     beat["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-06T10:00:00Z"}]
     c.put(r.NODES, beat, "MODIFIED")
@@ -496,10 +478,7 @@ def test_carried_cycles_do_not_block_admission_on_readiness_a_rebuild_does_not_w
 def test_a_bound_pod_starting_to_run_is_carried() -> None:
     # The kubelet's Pending -> Running (and readiness) on every pod it starts: a status change a full cycle charges
     # the same, so it must not make every cycle a full one on a real cluster.
-    c = build([4], [1], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([4], [1], backlog=0)
     starting = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/run-0-0")))
     starting["status"] = {"phase": "Pending"}  # bound, its containers being created
     c.put(r.PODS, starting, "MODIFIED")
@@ -513,10 +492,7 @@ def test_a_bound_pod_starting_to_run_is_carried() -> None:
 
 
 def test_a_change_log_cleared_by_a_follower_makes_the_next_cycle_a_full_one() -> None:
-    c = build([4], [0], backlog=0)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
+    c, run, now = started([4], [0], backlog=0)
     c.put(r.PODS, pod("a", queue="lq"))
     run.changes.clear()  # what a follower does with the changes it will never carry on with
     assert run._carry_on(c.cache.snapshot(), now + 1) is None  # the changes since are not all known: rebuild
@@ -528,6 +504,16 @@ def _pods_ready_runner(c: Cluster) -> CycleRunner:
                        identity="t", metrics=SchedulerMetrics(), may_write=lambda: False)
 
 
+def _one_pod_admitted() -> tuple[Cluster, CycleRunner, _Decided, float]:
+    """One pod ``a`` admitted by a first cycle with waitForPodsReady on (300 s), its Binding not landed yet."""
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("a", queue="lq", created=stamp()))
+    run = _pods_ready_runner(c)
+    now = time.time()
+    return c, run, first_cycle(run, now), now
+
+
 def _ready(c: Cluster, name: str) -> None:
     obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
     obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
@@ -537,12 +523,7 @@ def _ready(c: Cluster, name: str) -> None:
 def test_an_admission_leaves_no_timer_that_takes_a_rebuild_and_its_pods_ready_deadline_is_judged_carried_on() -> None:
     # With waitForPodsReady on, every admission used to leave the core's readiness deadline among the timers that
     # take a full cycle: a rebuild five minutes after every admission, for a rule the pods themselves decide.
-    c = Cluster()
-    c.put(r.NODES, node("n0", gpus=8))
-    c.put(r.PODS, pod("a", queue="lq", created=stamp()))
-    run = _pods_ready_runner(c)
-    now = time.time()
-    d = first_cycle(run, now)
+    c, run, d, now = _one_pod_admitted()
     assert outcome(d)[0] == {f"{NS}/a"}
     assert run.kept is not None and run.kept.due == []
     land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
@@ -557,12 +538,7 @@ def test_an_admission_leaves_no_timer_that_takes_a_rebuild_and_its_pods_ready_de
 
 
 def test_a_pods_ready_deadline_with_pods_not_ready_takes_the_full_cycle_that_evicts() -> None:
-    c = Cluster()
-    c.put(r.NODES, node("n0", gpus=8))
-    c.put(r.PODS, pod("a", queue="lq", created=stamp()))
-    run = _pods_ready_runner(c)
-    now = time.time()
-    d = first_cycle(run, now)
+    c, run, d, now = _one_pod_admitted()
     land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
     d, carried = step(run, now + 1)
     assert carried
@@ -864,12 +840,7 @@ def test_a_finished_pod_that_fills_a_place_of_a_job_queued_anew_is_placed_nowher
 
 
 def test_a_workloads_deadline_is_kept_once_however_often_its_pods_change() -> None:
-    c = Cluster()
-    c.put(r.NODES, node("n0", gpus=8))
-    c.put(r.PODS, pod("a", queue="lq", created=stamp()))
-    run = _pods_ready_runner(c)
-    now = time.time()
-    d = first_cycle(run, now)
+    c, run, d, now = _one_pod_admitted()
     land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
     step(run, now + 1)
     for k in range(5):  # the kubelet's status updates while the pod starts, none of them Ready
