@@ -27,9 +27,9 @@ def _workload() -> str:
     return text
 
 
-def _started(reserve_after: str | None) -> dict[str, float | None]:
+def _started(reserve_after: str | None, policy: str = "gpufleet") -> dict[str, float | None]:
     m = load(pool("p", 4, 4) + _queues(reserve_after))
-    r = simulate_jobs(make_policy("gpufleet", m), jobs_of(_workload()))
+    r = simulate_jobs(make_policy(policy, m), jobs_of(_workload()))
     return {j.key.split("/")[1]: j.attempts[-1].started for j in r.jobs}
 
 
@@ -46,6 +46,13 @@ def test_with_a_reservation_the_queue_drains_for_it_and_the_others_wait_their_tu
     assert started["s0"] == 30 * 60
     assert started["big"] == 2.5 * 3600  # when s0's 8 GPUs come back: nothing else was admitted meanwhile
     assert all(started[f"s{i}"] is not None and started[f"s{i}"] >= 3.5 * 3600 for i in range(1, 8))
+
+
+def test_the_kueue_peer_ignores_the_reservation_as_kueue_does() -> None:
+    # Kueue has no gang reservation and ignores annotations it does not know: the peer a Kueue user compares with
+    # must starve the big gang exactly as it would without the annotation.
+    assert _started("1h", "kueue") == _started(None, "kueue")
+    assert _started("1h", "kueue") != _started("1h")
 
 
 def test_work_that_fits_beside_the_reservation_is_admitted_meanwhile() -> None:

@@ -5,7 +5,8 @@
 * ``kueue``: what a Kueue user runs: Kueue's admission (the same :class:`~gpufleet.scheduling.kueue.KueuePolicy`
   core: queues, quotas, cohorts, preemption, all-or-nothing admission of a workload's pods) with the default
   scheduler's placement (the placement engine's kube-default profile: GPUs as counts, LeastAllocated on cpu and
-  memory, lowest free GPU index) and nothing learnt of GPU memory;
+  memory, lowest free GPU index), nothing learnt of GPU memory, and none of gpufleet's annotations on Kueue's
+  objects (a gang reservation, ``gpufleet.io/reserve-after``, is read by gpufleet only);
 * ``gpufleet``: the same admission core on the placement engine's gpufleet profile (cheapest model, FGD+,
   memory-aware time-slicing) with what it learns of GPU memory (:mod:`gpufleet.scheduling.memory`: hints,
   GPUs an OOM ruled out, a larger MIG profile after an OOM on one).
@@ -40,7 +41,7 @@ def make_policy(name: str, manifests: Manifests, *, seed: int = 0) -> Policy:
 
         if key == "kueue":
             return KueuePolicy(manifests, cluster, seed=seed, placer_factory=engine_placer_factory("kube-default"),
-                               memory_aware=False, name="kueue")
+                               memory_aware=False, extensions=False, name="kueue")
         policy: Policy = KueuePolicy(manifests, cluster, seed=seed)
         return policy
     raise UnknownPolicy(f"unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")

@@ -137,7 +137,8 @@ class QueueConfig:
         return tree
 
 
-def _cq_spec(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor], global_ready: PodsReadyPolicy) -> CQSpec:
+def _cq_spec(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor], global_ready: PodsReadyPolicy,
+             extensions: bool) -> CQSpec:
     groups, by_resource = _groups(cq.resource_groups)
     with_keys = []
     for g in groups:
@@ -149,14 +150,16 @@ def _cq_spec(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor], global_rea
         namespace_selector=cq.namespace_selector, strategy=cq.queueing_strategy, preemption=cq.preemption,
         fungibility=cq.flavor_fungibility, fair_weight=cq.fair_weight, stopped=cq.stop_policy != "None",
         pods_ready=cq.pods_ready if cq.pods_ready is not None else global_ready,
-        reserve_after_s=cq.reserve_after_s,
+        reserve_after_s=cq.reserve_after_s if extensions else None,
     )
 
 
-def queue_config(manifests: Manifests) -> QueueConfig:
+def queue_config(manifests: Manifests, *, extensions: bool = True) -> QueueConfig:
+    """The queues, quotas and cohorts of ``manifests``; ``extensions=False`` leaves out what only gpufleet reads
+    on Kueue's objects (the gang reservation), as Kueue itself would."""
     scheduler = manifests.config or SchedulerConfig()
     flavors = {f.name: f for f in manifests.flavors}
-    cqs = {cq.name: _cq_spec(cq, flavors, scheduler.pods_ready) for cq in manifests.cluster_queues}
+    cqs = {cq.name: _cq_spec(cq, flavors, scheduler.pods_ready, extensions) for cq in manifests.cluster_queues}
     lqs = {(lq.meta.namespace or "default", lq.meta.name): lq.cluster_queue for lq in manifests.local_queues}
     ns_labels = {ns.meta.name: {**ns.meta.labels, NAMESPACE_NAME_LABEL: ns.meta.name} for ns in manifests.namespaces}
     config = QueueConfig(flavors, cqs, lqs, ns_labels, {t.meta.name: t for t in manifests.topologies}, scheduler)

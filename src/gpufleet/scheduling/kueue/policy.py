@@ -74,12 +74,14 @@ class KueuePolicy:
     def __init__(self, manifests: Manifests, cluster: ClusterState | None = None, *,
                  placer_factory: PlacerFactory | None = None, seed: int = 0,
                  quota_tree_factory: Callable[[], QuotaTree] = QuotaTree, memory_aware: bool = True,
-                 name: str | None = None) -> None:
+                 name: str | None = None, extensions: bool = True) -> None:
         """``memory_aware``: learn pods' GPU memory (:class:`MemoryBook`: hints and avoided GPUs for placement,
-        a larger MIG profile after an OOM on one); False is Kueue as it is, which learns nothing of it."""
+        a larger MIG profile after an OOM on one); False is Kueue as it is, which learns nothing of it.
+        ``extensions``: honour gpufleet's additions to Kueue's objects (the gang reservation,
+        ``gpufleet.io/reserve-after``); False reads them as Kueue does, which ignores unknown annotations."""
         if name is not None:
             self.name = name
-        self.config: QueueConfig = queue_config(manifests)
+        self.config: QueueConfig = queue_config(manifests, extensions=extensions)
         self.cluster = cluster
         self.rng = random.Random(seed)
         self.memory = MemoryBook(cluster) if memory_aware else None
