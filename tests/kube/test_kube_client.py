@@ -224,6 +224,38 @@ def test_create_event_body(apisim: ApiSim, client: KubeClient) -> None:
     assert len(long["note"]) == 1024
 
 
+def test_event_names_are_client_gos_and_never_repeat() -> None:
+    # <object>.<hex nanoseconds>, as client-go names them; made faster than the clock ticks, still all different.
+    pod = _pod("p1")
+    before = time.time_ns()
+    names = [make_event(pod, reason="R", note="n", action="A", reporting_controller="c",
+                        reporting_instance="i")["metadata"]["name"] for _ in range(2000)]
+    assert len(set(names)) == len(names)
+    stamps = [int(n.split(".", 1)[1], 16) for n in names]
+    assert all(n.startswith("p1.") for n in names) and stamps == sorted(stamps) and stamps[0] >= before
+
+
+def test_a_request_and_its_body_go_out_in_one_write(apisim: ApiSim, client: KubeClient,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # One system call per request, not http.client's two (head, then body): each is a release of the GIL that the
+    # scheduler's cycle then waits to get back.
+    import http.client
+
+    writes: list[bytes] = []
+    real = http.client.HTTPConnection.send
+
+    def send(self: http.client.HTTPConnection, data: bytes) -> None:
+        writes.append(bytes(data))
+        real(self, data)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "send", send)
+    pod = client.create(r.PODS, _pod("p2"))
+    client.bind("team-a", "p2", "n1", pod_uid=pod["metadata"]["uid"])
+    assert len(writes) == 2
+    assert all(w.startswith(b"POST ") and w.rstrip().endswith(b"}") and b"\r\n\r\n{" in w for w in writes)
+    assert client.get(r.PODS, "p2", "team-a")["spec"]["nodeName"] == "n1"
+
+
 def test_unreachable_server_is_a_connection_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpufleet.api import limits, safejson
@@ -78,3 +80,29 @@ def test_strict_json_refuses_an_overflowing_literal() -> None:
     with pytest.raises(safejson.JsonBodyError, match=r"the number at spec\.x\[1\] is not finite"):
         safejson.loads(b'{"spec": {"x": [1, 1e999]}}', depth_limit=5)
     assert safejson.loads(b'{"spec": {"x": [1, 1e300]}}', depth_limit=5) == {"spec": {"x": [1, 1e300]}}
+
+
+def test_an_overflow_without_an_exponent_is_refused_too() -> None:
+    # loads walks the parsed value only when the text has a number that could overflow: one with an exponent, or
+    # 309 digits in a row. 10**309 written out has 310 and no exponent.
+    with pytest.raises(safejson.JsonBodyError, match=r"the number at a is not finite"):
+        safejson.loads(b'{"a": ' + b"1" + b"0" * 309 + b'.5}', depth_limit=5)
+    assert safejson.loads(b'{"a": ' + b"9" * 308 + b'.5}', depth_limit=5)["a"] > 1e307
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                    | st.text(max_size=6),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+                    max_leaves=12),
+       st.sampled_from(["1e999", "-1E+400", "1" * 310, "2.5e9999", "12", "1e2", '"1e999"']))
+def test_the_shortcut_never_lets_an_overflow_through(value: Any, number: str) -> None:
+    # The same refusal as walking every parsed value: a document with one number spliced in where a key or a list
+    # item goes, checked against non_finite on what json.loads makes of it.
+    text = json.dumps({"x": value, "n": "N"}).replace('"N"', number)
+    expected = safejson.non_finite(json.loads(text))
+    try:
+        safejson.loads(text.encode(), depth_limit=64)
+    except safejson.JsonBodyError as e:
+        assert expected is not None and "not finite" in str(e)
+    else:
+        assert expected is None

@@ -39,9 +39,19 @@ class JsonBodyError(ValueError):
     """The body is not JSON this process will read; the message says why, for the sender."""
 
 
+# A number that may not fit a double: one with an exponent, or 309 digits in a row (a double ends near 1.8e308).
+# Seen only outside string literals; where none is, nothing parsed can be infinite and non_finite need not walk.
+_MAYBE_HUGE = re.compile(rb"[0-9][eE]|[0-9]{309}")
+
+
 def max_depth(data: bytes) -> int:
     """The deepest nesting of arrays and objects in ``data`` (0 for a scalar); linear, no recursion."""
-    brackets = _STRING.sub(b'""', data).translate(None, _NOT_BRACKETS)
+    return _depth_of_blanked(_STRING.sub(b'""', data))
+
+
+def _depth_of_blanked(blanked: bytes) -> int:
+    """:func:`max_depth` of bytes whose string literals are blanked already."""
+    brackets = blanked.translate(None, _NOT_BRACKETS)
     if len(brackets) <= _SMALL:
         depth = deepest = 0
         for b in brackets:
@@ -107,7 +117,8 @@ def loads(data: bytes, *, depth_limit: int, source: str | None = None, limit: st
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise refuse(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    depth = max_depth(data)
+    blanked = _STRING.sub(b'""', data)
+    depth = _depth_of_blanked(blanked)
     if depth > depth_limit:
         if source is None:
             raise JsonBodyError(f"the JSON is nested {depth} levels deep, more than the {depth_limit} allowed")
@@ -123,7 +134,7 @@ def loads(data: bytes, *, depth_limit: int, source: str | None = None, limit: st
         raise refuse(f"not JSON: {e.msg}", at=f":{e.lineno}:{e.colno}") from None
     except ValueError as e:  # int() refusing more than 4,300 digits
         raise refuse(f"not valid JSON: {str(e)[:200]}") from None
-    where = non_finite(doc)
+    where = non_finite(doc) if _MAYBE_HUGE.search(blanked) else None
     if where is not None:
         if source is None:
             raise JsonBodyError(f"the number at {where or 'the top'} is not finite (too big for a double, such as "

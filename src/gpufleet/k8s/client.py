@@ -19,7 +19,7 @@ import json
 import socket
 import ssl
 import threading
-import uuid
+import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -531,6 +531,20 @@ class KubeClient:
         return self.create(EVENTS, event)
 
 
+_last_stamp = 0
+_stamp_lock = threading.Lock()
+
+
+def _event_stamp() -> int:
+    """Nanoseconds since the epoch, as client-go names events (``<object>.<hex UnixNano>``), never the same twice
+    in this process. Not a uuid: reading the system's random source is a system call, and a binding thread
+    releasing the GIL for one in each event made the cycle wait for it back."""
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(time.time_ns(), _last_stamp + 1)
+        return _last_stamp
+
+
 def make_event(
     regarding: Mapping[str, Any],
     *,
@@ -561,7 +575,7 @@ def make_event(
     event: JsonDict = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+        "metadata": {"name": f"{name}.{_event_stamp():x}", "namespace": namespace},
         "eventTime": stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "regarding": ref,
         "reason": reason,

@@ -39,6 +39,7 @@ import socket
 import ssl
 import threading
 import time
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -78,6 +79,17 @@ class _Plain(http.client.HTTPConnection):
             super().connect()
         except OSError:  # refused, unreachable, timed out: tried once more (httpx's transport did: retries=1)
             super().connect()
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        """The request's head and a bytes body in one write (http.client writes them apart): one system call, and
+        so one release of the GIL, fewer; a call's bodies are always whole bytes here."""
+        if isinstance(message_body, bytes) and not encode_chunked:
+            self._buffer.extend((b"", message_body))  # type: ignore[attr-defined]
+            data = b"\r\n".join(self._buffer)  # type: ignore[attr-defined]
+            del self._buffer[:]  # type: ignore[attr-defined]
+            self.send(data)
+            return
+        super()._send_output(message_body, encode_chunked)  # type: ignore[misc]
 
 
 class _TLS(_Plain):
@@ -206,7 +218,8 @@ class DirectCalls:
         try:
             connection.timeout = timeout  # for a reconnect
             assert connection.sock is not None
-            connection.sock.settimeout(timeout)
+            if connection.sock.gettimeout() != timeout:  # a system call (and a GIL release) saved when it is set
+                connection.sock.settimeout(timeout)
             # putrequest and its skips: exactly the headers below (no Accept-Encoding: identity added).
             connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
             connection.putheader("Host", self._host_header)
