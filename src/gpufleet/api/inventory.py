@@ -138,6 +138,12 @@ def inventory_from_json(doc: Any) -> GpuInventory | None:
     geometry = geometry_for(known.key if known is not None else model_name)
     gpus: list[tuple[int, str, tuple[tuple[MigPlacement, str], ...], bool]] = []
     for i, g in enumerate(gpu_docs):
+        # The common GPU (no MIG, healthy, fields as the node agent writes them) is checked inline, as the NVLink
+        # pairs below are; anything else takes the checks that name what is wrong.
+        if type(g) is dict and len(g) == 2 and type(index := g.get("index")) is int \
+                and 0 <= index < MAX_GPUS_PER_NODE and type(uuid := g.get("uuid")) is str and 0 < len(uuid) <= 256:
+            gpus.append((index, uuid, (), False))
+            continue
         where = f"gpus[{i}]"
         _need(g, dict, where, "an object")
         index = _int_in(g.get("index"), 0, MAX_GPUS_PER_NODE - 1, f"{where}.index")

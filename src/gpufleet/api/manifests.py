@@ -117,7 +117,7 @@ def _group_of(api_version: str) -> str:
     return api_version.split("/", 1)[0] if "/" in api_version else ""
 
 
-def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
+def _parse_document(doc: Document, out: Manifests, position: int = 0, *, field_warnings: bool = True) -> None:
     problems = out.problems
     data = doc.data
     kind = data.get("kind") if isinstance(data, dict) else None
@@ -139,7 +139,7 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
     if not intake.check_version(r, str(api_version), str(kind)):
         return
     intake.fill_generated_name(doc, r, out.controllers)
-    intake.fields(r, str(api_version), str(kind))
+    intake.fields(r, str(api_version), str(kind), warn=field_warnings)
     before = problems.error_count
     if intake.handles(group, str(kind)):
         made = intake.parse(r, str(api_version), str(kind))
@@ -168,8 +168,11 @@ def _parse_document(doc: Document, out: Manifests, position: int = 0) -> None:
 
 def _check_duplicates(out: Manifests) -> None:
     for attr in _TARGET.values():
+        objects = getattr(out, attr)
+        if len(objects) < 2:
+            continue  # (most lists, in a live object's parse all but one: nothing to compare)
         seen: dict[tuple[str, str], Any] = {}
-        for obj in list(getattr(out, attr)):
+        for obj in list(objects):
             meta = obj.meta
             key = (type(obj).__name__, meta.key)
             if key in seen:
@@ -296,11 +299,14 @@ class ManifestBuilder:
     Fed straight from the file loader, a raw document is dropped as soon as its typed object exists: a big
     input never holds all its raw documents at once (docs/limits.md)."""
 
-    def __init__(self, problems: Problems | None = None) -> None:
+    def __init__(self, problems: Problems | None = None, *, field_warnings: bool = True) -> None:
+        """``field_warnings=False``: no walk of each document for the fields its kind does not have, whose only
+        outcome is warnings (the live scheduler's parse keeps errors alone)."""
         self.out = Manifests(problems=problems if problems is not None else Problems())
+        self.field_warnings = field_warnings
 
     def add(self, doc: Document) -> None:
-        _parse_document(doc, self.out, self.out.documents)
+        _parse_document(doc, self.out, self.out.documents, field_warnings=self.field_warnings)
         self.out.documents += 1
 
     def finish(self, *, queue_names: bool = True) -> Manifests:
@@ -320,8 +326,9 @@ class ManifestBuilder:
         return out
 
 
-def build(documents: Iterable[Document], problems: Problems | None = None) -> Manifests:
-    builder = ManifestBuilder(problems)
+def build(documents: Iterable[Document], problems: Problems | None = None, *,
+          field_warnings: bool = True) -> Manifests:
+    builder = ManifestBuilder(problems, field_warnings=field_warnings)
     for doc in documents:
         builder.add(doc)
     return builder.finish()

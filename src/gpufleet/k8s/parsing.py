@@ -137,7 +137,8 @@ class ParseCache:
             return hit[1]
         self.parses += 1
         try:
-            manifests = build([document(obj)])
+            # Its errors are all a Parsed keeps: the unknown-field walk, which only warns, is left out.
+            manifests = build([document(obj)], field_warnings=False)
         except Exception as exc:  # a parser bug must cost this object only, never the cycle
             log.exception("parsing %s %s failed", resource.kind, key)
             parsed = Parsed(None, (ManifestError(f"gpufleet could not read it ({type(exc).__name__}); this is a "

@@ -103,14 +103,16 @@ def fill_generated_name(doc: Document, r: FieldReader, objects: ControllerObject
               fix="give metadata.name to choose the name yourself")
 
 
-def fields(r: FieldReader, api_version: str, kind: str) -> None:
-    """Warn about the fields the kind does not have (the object named as its parser will name it)."""
+def fields(r: FieldReader, api_version: str, kind: str, *, warn: bool = True) -> None:
+    """Warn about the fields the kind does not have (the object named as its parser will name it); ``warn=False``
+    names it only (a reader that keeps no warnings)."""
     group, _ = split_api_version(api_version)
     meta = r.raw("metadata")
     if r.name is None and isinstance(meta, dict) and isinstance(meta.get("name"), str):
         ns = meta.get("namespace")
         r.name = f"{ns}/{meta['name']}" if isinstance(ns, str) and ns else meta["name"]
-    check_fields(r, group, kind)
+    if warn:
+        check_fields(r, group, kind)
 
 
 _SUPPORTING_PARSERS: dict[tuple[str, str], Callable[[FieldReader], Any]] = {
