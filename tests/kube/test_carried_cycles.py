@@ -381,11 +381,72 @@ def test_a_node_heartbeat_is_carried_a_node_that_changes_is_not() -> None:
     carried = run._carry_on(c.cache.snapshot(), now + 1)
     assert carried is not None and [a.workload for a in carried.plan.admitted] == [f"{NS}/a"]
     run._keep(carried, c.cache.snapshot(), [])
-    cordoned = node("n1", gpus=4)
-    cordoned["spec"] = {"unschedulable": True}
-    c.put(r.NODES, cordoned, "MODIFIED")
+    more = node("n1", gpus=8)  # its GPUs changed: the kept cluster state cannot take it in place
+    c.put(r.NODES, more, "MODIFIED")
     c.put(r.PODS, pod("b", queue="lq"))
-    assert run._carry_on(c.cache.snapshot(), now + 2) is None  # the node's parse changed: a full cycle
+    assert run._carry_on(c.cache.snapshot(), now + 2) is None
+
+
+def _node_changed(c: Cluster, name: str, gpus: int, *, cordoned: bool = False, tainted: bool = False,
+                  zone: str | None = None, ready: bool = True) -> None:
+    raw = node(name, gpus=gpus, labels={"zone": zone} if zone else None)
+    raw["spec"] = {"unschedulable": cordoned,
+                   **({"taints": [{"key": "maintenance", "effect": "NoSchedule"}]} if tainted else {})}
+    raw["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    c.put(r.NODES, raw, "MODIFIED")
+
+
+def test_a_node_cordoned_then_uncordoned_is_taken_in_place_as_a_rebuild_takes_it() -> None:
+    c, run, now = started([2, 2], [0, 0], backlog=0)
+    _node_changed(c, "n0", 2, cordoned=True)
+    for k in range(3):
+        c.put(r.PODS, pod(f"a{k}", queue="lq", created=f"2026-01-02T00:00:0{k}Z"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert {p.node for job in d.jobs for p in job.pods} == {"n1"}  # two fit on n1; the cordoned n0 takes none
+    assert len(d.plan.admitted) == 2 and len(d.plan.pending) == 1
+    _node_changed(c, "n0", 2)  # uncordoned: the pod parked for want of nodes is placed there
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert [(job.workload, job.pods[0].node) for job in d.jobs] == [(f"{NS}/a2", "n0")]
+
+
+def test_a_node_added_or_removed_takes_a_full_cycle() -> None:
+    c, run, now = started([2], [0], backlog=0)
+    c.put(r.NODES, node("n1", gpus=2))
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None
+    c2, run2, now2 = started([2, 2], [0, 0], backlog=0)
+    c2.put(r.NODES, node("n1", gpus=2), "DELETED")
+    assert run2._carry_on(c2.cache.snapshot(), now2 + 1) is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpus_per_node=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+       held=st.lists(st.integers(0, 2), min_size=4, max_size=4),
+       rounds=st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.booleans(),
+                                                    st.sampled_from([None, "a", "b"]), st.booleans()),
+                                          min_size=1, max_size=3),
+                                 st.integers(1, 4), st.sampled_from([None, "a", "b"])), min_size=1, max_size=3))
+def test_nodes_changing_beside_their_devices_are_decided_as_a_rebuild_decides_them(
+        gpus_per_node: list[int], held: list[int],
+        rounds: list[tuple[list[tuple[int, bool, bool, str | None, bool]], int, str | None]]) -> None:
+    # Cordons, taints, zone labels and readiness flip between cycles while pods arrive, some asking for a zone:
+    # each carried cycle admits and parks what a rebuild on the same snapshot does.
+    c = build(gpus_per_node, held[:len(gpus_per_node)], backlog=0)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    made = 0
+    for step_no, (changes, arrivals, zone) in enumerate(rounds, start=1):
+        for at, cordoned, tainted, node_zone, ready in changes:
+            i = at % len(gpus_per_node)
+            _node_changed(c, f"n{i}", gpus_per_node[i], cordoned=cordoned, tainted=tainted, zone=node_zone,
+                          ready=ready)
+        for _ in range(arrivals):
+            new = pod(f"new-{made}", queue="lq", created=f"2026-01-02T00:{made // 60:02d}:{made % 60:02d}Z")
+            if zone is not None:
+                new["spec"]["nodeSelector"] = {"zone": zone}
+            c.put(r.PODS, new)
+            made += 1
+        _carried_as_rebuilt(run, c, now + step_no)
 
 
 def test_a_pod_that_already_says_why_it_waits_costs_no_write_task() -> None:

@@ -48,7 +48,16 @@ from gpufleet.live.decide import decide, placed, queue_kinds_read
 from gpufleet.live.evictor import Evictor, EvictResult, Victim
 from gpufleet.live.fleet_metrics import FleetMetrics
 from gpufleet.live.grants import visible_devices
-from gpufleet.live.increment import UNJOINED_WAIT, ChangeLog, Kept, carried_pods, extend, read_owners, release
+from gpufleet.live.increment import (
+    UNJOINED_WAIT,
+    ChangeLog,
+    Kept,
+    apply_nodes,
+    carried_pods,
+    extend,
+    read_owners,
+    release,
+)
 from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.quarantine import Quarantine, find_culprit
 from gpufleet.live.queuesource import QueueChooser, QueueKinds
@@ -318,6 +327,8 @@ class CycleRunner:
                                               scheduler_name=s.scheduler_name,
                                               queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
             return None
+        # Nodes cordoned, tainted, relabelled or turning ready: in place, before anything is placed.
+        apply_nodes(kept.world, kept.policy, carried.nodes, now)
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
         # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
         release(kept, carried, now)

@@ -26,7 +26,11 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 * an unbound pod of another scheduler created, changed or deleted (never our business); one bound (by
   kube-scheduler) or created on its node (a DaemonSet's): charged on that node as a full cycle charges it;
 * a queue kind's or a workload kind's status alone (no decision reads them);
-* a node whose parse is unchanged (a status heartbeat);
+* a node whose parse is unchanged (a status heartbeat); a node changed beside its devices and capacity (cordoned
+  or uncordoned, tainted, relabelled, turning ready or not): taken in place by the kept cluster state, whose
+  placement index re-reads it, and the workloads parked for want of nodes woken (:func:`apply_nodes`), but for
+  clusters whose nodes' DRA devices or Topologies are read from their objects, and while a preemption's room on
+  nodes is held. A node added or removed, or whose devices or capacity changed, takes a full cycle;
 * a workload kind's object created (a Job, a JobSet...): one of another scheduler's is passed over, as a full
   cycle passes it over; one of ours is read into the kept world's workload objects (:func:`read_owners`), so its
   pods, arriving with it or later, are grouped as a full cycle groups them. A change to one's spec, or its
@@ -53,6 +57,7 @@ from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import Node, Pod
 from gpufleet.cluster import grouping
 from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.state import NodeState, node_state_from
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
@@ -150,6 +155,8 @@ class Carried:
     regrouped: dict[str, Workload] = field(default_factory=dict)
     # Bound pods of ours whose status changed (readiness): their workloads' waitForPodsReady is judged again
     restated: list[str] = field(default_factory=list)
+    # Nodes changed in what placement reads beside their devices (labels, taints, cordon, readiness), by name
+    nodes: dict[str, Node] = field(default_factory=dict)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -167,8 +174,16 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
                 return None
         elif c.resource == r.NODES.key:
             nodes = nodes if nodes is not None else {n.name: n for n in world.nodes}
-            if c.type != "MODIFIED" or c.new is None or not _same_node(nodes.get(c.key), parse, c.key, c.new):
+            if c.type != "MODIFIED" or c.new is None:
+                return None  # a node added or removed: a full cycle (an added one changes the GPUs per model
+                # that the packing scorers were made with; a removed one leaves its pods nowhere)
+            if _same_node(nodes.get(c.key), parse, c.key, c.new):
+                out.nodes.pop(c.key, None)  # (back as it was since an earlier change of this batch)
+                continue
+            changed = _changed_node(world, kept.policy, parse, c.key, c.new)
+            if changed is None:
                 return None
+            out.nodes[c.key] = changed
         elif unread_status_only(c):
             continue
         elif (res := WORKLOAD_KEYS.get(c.resource)) is not None and c.type == "ADDED" and c.new is not None:
@@ -402,6 +417,50 @@ _DELETION = ("deletionTimestamp", "deletionGracePeriodSeconds")
 
 def _phase(obj: JsonDict) -> Any:
     return (obj.get("status") or {}).get("phase")
+
+
+def _device_shape(ns: NodeState) -> tuple[Any, ...]:
+    """What of a node's state its devices and capacity make: everything a change carried in place must leave
+    alone (its GPUs and their health, MIG instances, NVLinks, allocatable)."""
+    return (tuple(sorted(ns.allocatable.items())), ns.gpu_model, ns.fail_requests_greater_than_one,
+            tuple(sorted(ns.nvlinks.items())),
+            tuple((g.index, g.device_id, g.model, g.memory_mib, g.mode, g.resource, g.replicas, g.healthy,
+                   g.dra_driver, g.dra_pool, g.dra_device, len(g.partitions),
+                   tuple((m.placement, m.device_id, m.resource, m.memory_mib, m.compute_slices) for m in g.mig))
+                  for g in ns.gpus))
+
+
+def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str, raw: JsonDict) -> Node | None:
+    """The node as it now parses, when what changed is only what placement reads beside its devices (labels,
+    taints, cordon, readiness, pool), so the kept cluster state can take it in place (:func:`apply_nodes`); None:
+    a full cycle (it does not parse, its devices or capacity changed, the nodes' DRA devices or a topology are read
+    from the nodes' labels, or a preemption's room on nodes is held for a workload)."""
+    old = world.cluster.nodes.get(key)
+    parsed = parse.one(r.NODES, key, raw)
+    node = parsed.obj
+    if (old is None or not isinstance(node, Node) or world.dra.resource_slices or world.queues.topologies
+            or policy.state.nominations):
+        return None
+    fresh = node_state_from(node, world.cluster.catalog)
+    return node if _device_shape(fresh) == _device_shape(old) else None
+
+
+def apply_nodes(world: World, policy: KueuePolicy, nodes: dict[str, Node], now: float) -> None:
+    """Nodes changed beside their devices, taken in place: the world's node, and the cluster state's labels, taints,
+    cordon, readiness and pool (``ClusterState.touch``: the placement index and the fleet tally re-read it), then
+    the workloads parked for want of nodes woken, as capacity coming back wakes them (a node uncordoned, a taint
+    gone, a label a selector wants). Its pods stay where they are, as a full cycle keeps them."""
+    if not nodes:
+        return
+    cluster = world.cluster
+    for name, node in nodes.items():
+        fresh = node_state_from(node, cluster.catalog)
+        ns = cluster.nodes[name]
+        ns.labels, ns.taints, ns.unschedulable, ns.ready, ns.pool = (fresh.labels, fresh.taints, fresh.unschedulable,
+                                                                    fresh.ready, fresh.pool)
+        cluster.touch(name)
+    world.nodes = [nodes.get(n.name, n) for n in world.nodes]
+    policy.state.unpark_placement(now)
 
 
 def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -> bool:
