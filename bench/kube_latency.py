@@ -6,8 +6,10 @@ R per second. Options: ``--gang-size G``, each arrival a pod group of G one-GPU 
 pods deleted at F per second meanwhile, as Jobs complete; with ``--running-gang-size H`` the bound pods are pod
 groups of H on one node each, whose members finish (``Succeeded``) at F per second instead, as a training job's
 pods end; ``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is
-bound (a kubelet that starts it at once). The emulator of the tests (kmock + ApiSim over real HTTP on 127.0.0.1)
-and the scheduler each run in a process of their own, as in ``bench/kube_binding.py``.
+bound (a kubelet that starts it at once); ``--node-churn C``, a node cordoned C times a second meanwhile (and the
+one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do. The emulator of
+the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of their own, as
+in ``bench/kube_binding.py``.
 
 Each run reports:
 
@@ -29,7 +31,7 @@ of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
-                                           [--idle 20]
+                                           [--node-churn 0] [--idle 20]
                                            [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
@@ -144,6 +146,23 @@ def emulator_role(args: argparse.Namespace) -> int:
                                                                {"status": {"phase": "Succeeded"}}), timeout=60)
             k += 1
 
+    def churn() -> None:
+        """Nodes cordoned and uncordoned at --node-churn per second while the new pods arrive (maintenance, an
+        autoscaler's scale-down candidates): node k is cordoned, and the one cordoned before it uncordoned."""
+        k = 0
+        while args.node_churn > 0 and time.monotonic() < started + args.arrivals / args.rate:
+            due = started + k / args.node_churn
+            time.sleep(max(0.0, due - time.monotonic()))
+            name, back = f"node-{k % args.nodes:05d}", f"node-{(k - 1) % args.nodes:05d}"
+
+            def flip(name: str = name, back: str = back, first: bool = k == 0) -> None:
+                sim._patched(r.NODES, None, name, {"spec": {"unschedulable": True}})
+                if not first:
+                    sim._patched(r.NODES, None, back, {"spec": {"unschedulable": False}})
+
+            sim.harness.call(flip, timeout=60)
+            k += 1
+
     def arrive() -> None:
         for k in range(args.arrivals):
             due = started + k / args.rate
@@ -172,6 +191,7 @@ def emulator_role(args: argparse.Namespace) -> int:
             started = time.monotonic()
             threading.Thread(target=arrive, daemon=True).start()
             threading.Thread(target=finish, daemon=True).start()
+            threading.Thread(target=churn, daemon=True).start()
             _emit({"ok": True})
         elif command == "report":
             def gather() -> JsonDict:
@@ -284,6 +304,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate),
                "--gang-size", str(args.gang_size),
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
+               "--node-churn", str(args.node_churn),
                "--running-gang-size", str(args.running_gang_size), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
@@ -374,6 +395,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=5.0, help="new pods (or pod groups) per second")
     parser.add_argument("--gang-size", type=int, default=1,
                         help="each arrival a pod group of this many one-GPU pods (Kueue's pod group labels)")
+    parser.add_argument("--node-churn", type=float, default=0.0,
+                        help="nodes cordoned (and the one before uncordoned) per second while the new pods arrive")
     parser.add_argument("--finish-rate", type=float, default=0.0,
                         help="running pods deleted per second while the new ones arrive (churn)")
     parser.add_argument("--running-gang-size", type=int, default=1, choices=range(1, 6),
@@ -394,6 +417,7 @@ def main() -> int:
           + (f"{args.arrivals} new one-GPU pods at {args.rate:g}/s" if args.gang_size == 1 else
              f"{args.arrivals} new pod groups of {args.gang_size} one-GPU pods at {args.rate:g}/s")
           + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
+          + (f", a node cordoned at {args.node_churn:g}/s meanwhile" if args.node_churn else "")
           + (f" (pod groups of {args.running_gang_size})" if args.running_gang_size > 1 else "")
           + (f", waitForPodsReady {args.pods_ready:g}s" if args.pods_ready else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)
