@@ -7,7 +7,8 @@ pods deleted at F per second meanwhile, as Jobs complete; with ``--running-gang-
 groups of H on one node each, whose members finish (``Succeeded``) at F per second instead, as a training job's
 pods end; ``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is
 bound (a kubelet that starts it at once); ``--node-churn C``, a node cordoned C times a second meanwhile (and the
-one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do. The emulator of
+one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do; ``--nodes-join
+J``, J new nodes a second meanwhile, as a cluster scaling up. The emulator of
 the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of their own, as
 in ``bench/kube_binding.py``.
 
@@ -31,7 +32,7 @@ of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
-                                           [--node-churn 0] [--idle 20]
+                                           [--node-churn 0] [--nodes-join 0] [--idle 20]
                                            [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
@@ -163,6 +164,15 @@ def emulator_role(args: argparse.Namespace) -> int:
             sim.harness.call(flip, timeout=60)
             k += 1
 
+    def join() -> None:
+        """Nodes joining at --nodes-join per second while the new pods arrive (a cluster scaling up)."""
+        k = 0
+        while args.nodes_join > 0 and time.monotonic() < started + args.arrivals / args.rate:
+            due = started + k / args.nodes_join
+            time.sleep(max(0.0, due - time.monotonic()))
+            sim.harness.call(lambda k=k: sim._create(r.NODES, node(f"join-{k:05d}", gpus=8), None), timeout=60)
+            k += 1
+
     def arrive() -> None:
         for k in range(args.arrivals):
             due = started + k / args.rate
@@ -192,6 +202,7 @@ def emulator_role(args: argparse.Namespace) -> int:
             threading.Thread(target=arrive, daemon=True).start()
             threading.Thread(target=finish, daemon=True).start()
             threading.Thread(target=churn, daemon=True).start()
+            threading.Thread(target=join, daemon=True).start()
             _emit({"ok": True})
         elif command == "report":
             def gather() -> JsonDict:
@@ -304,7 +315,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate),
                "--gang-size", str(args.gang_size),
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
-               "--node-churn", str(args.node_churn),
+               "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
                "--running-gang-size", str(args.running_gang_size), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
@@ -397,6 +408,8 @@ def main() -> int:
                         help="each arrival a pod group of this many one-GPU pods (Kueue's pod group labels)")
     parser.add_argument("--node-churn", type=float, default=0.0,
                         help="nodes cordoned (and the one before uncordoned) per second while the new pods arrive")
+    parser.add_argument("--nodes-join", type=float, default=0.0,
+                        help="new 8-GPU nodes created per second while the new pods arrive (a scale-up)")
     parser.add_argument("--finish-rate", type=float, default=0.0,
                         help="running pods deleted per second while the new ones arrive (churn)")
     parser.add_argument("--running-gang-size", type=int, default=1, choices=range(1, 6),
@@ -418,6 +431,7 @@ def main() -> int:
              f"{args.arrivals} new pod groups of {args.gang_size} one-GPU pods at {args.rate:g}/s")
           + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
           + (f", a node cordoned at {args.node_churn:g}/s meanwhile" if args.node_churn else "")
+          + (f", nodes joining at {args.nodes_join:g}/s meanwhile" if args.nodes_join else "")
           + (f" (pod groups of {args.running_gang_size})" if args.running_gang_size > 1 else "")
           + (f", waitForPodsReady {args.pods_ready:g}s" if args.pods_ready else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)

@@ -209,7 +209,7 @@ def test_another_schedulers_pods_taking_gpus_are_charged_where_they_went() -> No
 
 def test_a_change_it_cannot_carry_makes_the_cycle_a_full_one() -> None:
     c, run, now = started([4, 4], [2, 2], backlog=1)
-    c.put(r.NODES, node("n9", gpus=8))  # a node: capacity the kept world does not have
+    c.put(r.NODES, node("n1", gpus=8), "MODIFIED")  # its GPUs changed: capacity the kept world does not have
     c.put(r.PODS, pod("new", queue="lq"))
     assert run._carry_on(c.cache.snapshot(), now + 1) is None
     assert run.kept is None  # taken: the full cycle that follows keeps its own
@@ -409,13 +409,18 @@ def test_a_node_cordoned_then_uncordoned_is_taken_in_place_as_a_rebuild_takes_it
     assert [(job.workload, job.pods[0].node) for job in d.jobs] == [(f"{NS}/a2", "n0")]
 
 
-def test_a_node_added_or_removed_takes_a_full_cycle() -> None:
+def test_a_node_added_is_carried_and_wakes_what_waited_for_nodes_a_node_removed_is_not() -> None:
     c, run, now = started([2], [0], backlog=0)
-    c.put(r.NODES, node("n1", gpus=2))
-    assert run._carry_on(c.cache.snapshot(), now + 1) is None
-    c2, run2, now2 = started([2, 2], [0, 0], backlog=0)
-    c2.put(r.NODES, node("n1", gpus=2), "DELETED")
-    assert run2._carry_on(c2.cache.snapshot(), now2 + 1) is None
+    for k in range(3):
+        c.put(r.PODS, pod(f"a{k}", queue="lq", created=f"2026-01-02T00:00:0{k}Z"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert len(d.plan.admitted) == 2 and len(d.plan.pending) == 1
+    c.put(r.NODES, node("n1", gpus=2))  # the cluster scales up: the pod parked for want of nodes goes there
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert [(job.workload, job.pods[0].node) for job in d.jobs] == [(f"{NS}/a2", "n1")]
+    assert [n.name for n in d.world.nodes] == ["n0", "n1"]
+    c.put(r.NODES, node("n1", gpus=2), "DELETED")
+    assert run._carry_on(c.cache.snapshot(), now + 3) is None
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -425,11 +430,11 @@ def test_a_node_added_or_removed_takes_a_full_cycle() -> None:
                                                     st.sampled_from([None, "a", "b"]), st.booleans()),
                                           min_size=1, max_size=3),
                                  st.integers(1, 4), st.sampled_from([None, "a", "b"])), min_size=1, max_size=3))
-def test_nodes_changing_beside_their_devices_are_decided_as_a_rebuild_decides_them(
+def test_nodes_changing_beside_their_devices_or_joining_are_decided_as_a_rebuild_decides_them(
         gpus_per_node: list[int], held: list[int],
         rounds: list[tuple[list[tuple[int, bool, bool, str | None, bool]], int, str | None]]) -> None:
-    # Cordons, taints, zone labels and readiness flip between cycles while pods arrive, some asking for a zone:
-    # each carried cycle admits and parks what a rebuild on the same snapshot does.
+    # Cordons, taints, zone labels and readiness flip between cycles, nodes join, while pods arrive, some asking
+    # for a zone: each carried cycle admits and parks what a rebuild on the same snapshot does.
     c = build(gpus_per_node, held[:len(gpus_per_node)], backlog=0)
     run = runner(c)
     now = time.time()
@@ -437,6 +442,11 @@ def test_nodes_changing_beside_their_devices_are_decided_as_a_rebuild_decides_th
     made = 0
     for step_no, (changes, arrivals, zone) in enumerate(rounds, start=1):
         for at, cordoned, tainted, node_zone, ready in changes:
+            if at == 3 and len(gpus_per_node) < 9:  # a node joins (named to sort last, as a rebuild orders them)
+                gpus_per_node.append(2)
+                c.put(r.NODES, node(f"n{len(gpus_per_node) - 1}", gpus=2,
+                                    labels={"zone": node_zone} if node_zone else None))
+                continue
             i = at % len(gpus_per_node)
             _node_changed(c, f"n{i}", gpus_per_node[i], cordoned=cordoned, tainted=tainted, zone=node_zone,
                           ready=ready)

@@ -28,9 +28,10 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 * a queue kind's or a workload kind's status alone (no decision reads them);
 * a node whose parse is unchanged (a status heartbeat); a node changed beside its devices and capacity (cordoned
   or uncordoned, tainted, relabelled, turning ready or not): taken in place by the kept cluster state, whose
-  placement index re-reads it, and the workloads parked for want of nodes woken (:func:`apply_nodes`), but for
-  clusters whose nodes' DRA devices or Topologies are read from their objects, and while a preemption's room on
-  nodes is held. A node added or removed, or whose devices or capacity changed, takes a full cycle;
+  placement index re-reads it; a node added (a cluster scaling up): added to the kept cluster state and policy,
+  whose placer is made again over it; then the workloads parked for want of nodes woken (:func:`apply_nodes`);
+  but for clusters whose nodes' DRA devices or Topologies are read from their objects, and while a preemption's
+  room on nodes is held. A node removed, or whose devices or capacity changed, takes a full cycle;
 * a workload kind's object created (a Job, a JobSet...): one of another scheduler's is passed over, as a full
   cycle passes it over; one of ours is read into the kept world's workload objects (:func:`read_owners`), so its
   pods, arriving with it or later, are grouped as a full cycle groups them. A change to one's spec, or its
@@ -174,9 +175,8 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
                 return None
         elif c.resource == r.NODES.key:
             nodes = nodes if nodes is not None else {n.name: n for n in world.nodes}
-            if c.type != "MODIFIED" or c.new is None:
-                return None  # a node added or removed: a full cycle (an added one changes the GPUs per model
-                # that the packing scorers were made with; a removed one leaves its pods nowhere)
+            if c.type == "DELETED" or c.new is None:
+                return None  # a node removed: its pods are left nowhere, which a full cycle sorts out
             if _same_node(nodes.get(c.key), parse, c.key, c.new):
                 out.nodes.pop(c.key, None)  # (back as it was since an earlier change of this batch)
                 continue
@@ -438,29 +438,38 @@ def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str
     old = world.cluster.nodes.get(key)
     parsed = parse.one(r.NODES, key, raw)
     node = parsed.obj
-    if (old is None or not isinstance(node, Node) or world.dra.resource_slices or world.queues.topologies
+    if (not isinstance(node, Node) or world.dra.resource_slices or world.queues.topologies
             or policy.state.nominations):
         return None
+    if old is None:
+        return node  # a node joining (KueuePolicy.add_nodes)
     fresh = node_state_from(node, world.cluster.catalog)
     return node if _device_shape(fresh) == _device_shape(old) else None
 
 
 def apply_nodes(world: World, policy: KueuePolicy, nodes: dict[str, Node], now: float) -> None:
     """Nodes changed beside their devices, taken in place: the world's node, and the cluster state's labels, taints,
-    cordon, readiness and pool (``ClusterState.touch``: the placement index and the fleet tally re-read it), then
+    cordon, readiness and pool (``ClusterState.touch``: the placement index and the fleet tally re-read it); nodes
+    joining, added to the world and to the policy (``KueuePolicy.add_nodes``, which makes its placer again); then
     the workloads parked for want of nodes woken, as capacity coming back wakes them (a node uncordoned, a taint
-    gone, a label a selector wants). Its pods stay where they are, as a full cycle keeps them."""
+    gone, a label a selector wants, a node added). Pods stay where they are, as a full cycle keeps them."""
     if not nodes:
         return
     cluster = world.cluster
+    added = [node for name, node in sorted(nodes.items()) if name not in cluster.nodes]
     for name, node in nodes.items():
+        ns = cluster.nodes.get(name)
+        if ns is None:
+            continue
         fresh = node_state_from(node, cluster.catalog)
-        ns = cluster.nodes[name]
         ns.labels, ns.taints, ns.unschedulable, ns.ready, ns.pool = (fresh.labels, fresh.taints, fresh.unschedulable,
                                                                     fresh.ready, fresh.pool)
         cluster.touch(name)
-    world.nodes = [nodes.get(n.name, n) for n in world.nodes]
-    policy.state.unpark_placement(now)
+    world.nodes = sorted([nodes.get(n.name, n) for n in world.nodes] + added, key=lambda n: n.name)
+    if added:
+        policy.add_nodes([node_state_from(n, cluster.catalog) for n in added], now)  # (it wakes the parked too)
+    else:
+        policy.state.unpark_placement(now)
 
 
 def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -> bool:

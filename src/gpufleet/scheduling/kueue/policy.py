@@ -26,7 +26,7 @@ from typing import Any
 
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import Topology
-from gpufleet.cluster.state import ClusterState
+from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.charges import charge, quota_amounts
 from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, QueueConfig, queue_config
@@ -86,14 +86,35 @@ class KueuePolicy:
         self.rng = random.Random(seed)
         self.memory = MemoryBook(cluster) if memory_aware else None
         gangs: GangPlacer | None = None
+        self._placer_factory = placer_factory or engine_placer_factory()
         if cluster is not None:
-            factory = placer_factory or engine_placer_factory()
-            gangs = GangPlacer(factory(cluster, self.rng, list(self.config.topologies.values())),
-                               self.config.flavors, self.memory)
+            gangs = self._gang_placer(cluster)
         self.state = SchedulerState(self.config, cluster, gangs, quota_tree_factory)
         # Whether any workload was ever deactivated here: pending_report looks for them among every workload only
         # then (a live policy kept between cycles holds every running workload, and reports after each cycle).
         self._deactivated = False
+
+    def _gang_placer(self, cluster: ClusterState) -> GangPlacer:
+        return GangPlacer(self._placer_factory(cluster, self.rng, list(self.config.topologies.values())),
+                          self.config.flavors, self.memory)
+
+    def add_nodes(self, nodes: Sequence[NodeState], now: float) -> None:
+        """Nodes join the cluster under the policy (a live cluster scaling up): added to its cluster state, the
+        placer made again over it as a new policy makes its placer (its packing scorers count the cluster's GPUs
+        per model, which the new nodes change), and the workloads parked for want of nodes woken. The workloads
+        admitted and their pods stay as they are."""
+        cluster = self.cluster
+        if cluster is None or not nodes:
+            return
+        for ns in nodes:
+            cluster.add_node(ns)
+        old = self.state.placer
+        if old is not None:
+            close = getattr(old.placer, "close", None)
+            if close is not None:
+                close()  # it follows the cluster's changes no longer
+            self.state.gangs = self._gang_placer(cluster)
+        self.state.unpark_placement(now)
 
     # ---- Policy ----------------------------------------------------------------------------------------------
     def submit(self, workload: Workload, now: float) -> None:
