@@ -419,7 +419,25 @@ def test_a_node_added_is_carried_and_wakes_what_waited_for_nodes_a_node_removed_
     d = _carried_as_rebuilt(run, c, now + 2)
     assert [(job.workload, job.pods[0].node) for job in d.jobs] == [(f"{NS}/a2", "n1")]
     assert [n.name for n in d.world.nodes] == ["n0", "n1"]
-    c.put(r.NODES, node("n1", gpus=2), "DELETED")
+    c.put(r.NODES, node("n1", gpus=2), "DELETED")  # a pod is on its way there: not drained
+    assert run._carry_on(c.cache.snapshot(), now + 3) is None
+
+
+def test_a_drained_node_removed_is_carried() -> None:
+    c, run, now = started([2, 2, 2], [0, 0, 0], backlog=0)
+    c.put(r.PODS, pod("a", gpus=2, queue="lq"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    [used] = {p.node for job in d.jobs for p in job.pods}
+    empty = sorted({"n0", "n1", "n2"} - {used})
+    c.put(r.NODES, node(empty[0], gpus=2), "DELETED")  # drained, then deleted: the cluster scaling down
+    for k in range(2):
+        c.put(r.PODS, pod(f"b{k}", gpus=2, queue="lq", created=f"2026-01-02T00:00:0{k}Z"))
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert [n.name for n in d.world.nodes] == sorted({"n0", "n1", "n2"} - {empty[0]})
+    assert empty[0] not in d.world.cluster.nodes
+    assert len(d.plan.admitted) == 1 and len(d.plan.pending) == 1  # one node left for two 2-GPU pods
+    assert {p.node for job in d.jobs for p in job.pods} == {empty[1]}
+    c.put(r.NODES, node(used, gpus=2), "DELETED")  # under a running pod: a full cycle sorts it out
     assert run._carry_on(c.cache.snapshot(), now + 3) is None
 
 

@@ -57,6 +57,7 @@ from gpufleet.live.increment import (
     extend,
     read_owners,
     release,
+    remove_nodes,
 )
 from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.quarantine import Quarantine, find_culprit
@@ -332,6 +333,8 @@ class CycleRunner:
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
         # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
         release(kept, carried, now)
+        if not remove_nodes(kept.world, kept.policy, carried.gone):  # (drained: the releases took the last pods off)
+            return None
         submitted = extend(kept, carried.new, now)
         if submitted is None:
             return None

@@ -31,7 +31,9 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   placement index re-reads it; a node added (a cluster scaling up): added to the kept cluster state and policy,
   whose placer is made again over it; then the workloads parked for want of nodes woken (:func:`apply_nodes`);
   but for clusters whose nodes' DRA devices or Topologies are read from their objects, and while a preemption's
-  room on nodes is held. A node removed, or whose devices or capacity changed, takes a full cycle;
+  room on nodes is held. A node removed that no pod holds capacity on (drained, as a cluster scaling down drains
+  it) leaves the kept state (:func:`remove_nodes`); one removed under pods, or whose devices or capacity changed,
+  takes a full cycle;
 * a workload kind's object created (a Job, a JobSet...): one of another scheduler's is passed over, as a full
   cycle passes it over; one of ours is read into the kept world's workload objects (:func:`read_owners`), so its
   pods, arriving with it or later, are grouped as a full cycle groups them. A change to one's spec, or its
@@ -156,8 +158,10 @@ class Carried:
     regrouped: dict[str, Workload] = field(default_factory=dict)
     # Bound pods of ours whose status changed (readiness): their workloads' waitForPodsReady is judged again
     restated: list[str] = field(default_factory=list)
-    # Nodes changed in what placement reads beside their devices (labels, taints, cordon, readiness), by name
+    # Nodes changed in what placement reads beside their devices (labels, taints, cordon, readiness), or joining,
+    # by name; and nodes removed that held no pod
     nodes: dict[str, Node] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -176,7 +180,12 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
         elif c.resource == r.NODES.key:
             nodes = nodes if nodes is not None else {n.name: n for n in world.nodes}
             if c.type == "DELETED" or c.new is None:
-                return None  # a node removed: its pods are left nowhere, which a full cycle sorts out
+                if not _removable(world, kept.policy, c.key):
+                    return None  # a node removed under pods: they are left nowhere, which a full cycle sorts out
+                out.nodes.pop(c.key, None)
+                out.gone.add(c.key)
+                continue
+            out.gone.discard(c.key)  # (deleted and created again in one batch: a node joining)
             if _same_node(nodes.get(c.key), parse, c.key, c.new):
                 out.nodes.pop(c.key, None)  # (back as it was since an earlier change of this batch)
                 continue
@@ -445,6 +454,27 @@ def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str
         return node  # a node joining (KueuePolicy.add_nodes)
     fresh = node_state_from(node, world.cluster.catalog)
     return node if _device_shape(fresh) == _device_shape(old) else None
+
+
+def _removable(world: World, policy: KueuePolicy, name: str) -> bool:
+    """Whether a node deleted can leave the kept cluster state: one it knows, on which no pod of the world holds
+    capacity now (drained first, as a cluster scaling down drains it), where nothing else forbids carrying nodes."""
+    return (name in world.cluster.nodes and not world.dra.resource_slices and not world.queues.topologies
+            and not policy.state.nominations
+            and not any(e.node == name and e.holds_capacity for e in world.pods.values()))
+
+
+def remove_nodes(world: World, policy: KueuePolicy, gone: set[str]) -> bool:
+    """Nodes deleted that hold no pod: out of the world and of the kept policy (``KueuePolicy.remove_nodes``).
+    After the cycle's releases, which take the pods that ended meanwhile off them; False (a full cycle) when one
+    still holds a pod all the same."""
+    if not gone:
+        return True
+    if any(world.cluster.nodes[name].pods for name in gone):
+        return False
+    world.nodes = [n for n in world.nodes if n.name not in gone]
+    policy.remove_nodes(sorted(gone))
+    return True
 
 
 def apply_nodes(world: World, policy: KueuePolicy, nodes: dict[str, Node], now: float) -> None:

@@ -108,13 +108,26 @@ class KueuePolicy:
             return
         for ns in nodes:
             cluster.add_node(ns)
+        self._new_placer()
+        self.state.unpark_placement(now)
+
+    def remove_nodes(self, names: Sequence[str]) -> None:
+        """Nodes that hold no pod leave the cluster under the policy (drained, then deleted, as a cluster scaling
+        down removes them): out of its cluster state, and the placer made again (its GPUs per model)."""
+        cluster = self.cluster
+        if cluster is None or not names:
+            return
+        for name in names:
+            cluster.remove_node(name)  # (refused for a node that still holds pods: the caller checks first)
+        self._new_placer()
+
+    def _new_placer(self) -> None:
         old = self.state.placer
-        if old is not None:
+        if old is not None and self.cluster is not None:
             close = getattr(old.placer, "close", None)
             if close is not None:
                 close()  # it follows the cluster's changes no longer
-            self.state.gangs = self._gang_placer(cluster)
-        self.state.unpark_placement(now)
+            self.state.gangs = self._gang_placer(self.cluster)
 
     # ---- Policy ----------------------------------------------------------------------------------------------
     def submit(self, workload: Workload, now: float) -> None:
