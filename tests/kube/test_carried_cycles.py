@@ -441,6 +441,37 @@ def test_a_drained_node_removed_is_carried() -> None:
     assert run._carry_on(c.cache.snapshot(), now + 3) is None
 
 
+def test_a_full_cycle_after_nodes_changed_carried_evaluates_what_was_parked_afresh() -> None:
+    # The parked memory's picture of the nodes is a full cycle's: a node cordoned in a carried cycle, then
+    # uncordoned when a full cycle (the resync) falls due, must not leave the workload parked under the cordon.
+    c, run, now = started([2, 2], [2, 0], backlog=0)
+    _node_changed(c, "n1", 2, cordoned=True)
+    c.put(r.PODS, pod("w", gpus=2, queue="lq", created="2026-01-02T00:00:00Z"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert f"{NS}/w" in d.plan.pending
+    _node_changed(c, "n1", 2)
+    fresh = runner(c)
+    fresh.assumed = run.assumed.copy()
+    rebuilt = fresh._decide_isolating(c.cache.snapshot(), now + 3601)
+    d, was_carried = step(run, now + 3601)  # the resync: a full cycle
+    assert not was_carried and outcome(d)[0] == outcome(rebuilt)[0] == {f"{NS}/w"}
+
+
+def test_without_a_placer_nodes_joining_or_leaving_take_a_full_cycle() -> None:
+    # quotaOnly: the policy has no cluster state to take them, and the world's would not follow.
+    c = build([2, 2], [0, 0], backlog=0)
+    run = CycleRunner(KubeClient(host="http://127.0.0.1:9"), c.cache, fast_settings(cycle_period=3600.0,
+                                                                                     quota_only=True),
+                      identity="t", metrics=SchedulerMetrics(), may_write=lambda: False)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.NODES, node("n2", gpus=2))
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None
+    first_cycle(run, now + 2)
+    c.put(r.NODES, node("n1", gpus=2), "DELETED")
+    assert run._carry_on(c.cache.snapshot(), now + 3) is None
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpus_per_node=st.lists(st.integers(1, 4), min_size=2, max_size=4),
        held=st.lists(st.integers(0, 2), min_size=4, max_size=4),

@@ -330,6 +330,8 @@ class CycleRunner:
             return None
         # Nodes cordoned, tainted, relabelled or turning ready: in place, before anything is placed.
         apply_nodes(kept.world, kept.policy, carried.nodes, now)
+        if carried.nodes or carried.gone:
+            self.parked.nodes_changed()  # (its fingerprint of the nodes is a full cycle's)
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
         # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
         release(kept, carried, now)

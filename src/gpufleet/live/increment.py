@@ -451,7 +451,9 @@ def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str
             or policy.state.nominations):
         return None
     if old is None:
-        return node  # a node joining (KueuePolicy.add_nodes)
+        # A node joining (KueuePolicy.add_nodes), into the policy's cluster state; a policy that places nothing
+        # (quotaOnly) has none, and the world's would not follow.
+        return node if policy.cluster is world.cluster else None
     fresh = node_state_from(node, world.cluster.catalog)
     return node if _device_shape(fresh) == _device_shape(old) else None
 
@@ -459,8 +461,8 @@ def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str
 def _removable(world: World, policy: KueuePolicy, name: str) -> bool:
     """Whether a node deleted can leave the kept cluster state: one it knows, on which no pod of the world holds
     capacity now (drained first, as a cluster scaling down drains it), where nothing else forbids carrying nodes."""
-    return (name in world.cluster.nodes and not world.dra.resource_slices and not world.queues.topologies
-            and not policy.state.nominations
+    return (name in world.cluster.nodes and policy.cluster is world.cluster and not world.dra.resource_slices
+            and not world.queues.topologies and not policy.state.nominations
             and not any(e.node == name and e.holds_capacity for e in world.pods.values()))
 
 

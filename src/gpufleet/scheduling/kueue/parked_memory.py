@@ -92,6 +92,11 @@ class ParkedMemory:
         self.seen = now
         return count
 
+    def nodes_changed(self) -> None:
+        """The nodes changed outside a rebuild (a policy that lives on took them in place): what was seen of them no
+        longer says what the next rebuild will see, so that one evaluates the parked workloads afresh."""
+        self.seen = None
+
     def remember_parked(self, policy: KueuePolicy) -> None:
         """What the round just run left parked."""
         self.parked = parked_in(policy.state)
