@@ -92,3 +92,37 @@ def test_cluster_queue_override_enables_it_with_its_own_timeout() -> None:
     assert [p.reason for p in timeout_cycle(s, t0 + 5).preempted] == ["PodsReadyTimeout"]
     info = s.policy.info("default/w")
     assert info is not None and info.requeue_at == t0 + 5 + 60  # Kueue's default backoff base
+
+
+def test_a_rebuilt_policy_told_of_the_requeue_backs_off_as_the_one_that_evicted() -> None:
+    # The live scheduler's full cycle builds its policy anew: told what Kueue keeps in status.requeueState
+    # (KueuePolicy.requeued), it holds the workload back until the backoff ends, at the back of its queue.
+    s = scenario(job("w", "team") + job("other", "team", created=5))
+    t0 = s.now
+    s.policy.requeued("default/w", 1, t0 + 10, t0, t0)
+    info = s.policy.info("default/w")
+    assert info is not None and info.requeue_count == 1 and info.queue_ts == t0  # Eviction: ordered by it
+    assert names(s.policy.cycle(t0).admitted) == ["other"]
+    assert s.policy.next_wakeup(t0) == t0 + 10
+    assert not s.policy.cycle(t0 + 9).admitted
+    assert names(s.policy.cycle(t0 + 10).admitted) == ["w"]
+
+
+def test_a_rebuilt_policy_told_of_a_deactivation_keeps_the_workload_out() -> None:
+    s = scenario()
+    t0 = s.now
+    s.policy.requeued("default/w", 3, None, t0, t0, deactivated=True)
+    info = s.policy.info("default/w")
+    assert info is not None and info.state is State.DEACTIVATED
+    assert not s.policy.cycle(t0 + 10_000).admitted
+    assert s.pending()["w"].startswith("The workload is deactivated")
+
+
+def test_a_workload_without_a_queue_backs_off_too() -> None:
+    # gpufleet admits workloads without a queue (no_quota); the live scheduler times them out under the
+    # scheduler-wide waitForPodsReady, so their requeue backoff must hold as well.
+    s = scenario(job("free", None))
+    t0 = s.now
+    s.policy.requeued("default/free", 1, t0 + 10, t0, t0)
+    assert not s.policy.cycle(t0 + 5).admitted
+    assert names(s.policy.cycle(t0 + 10).admitted) == ["free"]

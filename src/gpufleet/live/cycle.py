@@ -29,6 +29,7 @@ from typing import Any
 
 from gpufleet.api.dra_need import ClaimResult, DraNeed
 from gpufleet.api.errors import shown
+from gpufleet.api.objects import PodsReadyPolicy
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.annotations import Intent
@@ -64,9 +65,10 @@ from gpufleet.live.quarantine import Quarantine, find_culprit
 from gpufleet.live.queuesource import QueueChooser, QueueKinds
 from gpufleet.live.queuestatus import QueueCounts, queue_statuses, write_status
 from gpufleet.live.recorder import Recorder
+from gpufleet.live.requeues import RequeueMemory
 from gpufleet.live.settings import SchedulerSettings
 from gpufleet.live.wakeup import Wakeup
-from gpufleet.live.world import World
+from gpufleet.live.world import World, owners_of
 from gpufleet.scheduler_metrics import SchedulerMetrics
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
@@ -183,6 +185,10 @@ class CycleRunner:
         self.assumed = AssumedPods(settings.binding.assume_timeout)
         self.shields = Shields()
         self.parked = planner.ParkedMemory()
+        # Kueue's requeue state of the workloads evicted for PodsReadyTimeout (a rebuilt policy is told it), and the
+        # waitForPodsReady policy of each workload the last full cycle timed out (for its backoff once evicted).
+        self.requeues = RequeueMemory()
+        self._timed_out: dict[str, PodsReadyPolicy] = {}
         self.quarantine = Quarantine()
         # Two token buckets of clientConnection's settings, as kube-scheduler's two clients: writes and events.
         cc = settings.client_connection
@@ -341,6 +347,8 @@ class CycleRunner:
         if submitted is None:
             return None
         world, policy = kept.world, kept.policy
+        if len(self.requeues) and submitted:  # (a Job evicted for PodsReadyTimeout, its pods made again)
+            self.requeues.apply(policy, now, functools.partial(owners_of, world), only={w.key for w in submitted})
         # Pods created after their workload's admission, before anything new (a full cycle tries them all).
         repairs = gangs.join(world, policy, only=set(world.late)) if world.late else []
         due = [t for t in kept.due if t > now]
@@ -460,11 +468,12 @@ class CycleRunner:
         held = [(res, h.key, h.message) for h in self.quarantine.held
                 if (res := self._resource(h.resource)) is not None]
         d = decide(snapshot, now, s, parse=self.parse, queue_resources=kinds.resources, assumed=assumed, parked=parked,
-                   shields=self.shields.active(now), held=held, on_admitted=stream)
+                   shields=self.shields.active(now), held=held, on_admitted=stream, requeues=self.requeues)
         world, repairs, due = d.world, d.repairs, d.due
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
         policy, plan = d.policy, d.plan
+        self._timed_out = {a.workload: p for a in d.timeouts if (p := plan.pods_ready_policy(a.workload)) is not None}
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         counts = QueueCounts(policy)
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
@@ -706,6 +715,12 @@ class CycleRunner:
                 report.evicted.append(victim.workload)
                 if victim.reason in (gangs.PODS_READY_TIMEOUT, gangs.GANG_INCOMPLETE):
                     self.metrics.gang_timeouts.labels(victim.reason).inc()
+                ready_policy = self._timed_out.get(victim.workload)
+                if victim.reason == gangs.PODS_READY_TIMEOUT and ready_policy is not None:
+                    owners = frozenset(ref["uid"] for pod in victim.pods
+                                       for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+                                       if isinstance(ref, dict) and ref.get("uid"))
+                    self.requeues.evicted(victim.workload, ready_policy, now, owners)
             elif outcome.outcome == "refused":
                 report.refused.append(victim.workload)
                 backoff = outcome.retry_after or self.settings.disruption_budget_backoff

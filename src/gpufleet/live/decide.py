@@ -24,8 +24,9 @@ from gpufleet.k8s.informer import CacheSnapshot
 from gpufleet.k8s.parsing import ParseCache
 from gpufleet.live import gangs, planner
 from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.requeues import RequeueMemory
 from gpufleet.live.settings import SchedulerSettings
-from gpufleet.live.world import World, assemble, finish, hold_pods_of
+from gpufleet.live.world import World, assemble, finish, hold_pods_of, owners_of
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.types import AdmittedWorkload
 
@@ -61,10 +62,12 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
            queue_resources: Sequence[r.ResourceType], assumed: AssumedPods | None = None,
            parked: planner.ParkedMemory | None = None, shields: Iterable[str] = (),
            held: Iterable[tuple[r.ResourceType, str, str]] = (),
-           on_admitted: Callable[[World, list[AdmittedWorkload]], None] | None = None) -> Decision:
+           on_admitted: Callable[[World, list[AdmittedWorkload]], None] | None = None,
+           requeues: RequeueMemory | None = None) -> Decision:
     """The cycle's decisions on ``snapshot`` (see the module's docstring); ``held``: set-aside objects (resource,
     key, why) whose pods wait; ``on_admitted``: hears the round's admissions as they are made (planner.run), with
-    the world they were made in. Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
+    the world they were made in; ``requeues``: what the scheduler remembers of its PodsReadyTimeout evictions
+    (gpufleet.live.requeues). Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
     started = time.perf_counter()
     s = settings
     world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=parse,
@@ -80,6 +83,9 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
     world_s = time.perf_counter() - started
     policy = planner.make_policy(world, s.placement_profile, set(shields), parked=parked, quota_only=s.quota_only)
+    if requeues is not None:  # the backoffs of workloads evicted for PodsReadyTimeout, as Kueue keeps them
+        requeues.forget_gone(world.pods_of.keys(), now)
+        requeues.apply(policy, now, functools.partial(owners_of, world))
     repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
     plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                        on_admitted=None if on_admitted is None else functools.partial(on_admitted, world))

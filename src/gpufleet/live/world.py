@@ -175,6 +175,16 @@ class World:
         return [e for e in self.pods.values() if e.ours and e.node is None and not e.terminal and not e.deleting]
 
 
+def owners_of(world: World, workload: str) -> frozenset[str]:
+    """The UIDs of the owners of a workload's pods (a Job's), as the world shows them."""
+    out: set[str] = set()
+    for key in world.pods_of.get(workload, ()):
+        entry = world.pods.get(key)
+        if entry is not None and entry.pod is not None:
+            out.update(entry.pod.meta.owners)
+    return frozenset(out)
+
+
 def pod_entry(key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str, assumed: AssumedPods,
            now: float, require_mutation: bool) -> PodEntry:
     meta = raw.get("metadata") or {}

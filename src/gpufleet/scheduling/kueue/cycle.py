@@ -131,6 +131,8 @@ class Cycle:
     def _no_quota(self) -> None:
         state = self.state
         for info in sorted(state.no_quota.values(), key=lambda i: (-i.priority, i.queue_ts, i.order, i.key)):
+            if info.requeue_at is not None and info.requeue_at > self.now:
+                continue  # backing off after a PodsReadyTimeout (KueuePolicy.requeued)
             pods: list[PodAssignment] = []
             gangs = state.placer
             if gangs is not None:

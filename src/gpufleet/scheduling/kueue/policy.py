@@ -218,6 +218,35 @@ class KueuePolicy:
         state.queues.add(info, now)
         self._note_backoff(info, now)
 
+    def requeued(self, workload: str, count: int, requeue_at: float | None, evicted_at: float, now: float, *,
+                 deactivated: bool = False) -> None:
+        """A workload evicted for ``PodsReadyTimeout`` before this policy was built, as a driver that rebuilds its
+        policy (the live scheduler's full cycle) remembers it, the way Kueue keeps ``status.requeueState``: its
+        requeue count, its place in its queue (the eviction's time under ``requeuingStrategy.timestamp:
+        Eviction``), its backoff until ``requeue_at``; ``deactivated`` past the backoff limit. What :meth:`evicted`
+        does to a workload of a policy that lives on. Only a workload pending here is touched."""
+        state = self.state
+        info = state.infos.get(workload)
+        if info is None or info.state is not State.PENDING:
+            return
+        queued = not info.no_quota and info.cluster_queue is not None and info.key not in state.unqueued
+        if queued:
+            state.queues.remove(info)
+        info.requeue_count = count
+        if deactivated:
+            state.no_quota.pop(info.key, None)
+            self._deactivated = True
+            info.state = State.DEACTIVATED
+            info.message = DEACTIVATED_MESSAGE
+            info.pending = PendingReason.OTHER
+            return
+        info.requeue_at = requeue_at
+        if self.config.pods_ready_for(info.cluster_queue).requeue_timestamp == "Eviction":
+            info.queue_ts = evicted_at
+        if queued:
+            state.queues.add(info, now)
+        self._note_backoff(info, now)
+
     def pods_ready(self, workload: str, now: float) -> None:
         """Every pod of the admitted workload is ready (the driver saw PodsReady): its waitForPodsReady
         timeout no longer applies, and admission blocked on it (blockAdmission) may proceed."""

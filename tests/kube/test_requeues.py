@@ -1,0 +1,75 @@
+"""Kueue's requeue state after PodsReadyTimeout evictions, kept by the live scheduler (gpufleet.live.requeues):
+the backoff doubles from backoffBaseSeconds up to backoffMaxSeconds, past backoffLimitCount the workload is
+deactivated, a workload whose owner was made again starts afresh; and against the emulator, a gang evicted for
+not getting ready is not bound again before its backoff ends, nor at all once deactivated."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kube_apisim import ApiSim
+from live_env import NS, bound_node, fast_settings, node, pod, scheduled_condition, wait_until
+
+from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
+from gpufleet.k8s import resources as r
+from gpufleet.live.requeues import FORGET_AFTER_S, RequeueMemory
+from gpufleet.live.scheduler import Scheduler
+
+POLICY = PodsReadyPolicy(enable=True, timeout_s=60, backoff_base_s=10, backoff_max_s=25, backoff_limit_count=3)
+
+
+def test_the_backoff_doubles_up_to_its_maximum_then_the_workload_is_deactivated() -> None:
+    m = RequeueMemory()
+    delays = [(e := m.evicted("ns/w", POLICY, 100.0 * k)).requeue_at - e.evicted_at  # type: ignore[operator]
+              for k in range(1, 4)]
+    assert delays == [10, 20, 25]
+    last = m.evicted("ns/w", POLICY, 400.0)
+    assert last.count == 4 and last.deactivated and last.requeue_at is None
+
+
+def test_a_workload_whose_owner_was_made_again_starts_afresh() -> None:
+    m = RequeueMemory()
+    m.evicted("ns/job", POLICY, 0.0, frozenset({"uid-1"}))
+    assert m.evicted("ns/job", POLICY, 100.0, frozenset({"uid-1"})).count == 2
+    assert m.evicted("ns/job", POLICY, 200.0, frozenset({"uid-2"})).count == 1  # the Job deleted and created again
+
+
+def test_an_entry_outlives_its_workloads_absence_for_a_while_then_goes() -> None:
+    m = RequeueMemory()
+    m.evicted("ns/w", POLICY, 0.0)
+    m.forget_gone(set(), 10 + FORGET_AFTER_S - 1)  # its pods deleted by the eviction, not made again yet
+    assert m.get("ns/w") is not None
+    m.forget_gone({"ns/w"}, 10_000.0)  # present: kept however old
+    assert m.get("ns/w") is not None
+    m.forget_gone(set(), 10 + FORGET_AFTER_S + 1)
+    assert m.get("ns/w") is None
+
+
+def test_a_gang_evicted_for_not_getting_ready_backs_off_then_is_deactivated(
+        apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    apisim.create(r.NODES, node("n0", gpus=4))
+    ready = PodsReadyPolicy(enable=True, timeout_s=1.5, backoff_base_s=3.0, backoff_max_s=3.0, backoff_limit_count=1)
+    live_scheduler(settings=fast_settings(kueue=SchedulerConfig(pods_ready=ready), cycle_period=3600.0))
+
+    def gang() -> None:  # what a controller does: the pair made (again), never Ready (an image that never pulls)
+        for i in range(2):
+            apisim.create(r.PODS, pod(f"g{i}", group="pair", group_size=2))
+
+    def evicted() -> bool:
+        return apisim.get(r.PODS, NS, "g0") is None and apisim.get(r.PODS, NS, "g1") is None
+
+    gang()
+    wait_until(lambda: bound_node(apisim, "g0") is not None, what="the pair bound")
+    wait_until(evicted, what="the pair evicted for PodsReadyTimeout")
+    seen_evicted = time.monotonic()  # after the evicting cycle's clock, from which the backoff runs
+    gang()
+    # Requeued once: not bound before its 3 s backoff has passed (without it, within a cycle), then bound again.
+    wait_until(lambda: bound_node(apisim, "g0") is not None, timeout=30, what="the pair bound after its backoff")
+    assert time.monotonic() - seen_evicted >= 2.5
+    wait_until(evicted, what="the pair evicted a second time")
+    gang()
+    # Past backoffLimitCount 1: deactivated, its pods wait and say why.
+    wait_until(lambda: "deactivated" in ((scheduled_condition(apisim.get(r.PODS, NS, "g0")) or {}).get("message")
+                                         or ""), timeout=30, what="the pair deactivated")
+    assert bound_node(apisim, "g0") is None
