@@ -73,3 +73,15 @@ def test_a_gang_evicted_for_not_getting_ready_backs_off_then_is_deactivated(
     wait_until(lambda: "deactivated" in ((scheduled_condition(apisim.get(r.PODS, NS, "g0")) or {}).get("message")
                                          or ""), timeout=30, what="the pair deactivated")
     assert bound_node(apisim, "g0") is None
+
+
+def test_a_trial_decision_changes_nothing_the_scheduler_remembers() -> None:
+    # The search for an object that makes a cycle fail decides on cut-down snapshots: it must not forget a
+    # deactivation because the workload's pods are not in the trial.
+    from test_carried_cycles import build, runner
+
+    c = build([2], [0], backlog=0)
+    run = runner(c)
+    run.requeues.evicted(f"{NS}/pair", POLICY, 0.0)  # long ago: absent from a snapshot, it would be forgotten
+    assert not run._fails(c.cache.snapshot(), 10 * FORGET_AFTER_S)
+    assert run.requeues.get(f"{NS}/pair") is not None

@@ -126,3 +126,26 @@ def test_a_workload_without_a_queue_backs_off_too() -> None:
     s.policy.requeued("default/free", 1, t0 + 10, t0, t0)
     assert not s.policy.cycle(t0 + 5).admitted
     assert names(s.policy.cycle(t0 + 10).admitted) == ["free"]
+
+
+def test_a_requeue_whose_backoff_is_over_leaves_a_parked_workload_parked() -> None:
+    # A workload that does not fit is parked (BestEffortFIFO) and stays so until something is released; being told
+    # of an old requeue must not put it back among the heads (every full cycle would evaluate it again).
+    s = scenario(job("big", "team", cpu="8"))
+    t0 = s.now
+    assert not s.policy.cycle(t0).admitted
+    queue = s.policy.state.queues.queues["team"]
+    assert "default/big" in queue.parked
+    s.policy.requeued("default/big", 1, t0 - 10, t0 - 20, t0)
+    assert "default/big" in queue.parked and "default/big" not in queue.active
+    info = s.policy.info("default/big")
+    assert info is not None and info.requeue_count == 1
+
+
+def test_deactivating_a_workload_that_waits_for_its_queue_lists_it_once() -> None:
+    s = scenario(job("lost", "nosuch"))  # its LocalQueue does not exist: it waits, unqueued
+    t0 = s.now
+    s.policy.requeued("default/lost", 2, None, t0, t0, deactivated=True)
+    assert "default/lost" not in s.policy.state.unqueued
+    report = [p.workload for p in s.policy.pending_report()]
+    assert report.count("default/lost") == 1

@@ -457,7 +457,8 @@ class CycleRunner:
     # --- the core, and what to do when it fails ----------------------------------------------------------
 
     def _decide(self, snapshot: CacheSnapshot, now: float, assumed: AssumedPods,
-                parked: planner.ParkedMemory, stream: BindStream | None = None) -> _Decided:
+                parked: planner.ParkedMemory, stream: BindStream | None = None,
+                requeues: RequeueMemory | None = None) -> _Decided:
         """Everything the cycle decides from ``snapshot``: the part a poisoned object can make fail, and the part
         :meth:`_decide_isolating` reruns to find which object it is. Without a single write, but for the
         Bindings ``stream`` starts during the round. The decisions are :func:`gpufleet.live.decide.decide`'s, the
@@ -468,7 +469,8 @@ class CycleRunner:
         held = [(res, h.key, h.message) for h in self.quarantine.held
                 if (res := self._resource(h.resource)) is not None]
         d = decide(snapshot, now, s, parse=self.parse, queue_resources=kinds.resources, assumed=assumed, parked=parked,
-                   shields=self.shields.active(now), held=held, on_admitted=stream, requeues=self.requeues)
+                   shields=self.shields.active(now), held=held, on_admitted=stream,
+                   requeues=self.requeues if requeues is None else requeues)
         world, repairs, due = d.world, d.repairs, d.due
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
@@ -524,7 +526,7 @@ class CycleRunner:
     def _fails(self, snapshot: CacheSnapshot, now: float) -> bool:
         """Whether the core raises on ``snapshot``, run on copies of the state it would otherwise change."""
         try:
-            self._decide(snapshot, now, self.assumed.copy(), copy.copy(self.parked))
+            self._decide(snapshot, now, self.assumed.copy(), copy.copy(self.parked), requeues=self.requeues.copy())
         except Exception:
             return True
         return False

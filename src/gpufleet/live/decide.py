@@ -82,10 +82,12 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     finish(world)  # workloads first: a gang is a JobSet's pods as much as a pod group's
     repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
     world_s = time.perf_counter() - started
-    policy = planner.make_policy(world, s.placement_profile, set(shields), parked=parked, quota_only=s.quota_only)
+    policy = planner.make_policy(world, s.placement_profile, set(shields), quota_only=s.quota_only)
     if requeues is not None:  # the backoffs of workloads evicted for PodsReadyTimeout, as Kueue keeps them
         requeues.forget_gone(world.pods_of.keys(), now)
         requeues.apply(policy, now, functools.partial(owners_of, world))
+    if parked is not None:  # (after the backoffs: a workload backing off is parked for that, not again)
+        parked.apply(world, policy)
     repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
     plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                        on_admitted=None if on_admitted is None else functools.partial(on_admitted, world))

@@ -16,7 +16,6 @@ between, and must find its entry again).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -41,8 +40,13 @@ class RequeueMemory:
     """Workload key -> its requeue state after ``PodsReadyTimeout`` evictions (see the module doc)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, Requeue] = {}
-        self._lock = threading.Lock()  # (an eviction's outcome is recorded by the cycle, the dashboard reads)
+        self._entries: dict[str, Requeue] = {}  # (the cycle's thread alone reads and writes it)
+
+    def copy(self) -> RequeueMemory:
+        """For a trial decision (the search for an object that makes the cycle fail), which must change nothing."""
+        out = RequeueMemory()
+        out._entries = dict(self._entries)
+        return out
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -54,34 +58,31 @@ class RequeueMemory:
                 owners: frozenset[str] = frozenset()) -> Requeue:
         """The workload was evicted for ``PodsReadyTimeout`` at ``now`` under ``policy``: one more requeue.
         ``owners``: its pods' owners' UIDs."""
-        with self._lock:
-            before = self._entries.get(workload)
-            same = before is not None and not (before.owners and owners and before.owners.isdisjoint(owners))
-            count = (before.count if before is not None and same else 0) + 1
-            limit = policy.backoff_limit_count
-            if limit is not None and count > limit:
-                entry = Requeue(count, now, None, True, owners)
-            else:
-                delay = min(policy.backoff_base_s * 2 ** (count - 1), policy.backoff_max_s)
-                entry = Requeue(count, now, now + delay, False, owners)
-            self._entries[workload] = entry
-            return entry
+        before = self._entries.get(workload)
+        same = before is not None and not (before.owners and owners and before.owners.isdisjoint(owners))
+        count = (before.count if before is not None and same else 0) + 1
+        limit = policy.backoff_limit_count
+        if limit is not None and count > limit:
+            entry = Requeue(count, now, None, True, owners)
+        else:
+            delay = min(policy.backoff_base_s * 2 ** (count - 1), policy.backoff_max_s)
+            entry = Requeue(count, now, now + delay, False, owners)
+        self._entries[workload] = entry
+        return entry
 
     def apply(self, policy: KueuePolicy, now: float, owners_of: Callable[[str], frozenset[str]],
               only: Collection[str] | None = None) -> int:
         """Give a policy built (or workloads submitted: ``only``) since the evictions what Kueue would have kept;
         how many of its workloads it touched. ``owners_of``: a workload's pods' owners' UIDs, as they stand."""
-        with self._lock:
-            entries = list(self._entries.items()) if only is None else [
-                (k, e) for k in only if (e := self._entries.get(k)) is not None]
+        entries = list(self._entries.items()) if only is None else [
+            (k, e) for k in only if (e := self._entries.get(k)) is not None]
         touched = 0
         for key, e in entries:
             if policy.info(key) is None:
                 continue
             now_owners = owners_of(key)
             if e.owners and now_owners and e.owners.isdisjoint(now_owners):
-                with self._lock:
-                    self._entries.pop(key, None)  # the owner was made again: a new workload, starting afresh
+                self._entries.pop(key, None)  # the owner was made again: a new workload, starting afresh
                 continue
             policy.requeued(key, e.count, e.requeue_at, e.evicted_at, now, deactivated=e.deactivated)
             touched += 1
@@ -89,7 +90,6 @@ class RequeueMemory:
 
     def forget_gone(self, present: Collection[str], now: float) -> None:
         """Drop the entries of workloads absent from ``present`` (the world's workload keys) for long enough."""
-        with self._lock:
-            for key in [k for k, e in self._entries.items() if k not in present
-                        and now - max(e.evicted_at, e.requeue_at or 0.0) > FORGET_AFTER_S]:
-                del self._entries[key]
+        for key in [k for k, e in self._entries.items() if k not in present
+                    and now - max(e.evicted_at, e.requeue_at or 0.0) > FORGET_AFTER_S]:
+            del self._entries[key]

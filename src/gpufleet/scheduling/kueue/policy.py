@@ -224,23 +224,28 @@ class KueuePolicy:
         policy (the live scheduler's full cycle) remembers it, the way Kueue keeps ``status.requeueState``: its
         requeue count, its place in its queue (the eviction's time under ``requeuingStrategy.timestamp:
         Eviction``), its backoff until ``requeue_at``; ``deactivated`` past the backoff limit. What :meth:`evicted`
-        does to a workload of a policy that lives on. Only a workload pending here is touched."""
+        does to a workload of a policy that lives on. Only a workload pending here is touched; call it before
+        anything parks the workload (a parked memory), which then finds it where it belongs."""
         state = self.state
         info = state.infos.get(workload)
         if info is None or info.state is not State.PENDING:
             return
-        queued = not info.no_quota and info.cluster_queue is not None and info.key not in state.unqueued
-        if queued:
-            state.queues.remove(info)
         info.requeue_count = count
         if deactivated:
-            state.no_quota.pop(info.key, None)
+            self._forget(info)
             self._deactivated = True
             info.state = State.DEACTIVATED
             info.message = DEACTIVATED_MESSAGE
             info.pending = PendingReason.OTHER
             return
-        info.requeue_at = requeue_at
+        backing_off = requeue_at is not None and requeue_at > now
+        queued = not info.no_quota and info.cluster_queue is not None and info.key not in state.unqueued
+        if queued:
+            q = state.queues.queues.get(info.cluster_queue or "")
+            if q is not None and info.key in q.parked and not backing_off:
+                return  # parked already, for what it waits on now: it stays so
+            state.queues.remove(info)
+        info.requeue_at = requeue_at if backing_off else None
         if self.config.pods_ready_for(info.cluster_queue).requeue_timestamp == "Eviction":
             info.queue_ts = evicted_at
         if queued:
