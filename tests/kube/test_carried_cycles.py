@@ -51,9 +51,10 @@ class Cluster:
         self.cache.apply(res, event, obj)
 
 
-def runner(cluster: Cluster) -> CycleRunner:
+def runner(cluster: Cluster, settings: Any = None) -> CycleRunner:
     # Never started and never asked to write: the client points nowhere.
-    return CycleRunner(KubeClient(host="http://127.0.0.1:9"), cluster.cache, fast_settings(cycle_period=3600.0),
+    return CycleRunner(KubeClient(host="http://127.0.0.1:9"), cluster.cache,
+                       settings if settings is not None else fast_settings(cycle_period=3600.0),
                        identity="t", metrics=SchedulerMetrics(), may_write=lambda: False)
 
 
@@ -579,7 +580,9 @@ def test_a_pod_a_full_cycle_could_not_charge_keeps_its_claim_on_the_capacity_fre
     assert not carried and outcome(d)[0] == set()  # "other-b" is charged in the room "other-a" left
 
 
-def test_carried_cycles_do_not_block_admission_on_readiness_a_rebuild_does_not_wait_for() -> None:
+def test_block_admission_holds_later_rounds_until_the_admitted_pods_are_ready_carried_as_rebuilt() -> None:
+    # Kueue's blockAdmission: nothing more is admitted while an admitted workload's pods are not all Ready, in the
+    # rounds after its own too; a carried cycle and a rebuild both see it from the pods' conditions.
     kueue = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=300, block_admission=True))
     c = Cluster()
     c.put(r.NODES, node("n0", gpus=8))
@@ -590,9 +593,12 @@ def test_carried_cycles_do_not_block_admission_on_readiness_a_rebuild_does_not_w
     d = first_cycle(run, now)
     land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
     c.put(r.PODS, pod("b", queue="lq", created=stamp()))
-    d, carried = step(run, now + 1)
-    assert carried and outcome(d)[0] == {f"{NS}/b"}
-
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert not d.plan.admitted and f"{NS}/b" in d.plan.pending  # a is bound, not Ready yet
+    _ready(c, "a")
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert outcome(d)[0] == {f"{NS}/b"}
+    assert d.plan.policy.next_wakeup(now + 2) is None  # the core keeps no readiness deadline of its own
 
 
 def test_a_bound_pod_starting_to_run_is_carried() -> None:
@@ -684,7 +690,7 @@ def _carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     snapshot = c.cache.snapshot()
     carried = run._carry_on(snapshot, now)
     assert carried is not None, "carried on"
-    fresh = runner(c)
+    fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
     rebuilt = fresh._decide_isolating(snapshot, now)
     # Which workloads are admitted and which wait; not the waiting ones' messages: a workload parked by an earlier

@@ -149,3 +149,20 @@ def test_deactivating_a_workload_that_waits_for_its_queue_lists_it_once() -> Non
     assert "default/lost" not in s.policy.state.unqueued
     report = [p.workload for p in s.policy.pending_report()]
     assert report.count("default/lost") == 1
+
+
+def test_a_rebuilt_policy_told_a_running_workload_is_not_ready_blocks_admission_without_a_deadline() -> None:
+    # The live scheduler's rebuilt policy admits what holds nodes as ready; told from the pods that one is not
+    # (KueuePolicy.pods_not_ready), blockAdmission holds the next workload back until pods_ready, and the core
+    # sets no deadline of its own (the timeout is judged on the pods).
+    s = scenario(job("first", "team", created=1) + job("second", "team", created=2), block="true")
+    t0 = s.now
+    assert names(s.policy.cycle(t0).admitted) == ["first"]
+    s.policy.pods_ready("default/first", t0)
+    s.policy.pods_not_ready("default/first")
+    assert s.policy.next_wakeup(t0) is None
+    assert not s.policy.cycle(t0 + 1).admitted
+    assert s.pending()["second"] == "waiting for all admitted workloads to be in PodsReady condition"
+    assert not s.policy.cycle(t0 + 10_000).preempted  # no deadline: never timed out by the core
+    s.policy.pods_ready("default/first", t0 + 10_001)
+    assert names(s.policy.cycle(t0 + 10_002).admitted) == ["second"]

@@ -356,6 +356,9 @@ class CycleRunner:
         changed = landed | set(carried.ended) | {workload for workload, _ in carried.left} | {
             a.workload for a in repairs}
         pods_ready_policy = planner.Plan(policy).pods_ready_policy
+        # Pods landed (their clocks start) or whose readiness changed: judged as a full cycle judges them.
+        judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of}
+        gangs.hold_unready(world, policy, now, only=judged)  # (blockAdmission: their readiness, as a rebuild sees it)
         if kept.ready_timer_due(now):
             # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them; a full cycle
             # only to evict the late ones.
@@ -364,8 +367,6 @@ class CycleRunner:
                 return None
         else:
             ready_due = [t for t in kept.ready_due if t > now]
-            # Pods landed (their clocks start) or whose readiness changed: judged as a full cycle judges them.
-            judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of}
             if judged and gangs.timed_out(world, pods_ready_policy, ready_due, only=judged):
                 return None  # one ran out already (a pod not ready any more, long after its bind): a full cycle evicts
             # (a workload judged again at each of its pods' status changes gives the same deadline again)

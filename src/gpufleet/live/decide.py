@@ -89,6 +89,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     if parked is not None:  # (after the backoffs: a workload backing off is parked for that, not again)
         parked.apply(world, policy)
     repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
+    gangs.hold_unready(world, policy, now)  # blockAdmission: what runs and is not Ready yet holds the round back
     plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                        on_admitted=None if on_admitted is None else functools.partial(on_admitted, world))
     if parked is not None:

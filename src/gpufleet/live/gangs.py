@@ -204,6 +204,37 @@ def _ready(e: PodEntry) -> bool:
     return False
 
 
+def all_ready(world: World, workload: str) -> bool:
+    """Whether every live pod of the workload is bound (not on its way) and Ready: Kueue's PodsReady."""
+    for key in world.pods_of.get(workload, ()):
+        e = world.pods.get(key)
+        if e is None or e.terminal:
+            continue
+        if e.node is None or e.assumed or e.completing or e.deleting or not _ready(e):
+            return False
+    return True
+
+
+def hold_unready(world: World, policy: KueuePolicy, now: float, only: Collection[str] | None = None) -> None:
+    """blockAdmission across rounds, as Kueue holds it: where a ClusterQueue blocks admission, each admitted
+    workload of its whose pods are not all Ready waits in the core (``KueuePolicy.pods_not_ready``, no deadline:
+    the timeout is :func:`timed_out`'s), and one whose pods are all Ready stops waiting. ``only``: these workloads
+    (those whose pods changed), not every admitted one. Nothing to do where no queue blocks admission."""
+    if not policy.blocks_admission():
+        return
+    state = policy.state
+    keys = [k for admitted in state.admitted.values() for k in admitted] if only is None else list(only)
+    for key in keys:
+        info = policy.info(key)
+        if info is None or info.admission is None or info.admission.cluster_queue is None:
+            continue
+        if all_ready(world, key):
+            if key in state.waiting_ready:
+                policy.pods_ready(key, now)
+        else:
+            policy.pods_not_ready(key)
+
+
 def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None],
               due: list[float] | None = None, only: Collection[str] | None = None) -> list[GangAction]:
     """Workloads past their waitForPodsReady timeout; ``policy_for`` gives a workload's policy (None: off). The

@@ -87,13 +87,20 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
 
 
 def ready_as_bound(policy: KueuePolicy, now: float) -> None:
-    """Every workload the policy admitted is ready as far as the core is concerned: live, waitForPodsReady is
-    judged on the pods themselves (``gpufleet.live.gangs.timed_out``), and a rebuilt policy admits what holds
-    nodes as ready. Called after every round (the kept policy a carried round runs on had it after its last), so
-    the core keeps no readiness deadline (``KueuePolicy.next_wakeup``) that would wake the loop, and blocks no
-    later round's admissions (blockAdmission) on what a rebuild would not."""
+    """The core keeps no readiness deadline of its own for what the round admitted: live, waitForPodsReady's
+    timeout is judged on the pods themselves (``gpufleet.live.gangs.timed_out``), so no core deadline
+    (``KueuePolicy.next_wakeup``) wakes the loop. Where a ClusterQueue blocks admission (blockAdmission), what the
+    round admitted keeps waiting in the core, without a deadline, until its pods are Ready
+    (``gpufleet.live.gangs.hold_unready`` ends the wait, as a rebuild finds it); elsewhere it is ready at once, as a
+    rebuilt policy admits what holds nodes. Called after every round."""
+    blocking = policy.blocks_admission()
     for key in list(policy.state.waiting_ready):
-        policy.pods_ready(key, now)
+        info = policy.state.waiting_ready[key]
+        cq = info.admission.cluster_queue if info.admission is not None else None
+        if blocking and cq is not None and policy.config.pods_ready_for(cq).block_admission:
+            info.ready_deadline = None
+        else:
+            policy.pods_ready(key, now)
 
 
 def _nodes_fingerprint(world: World) -> int:

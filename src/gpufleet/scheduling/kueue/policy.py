@@ -252,6 +252,26 @@ class KueuePolicy:
             state.queues.add(info, now)
         self._note_backoff(info, now)
 
+    def pods_not_ready(self, workload: str) -> None:
+        """The admitted workload's pods are not all ready, as the driver sees them (a rebuilt policy admits what holds
+        nodes as ready): it waits for them in the core, so that a ClusterQueue with blockAdmission admits nothing
+        meanwhile, as Kueue's blockAdmission holds every admission behind workloads not PodsReady yet. Its timeout
+        is the driver's to judge: no deadline here (``pods_ready`` ends the wait)."""
+        info = self.state.infos.get(workload)
+        if info is None or info.state is not State.ADMITTED or info.admission is None:
+            return
+        cq = info.admission.cluster_queue
+        if cq is None or not self.config.pods_ready_for(cq).enable:
+            return  # (a workload without a queue is not Kueue's to wait for)
+        info.ready = False
+        info.ready_deadline = None
+        self.state.waiting_ready[info.key] = info
+
+    def blocks_admission(self) -> bool:
+        """Whether some ClusterQueue's waitForPodsReady holds admissions behind workloads not ready yet."""
+        return any(cq.pods_ready.enable and cq.pods_ready.block_admission
+                   for cq in self.config.cluster_queues.values())
+
     def pods_ready(self, workload: str, now: float) -> None:
         """Every pod of the admitted workload is ready (the driver saw PodsReady): its waitForPodsReady
         timeout no longer applies, and admission blocked on it (blockAdmission) may proceed."""
