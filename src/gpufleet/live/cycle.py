@@ -358,7 +358,9 @@ class CycleRunner:
         pods_ready_policy = planner.Plan(policy).pods_ready_policy
         # Pods landed (their clocks start) or whose readiness changed: judged as a full cycle judges them.
         judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of}
-        gangs.hold_unready(world, policy, now, only=judged)  # (blockAdmission: their readiness, as a rebuild sees it)
+        # blockAdmission: the readiness of every workload whose pods changed (landed, restated, a member finished, late
+        # members placed), as a rebuild reads it from them all.
+        gangs.hold_unready(world, policy, now, only=judged | changed)
         if kept.ready_timer_due(now):
             # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them; a full cycle
             # only to evict the late ones.
