@@ -977,3 +977,130 @@ def test_a_workloads_deadline_is_kept_once_however_often_its_pods_change() -> No
         d, carried = step(run, now + 2 + k)
         assert carried
     assert run.kept is not None and run.kept.ready_due == [pytest.approx(now + 300, abs=1e-3)]
+
+
+# ---- blockAdmission across rounds: every carried change that moves a workload's readiness, as a rebuild reads it
+BLOCKING = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=300, block_admission=True))
+
+
+def _blocking_runner(c: Cluster) -> CycleRunner:
+    return runner(c, fast_settings(cycle_period=3600.0, kueue=BLOCKING))
+
+
+def _set_ready(c: Cluster, name: str, ready: bool = True) -> None:
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
+    obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    c.put(r.PODS, obj, "MODIFIED")
+
+
+def test_block_admission_lifts_when_the_unready_member_of_a_gang_finishes() -> None:
+    c = Cluster()
+    for n in range(2):
+        c.put(r.NODES, node(f"n{n}", gpus=8))
+    for m in range(2):
+        c.put(r.PODS, pod(f"gang-{m}", gpus=4, queue="lq", group="gang", group_size=2, node_name=f"n{m}",
+                          created=stamp()))
+    _set_ready(c, "gang-0")
+    run = _blocking_runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    _finish_pod(c, "gang-1")  # the member not Ready finishes: the rest are Ready (Kueue counts succeeded pods)
+    c.put(r.PODS, pod("x", queue="lq", created=stamp()))
+    assert outcome(_carried_as_rebuilt(run, c, now + 1))[0] == {f"{NS}/x"}
+
+
+def test_block_admission_holds_behind_a_pod_being_deleted() -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("a", queue="lq", node_name="n0", created=stamp()))
+    _set_ready(c, "a")
+    run = _blocking_runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/a")))
+    obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    c.put(r.PODS, obj, "MODIFIED")
+    c.put(r.PODS, pod("x", queue="lq", created=stamp()))
+    assert outcome(_carried_as_rebuilt(run, c, now + 1))[0] == set()
+
+
+def test_block_admission_holds_behind_a_late_member_placed() -> None:
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    _, pods = _job_with_late_pods(c)
+    for p in pods:
+        _set_ready(c, p["metadata"]["name"])
+    run = _blocking_runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    _finish_pod(c, pods[0]["metadata"]["name"])
+    _next_pod(c, pods[0], "train-next")  # joins the running Job, placed and not Ready: it holds the queue
+    c.put(r.PODS, pod("x", queue="lq", created=stamp()))
+    assert outcome(_carried_as_rebuilt(run, c, now + 1))[0] == set()
+
+
+def test_block_admission_holds_behind_a_workload_of_a_queue_that_does_not_block() -> None:
+    # Kueue's blockAdmission: every admitted workload not PodsReady holds the blocking queues back, whichever queue
+    # admitted it.
+    c = Cluster()
+    relaxed = cluster_queue("cqa", 100, cpu="1000")
+    relaxed["spec"]["waitForPodsReady"] = {"enable": True, "timeout": "300s", "blockAdmission": False}
+    c.put(r.CLUSTER_QUEUES, relaxed)
+    c.put(r.LOCAL_QUEUES, local_queue("lqa", "cqa"))
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("w", queue="lqa", created=stamp()))
+    run = _blocking_runner(c)
+    now = time.time()
+    assert outcome(first_cycle(run, now))[0] == {f"{NS}/w"}
+    c.put(r.PODS, pod("x", queue="lq", created=stamp()))
+    assert outcome(_carried_as_rebuilt(run, c, now + 1))[0] == set()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.lists(st.tuples(st.sampled_from(["new", "gang", "land", "ready", "unready", "finish"]),
+                                         st.integers(0, 20)), min_size=1, max_size=4), min_size=1, max_size=6))
+def test_block_admission_carried_on_decides_as_a_rebuild_decides(steps: list[list[tuple[str, int]]]) -> None:
+    # Pods and gangs arrive, Bindings land, pods turn Ready or not and finish: whenever a cycle carries on, it admits
+    # and leaves waiting what a rebuild on the same snapshot does.
+    c = Cluster()
+    for n in range(3):
+        c.put(r.NODES, node(f"n{n}", gpus=4))
+    names: list[str] = []
+    run = _blocking_runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    for i, ops in enumerate(steps):
+        for op, k in ops:
+            if op in ("new", "gang"):
+                group = f"g{len(names)}" if op == "gang" else None
+                for _ in range(2 if group else 1):
+                    names.append(f"p{len(names)}")
+                    c.put(r.PODS, pod(names[-1], queue="lq", created=stamp(), group=group,
+                                      group_size=2 if group else None))
+                continue
+            if not names:
+                continue
+            name = names[k % len(names)]
+            obj = c.cache.get(r.PODS, f"{NS}/{name}")
+            if obj is None or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            bound = (obj.get("spec") or {}).get("nodeName")
+            placements = run.kept.world.cluster.placements if run.kept is not None else {}
+            if op == "land" and not bound and f"{NS}/{name}" in placements:
+                land(c, name, placements[f"{NS}/{name}"].node)
+            elif bound and op in ("ready", "unready"):
+                _set_ready(c, name, op == "ready")
+            elif bound and op == "finish":
+                _finish_pod(c, name)
+        t = now + 1 + i
+        snapshot = c.cache.snapshot()
+        carried = run._carry_on(snapshot, t)
+        if carried is None:
+            step(run, t)
+            continue
+        fresh = runner(c, run.settings)
+        fresh.assumed = run.assumed.copy()
+        rebuilt = fresh._decide_isolating(snapshot, t)
+        assert outcome(carried)[0] == outcome(rebuilt)[0]
+        assert set(outcome(carried)[1]) == set(outcome(rebuilt)[1])
+        _finish_cycle(run, snapshot, carried, t)

@@ -320,6 +320,8 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
         entry.terminal = _phase(raw) in TERMINAL_PHASES
         entry.deleting = bool((raw.get("metadata") or {}).get("deletionTimestamp"))
         if held and not entry.terminal:
+            if entry.ours:
+                out.restated.append(key)  # (its readiness, for blockAdmission: a pod being deleted is not ready)
             return True  # being deleted, still running: it holds its node until it is gone, as a full cycle says
     if workload is not None:
         out.ended.append(workload)

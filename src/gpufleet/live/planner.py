@@ -91,14 +91,13 @@ def ready_as_bound(policy: KueuePolicy, now: float) -> None:
     timeout is judged on the pods themselves (``gpufleet.live.gangs.timed_out``), so no core deadline
     (``KueuePolicy.next_wakeup``) wakes the loop. Where a ClusterQueue blocks admission (blockAdmission), what the
     round admitted keeps waiting in the core, without a deadline, until its pods are Ready
-    (``gpufleet.live.gangs.hold_unready`` ends the wait, as a rebuild finds it); elsewhere it is ready at once, as a
-    rebuilt policy admits what holds nodes. Called after every round."""
+    (``gpufleet.live.gangs.hold_unready`` ends the wait, as a rebuild finds it): in Kueue every admitted workload not
+    PodsReady yet holds those queues back, whichever queue admitted it. Where no queue blocks, it is ready at once,
+    as a rebuilt policy admits what holds nodes. Called after every round."""
     blocking = policy.blocks_admission()
     for key in list(policy.state.waiting_ready):
-        info = policy.state.waiting_ready[key]
-        cq = info.admission.cluster_queue if info.admission is not None else None
-        if blocking and cq is not None and policy.config.pods_ready_for(cq).block_admission:
-            info.ready_deadline = None
+        if blocking:
+            policy.state.waiting_ready[key].ready_deadline = None
         else:
             policy.pods_ready(key, now)
 

@@ -268,9 +268,9 @@ class KueuePolicy:
         self.state.waiting_ready[info.key] = info
 
     def blocks_admission(self) -> bool:
-        """Whether some ClusterQueue's waitForPodsReady holds admissions behind workloads not ready yet."""
-        return any(cq.pods_ready.enable and cq.pods_ready.block_admission
-                   for cq in self.config.cluster_queues.values())
+        """Whether some ClusterQueue's waitForPodsReady holds admissions behind workloads not ready yet (the cycle's
+        own test reads ``block_admission`` alone)."""
+        return any(cq.pods_ready.block_admission for cq in self.config.cluster_queues.values())
 
     def pods_ready(self, workload: str, now: float) -> None:
         """Every pod of the admitted workload is ready (the driver saw PodsReady): its waitForPodsReady
