@@ -410,6 +410,29 @@ def test_a_node_cordoned_then_uncordoned_is_taken_in_place_as_a_rebuild_takes_it
     assert [(job.workload, job.pods[0].node) for job in d.jobs] == [(f"{NS}/a2", "n0")]
 
 
+def _gpu_health(c: Cluster, name: str, gpus: int, unhealthy: set[int]) -> None:
+    raw = node(name, gpus=gpus)
+    inventory = json.loads(raw["metadata"]["annotations"]["gpufleet.io/gpus"])
+    for g in inventory["gpus"]:
+        if g["index"] in unhealthy:
+            g["health"] = "Unhealthy"
+    raw["metadata"]["annotations"]["gpufleet.io/gpus"] = json.dumps(inventory)
+    c.put(r.NODES, raw, "MODIFIED")
+
+
+def test_a_gpu_turning_unhealthy_and_back_is_taken_in_place_as_a_rebuild_takes_it() -> None:
+    c, run, now = started([2], [0], backlog=0)
+    _gpu_health(c, "n0", 2, {0})  # the node agent reports GPU 0 broken
+    for k in range(2):
+        c.put(r.PODS, pod(f"a{k}", queue="lq", created=f"2026-01-02T00:00:0{k}Z"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert len(d.plan.admitted) == 1 and len(d.plan.pending) == 1
+    assert [g.healthy for g in d.world.cluster.nodes["n0"].gpus] == [False, True]
+    _gpu_health(c, "n0", 2, set())  # repaired: the pod that waited for a GPU gets it
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert [job.workload for job in d.jobs] == [f"{NS}/a1"]
+
+
 def test_a_node_added_is_carried_and_wakes_what_waited_for_nodes_a_node_removed_is_not() -> None:
     c, run, now = started([2], [0], backlog=0)
     for k in range(3):

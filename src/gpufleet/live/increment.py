@@ -27,7 +27,8 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   kube-scheduler) or created on its node (a DaemonSet's): charged on that node as a full cycle charges it;
 * a queue kind's or a workload kind's status alone (no decision reads them);
 * a node whose parse is unchanged (a status heartbeat); a node changed beside its devices and capacity (cordoned
-  or uncordoned, tainted, relabelled, turning ready or not): taken in place by the kept cluster state, whose
+  or uncordoned, tainted, relabelled, turning ready or not, a GPU's health in its inventory): taken in place by
+  the kept cluster state, whose
   placement index re-reads it; a node added (a cluster scaling up): added to the kept cluster state and policy,
   whose placer is made again over it; then the workloads parked for want of nodes woken (:func:`apply_nodes`);
   but for clusters whose nodes' DRA devices or Topologies are read from their objects, and while a preemption's
@@ -432,10 +433,10 @@ def _phase(obj: JsonDict) -> Any:
 
 def _device_shape(ns: NodeState) -> tuple[Any, ...]:
     """What of a node's state its devices and capacity make: everything a change carried in place must leave
-    alone (its GPUs and their health, MIG instances, NVLinks, allocatable)."""
+    alone (its GPUs, MIG instances, NVLinks, allocatable), but the GPUs' health (:func:`apply_nodes` sets it)."""
     return (tuple(sorted(ns.allocatable.items())), ns.gpu_model, ns.fail_requests_greater_than_one,
             tuple(sorted(ns.nvlinks.items())),
-            tuple((g.index, g.device_id, g.model, g.memory_mib, g.mode, g.resource, g.replicas, g.healthy,
+            tuple((g.index, g.device_id, g.model, g.memory_mib, g.mode, g.resource, g.replicas,
                    g.dra_driver, g.dra_pool, g.dra_device, len(g.partitions),
                    tuple((m.placement, m.device_id, m.resource, m.memory_mib, m.compute_slices) for m in g.mig))
                   for g in ns.gpus))
@@ -443,7 +444,7 @@ def _device_shape(ns: NodeState) -> tuple[Any, ...]:
 
 def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str, raw: JsonDict) -> Node | None:
     """The node as it now parses, when what changed is only what placement reads beside its devices (labels,
-    taints, cordon, readiness, pool), so the kept cluster state can take it in place (:func:`apply_nodes`); None:
+    taints, cordon, readiness, pool, a GPU's health), so the kept cluster state can take it in place (:func:`apply_nodes`); None:
     a full cycle (it does not parse, its devices or capacity changed, the nodes' DRA devices or a topology are read
     from the nodes' labels, or a preemption's room on nodes is held for a workload)."""
     old = world.cluster.nodes.get(key)
@@ -498,6 +499,8 @@ def apply_nodes(world: World, policy: KueuePolicy, nodes: dict[str, Node], now: 
         fresh = node_state_from(node, cluster.catalog)
         ns.labels, ns.taints, ns.unschedulable, ns.ready, ns.pool = (fresh.labels, fresh.taints, fresh.unschedulable,
                                                                     fresh.ready, fresh.pool)
+        for gpu, now_gpu in zip(ns.gpus, fresh.gpus, strict=True):
+            gpu.healthy = now_gpu.healthy  # (a pod on a GPU turned unhealthy keeps it, as a rebuild charges it there)
         cluster.touch(name)
     world.nodes = sorted([nodes.get(n.name, n) for n in world.nodes] + added, key=lambda n: n.name)
     if added:
