@@ -445,8 +445,9 @@ def _device_shape(ns: NodeState) -> tuple[Any, ...]:
 def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str, raw: JsonDict) -> Node | None:
     """The node as it now parses, when what changed is only what placement reads beside its devices (labels,
     taints, cordon, readiness, pool, a GPU's health), so the kept cluster state can take it in place
-    (:func:`apply_nodes`); None: a full cycle (it does not parse, its devices or capacity changed, the nodes' DRA devices or a topology are read
-    from the nodes' labels, or a preemption's room on nodes is held for a workload)."""
+    (:func:`apply_nodes`); None: a full cycle (it does not parse, its devices or capacity changed, the nodes' DRA
+    devices or a topology are read from the nodes' labels, or a preemption's room on nodes is held for a
+    workload)."""
     old = world.cluster.nodes.get(key)
     parsed = parse.one(r.NODES, key, raw)
     node = parsed.obj
