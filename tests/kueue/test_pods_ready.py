@@ -166,3 +166,23 @@ def test_a_rebuilt_policy_told_a_running_workload_is_not_ready_blocks_admission_
     assert not s.policy.cycle(t0 + 10_000).preempted  # no deadline: never timed out by the core
     s.policy.pods_ready("default/first", t0 + 10_001)
     assert names(s.policy.cycle(t0 + 10_002).admitted) == ["second"]
+
+
+def test_a_workload_without_a_queue_times_out_under_the_scheduler_wide_setting_and_blocks_nothing() -> None:
+    # One rule for the simulator and the live scheduler: gpufleet admits workloads without a queue, and the live
+    # scheduler times them out under the scheduler-wide waitForPodsReady; the core does too. blockAdmission is about
+    # Kueue's workloads: one without a queue holds no admission back.
+    s = scenario(job("free", None, created=1) + job("queued", "team", created=2), block="true")
+    t0 = s.now
+    assert names(s.policy.cycle(t0).admitted) == ["free", "queued"]
+    s.policy.pods_ready("default/queued", t0)
+    s.add(job("next", "team", created=3))
+    assert names(s.policy.cycle(t0 + 1).admitted) == ["next"]  # "free", not ready, does not block
+    s.policy.pods_ready("default/next", t0 + 1)
+    assert s.policy.next_wakeup(t0 + 1) == t0 + 60
+    d = timeout_cycle(s, t0 + 60)
+    assert [(p.workload, p.reason) for p in d.preempted] == [("default/free", "PodsReadyTimeout")]
+    info = s.policy.info("default/free")
+    assert info is not None and info.requeue_count == 1  # and it backs off as a queued one does
+    assert not s.policy.cycle(t0 + 69).admitted
+    assert names(s.policy.cycle(t0 + 70).admitted) == ["free"]

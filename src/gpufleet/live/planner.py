@@ -95,6 +95,8 @@ def ready_as_bound(policy: KueuePolicy, now: float) -> None:
     PodsReady yet holds those queues back, whichever queue admitted it. Where no queue blocks, it is ready at once,
     as a rebuilt policy admits what holds nodes. Called after every round."""
     blocking = policy.blocks_admission()
+    for key in list(policy.state.free_waiting):  # (workloads without a queue hold no admission back)
+        policy.pods_ready(key, now)
     for key in list(policy.state.waiting_ready):
         if blocking:
             policy.state.waiting_ready[key].ready_deadline = None

@@ -123,7 +123,7 @@ class Cycle:
         for info in [i for i in state.backoff.values() if i.requeue_at is not None and i.requeue_at <= now]:
             del state.backoff[info.key]
             state.queues.unpark_where([info], now)
-        for info in list(state.waiting_ready.values()):
+        for info in [*state.waiting_ready.values(), *state.free_waiting.values()]:
             if info.ready_deadline is not None and info.ready_deadline <= now and info.evicting is None:
                 state.begin_eviction(info, PODS_READY_TIMEOUT)
                 self.decisions.preempted.append(PreemptedWorkload(info.key, "", PODS_READY_TIMEOUT))

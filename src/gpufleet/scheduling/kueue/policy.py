@@ -281,6 +281,7 @@ class KueuePolicy:
         info.ready = True
         info.ready_deadline = None
         self.state.waiting_ready.pop(info.key, None)
+        self.state.free_waiting.pop(info.key, None)
 
     def join(self, workload: str, pods: Sequence[str], now: float) -> Joining | None:
         """Place ``pods``, created after the admitted ``workload`` was admitted, next to its pods with its flavors,
@@ -350,7 +351,7 @@ class KueuePolicy:
         return s.queues.pending_count() + len(s.no_quota) + len(s.unqueued)
 
     def next_wakeup(self, now: float) -> float | None:
-        times = [i.ready_deadline for i in self.state.waiting_ready.values()
+        times = [i.ready_deadline for i in [*self.state.waiting_ready.values(), *self.state.free_waiting.values()]
                  if i.ready_deadline is not None and i.evicting is None]
         times += [i.requeue_at for i in self.state.backoff.values() if i.requeue_at is not None]
         return min(times) if times else None
@@ -428,7 +429,7 @@ class KueuePolicy:
         s.queues.remove(info)
         if info.cluster_queue is not None and s.reservations.get(info.cluster_queue) == info.key:
             del s.reservations[info.cluster_queue]  # it left its queue: its reservation is over
-        for table in (s.no_quota, s.unqueued, s.placement_parked, s.backoff, s.waiting_ready):
+        for table in (s.no_quota, s.unqueued, s.placement_parked, s.backoff, s.waiting_ready, s.free_waiting):
             table.pop(info.key, None)
 
     def _admit_preadmitted(self, info: WorkloadInfo, now: float) -> None:

@@ -50,6 +50,10 @@ class SchedulerState:
         self.unqueued: dict[str, WorkloadInfo] = {}  # pending with a problem that keeps them out of any queue
         self.placement_parked: dict[str, WorkloadInfo] = {}
         self.waiting_ready: dict[str, WorkloadInfo] = {}  # admitted, waitForPodsReady on, not ready yet
+        # The same for workloads without a queue, under the scheduler-wide waitForPodsReady: timed out as Kueue's
+        # are (gpufleet admits them; a gang of them stuck half started wastes as much), never holding an admission
+        # back (blockAdmission is about Kueue's workloads).
+        self.free_waiting: dict[str, WorkloadInfo] = {}
         self.backoff: dict[str, WorkloadInfo] = {}  # parked until requeue_at
         self.preemptor = Preemptor(self.tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
@@ -120,7 +124,8 @@ class SchedulerState:
         if self.placement_parked:
             self.placement_parked.pop(info.key, None)
         info.placement_parked = False
-        times_out = False  # waitForPodsReady is Kueue's: workloads without a queue are not Kueue's to time out
+        times_out = False
+        policy = self.config.scheduler.pods_ready  # (a workload without a queue: the scheduler-wide setting)
         if cq is not None:
             if self.reservations and self.reservations.get(cq) == info.key:
                 del self.reservations[cq]  # admitted: its reservation is over
@@ -132,10 +137,11 @@ class SchedulerState:
             times_out = policy.enable and not ready
         else:
             self.running_free[info.key] = info
+            times_out = policy.enable and not ready
         if times_out:
             info.ready = False
             info.ready_deadline = record.admitted_at + policy.timeout_s
-            self.waiting_ready[info.key] = info
+            (self.waiting_ready if cq is not None else self.free_waiting)[info.key] = info
         else:
             info.ready = True
             info.ready_deadline = None
@@ -173,6 +179,8 @@ class SchedulerState:
         info.ready_deadline = None
         if self.waiting_ready:
             self.waiting_ready.pop(info.key, None)
+        if self.free_waiting:
+            self.free_waiting.pop(info.key, None)
         if cq is not None:
             self.queues.release_in_tree(cq)
         if released:
