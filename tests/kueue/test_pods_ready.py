@@ -184,5 +184,6 @@ def test_a_workload_without_a_queue_times_out_under_the_scheduler_wide_setting_a
     assert [(p.workload, p.reason) for p in d.preempted] == [("default/free", "PodsReadyTimeout")]
     info = s.policy.info("default/free")
     assert info is not None and info.requeue_count == 1  # and it backs off as a queued one does
+    assert s.policy.next_wakeup(t0 + 60) == t0 + 70  # its backoff's end wakes the driver
     assert not s.policy.cycle(t0 + 69).admitted
     assert names(s.policy.cycle(t0 + 70).admitted) == ["free"]

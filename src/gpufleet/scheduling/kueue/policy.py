@@ -214,6 +214,7 @@ class KueuePolicy:
                 info.queue_ts = now
         if info.no_quota or cq is None:
             state.no_quota[info.key] = info
+            self._note_backoff(info, now)  # (its backoff's end wakes the driver: next_wakeup)
             return
         state.queues.add(info, now)
         self._note_backoff(info, now)
