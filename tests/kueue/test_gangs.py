@@ -241,3 +241,20 @@ def test_a_release_wakes_the_workloads_parked_for_nodes_but_not_those_larger_tha
     assert set(parked) == {"default/huge"}  # woken: "later", which the freed node can hold
     s.until_stable()
     assert s.admitted() == {"second", "later"} and "huge" in s.pending()
+
+
+def test_quota_released_in_the_tree_leaves_a_workload_larger_than_any_node_parked() -> None:
+    # Kueue requeues every parked workload of a cohort tree when quota is released there; one with a pod larger than
+    # any node cannot be helped by that either, and trying it again at each release cost a backlog of them a whole
+    # round. It stays parked; the others return.
+    s = Scenario(FLAVOR + cq("team", 100, None) + TWO_NODES + job("first", "team", cpu="4", created=1)
+                 + job("second", "team", cpu="4", created=2) + job("huge", "team", cpu="6", created=3)
+                 + job("later", "team", cpu="3", created=4), cluster=True)
+    s.until_stable()
+    queue = s.policy.state.queues.queues["team"]
+    assert {"default/huge", "default/later"} <= set(queue.parked)
+    s.policy.finish("default/first", s.now)  # quota released in the tree (and a node's room)
+    assert s.policy.state.queues.releases_pending
+    s.policy.cycle(s.now)
+    assert "default/huge" in queue.parked and "default/huge" not in s.policy.state.last_evaluated
+    assert s.admitted() == {"second", "later"}

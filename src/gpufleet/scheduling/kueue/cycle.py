@@ -487,7 +487,8 @@ class Cycle:
         state = self.state
         self._timers()
         self._no_quota()
-        heads = state.queues.heads(self.now)
+        queues = state.queues
+        heads = queues.heads(self.now, state.beyond_any_node() if queues.releases_pending else frozenset())
         tree = state.tree
         mark = tree.checkpoint()
         try:

@@ -18,7 +18,7 @@ evicted), unless a requeue backoff keeps them out until it expires.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from gpufleet.api.objects import QueueingStrategy
@@ -105,16 +105,17 @@ class ClusterQueueHeap:
         if self.sticky == key:
             self.sticky = None
 
-    def unpark(self, now: float) -> None:
-        """Move parked workloads back to the heap, except those still in requeue backoff.
+    def unpark(self, now: float, keep: Collection[str] = ()) -> None:
+        """Move parked workloads back to the heap, except those still in requeue backoff and those of ``keep``.
 
         When every parked workload returns, their entries made when they were parked go into the heap at once
         (one heapify): heap order is total (no two live entries share a key), so pops come out in the order
         pushing each in turn would give."""
         if not self.parked:
             return
-        if self._backoff:
-            moved = [w for w in self.parked.values() if w.requeue_at is None or w.requeue_at <= now]
+        if self._backoff or keep:
+            moved = [w for w in self.parked.values()
+                     if (w.requeue_at is None or w.requeue_at <= now) and w.key not in keep]
             if len(moved) < len(self.parked):
                 for w in moved:
                     self.push(w)
@@ -171,13 +172,13 @@ class QueueManager:
         if info.cluster_queue in self.queues:
             self.queues[info.cluster_queue].remove(info.key)
 
-    def heads(self, now: float) -> list[WorkloadInfo]:
+    def heads(self, now: float, keep: Collection[str] = ()) -> list[WorkloadInfo]:
         """One head per ClusterQueue, popped (they are requeued after the cycle)."""
         for root in sorted(self._released):
             for cq in self.members[root]:
                 q = self.queues[cq]
                 if q.parked:
-                    q.unpark(now)
+                    q.unpark(now, keep)
         self._released.clear()
         out = []
         for q in self.queues.values():

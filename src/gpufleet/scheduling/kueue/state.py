@@ -200,6 +200,15 @@ class SchedulerState:
             info.placement_parked = False
         self.queues.unpark_where(waiting, now)
 
+    def beyond_any_node(self) -> frozenset[str]:
+        """The workloads parked for nodes with a pod larger than any node: quota released in their cohort tree cannot
+        help them either, so a release leaves them parked (:meth:`ClusterQueues.heads`), as a node release does
+        (:meth:`unpark_placement`); a node joining or changing wakes them (``unpark_placement`` judges again)."""
+        if not self.placement_parked:
+            return frozenset()
+        largest = self._largest_node()
+        return frozenset(k for k, i in self.placement_parked.items() if _larger_than_any_node(i, largest))
+
     def _largest_node(self) -> dict[str, int]:
         """Per resource, the most any node has allocatable (the resources no node has are left out)."""
         largest: dict[str, int] = {}
