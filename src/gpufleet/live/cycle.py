@@ -188,7 +188,7 @@ class CycleRunner:
         # Kueue's requeue state of the workloads evicted for PodsReadyTimeout (a rebuilt policy is told it), and the
         # waitForPodsReady policy of each workload the last full cycle timed out (for its backoff once evicted).
         self.requeues = RequeueMemory()
-        self._timed_out: dict[str, PodsReadyPolicy] = {}
+        self._timed_out: dict[str, tuple[PodsReadyPolicy, frozenset[str]]] = {}
         self.quarantine = Quarantine()
         # Two token buckets of clientConnection's settings, as kube-scheduler's two clients: writes and events.
         cc = settings.client_connection
@@ -478,7 +478,8 @@ class CycleRunner:
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
         policy, plan = d.policy, d.plan
-        self._timed_out = {a.workload: p for a in d.timeouts if (p := plan.pods_ready_policy(a.workload)) is not None}
+        self._timed_out = {a.workload: (p, owners_of(world, a.workload)) for a in d.timeouts
+                           if (p := plan.pods_ready_policy(a.workload)) is not None}
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         counts = QueueCounts(policy)
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
@@ -720,11 +721,9 @@ class CycleRunner:
                 report.evicted.append(victim.workload)
                 if victim.reason in (gangs.PODS_READY_TIMEOUT, gangs.GANG_INCOMPLETE):
                     self.metrics.gang_timeouts.labels(victim.reason).inc()
-                ready_policy = self._timed_out.get(victim.workload)
-                if victim.reason == gangs.PODS_READY_TIMEOUT and ready_policy is not None:
-                    owners = frozenset(ref["uid"] for pod in victim.pods
-                                       for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-                                       if isinstance(ref, dict) and ref.get("uid"))
+                timed_out = self._timed_out.get(victim.workload)
+                if victim.reason == gangs.PODS_READY_TIMEOUT and timed_out is not None:
+                    ready_policy, owners = timed_out
                     self.requeues.evicted(victim.workload, ready_policy, now, owners)
             elif outcome.outcome == "refused":
                 report.refused.append(victim.workload)

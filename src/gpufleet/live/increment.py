@@ -503,7 +503,9 @@ def apply_nodes(world: World, policy: KueuePolicy, nodes: dict[str, Node], now: 
         for gpu, now_gpu in zip(ns.gpus, fresh.gpus, strict=True):
             gpu.healthy = now_gpu.healthy  # (a pod on a GPU turned unhealthy keeps it, as a rebuild charges it there)
         cluster.touch(name)
-    world.nodes = sorted([nodes.get(n.name, n) for n in world.nodes] + added, key=lambda n: n.name)
+    world.nodes = [nodes.get(n.name, n) for n in world.nodes]
+    if added:
+        world.nodes = sorted(world.nodes + added, key=lambda n: n.name)
     if added:
         policy.add_nodes([node_state_from(n, cluster.catalog) for n in added], now)  # (it wakes the parked too)
     else:

@@ -271,7 +271,7 @@ class KueuePolicy:
     def blocks_admission(self) -> bool:
         """Whether some ClusterQueue's waitForPodsReady holds admissions behind workloads not ready yet (the cycle's
         own test reads ``block_admission`` alone)."""
-        return any(cq.pods_ready.block_admission for cq in self.config.cluster_queues.values())
+        return self.state.block_admission  # (the queues are fixed for the policy's life: worked out once)
 
     def pods_ready(self, workload: str, now: float) -> None:
         """Every pod of the admitted workload is ready (the driver saw PodsReady): its waitForPodsReady

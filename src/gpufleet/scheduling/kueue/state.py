@@ -76,6 +76,7 @@ class SchedulerState:
         # Gang reservations (kueue.reservation): ClusterQueue -> the workload reserving its quota.
         self.reservations: dict[str, str] = {}
         self.reserve = any(cq.reserve_after_s is not None for cq in config.cluster_queues.values())
+        self.block_admission = any(cq.pods_ready.block_admission for cq in config.cluster_queues.values())
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
         """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""
