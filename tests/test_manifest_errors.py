@@ -79,6 +79,20 @@ def test_kai_fraction_and_memory_annotations_are_read() -> None:
     assert (gpu.kind, gpu.milli, gpu.memory_mib) == ("fraction", 250, 20480)
 
 
+def test_the_node_agents_memory_observation_is_read_and_a_bad_one_is_a_warning() -> None:
+    m = manifests(_pod("seen", "      limits:\n        nvidia.com/gpu: 1",
+                       "  annotations:\n    gpufleet.io/gpu-memory-used: \"24577Mi\"\n"))
+    assert not m.problems.all and m.pods[0].gpu_memory_used_mib == 24577
+    assert m.pods[0].template.gpu.memory_mib is None  # an observation, never a declaration
+    for value in ("lots", "0", "-2Gi"):
+        m = manifests(_pod("odd", "      limits:\n        nvidia.com/gpu: 1",
+                           f"  annotations:\n    gpufleet.io/gpu-memory-used: \"{value}\"\n"), "pods.yaml")
+        assert not m.problems.errors and len(m.pods) == 1 and m.pods[0].gpu_memory_used_mib is None
+        w = _one(m.problems.warnings, "gpufleet.io/gpu-memory-used")
+        assert w.field == "metadata.annotations.gpufleet.io/gpu-memory-used" and w.line == 7
+        assert w.fix is not None and '"24576Mi"' in w.fix
+
+
 def test_mig_profile_the_model_does_not_have() -> None:
     pool = """apiVersion: gpufleet.io/v1alpha1
 kind: NodePool

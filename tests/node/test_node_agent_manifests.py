@@ -35,13 +35,14 @@ def daemonset_pod() -> Doc:
     return one("DaemonSet")["spec"]["template"]["spec"]  # type: ignore[no-any-return]
 
 
-def test_rbac_is_patching_nodes_reading_pods_writing_resource_slices_and_nothing_else() -> None:
+def test_rbac_is_patching_nodes_reading_and_annotating_pods_writing_resource_slices_and_nothing_else() -> None:
     granted = {(g, res, verb) for rule in one("ClusterRole")["rules"] for g in rule["apiGroups"]
                for res in rule["resources"] for verb in rule["verbs"]}
     slices = {("resource.k8s.io", "resourceslices", verb)  # --dra only: the node's own DRA pool
               for verb in ("get", "list", "watch", "create", "update", "patch", "delete")}
     assert granted == {("", "nodes", "get"), ("", "nodes", "patch"),
-                       ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch")} | slices
+                       ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+                       ("", "pods", "patch")} | slices  # (gpufleet.io/gpu-memory-used)
     lines = MANIFEST.read_text().splitlines()
     for i, line in enumerate(lines):
         if line.startswith("- apiGroups:"):

@@ -38,6 +38,7 @@ from gpufleet.api.objects import (
     GPU_FRACTIONS_LABEL,
     GPU_FRACTIONS_VALUES,
     GPU_MEMORY_ANNOTATION,
+    GPU_MEMORY_USED_ANNOTATION,
     GPU_MODEL_ANNOTATION,
     KAI_FRACTION_ANNOTATION,
     KAI_MEMORY_ANNOTATION,
@@ -620,7 +621,29 @@ def parse_pod(r: FieldReader) -> Pod | None:
         if status else "Pending"
     if template is not None and status is not None and template.resource_claims:
         template.resource_claims = generated_claim_names(status, template.resource_claims)
-    return Pod(meta, template, node_name=spec.text("nodeName") if spec else None, phase=cast(Any, phase))
+    return Pod(meta, template, node_name=spec.text("nodeName") if spec else None, phase=cast(Any, phase),
+               gpu_memory_used_mib=_memory_used(r, meta.annotations))
+
+
+def _memory_used(r: FieldReader, annotations: dict[str, str]) -> int | None:
+    """The node agent's observation (GPU_MEMORY_USED_ANNOTATION), in MiB; a value that is no positive quantity is
+    left out with a warning (the pod stays valid: an observation only informs placement)."""
+    text = annotations.get(GPU_MEMORY_USED_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        mib = int_value(parse_quantity(text) / 2**20)
+    except QuantityError as exc:
+        r.warning(f"annotation {GPU_MEMORY_USED_ANNOTATION}: {exc}; the observation is ignored", "metadata",
+                  "annotations", GPU_MEMORY_USED_ANNOTATION,
+                  fix=f'leave it to the node agent, or write it like {GPU_MEMORY_USED_ANNOTATION}: "24576Mi"')
+        return None
+    if mib <= 0:
+        r.warning(f"annotation {GPU_MEMORY_USED_ANNOTATION}: {text!r} is not a positive amount of memory; the "
+                  "observation is ignored", "metadata", "annotations", GPU_MEMORY_USED_ANNOTATION,
+                  fix=f'leave it to the node agent, or write it like {GPU_MEMORY_USED_ANNOTATION}: "24576Mi"')
+        return None
+    return mib
 
 
 def _check_count_annotation(r: FieldReader, annotations: dict[str, str], key: str) -> None:

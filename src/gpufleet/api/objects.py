@@ -35,6 +35,10 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 GPU_FRACTION_ANNOTATION = "gpufleet.io/gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpufleet.io/gpu-memory"
+# What a running pod was seen to use of each GPU device it holds alone (the peak of DCGM_FI_DEV_FB_USED while it
+# was the device's only holder), a quantity ("24576Mi"): written by the node agent (gpufleet.node.memory_report),
+# read by the scheduler's memory book. An observation, never a request: gpufleet.io/gpu-memory declares.
+GPU_MEMORY_USED_ANNOTATION = "gpufleet.io/gpu-memory-used"
 GPU_MODEL_ANNOTATION = "gpufleet.io/gpu-model"  # allowed GPU models, "A100-SXM4-80GB|H100-SXM5-80GB"
 KAI_FRACTION_ANNOTATION = "gpu-fraction"
 KAI_MEMORY_ANNOTATION = "gpu-memory"
@@ -317,6 +321,7 @@ class Pod:
     template: PodTemplate
     node_name: str | None = None
     phase: PodPhase = "Pending"
+    gpu_memory_used_mib: int | None = None  # GPU_MEMORY_USED_ANNOTATION: what the node agent saw it use
 
     @property
     def key(self) -> str:

@@ -138,6 +138,11 @@ def agent_command(
         "--dra", envvar="GPUFLEET_DRA",
         help="Publish this node's GPUs as DRA ResourceSlices of NVIDIA's driver gpu.nvidia.com (Kubernetes 1.34+) "
              "instead of serving device plugins; never both on one node.")] = False,
+    gpu_memory_report_period: Annotated[float, typer.Option(
+        "--gpu-memory-report-period", min=0.0,
+        help="Seconds between readings of the GPU memory each pod uses of a device it holds alone, written on the "
+             "pod as gpufleet.io/gpu-memory-used when its peak grew (the scheduler's memory-aware sharing reads "
+             "it); 0 disables.")] = 15.0,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the node agent until SIGTERM: labels and inventory on the Node, kubelet device plugins (or, with --dra,
@@ -184,7 +189,8 @@ def agent_command(
         node_name=node_name, device_plugin_dir=device_plugin_dir, pod_resources_socket=pod_resources_socket,
         metrics_bind_address=None if metrics_bind_address == "0" else metrics_bind_address,
         health_probe_bind_address=None if health_probe_bind_address == "0" else health_probe_bind_address,
-        inventory_only=inventory_only, health=policy, dra=dra)
+        inventory_only=inventory_only, health=policy, dra=dra,
+        memory_report_period=gpu_memory_report_period or None)
     client = KubeClient(cluster, user_agent=f"gpufleet-node/{node_name}")
     machine_type_file = loaded.machine_type_file if loaded else DEFAULT_MACHINE_TYPE_FILE
     agent = NodeAgent(client, options, loaded,

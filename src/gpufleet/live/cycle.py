@@ -39,7 +39,7 @@ from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache
 from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.resources import SCHEDULER_RESOURCES, ResourceType
-from gpufleet.live import beside, bindstream, gangs, planner
+from gpufleet.live import beside, bindstream, gangs, observed_memory, planner
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.live.bindqueue import BindQueue
@@ -349,6 +349,8 @@ class CycleRunner:
         world, policy = kept.world, kept.policy
         if len(self.requeues) and submitted:  # (a Job evicted for PodsReadyTimeout, its pods made again)
             self.requeues.apply(policy, now, functools.partial(owners_of, world), only={w.key for w in submitted})
+        if carried.observed:  # (what the node agent saw them use of their GPUs, before anything is placed)
+            observed_memory.tell(world, policy, now, carried.observed)
         # Pods created after their workload's admission, before anything new (a full cycle tries them all).
         repairs = gangs.join(world, policy, only=set(world.late)) if world.late else []
         due = [t for t in kept.due if t > now]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheSnapshot
 from gpufleet.k8s.parsing import ParseCache
-from gpufleet.live import gangs, planner
+from gpufleet.live import gangs, observed_memory, planner
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.requeues import RequeueMemory
 from gpufleet.live.settings import SchedulerSettings
@@ -83,6 +83,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
     world_s = time.perf_counter() - started
     policy = planner.make_policy(world, s.placement_profile, set(shields), quota_only=s.quota_only)
+    observed_memory.tell(world, policy, now)  # what the node agent saw pods use of their GPUs
     if requeues is not None:  # the backoffs of workloads evicted for PodsReadyTimeout, as Kueue keeps them
         requeues.forget_gone(world.pods_of.keys(), now)
         requeues.apply(policy, now, functools.partial(owners_of, world))

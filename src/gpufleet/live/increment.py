@@ -19,7 +19,9 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   (``gangs.join``, the core's rule), or wait there, tried again at each cycle; a late member of a pod group (a
   gang left incomplete) or of a workload still pending takes a full cycle;
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
-* a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running);
+* a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running), or to the
+  node agent's observation of its GPU memory (``gpufleet.io/gpu-memory-used``, told to the kept policy:
+  :mod:`gpufleet.live.observed_memory`);
 * our single-pod workload ending; a bound member of a workload of several pods finishing (``Succeeded``,
   ``Failed``): its node freed, the workload's quota kept, the workload finished with its last member; a finished
   pod of a workload that ended being deleted;
@@ -58,7 +60,7 @@ from typing import Any
 
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
-from gpufleet.api.objects import Node, Pod
+from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, Node, Pod
 from gpufleet.cluster import grouping
 from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.state import NodeState, node_state_from
@@ -163,6 +165,8 @@ class Carried:
     # by name; and nodes removed that held no pod
     nodes: dict[str, Node] = field(default_factory=dict)
     gone: set[str] = field(default_factory=set)
+    # Pods holding a node whose observed GPU memory (the node agent's annotation) changed: told to the policy
+    observed: list[str] = field(default_factory=list)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -261,8 +265,14 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         return True
     if old_node != new_node:
         return False
-    if without_status(c.old, _DELETION) != without_status(c.new, _DELETION):
+    if _unobserved(c.old) != _unobserved(c.new):
         return False
+    if _memory_used(c.old) != _memory_used(c.new):
+        # The node agent's observation of what it uses of its GPUs: the parse reads it; the policy is told.
+        parsed = parse.one(r.PODS, c.key, c.new).obj
+        if entry.pod is not None and isinstance(parsed, Pod):
+            entry.pod = parsed
+            out.observed.append(c.key)
     if _phase(c.new) in TERMINAL_PHASES or (c.new.get("metadata") or {}).get("deletionTimestamp"):
         if _phase(c.old) in TERMINAL_PHASES:
             entry.raw = c.new
@@ -425,6 +435,21 @@ def _adopt(world: World, policy: KueuePolicy, workload: Workload) -> None:
 
 
 _DELETION = ("deletionTimestamp", "deletionGracePeriodSeconds")
+
+
+def _memory_used(obj: JsonDict) -> Any:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(GPU_MEMORY_USED_ANNOTATION)
+
+
+def _unobserved(obj: JsonDict) -> JsonDict:
+    """``obj`` as a carried cycle compares it: without its status, its deletion and the node agent's observation
+    of its GPU memory."""
+    view = without_status(obj, _DELETION)
+    notes = view["metadata"].get("annotations")
+    if isinstance(notes, dict) and GPU_MEMORY_USED_ANNOTATION in notes:
+        view["metadata"] = {**view["metadata"],
+                            "annotations": {k: v for k, v in notes.items() if k != GPU_MEMORY_USED_ANNOTATION}}
+    return view
 
 
 def _phase(obj: JsonDict) -> Any:

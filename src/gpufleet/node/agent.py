@@ -6,7 +6,9 @@ Threads, each with one job:
 * the **event thread** waits on NVML's XID events and marks devices Unhealthy per the health policy;
 * the **loop** recomputes what the node offers whenever something changed (health, fractional pods, the MIG
   layout it rediscovers every ``rediscover_period``), feeds the device plugins, patches the Node, watches the
-  kubelet's socket to register again after a kubelet restart, and checks the kubelet's record of allocations;
+  kubelet's socket to register again after a kubelet restart, checks the kubelet's record of allocations, and
+  writes on each pod holding a GPU device alone the peak GPU memory it was seen to use
+  (:mod:`gpufleet.node.memory_report`);
 * the **device plugins** answer the kubelet on their gRPC servers (:mod:`gpufleet.node.deviceplugin`); with
   ``--dra`` there are none, and the loop publishes this node's GPUs as DRA ResourceSlices of NVIDIA's driver
   ``gpu.nvidia.com`` instead (:mod:`gpufleet.node.dra_publisher`);
@@ -34,7 +36,7 @@ from gpufleet.k8s.resources import PODS
 from gpufleet.node.allocation import Allocator
 from gpufleet.node.attribution import Attribution, attribute
 from gpufleet.node.backends import OpenedBackend
-from gpufleet.node.contract import HolderCounts, Machine, NvmlError
+from gpufleet.node.contract import Gpu, GpuSample, HolderCounts, Machine, NvmlError
 from gpufleet.node.deviceplugin import DeviceState
 from gpufleet.node.discovery import TIMESTAMP_LABEL, Discovery, discover, refresh_inventory
 from gpufleet.node.dpconfig import AgentDeviceConfig
@@ -42,6 +44,7 @@ from gpufleet.node.dra_publisher import DraPublisher
 from gpufleet.node.dra_slices import DRIVER as DRA_DRIVER
 from gpufleet.node.dra_slices import devices as dra_devices
 from gpufleet.node.health import DeviceHealth, HealthPolicy
+from gpufleet.node.memory_report import MemoryReporter, readings
 from gpufleet.node.metrics import AgentMetrics, render_gpu_metrics
 from gpufleet.node.plugins import PluginManager
 from gpufleet.node.podresources import PodResourcesClient
@@ -68,6 +71,9 @@ class AgentOptions:
     # Publish ResourceSlices (driver gpu.nvidia.com) instead of serving device plugins: never both on one node.
     dra: bool = False
     dra_resync_period: float = 60.0  # how often the slices are read back though nothing changed here
+    # How often the GPU memory of pods holding a device alone is read, and written on them when their peak grew
+    # (gpufleet.node.memory_report); None: never.
+    memory_report_period: float | None = 15.0
 
 
 BackendOpener = Callable[[Callable[[], HolderCounts]], OpenedBackend]
@@ -111,6 +117,8 @@ class NodeAgent:
         self._dra_devices: list[dict[str, Any]] = []
         self._dra_published = False
         self._dra_due = 0.0
+        self.memory = MemoryReporter(client)
+        self._memory_due = 0.0
 
     # --- start and stop ------------------------------------------------------------------------------
 
@@ -325,6 +333,11 @@ class NodeAgent:
         if self._verify_due is not None and time.monotonic() >= self._verify_due:
             self._verify_due = None
             self.allocator.verify()
+        period = self.options.memory_report_period
+        if period is not None and time.monotonic() >= self._memory_due and self.tracker.synced:
+            self._memory_due = time.monotonic() + period
+            pods = self._pod_objects()
+            self.memory.report(readings(self._attribution(found, pods), self._samples(found)), pods)
 
     def _publish(self, found: Discovery) -> None:
         labels = dict(found.labels)
@@ -403,19 +416,26 @@ class NodeAgent:
         found = self.discovery
         gpu = b""
         if found is not None and self.opened is not None:
-            samples = []
-            for g in found.machine.gpus:
-                try:
-                    samples.append((g, self.opened.backend.sample(g)))
-                except Exception as e:  # one GPU that cannot be read must not hide the others
-                    log.warning("reading telemetry of GPU %s failed: %s", g.uuid, e)
-            gpu = render_gpu_metrics(found.machine, samples, self.options.node_name, self._attribution(found))
+            gpu = render_gpu_metrics(found.machine, self._samples(found), self.options.node_name,
+                                     self._attribution(found, self._pod_objects()))
         return gpu + self.metrics.exposition()
 
-    def _attribution(self, found: Discovery) -> Attribution:
-        """Who holds each GPU and MIG instance now: the kubelet's PodResources record (asked at every scrape,
-        as dcgm-exporter does) and the fractional pods bound here."""
-        raw = {PODS.object_key(obj): obj for obj in self.tracker.cache.objects(PODS)}
+    def _samples(self, found: Discovery) -> list[tuple[Gpu, GpuSample]]:
+        assert self.opened is not None
+        samples = []
+        for g in found.machine.gpus:
+            try:
+                samples.append((g, self.opened.backend.sample(g)))
+            except Exception as e:  # one GPU that cannot be read must not hide the others
+                log.warning("reading telemetry of GPU %s failed: %s", g.uuid, e)
+        return samples
+
+    def _pod_objects(self) -> dict[str, dict[str, Any]]:
+        return {PODS.object_key(obj): obj for obj in self.tracker.cache.objects(PODS)}
+
+    def _attribution(self, found: Discovery, raw: dict[str, dict[str, Any]]) -> Attribution:
+        """Who holds each GPU and MIG instance now (``raw``: this node's pods): the kubelet's PodResources record
+        (asked at every scrape, as dcgm-exporter does) and the fractional pods bound here."""
 
         def pod(key: str) -> Pod | None:
             obj = raw.get(key)

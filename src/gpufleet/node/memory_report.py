@@ -1,0 +1,120 @@
+"""The GPU memory each pod was seen to use, written on the pod for the scheduler: ``gpufleet.io/gpu-memory-used``.
+
+dcgm-exporter puts a pod's labels on a device's series exactly when one pod holds the device
+(:mod:`gpufleet.node.attribution`); its ``DCGM_FI_DEV_FB_USED`` is then that pod's memory. The agent makes the same
+reading for the scheduler: for each GPU, and each MIG instance, that one pod holds alone, NVML's framebuffer use
+(of the GPU, or of the instance's memory) is the pod's use of that device; a pod holding several devices alone
+uses the most it uses on any of them. The agent keeps each pod's peak and writes it on the pod when it has grown
+by a step (:data:`STEP_RATIO` of the value the pod carries, at least :data:`STEP_MIB`) since what the pod
+carries: a few writes in a pod's life, never one per reading. The value the pod carries is read from the API,
+so a restarted agent does not write again what is there.
+
+What it does not see: a GPU several pods share (time-slice replicas, fractions) tells nothing per pod, so a pod on
+a shared GPU is measured while it runs there alone; NVML's per-process memory, mapped to pods through their
+cgroups, would tell more and is not read.
+
+The scheduler reads the annotation (``Pod.gpu_memory_used_mib``) into its memory book
+(:mod:`gpufleet.live.observed_memory`): the pod's expected memory on a shared GPU, and its workload class's
+figures for the pods of the class that declare none.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
+from gpufleet.api.quantity import QuantityError, int_value, parse_quantity
+from gpufleet.k8s.client import KubeClient
+from gpufleet.k8s.errors import KubeError, NotFound
+from gpufleet.k8s.resources import PODS
+from gpufleet.node.attribution import Attribution
+from gpufleet.node.contract import Gpu, GpuSample
+
+log = logging.getLogger(__name__)
+
+STEP_RATIO = 0.10  # of the value a pod carries: a peak this much higher is written
+STEP_MIB = 256  # and at least this many MiB higher (a CUDA context alone is a few hundred)
+
+JsonDict = dict[str, Any]
+
+
+def readings(attribution: Attribution, samples: Iterable[tuple[Gpu, GpuSample]]) -> dict[str, int]:
+    """Pod key ("namespace/name") -> MiB it uses now of a device it holds alone (the most over such devices)."""
+    out: dict[str, int] = {}
+    for gpu, sample in samples:
+        used: list[tuple[int | None, float]] = [(None, sample.fb_used_mib)]
+        used += [(i.gi_id, i.fb_used_mib) for i in sample.instances]
+        for gi_id, mib in used:
+            ref = attribution.pod_of(gpu.uuid, gi_id)
+            if ref is None or not math.isfinite(mib) or mib <= 0:
+                continue
+            key = f"{ref[0]}/{ref[1]}"
+            out[key] = max(out.get(key, 0), math.ceil(mib))
+    return out
+
+
+def carried(pod: Mapping[str, Any]) -> int:
+    """The MiB ``pod`` carries in its annotation (0: none, or a value that does not read)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_MEMORY_USED_ANNOTATION)
+    if not isinstance(text, str):
+        return 0
+    try:
+        return max(0, int_value(parse_quantity(text) / 2**20))
+    except QuantityError:
+        return 0
+
+
+def worth_writing(peak: int, have: int) -> bool:
+    """Whether a pod carrying ``have`` MiB (0: nothing) is written ``peak``: the first time once it uses more than a
+    bare CUDA context, then at each step."""
+    if have == 0:
+        return peak >= STEP_MIB
+    return peak - have >= max(STEP_MIB, STEP_RATIO * have)
+
+
+@dataclass(slots=True)
+class MemoryReporter:
+    """Each pod's peak, and the writes it takes. One per agent; called from the agent's loop."""
+
+    client: KubeClient
+    peaks: dict[tuple[str, str], int] = field(default_factory=dict)  # (pod key, uid) -> MiB, the peak seen
+    writes: int = 0  # sent and accepted
+    readings: int = 0  # taken (tests wait on it)
+
+    def report(self, now: Mapping[str, int], pods: Mapping[str, JsonDict]) -> list[str]:
+        """Take this reading (:func:`readings`) of this node's ``pods`` (key -> object, the agent's informer) and
+        write each pod whose peak grew by a step over what it carries; the pods written."""
+        self.readings += 1
+        written: list[str] = []
+        alive: set[tuple[str, str]] = set()
+        for key, obj in pods.items():
+            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            alive.add((key, uid))
+            mib = now.get(key)
+            if mib is not None:
+                self.peaks[(key, uid)] = max(self.peaks.get((key, uid), 0), mib)
+            peak = self.peaks.get((key, uid), 0)
+            if peak and worth_writing(peak, carried(obj)) and self._write(key, peak):
+                written.append(key)
+        for gone in set(self.peaks) - alive:  # (a pod deleted, or made again under its name)
+            del self.peaks[gone]
+        return written
+
+    def _write(self, key: str, mib: int) -> bool:
+        namespace, _, name = key.partition("/")
+        patch = {"metadata": {"annotations": {GPU_MEMORY_USED_ANNOTATION: f"{mib}Mi"}}}
+        try:
+            self.client.patch(PODS, name, patch, namespace)
+        except NotFound:
+            return False  # gone meanwhile
+        except KubeError as e:
+            log.warning("pod %s: writing %s failed (%s); trying again at the next reading", key,
+                        GPU_MEMORY_USED_ANNOTATION, e)
+            return False
+        self.writes += 1
+        log.info("pod %s: GPU memory used %d MiB (%s)", key, mib, GPU_MEMORY_USED_ANNOTATION)
+        return True
