@@ -21,6 +21,13 @@ def _time_sliced(name: str, cpu: int) -> str:
         f"      resources: [{{name: nvidia.com/gpu, replicas: 8}}]\n  cpu: \"{cpu}\"")
 
 
+def _mig(covered: tuple[str, ...]) -> Manifests:
+    """An A100 split 2g.20gb + three 1g.10gb, and a queue covering ``covered``."""
+    mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
+        "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
+    return load(mig + kueue_queues(covered))
+
+
 def _outcomes(m: Manifests, text: str, policy: str) -> dict[str, tuple[str, dict[str, int]]]:
     r = simulate_jobs(make_policy(policy, m), jobs_of(text))
     return {x.job: (x.outcome, x.failures) for x in job_lines(r)}
@@ -44,22 +51,18 @@ def test_time_sliced_pods_go_where_their_memory_fits_and_the_peers_stack_them() 
 
 
 def test_an_oom_on_a_mig_instance_is_retried_on_the_next_larger_profile_the_queue_covers() -> None:
-    mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
-        "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
-    m = load(mig + kueue_queues(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb")))
+    m = _mig(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"))
     text = job("emb", resource="nvidia.com/mig-1g.10gb", backoff=2, labels="kueue.x-k8s.io/queue-name: q",
                annotations='    sim.gpufleet.io/gpu-memory-used: "15Gi"')
     assert _outcomes(m, text, "gpufleet") == {"team-a/emb": ("succeeded", {"OOMKilled": 1})}
     assert _outcomes(m, text, "kueue") == {"team-a/emb": ("failed", {"OOMKilled": 3})}
     # A queue that covers no larger profile: the retries stay on 1g.10gb and fail as Kueue's do.
-    narrow = load(mig + kueue_queues(("nvidia.com/mig-1g.10gb",)))
+    narrow = _mig(("nvidia.com/mig-1g.10gb",))
     assert _outcomes(narrow, text, "gpufleet") == {"team-a/emb": ("failed", {"OOMKilled": 3})}
 
 
 def test_the_resize_is_said_in_the_admission() -> None:
-    mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
-        "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
-    m = load(mig + kueue_queues(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb")))
+    m = _mig(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"))
     (emb,) = jobs_of(job("emb", resource="nvidia.com/mig-1g.10gb", backoff=2, labels="kueue.x-k8s.io/queue-name: q"))
     policy = make_policy("gpufleet", m)
     policy.submit(emb.workload, 0.0)
@@ -116,3 +119,62 @@ def test_an_oom_on_two_shared_gpus_bounds_the_need_by_the_least_free() -> None:
     free_on_1 = 46068 - 44 * GI
     assert book.hint(job_.workload, job_.workload.pods[0].template) == free_on_1 + 1
     assert book.avoid(job_.key) == frozenset({f"{node}/0", f"{node}/1"})
+
+
+def test_beside_a_co_tenant_of_unknown_memory_the_gpu_is_avoided_and_nothing_is_expected() -> None:
+    # What was free is not known when a co-tenant's memory is not: expecting more than the whole GPU (what the
+    # arithmetic gives with the unknown one counted as nothing) would keep the workload off every GPU of the model.
+    from gpufleet.cluster.devices import DeviceGrant
+
+    m = load(_time_sliced("ts", 64) + kueue_queues(("nvidia.com/gpu.shared",)))
+    (job_,) = jobs_of(job("one", resource="nvidia.com/gpu.shared", labels="kueue.x-k8s.io/queue-name: q"))
+    policy = make_policy("gpufleet", m)
+    cluster = policy.cluster
+    assert cluster is not None
+    node = next(iter(cluster.nodes))
+    cluster.allocate("other/a", node, {}, [DeviceGrant("replica", 0, 0)])  # nothing known of it
+    policy.submit(job_.workload, 0.0)
+    pod = job_.workload.pods[0].key
+    cluster.allocate(pod, node, {}, [DeviceGrant("replica", 0, 1)])
+    lesson = policy.oom_at(job_.key, pod, node, cluster.placements[pod].grants)  # type: ignore[attr-defined]
+    assert lesson is not None and lesson.gpus == (f"{node}/0",) and lesson.needs_more_than == 0
+    book = policy.memory  # type: ignore[attr-defined]
+    assert book.hint(job_.workload, job_.workload.pods[0].template) == 0
+    assert book.avoid(job_.key) == frozenset({f"{node}/0"})
+
+
+def test_without_resizing_an_oom_on_mig_names_the_larger_profile_and_the_pods_keep_theirs() -> None:
+    from gpufleet.scheduling.kueue import KueuePolicy
+
+    m = _mig(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"))
+    (emb,) = jobs_of(job("emb", resource="nvidia.com/mig-1g.10gb", backoff=2, labels="kueue.x-k8s.io/queue-name: q"))
+    live = make_policy("gpufleet", m)
+    policy = KueuePolicy(m, live.cluster, mig_resize=False)
+    policy.submit(emb.workload, 0.0)
+    policy.cycle(0.0)
+    pod = emb.workload.pods[0].key
+    assert policy.cluster is not None
+    placement = policy.cluster.placements[pod]
+    lesson = policy.oom_at(emb.key, pod, placement.node, placement.grants)
+    assert lesson is not None and lesson.mig == Resize("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb")
+    assert not lesson.offered and "ask for nvidia.com/mig-2g.20gb in the pod template" in lesson.text()
+    policy.finish(emb.key, 60.0)
+    policy.submit(emb.workload, 70.0)
+    (second,) = policy.cycle(70.0).admitted
+    assert second.usage.get("nvidia.com/mig-1g.10gb") == 1 and not second.notes
+
+
+def test_what_ooms_taught_one_book_another_learns() -> None:
+    (a, b) = [j.workload for j in jobs_of(job("a") + job("b"))]
+    first = MemoryBook(None)
+    assert not first.lessons()
+    first.oom_on_shared(a, ["n/0"], 12 * GI)
+    first.oom_on_mig(b, Resize("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"))
+    first.observed(a, "team-a/x", 30 * GI)  # seen, not taught: read again from the pods
+    second = MemoryBook(None)
+    second.oom_on_shared(a, ["n/1"], 20 * GI)
+    second.learn(first.lessons())
+    assert second.avoid(a.key) == frozenset({"n/0", "n/1"})
+    assert second.hint(a, a.pods[0].template) == 20 * GI + 1  # the larger floor of the two
+    assert second.resizes(b.key) == (Resize("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"),)
+    assert second.hint(b, b.pods[0].template) == 0

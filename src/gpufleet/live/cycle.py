@@ -48,6 +48,8 @@ from gpufleet.live.claim_release import DeletedPodClaims
 from gpufleet.live.decide import decide, placed, queue_kinds_read
 from gpufleet.live.evictor import Evictor, EvictResult, Victim
 from gpufleet.live.fleet_metrics import FleetMetrics
+from gpufleet.live.gpu_oom import REASON as OOM_REASON
+from gpufleet.live.gpu_oom import GpuOomMemory
 from gpufleet.live.grants import visible_devices
 from gpufleet.live.increment import (
     UNJOINED_WAIT,
@@ -74,6 +76,7 @@ from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.shields import Shields
+from gpufleet.scheduling.memory import OomLesson
 from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
 from gpufleet.scheduling.types import AdmittedWorkload
 
@@ -112,6 +115,8 @@ class _Decided:
     # parked memory was brought up to date in full (a full cycle).
     placed: list[str] | None = None
     ready_due: list[float] = field(default_factory=list)  # waitForPodsReady deadlines (see Kept.ready_due)
+    # Pods that ran out of GPU memory, told to the policy this cycle, with what it learnt: their Warning events
+    ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -188,6 +193,7 @@ class CycleRunner:
         # Kueue's requeue state of the workloads evicted for PodsReadyTimeout (a rebuilt policy is told it), and the
         # waitForPodsReady policy of each workload the last full cycle timed out (for its backoff once evicted).
         self.requeues = RequeueMemory()
+        self.ooms = GpuOomMemory()  # what the policies learnt of pods that ran out of GPU memory (live.gpu_oom)
         self._timed_out: dict[str, tuple[PodsReadyPolicy, frozenset[str]]] = {}
         self.quarantine = Quarantine()
         # Two token buckets of clientConnection's settings, as kube-scheduler's two clients: writes and events.
@@ -284,6 +290,9 @@ class CycleRunner:
         self._reject(world)
         assert d.unschedulable is not None
         self._finish_writes(report, evictions, victims, d.unschedulable, d.statuses, now)
+        if d.ooms and self.may_write():
+            for pod, lesson in d.ooms:
+                self.recorder.event(pod, OOM_REASON, lesson.text(), "Scheduling", type="Warning")
         # The fleet's gauges after the writes: the Bindings are on their way while they are worked out.
         self.fleet.observe(world, plan, counts=d.counts, changed=d.changed)
         self.fleet.carried_out(plan, victims, report.evicted)
@@ -338,6 +347,10 @@ class CycleRunner:
         apply_nodes(kept.world, kept.policy, carried.nodes, now)
         if carried.nodes or carried.gone:
             self.parked.nodes_changed()  # (its fingerprint of the nodes is a full cycle's)
+        # Pods that ran out of GPU memory, told while their devices are still theirs in the kept state.
+        # (on a copy, kept only if this cycle carries on: a full cycle instead must tell its own policy)
+        oom_memory = self.ooms.copy() if carried.oom else None
+        ooms = oom_memory.learn(kept.world, kept.policy, carried.oom) if oom_memory is not None else []
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
         # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
         release(kept, carried, now)
@@ -384,9 +397,12 @@ class CycleRunner:
         if (wake := policy.next_wakeup(now)) is not None:
             due.append(wake)
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
+        if oom_memory is not None:
+            oom_memory.keep(policy)
+            self.ooms = oom_memory
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
                         None, self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
-                        counts, changed, placed(plan), ready_due)
+                        counts, changed, placed(plan), ready_due, ooms)
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the
@@ -463,7 +479,7 @@ class CycleRunner:
 
     def _decide(self, snapshot: CacheSnapshot, now: float, assumed: AssumedPods,
                 parked: planner.ParkedMemory, stream: BindStream | None = None,
-                requeues: RequeueMemory | None = None) -> _Decided:
+                requeues: RequeueMemory | None = None, ooms: GpuOomMemory | None = None) -> _Decided:
         """Everything the cycle decides from ``snapshot``: the part a poisoned object can make fail, and the part
         :meth:`_decide_isolating` reruns to find which object it is. Without a single write, but for the
         Bindings ``stream`` starts during the round. The decisions are :func:`gpufleet.live.decide.decide`'s, the
@@ -475,7 +491,10 @@ class CycleRunner:
                 if (res := self._resource(h.resource)) is not None]
         d = decide(snapshot, now, s, parse=self.parse, queue_resources=kinds.resources, assumed=assumed, parked=parked,
                    shields=self.shields.active(now), held=held, on_admitted=stream,
-                   requeues=self.requeues if requeues is None else requeues)
+                   requeues=self.requeues if requeues is None else requeues,
+                   ooms=(memory := self.ooms.copy() if ooms is None else ooms))
+        if ooms is None:  # (kept once the decisions are made: a failed attempt must not have told anything)
+            self.ooms = memory
         world, repairs, due = d.world, d.repairs, d.due
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
@@ -488,7 +507,7 @@ class CycleRunner:
                         self._victims(world, plan, [*repairs, *d.timeouts]), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                                        local_queues=kinds.local_queues, counts=counts), d.world_s, d.policy_s, due,
-                        counts, ready_due=d.ready_due)
+                        counts, ready_due=d.ready_due, ooms=d.ooms)
 
     def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
                        started: float, due: list[float]) -> _Decided:
@@ -532,7 +551,8 @@ class CycleRunner:
     def _fails(self, snapshot: CacheSnapshot, now: float) -> bool:
         """Whether the core raises on ``snapshot``, run on copies of the state it would otherwise change."""
         try:
-            self._decide(snapshot, now, self.assumed.copy(), copy.copy(self.parked), requeues=self.requeues.copy())
+            self._decide(snapshot, now, self.assumed.copy(), copy.copy(self.parked), requeues=self.requeues.copy(),
+                         ooms=self.ooms.copy())
         except Exception:
             return True
         return False

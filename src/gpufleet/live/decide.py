@@ -18,17 +18,22 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheSnapshot
 from gpufleet.k8s.parsing import ParseCache
 from gpufleet.live import gangs, observed_memory, planner
 from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.gpu_oom import GpuOomMemory
 from gpufleet.live.requeues import RequeueMemory
 from gpufleet.live.settings import SchedulerSettings
 from gpufleet.live.world import World, assemble, finish, hold_pods_of, owners_of
 from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.memory import OomLesson
 from gpufleet.scheduling.types import AdmittedWorkload
+
+JsonDict = dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -46,6 +51,8 @@ class Decision:
     policy_s: float = 0.0
     # When a workload's waitForPodsReady timeout runs out, judged on the pods (a cycle that carries on judges it).
     ready_due: list[float] = field(default_factory=list)
+    # Pods whose containers ran out of GPU memory, told to the policy this time, with what it learnt (their events)
+    ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
 
 
 def placed(plan: planner.Plan) -> list[str]:
@@ -63,11 +70,13 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
            parked: planner.ParkedMemory | None = None, shields: Iterable[str] = (),
            held: Iterable[tuple[r.ResourceType, str, str]] = (),
            on_admitted: Callable[[World, list[AdmittedWorkload]], None] | None = None,
-           requeues: RequeueMemory | None = None) -> Decision:
+           requeues: RequeueMemory | None = None, ooms: GpuOomMemory | None = None) -> Decision:
     """The cycle's decisions on ``snapshot`` (see the module's docstring); ``held``: set-aside objects (resource,
     key, why) whose pods wait; ``on_admitted``: hears the round's admissions as they are made (planner.run), with
     the world they were made in; ``requeues``: what the scheduler remembers of its PodsReadyTimeout evictions
-    (gpufleet.live.requeues). Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
+    (gpufleet.live.requeues); ``ooms``: what it learnt of pods that ran out of GPU memory (gpufleet.live.gpu_oom;
+    None: a memory of its own, as a scheduler that had just started). Beside Kueue the policy is not run: the
+    caller plans what Kueue admitted."""
     started = time.perf_counter()
     s = settings
     world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=parse,
@@ -84,6 +93,9 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     world_s = time.perf_counter() - started
     policy = planner.make_policy(world, s.placement_profile, set(shields), quota_only=s.quota_only)
     observed_memory.tell(world, policy, now)  # what the node agent saw pods use of their GPUs
+    ooms = ooms if ooms is not None else GpuOomMemory()
+    ooms.apply(policy)  # what earlier policies learnt of GPU OOMs, then the terminations not told yet
+    oom_lessons = ooms.learn(world, policy, forget_gone=True)
     if requeues is not None:  # the backoffs of workloads evicted for PodsReadyTimeout, as Kueue keeps them
         requeues.forget_gone(world.pods_of.keys(), now)
         requeues.apply(policy, now, functools.partial(owners_of, world))
@@ -101,4 +113,5 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     planner.ready_as_bound(policy, now)
     if (wake := policy.next_wakeup(now)) is not None:
         due.append(wake)
-    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s, ready_due)
+    ooms.keep(policy)
+    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s, ready_due, oom_lessons)

@@ -21,7 +21,8 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 * a pod of ours bound to the node the policy placed it on (our own Binding landing);
 * a change to a pod's status alone, short of finishing (conditions, readiness, Pending -> Running), or to the
   node agent's observation of its GPU memory (``gpufleet.io/gpu-memory-used``, told to the kept policy:
-  :mod:`gpufleet.live.observed_memory`);
+  :mod:`gpufleet.live.observed_memory`); a container's termination saying the GPU ran out of memory is told to
+  the kept policy before anything is released (:mod:`gpufleet.live.gpu_oom`);
 * our single-pod workload ending; a bound member of a workload of several pods finishing (``Succeeded``,
   ``Failed``): its node freed, the workload's quota kept, the workload finished with its last member; a finished
   pod of a workload that ended being deleted;
@@ -69,6 +70,7 @@ from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache, WorkloadObject
 from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.gpu_oom import gpu_ooms
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.wakeup import unread_status_only, without_status
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
@@ -167,6 +169,8 @@ class Carried:
     gone: set[str] = field(default_factory=set)
     # Pods holding a node whose observed GPU memory (the node agent's annotation) changed: told to the policy
     observed: list[str] = field(default_factory=list)
+    # Pods of ours whose containers' statuses show a new GPU out-of-memory (gpufleet.live.gpu_oom)
+    oom: list[str] = field(default_factory=list)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -273,6 +277,8 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         if entry.pod is not None and isinstance(parsed, Pod):
             entry.pod = parsed
             out.observed.append(c.key)
+    if entry.ours and gpu_ooms(c.new) - gpu_ooms(c.old):
+        out.oom.append(c.key)  # (told before anything is released: where it ran out)
     if _phase(c.new) in TERMINAL_PHASES or (c.new.get("metadata") or {}).get("deletionTimestamp"):
         if _phase(c.old) in TERMINAL_PHASES:
             entry.raw = c.new

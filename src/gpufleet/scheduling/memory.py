@@ -20,7 +20,7 @@ else its namespace and kind: what a platform team would group by.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpufleet.api.objects import GpuDemand, PodTemplate
@@ -72,6 +72,48 @@ class Resize:
         return f"{self.old} → {self.new} (OOM-killed on {self.old})"
 
 
+@dataclass(frozen=True, slots=True)
+class OomLesson:
+    """What one OOM taught of a workload: the shared GPUs it is kept off and the memory it is now expected to need
+    beyond (0: nothing known to have been free there), or, on a MIG instance, the next larger profile its queue
+    covers (``offered``: the policy resizes the workload's next attempt to it; else only named, where the driver
+    cannot change what the pods ask: live, a Job's next pod asks what its template asks)."""
+
+    workload: str
+    gpus: tuple[str, ...] = ()
+    needs_more_than: int = 0
+    mig: Resize | None = None
+    mig_from: str | None = None  # the MIG resource it ran out of memory on
+    offered: bool = False
+
+    def text(self) -> str:
+        if self.mig_from is not None:
+            if self.mig is None:
+                return (f"ran out of GPU memory on {self.mig_from}, and its ClusterQueue covers no larger MIG "
+                        "profile of that GPU")
+            if self.offered:
+                return f"ran out of GPU memory on {self.mig_from}: its next attempt is offered {self.mig.new}"
+            return (f"ran out of GPU memory on {self.mig_from}; its ClusterQueue covers {self.mig.new}, the next "
+                    f"larger profile: ask for {self.mig.new} in the pod template (a retried pod asks what its "
+                    "template asks)")
+        where = ", ".join(self.gpus)
+        need = f", and is expected to need more than {self.needs_more_than} MiB" if self.needs_more_than else ""
+        return f"ran out of GPU memory on the shared GPU {where}: it is not placed there again{need}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLessons:
+    """What OOMs taught a :class:`MemoryBook` of workloads, to be given to another book (a live scheduler's next
+    policy). What pods were seen to use is not among them: it is read again from the running pods."""
+
+    floor: Mapping[str, int] = field(default_factory=dict)
+    avoid: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    resize: Mapping[str, tuple[Resize, ...]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.floor or self.avoid or self.resize)
+
+
 class MemoryBook:
     """What one policy knows of GPU memory. What an OOM taught of a workload is kept for the policy's life: the
     workload's next attempt, submitted again under the same key after ``finish``, needs it; only workloads an OOM
@@ -97,6 +139,21 @@ class MemoryBook:
 
     def resizes(self, workload: str) -> tuple[Resize, ...]:
         return self._resize.get(workload, ())
+
+    # ---- carried from one book to the next ----------------------------------------------------------------------
+    def lessons(self) -> MemoryLessons:
+        if not (self._floor or self._avoid or self._resize):
+            return MemoryLessons()
+        return MemoryLessons(dict(self._floor), dict(self._avoid), dict(self._resize))
+
+    def learn(self, lessons: MemoryLessons) -> None:
+        """Take what another book's OOMs taught (this one's own lessons kept: the larger floor, both GPU sets)."""
+        for key, mib in lessons.floor.items():
+            self._floor[key] = max(self._floor.get(key, 0), mib)
+        for key, gpus in lessons.avoid.items():
+            self._avoid[key] = self.avoid(key) | gpus
+        for key, resizes in lessons.resize.items():
+            self._resize.setdefault(key, resizes)
 
     # ---- what the driver reports -------------------------------------------------------------------------------
     def observed(self, workload: Workload, pod: str, mib: int) -> None:

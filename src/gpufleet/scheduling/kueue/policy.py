@@ -26,6 +26,7 @@ from typing import Any
 
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import Topology
+from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.charges import charge, quota_amounts
@@ -39,7 +40,7 @@ from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.shields import shield
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
-from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, resized
+from gpufleet.scheduling.memory import MemoryBook, OomLesson, Resize, next_larger_profile, resized
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.filters import gpu_key
 from gpufleet.scheduling.quota import FR, QuotaTree
@@ -74,9 +75,12 @@ class KueuePolicy:
     def __init__(self, manifests: Manifests, cluster: ClusterState | None = None, *,
                  placer_factory: PlacerFactory | None = None, seed: int = 0,
                  quota_tree_factory: Callable[[], QuotaTree] = QuotaTree, memory_aware: bool = True,
-                 name: str | None = None, extensions: bool = True) -> None:
+                 name: str | None = None, extensions: bool = True, mig_resize: bool = True) -> None:
         """``memory_aware``: learn pods' GPU memory (:class:`MemoryBook`: hints and avoided GPUs for placement,
         a larger MIG profile after an OOM on one); False is Kueue as it is, which learns nothing of it.
+        ``mig_resize``: a workload OOM-killed on a MIG instance asks the next larger profile at its next attempt;
+        False (live: a Job's next pod asks what its template asks, which the scheduler cannot change) only names
+        that profile (:meth:`oom_at`).
         ``extensions``: honour gpufleet's additions to Kueue's objects (the gang reservation,
         ``gpufleet.io/reserve-after``); False reads them as Kueue does, which ignores unknown annotations."""
         if name is not None:
@@ -85,6 +89,7 @@ class KueuePolicy:
         self.cluster = cluster
         self.rng = random.Random(seed)
         self.memory = MemoryBook(cluster) if memory_aware else None
+        self.mig_resize = mig_resize
         gangs: GangPlacer | None = None
         self._placer_factory = placer_factory or engine_placer_factory()
         if cluster is not None:
@@ -319,28 +324,46 @@ class KueuePolicy:
         """One of the workload's pods was OOM-killed where it is placed: on a time-sliced GPU, keep the workload
         off that GPU and expect more memory of it; on a MIG instance, offer it the next larger profile its
         ClusterQueue covers."""
+        cluster = self.cluster
+        if cluster is not None and pod in cluster.placements:
+            placement = cluster.placements[pod]
+            self.oom_at(workload, pod, placement.node, placement.grants)
+
+    def oom_at(self, workload: str, pod: str, node_name: str, grants: Sequence[DeviceGrant]) -> OomLesson | None:
+        """:meth:`oom_killed` for a pod that held ``grants`` on ``node_name`` (live, a pod whose failure is read
+        after its devices were released: the devices its Binding recorded); what it taught, None when nothing
+        (no such workload or node, no GPU memory to learn about)."""
         info = self.state.infos.get(workload)
         cluster = self.cluster
-        if self.memory is None or info is None or cluster is None or pod not in cluster.placements:
-            return
-        placement = cluster.placements[pod]
-        node = cluster.nodes[placement.node]
+        if self.memory is None or info is None or cluster is None or node_name not in cluster.nodes:
+            return None
+        node = cluster.nodes[node_name]
         shared: dict[str, int] = {}  # time-sliced GPU -> what was free there beside its co-tenants' known memory
-        for g in placement.grants:
+        for g in grants:
+            if g.gpu >= len(node.gpus):
+                continue
             gpu = node.gpus[g.gpu]
             if g.kind == "replica":
+                # What was free beside its co-tenants, when each one's memory is known; else nothing is (0): the
+                # GPU is avoided, and no memory is expected of the workload for it.
+                others = [h for h in gpu.replica_holders if h is not None and h != pod]
+                known = all(h in gpu.replica_memory for h in others)
                 shared[gpu_key(node.name, gpu.index)] = gpu.memory_mib - sum(
-                    m for p, m in gpu.replica_memory.items() if p != pod)
-            elif g.kind == "mig":
+                    gpu.replica_memory[h] for h in others) if known else 0
+            elif g.kind == "mig" and g.slot < len(gpu.mig):
                 old = gpu.mig[g.slot].resource
                 cq = self.config.cluster_queues.get(info.cluster_queue or "")
                 covered = set(cq.group_of) if cq is not None else set()
                 new = next_larger_profile(old, gpu.model, covered)
-                self.memory.oom_on_mig(info.workload, Resize(old, new) if new is not None else None)
-                return
-        if shared:
-            # Which of its GPUs ran out is not reported: the least free one bounds what it needed from below.
-            self.memory.oom_on_shared(info.workload, list(shared), min(shared.values()))
+                resize = Resize(old, new) if new is not None else None
+                self.memory.oom_on_mig(info.workload, resize if self.mig_resize else None)
+                return OomLesson(workload, mig=resize, mig_from=old, offered=resize is not None and self.mig_resize)
+        if not shared:
+            return None
+        # Which of its GPUs ran out is not reported: the least free one bounds what it needed from below.
+        floor = max(0, min(shared.values()))
+        self.memory.oom_on_shared(info.workload, list(shared), floor)
+        return OomLesson(workload, gpus=tuple(sorted(shared)), needs_more_than=floor)
 
     def settled(self) -> bool:
         """Whether the next cycle would change nothing (see :meth:`SchedulerState.settled`): where ``gpufleet plan
