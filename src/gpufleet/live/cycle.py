@@ -299,7 +299,7 @@ class CycleRunner:
         # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
         # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
         report.next_due = self._next_due([*d.due, *d.ready_due, *_unjoined_due(world)], now)
-        self._keep(d, snapshot, victims)
+        self._keep(d, snapshot, victims, report)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
         self.metrics.cycle_phase.labels("api").inc(report.api_s)
@@ -364,6 +364,8 @@ class CycleRunner:
             self.requeues.apply(policy, now, functools.partial(owners_of, world), only={w.key for w in submitted})
         if carried.observed:  # (what the node agent saw them use of their GPUs, before anything is placed)
             observed_memory.tell(world, policy, now, carried.observed)
+        if carried.terminating:  # (workloads whose pods are all being deleted: on their way out)
+            planner.terminating(world, policy, carried.terminating)
         # Pods created after their workload's admission, before anything new (a full cycle tries them all).
         repairs = gangs.join(world, policy, only=set(world.late)) if world.late else []
         due = [t for t in kept.due if t > now]
@@ -457,10 +459,21 @@ class CycleRunner:
                     entry.node, entry.devices, entry.assumed = p.node, p.devices, True
                     entry.intent = Intent(p.node, p.devices, now)
 
-    def _keep(self, d: _Decided, snapshot: CacheSnapshot, victims: list[Victim]) -> None:
-        """What the next cycle may carry on from: none after an eviction (pods leave, shields change), beside
-        Kueue, or with objects set aside or invalid (a full cycle holds their pods back)."""
-        if (victims or d.plan.preempted or self.settings.beside_kueue.enabled or self.quarantine.held
+    def _keep(self, d: _Decided, snapshot: CacheSnapshot, victims: list[Victim],
+              report: CycleReport | None = None) -> None:
+        """What the next cycle may carry on from: none beside Kueue, with objects set aside or invalid (a full
+        cycle holds their pods back), or after evictions but a preemption's whose every eviction was accepted. Those
+        victims are on their way out in the kept policy (the core marked them so when it chose them): they hold
+        their quota and nodes until their pods are gone, which the cycles that carry on read as they read any pod
+        ending, and are not chosen again. A repair's or a waitForPodsReady timeout's evictions, a refusal (a shield
+        the kept policy does not know), or a preempted workload with nothing to evict take a full cycle."""
+        evicted = {v.workload for v in victims}
+        if victims or d.plan.preempted:
+            carried_on = (report is not None and not report.refused and evicted <= set(report.evicted)
+                          and all(v.preemptor for v in victims) and evicted == {p.workload for p in d.plan.preempted})
+        else:
+            carried_on = True
+        if (not carried_on or self.settings.beside_kueue.enabled or self.quarantine.held
                 or d.world.invalid or d.world.unaccounted):
             # (unaccounted: pods a full cycle could not charge on their nodes; it retries at each cycle, as capacity
             # comes free, which carrying on would give to new pods instead)

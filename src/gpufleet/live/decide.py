@@ -92,6 +92,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     repairs = gangs.repair(world, s.binding.gang_repair_timeout, due)
     world_s = time.perf_counter() - started
     policy = planner.make_policy(world, s.placement_profile, set(shields), quota_only=s.quota_only)
+    planner.terminating(world, policy)  # (before anything is preempted: what is on its way out is not again)
     observed_memory.tell(world, policy, now)  # what the node agent saw pods use of their GPUs
     ooms = ooms if ooms is not None else GpuOomMemory()
     ooms.apply(policy)  # what earlier policies learnt of GPU OOMs, then the terminations not told yet

@@ -45,9 +45,12 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
-And never when the last cycle evicted or was refused an eviction, a Binding was given up since (its capacity is
-free again), objects are set aside, a timer of the last cycle has fallen due (a partial gang's repair, a
-requeue backoff), or the change log lost changes: those take a full cycle, as does the periodic resync. A
+After a preemption whose every eviction was accepted the next cycle carries on: the victims are on their way out
+in the kept policy (they hold their quota and nodes until their pods are gone, read as any pod's ending; a full
+cycle reads the same off the pods being deleted: ``planner.terminating``). Never when the last cycle evicted for
+another reason (a repair, a waitForPodsReady timeout), was refused an eviction, a Binding was given up since
+(its capacity is free again), objects are set aside, a timer of the last cycle has fallen due (a partial gang's
+repair, a requeue backoff), or the change log lost changes: those take a full cycle, as does the periodic resync. A
 waitForPodsReady deadline falling due is judged on the kept world's pods, whose conditions every status change
 brings up to date: a full cycle only when a workload's pods are in fact late (its eviction).
 """
@@ -171,6 +174,8 @@ class Carried:
     observed: list[str] = field(default_factory=list)
     # Pods of ours whose containers' statuses show a new GPU out-of-memory (gpufleet.live.gpu_oom)
     oom: list[str] = field(default_factory=list)
+    # Pods of ours being deleted while they hold their node (their workload may be on its way out)
+    terminating: list[str] = field(default_factory=list)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -339,6 +344,8 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
         if held and not entry.terminal:
             if entry.ours:
                 out.restated.append(key)  # (its readiness, for blockAdmission: a pod being deleted is not ready)
+                if entry.deleting:
+                    out.terminating.append(key)  # (its workload on its way out: planner.terminating)
             return True  # being deleted, still running: it holds its node until it is gone, as a full cycle says
     if workload is not None:
         out.ended.append(workload)

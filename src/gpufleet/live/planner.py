@@ -18,7 +18,7 @@ kinds' objects, parsed with the queues, may change: a Job's status releases noth
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from gpufleet.api.objects import PodsReadyPolicy
@@ -59,6 +59,27 @@ def make_policy(world: World, profile: str, shielded: Collection[str], seed: int
     if parked is not None:
         parked.apply(world, policy)
     return policy
+
+
+def terminating(world: World, policy: KueuePolicy, only: Iterable[str] | None = None) -> None:
+    """Tell ``policy`` the workloads of ours whose pods holding a node are all being deleted (``only``: among the
+    workloads of those pods): a preemption's victims whose eviction was accepted, or work whose owner was deleted.
+    They keep their quota and nodes until their pods are gone, as Kueue keeps an evicted workload's, but are never
+    chosen as victims again (``KueuePolicy.terminating``): a full cycle, which knows nothing of the last one's
+    evictions, reads it off the pods, and a cycle that carries on from the one that evicted them knows it already
+    (the core marked them when it chose them)."""
+    keys = only if only is not None else [e.key for e in world.pods.values()
+                                          if e.deleting and e.ours and e.holds_capacity]
+    seen: set[str] = set()
+    for key in keys:
+        workload = world.workload_of.get(key)
+        if workload is None or workload in seen:
+            continue
+        seen.add(workload)
+        holding = [e for k in world.pods_of.get(workload, ()) if (e := world.pods.get(k)) is not None
+                   and e.holds_capacity]
+        if holding and all(e.deleting for e in holding):
+            policy.terminating(workload)
 
 
 def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: float = 2.0,

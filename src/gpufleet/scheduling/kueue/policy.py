@@ -50,6 +50,7 @@ PlacerFactory = Callable[[ClusterState, random.Random, Sequence[Topology]], Plac
 
 DEACTIVATED_MESSAGE = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
 _TERMINAL = ("Succeeded", "Failed")
+TERMINATING = "Terminating"  # why a workload whose pods are being deleted is on its way out (terminating())
 
 
 def engine_placer_factory(profile: str = "gpufleet") -> PlacerFactory:
@@ -223,6 +224,17 @@ class KueuePolicy:
             return
         state.queues.add(info, now)
         self._note_backoff(info, now)
+
+    def terminating(self, workload: str, reason: str = TERMINATING) -> bool:
+        """An admitted workload is on its way out (its pods are being deleted: a preemption's eviction the driver
+        issued, or its owner deleted): it keeps its quota and nodes until :meth:`finish`, is never chosen as a
+        victim again, and preemption searches count it as going (Kueue's evicted-but-not-yet-gone workloads).
+        Whether it was not known so already."""
+        info = self.state.infos.get(workload)
+        if info is None or info.state is not State.ADMITTED or info.evicting is not None:
+            return False
+        self.state.begin_eviction(info, reason)
+        return True
 
     def requeued(self, workload: str, count: int, requeue_at: float | None, evicted_at: float, now: float, *,
                  deactivated: bool = False) -> None:
