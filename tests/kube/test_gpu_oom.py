@@ -50,15 +50,30 @@ def test_what_frameworks_write_when_the_gpu_runs_out_of_memory() -> None:
                  "RuntimeError: CUDA error: out of memory", "torch.cuda.OutOfMemoryError: CUDA out of memory.",
                  "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor",
                  "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
-                 "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"):
-        assert GPU_OOM.search(text), text
-    for text in ("java.lang.OutOfMemoryError: Java heap space", "MemoryError", "Killed", ""):
-        assert not GPU_OOM.search(text), text
+                 "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                 "numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY",
+                 "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,024 bytes",
+                 "ResourceExhaustedError: OOM when allocating tensor with shape[8] on /device:GPU:0"):
+        assert GPU_OOM.search(text) and gpu_ooms(_failed(text)), text
+    for text in ("java.lang.OutOfMemoryError: Java heap space", "MemoryError", "Killed", "",
+                 "ResourceExhaustedError: OOM when allocating tensor with shape[8] on /job:w/device:CPU:0"):
+        assert not GPU_OOM.search(text) and not gpu_ooms(_failed(text)), text
+    # A container that exited 0 did not fail, whatever its log's end says; statuses not shaped as the API shapes
+    # them are passed over.
+    assert not gpu_ooms({"status": {"containerStatuses": [{"name": "m", "state": {"terminated": {
+        "exitCode": 0, "message": TORCH_OOM}}}]}})
+    for odd in ("x", {"containerStatuses": 5}, {"containerStatuses": [{"state": "running", "lastState": []}]},
+                {"containerStatuses": ["x", {"state": {"terminated": "x"}}]}):
+        assert gpu_ooms({"status": odd}) == frozenset()
     # The kubelet's OOMKilled is the node's memory cgroup: host memory, not the GPU's.
     host = {"status": {"containerStatuses": [_terminated("", reason="OOMKilled")]}}
     assert gpu_ooms(host) == frozenset()
     ran_out = {"status": {"containerStatuses": [_terminated(TORCH_OOM, restarted=True)]}}
     assert gpu_ooms(ran_out) == {"main@2026-01-02T00:00:00Z"}
+
+
+def _failed(message: str) -> JsonDict:
+    return {"status": {"phase": "Failed", "containerStatuses": [_terminated(message)]}}
 
 
 def _cluster_with_a_job(neighbour_used: str | None = None) -> tuple[Cluster, JsonDict]:
@@ -136,3 +151,57 @@ def test_a_container_restarted_in_place_is_learnt_by_a_full_cycle_from_its_last_
     assert lesson.workload == f"{NS}/train" and lesson.gpus == (f"{NODE}/0",)
     assert lesson.needs_more_than == 46068 - 30 * 1024
     assert f"expected to need more than {46068 - 30 * 1024} MiB" in lesson.text()
+
+
+def test_what_the_agent_saw_in_the_same_batch_is_read_before_the_oom() -> None:
+    """The neighbour's observation and the OOM arrive together: what was free beside it is worked out with the
+    observation, in a cycle that carries on as in a full one."""
+    c, first = _cluster_with_a_job()
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    neighbour = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/n")))
+    neighbour["metadata"]["annotations"][GPU_MEMORY_USED_ANNOTATION] = "30Gi"
+    c.put(r.PODS, neighbour, "MODIFIED")
+    failed = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{first['metadata']['name']}")))
+    failed["status"] = {"phase": "Failed", "containerStatuses": [_terminated(TORCH_OOM)]}
+    c.put(r.PODS, failed, "MODIFIED")
+    d, carried = step(run, now + 1)
+    assert carried
+    [(_, lesson)] = d.ooms
+    assert lesson.needs_more_than == 46068 - 30 * 1024
+
+
+def _owned(obj: JsonDict, uid: str) -> JsonDict:
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": uid,
+                                           "controller": True}]
+    return obj
+
+
+def test_a_job_made_again_under_its_name_learns_afresh() -> None:
+    c, first = _cluster_with_a_job()
+    key = f"{NS}/{first['metadata']['name']}"
+    c.put(r.PODS, _owned(json.loads(json.dumps(c.cache.get(r.PODS, key))), "job-train"), "MODIFIED")
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    failed = json.loads(json.dumps(c.cache.get(r.PODS, key)))
+    failed["status"] = {"phase": "Failed", "containerStatuses": [_terminated(TORCH_OOM)]}
+    c.put(r.PODS, failed, "MODIFIED")
+    d, _ = step(run, now + 1)
+    assert d.ooms
+    # The Job and its pod deleted, and a Job of the same name created: other UIDs, a workload of its own.
+    c.put(r.PODS, c.cache.get(r.PODS, key), "DELETED")
+    old_job = c.cache.get(JOBS, f"{NS}/train")
+    c.put(JOBS, old_job, "DELETED")
+    again = json.loads(json.dumps(old_job).replace("job-train", "job-train-2"))
+    again["metadata"].pop("resourceVersion", None)
+    c.put(JOBS, again)
+    [fresh_pod] = job_pods(again)
+    fresh_pod["metadata"]["name"] = "train-2nd"
+    c.put(r.PODS, _owned(fresh_pod, "job-train-2"))
+    run.kept = None
+    d, carried = step(run, now + 2)
+    assert not carried
+    assert d.plan.policy.memory is not None and d.plan.policy.memory.avoid(f"{NS}/train") == frozenset()
+    assert _gpu_of(d, f"{NS}/train-2nd") == gpu_uuid(NODE, 0)  # the emptier GPU, as for any new workload

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from live_env import NS, gpu_uuid, node, pod
-from test_carried_cycles import Cluster, first_cycle, outcome, runner
+from test_carried_cycles import Cluster, first_cycle, outcome, runner, step
 
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
 from gpufleet.k8s import resources as r
@@ -102,3 +102,54 @@ def test_another_change_to_the_pod_beside_the_observation_still_takes_a_full_cyc
     a["metadata"]["labels"]["team"] = "vision"  # read by selectors, queues: not something to carry
     c.put(r.PODS, a, "MODIFIED")
     assert kept._carry_on(c.cache.snapshot(), now + 1) is None
+
+
+def _observe(c: Cluster, name: str, used: str) -> None:
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
+    obj["metadata"]["annotations"][GPU_MEMORY_USED_ANNOTATION] = used
+    c.put(r.PODS, obj, "MODIFIED")
+
+
+def test_a_peak_reported_as_it_grows_counts_once_for_its_class() -> None:
+    """Each pod weighs once in its class's figures however often its peak is written (a rebuild reads each pod
+    once): two pods seen are not enough to expect anything of a third that declares nothing."""
+    c = Cluster()
+    c.put(r.NODES, _sliced_node())
+    for name, gpu, replica in (("a", 0, 0), ("c", 1, 0)):
+        obj = _running(name, gpu, replica, "10Gi" if name == "c" else None)
+        obj["metadata"]["labels"]["gpufleet.io/workload-class"] = "llm"
+        c.put(r.PODS, obj)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    for k, used in enumerate(("30Gi", "35Gi", "40Gi")):
+        _observe(c, "a", used)
+        _, carried = step(run, now + 1 + k)
+        assert carried
+    newcomer = pod("b", queue="lq", created="2026-01-02T00:00:00Z")
+    newcomer["metadata"]["labels"]["gpufleet.io/workload-class"] = "llm"
+    c.put(r.PODS, newcomer)
+    snapshot = c.cache.snapshot()
+    fresh = runner(c)
+    fresh.assumed = run.assumed.copy()
+    rebuilt = fresh._decide_isolating(snapshot, now + 5)
+    carried_on = run._carry_on(snapshot, now + 5)
+    assert carried_on is not None
+    assert outcome(carried_on) == outcome(rebuilt) and f"{NS}/b" in outcome(rebuilt)[0]
+
+
+def test_an_observation_removed_or_unreadable_takes_a_full_cycle_and_none_past_the_gpu_is_believed() -> None:
+    for after in ("garbage", None):
+        c = _cluster("40Gi")
+        run = runner(c)
+        now = time.time()
+        first_cycle(run, now)
+        a = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/a")))
+        if after is None:
+            del a["metadata"]["annotations"][GPU_MEMORY_USED_ANNOTATION]
+        else:
+            a["metadata"]["annotations"][GPU_MEMORY_USED_ANNOTATION] = after
+        c.put(r.PODS, a, "MODIFIED")
+        assert run._carry_on(c.cache.snapshot(), now + 1) is None, after
+    d = first_cycle(runner(_cluster("9Ei")), time.time())
+    assert d.world.cluster.observed_memory == {f"{NS}/a": 46068}  # an L40S's memory, not 9 EiB

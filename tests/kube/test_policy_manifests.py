@@ -14,6 +14,7 @@ import pytest
 import yaml
 from test_deploy_manifests import K8S_VERSIONS, chart_values, deploy_docs, render_chart
 
+from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
 from gpufleet.k8s.annotations import PLACEMENT_ANNOTATIONS
 from gpufleet.k8s.metrics_auth import METRICS_PATH
 
@@ -115,10 +116,16 @@ class Policy:
         self.variables = [(v["name"], env.program(env.compile(v["expression"]))) for v in doc["spec"]["variables"]]
         self.validations = [env.program(env.compile(v["expression"])) for v in doc["spec"]["validations"]]
 
-    def admits(self, operation: str, user: str, obj: Doc, old: Doc | None = None) -> bool:
+    def admits(self, operation: str, user: str, obj: Doc, old: Doc | None = None, *,
+               extra: dict[str, list[str]] | None = None) -> bool:
+        user_info: Doc = {"username": user}
+        if extra is not None:
+            user_info["extra"] = extra
+        subresource = "binding" if obj.get("kind") == "Binding" else ""
         activation: dict[str, Any] = {
             "object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
-            "request": celpy.json_to_cel({"operation": operation, "userInfo": {"username": user}}),
+            "request": celpy.json_to_cel({"operation": operation, "userInfo": user_info,
+                                          "subResource": subresource}),
         }
         variables: dict[str, Any] = {}
         for name, program in self.variables:
@@ -145,11 +152,14 @@ def test_the_policy_names_the_scheduler_of_deploy() -> None:
     assert f"'system:serviceaccount:{sa['namespace']}:{sa['name']}'" in expression
 
 
-def pod(**annotations: str) -> Doc:
+def pod(node: str | None = None, **annotations: str) -> Doc:
     meta: Doc = {"name": "p", "namespace": "ml"}
     if annotations:
         meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [{"name": "c"}]}}
+    spec: Doc = {"containers": [{"name": "c"}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def binding(**annotations: str) -> Doc:
@@ -184,6 +194,45 @@ PLACED = {"gpufleet.io/node": "n0", "gpufleet.io/devices": '["GPU-a"]', "gpuflee
 def test_the_policy_refuses_exactly_what_it_must(policy: Policy, case: str, operation: str, user: str, obj: Doc,
                                                   old: Doc | None, admitted: bool) -> None:
     assert policy.admits(operation, user, obj, old) is admitted, case
+
+
+AGENT = "system:serviceaccount:gpufleet-node:gpufleet-node-agent"
+USED = "gpufleet.io/gpu-memory-used"
+ON_N0 = {"authentication.kubernetes.io/node-name": ["n0"]}
+
+
+@pytest.mark.parametrize("case, operation, user, obj, old, extra, admitted", [
+    ("the agent writes what a pod on its node uses", "UPDATE", AGENT, pod("n0", **{USED: "20Gi"}), pod("n0"),
+     ON_N0, True),
+    ("the agent raises it", "UPDATE", AGENT, pod("n0", **{USED: "30Gi"}), pod("n0", **{USED: "20Gi"}), ON_N0, True),
+    ("the agent writes a pod of another node", "UPDATE", AGENT, pod("n1", **{USED: "20Gi"}), pod("n1"), ON_N0,
+     False),
+    ("the agent writes a pod that is not bound", "UPDATE", AGENT, pod(**{USED: "20Gi"}), pod(), ON_N0, False),
+    ("an agent token without the node claim", "UPDATE", AGENT, pod("n1", **{USED: "20Gi"}), pod("n1"), None, True),
+    ("the agent creates a pod", "CREATE", AGENT, pod("n0"), None, ON_N0, False),
+    ("a user lowers it", "UPDATE", "alice", pod("n0", **{USED: "1Mi"}), pod("n0", **{USED: "20Gi"}), None, False),
+    ("a user removes it", "UPDATE", "alice", pod("n0"), pod("n0", **{USED: "20Gi"}), None, False),
+    ("a template carries it", "CREATE", "system:serviceaccount:kube-system:job-controller", pod(**{USED: "1Mi"}),
+     None, None, False),
+    ("a user edits another annotation beside it", "UPDATE", "alice", pod("n0", **{USED: "20Gi"}, note="x"),
+     pod("n0", **{USED: "20Gi"}), None, True),
+    ("the agent may not touch a placement", "UPDATE", AGENT, pod("n0", **{**PLACED, "gpufleet.io/node": "n9"}),
+     pod("n0", **PLACED), ON_N0, False),
+])
+def test_only_the_node_agent_writes_what_a_pod_uses_and_only_on_its_node(
+        policy: Policy, case: str, operation: str, user: str, obj: Doc, old: Doc | None,
+        extra: dict[str, list[str]] | None, admitted: bool) -> None:
+    assert policy.admits(operation, user, obj, old, extra=extra) is admitted, case
+
+
+def test_the_policy_names_the_node_agent_of_deploy() -> None:
+    agent_docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "node-agent.yaml").read_text()) if d]
+    sa = one(agent_docs, "ServiceAccount")["metadata"]
+    expression = next(v["expression"] for v in one(policy_docs(), "ValidatingAdmissionPolicy")["spec"]
+                      ["variables"] if v["name"] == "isNodeAgent")
+    assert expression.endswith(f"'system:serviceaccount:{sa['namespace']}:{sa['name']}'")
+    assert next(v["expression"] for v in one(policy_docs(), "ValidatingAdmissionPolicy")["spec"]["variables"]
+                if v["name"] == "usedKey") == f"'{GPU_MEMORY_USED_ANNOTATION}'"
 
 
 def test_the_chart_renders_the_policy_by_default_for_its_namespace() -> None:

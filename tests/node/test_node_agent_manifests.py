@@ -131,3 +131,12 @@ def test_chart_values_reach_the_node_agent() -> None:
     [cm] = [d for d in full if d["kind"] == "ConfigMap"]
     assert yaml.safe_load(cm["data"]["config.yaml"])["flags"]["migStrategy"] == "mixed"
     assert agent_docs(nodeAgent__enabled=False) == []
+    # The memory report off: the agent told so.
+    quiet = agent_docs(nodeAgent__gpuMemoryReportPeriod=0)
+    [ds] = [d for d in quiet if d["kind"] == "DaemonSet"]
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUFLEET_GPU_MEMORY_REPORT_PERIOD"] == "0"
+    assert _agent_command().make_context("agent", ["--node-name", "n"], default_map=None).params[
+        "gpu_memory_report_period"] == 15.0
+    period = next(p for p in _agent_command().params if p.name == "gpu_memory_report_period")
+    assert period.envvar == "GPUFLEET_GPU_MEMORY_REPORT_PERIOD"

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from agent_env import Env, running_agent
 from kube_apisim import ApiSim
-from live_env import NS, pod, wait_until
+from live_env import NS, annotation_patches, pod, wait_until
 from machines import MIG_MIXED, TIME_SLICED, WHOLE_4_PAIRS, write_machine
 
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.client import KubeClient
 from gpufleet.node.attribution import Attribution
-from gpufleet.node.contract import Gpu, GpuSample, InstanceSample
-from gpufleet.node.memory_report import STEP_MIB, MemoryReporter, carried, readings, worth_writing
+from gpufleet.node.contract import Gpu, GpuMemory, InstanceSample
+from gpufleet.node.memory_report import RETRY_S, STEP_MIB, MemoryReporter, carried, readings, worth_writing
 from gpufleet.node.nvml_fake import FakeNvml
 
 GPU = "nvidia.com/gpu"
@@ -99,10 +99,8 @@ def _gpu(uuid: str) -> Gpu:
     return Gpu(0, uuid, "NVIDIA A100-SXM4-80GB", 81920, 8, 0, "0000:00:00.0", True, True)
 
 
-def _sample(used_mib: float, instances: tuple[InstanceSample, ...] = ()) -> GpuSample:
-    return GpuSample(gpu_util=0.0, mem_copy_util=0.0, fb_used_mib=used_mib, fb_free_mib=81920 - used_mib,
-                     temperature_c=30.0, power_w=60.0, sm_clock_mhz=210.0, mem_clock_mhz=1593.0, energy_mj=0.0,
-                     instances=instances)
+def _sample(used_mib: float, instances: tuple[InstanceSample, ...] = ()) -> GpuMemory:
+    return GpuMemory(used_mib, instances)
 
 
 def test_readings_take_the_most_a_pod_uses_on_the_devices_it_holds_alone() -> None:
@@ -136,11 +134,26 @@ def test_what_the_pod_already_carries_is_not_written_again(apisim: ApiSim, clien
     obj = apisim.create(r.PODS, pod("p", node_name="n", annotations={GPU_MEMORY_USED_ANNOTATION: "20000Mi"}))
     reporter = MemoryReporter(client)
     key = f"{NS}/p"
-    assert reporter.report({key: 21_000}, {key: obj}) == []
-    assert reporter.report({key: 22_000}, {key: obj}) == [key]
+    assert reporter.report({key: 21_000}, {key: obj}, 0.0) == []
+    assert reporter.report({key: 22_000}, {key: obj}, 1.0) == [key]
     assert used(apisim, "p") == "22000Mi"
     # The peak outlives a lower reading and a pod made again under the name starts afresh.
-    assert reporter.report({key: 500}, {key: apisim.get(r.PODS, NS, "p")}) == []
+    assert reporter.report({key: 500}, {key: apisim.get(r.PODS, NS, "p")}, 2.0) == []
     assert reporter.peaks == {(key, obj["metadata"]["uid"]): 22_000}
-    assert reporter.report({}, {}) == [] and reporter.peaks == {}
+    assert reporter.report({}, {}, 3.0) == [] and reporter.peaks == {}
+
+
+def test_a_write_that_fails_is_tried_again_later_and_later(apisim: ApiSim, client: KubeClient) -> None:
+    ghost = pod("ghost", node_name="n")  # in the agent's cache, no longer in the API: every write fails
+    ghost["metadata"]["uid"] = "uid-ghost"
+    key = f"{NS}/ghost"
+    reporter = MemoryReporter(client)
+
+    def patches() -> int:
+        return len(annotation_patches(apisim, "ghost"))
+
+    for clock, tried in ((0.0, 1), (1.0, 1), (RETRY_S - 1, 1), (RETRY_S, 2), (RETRY_S + 2 * RETRY_S - 1, 2),
+                         (RETRY_S + 2 * RETRY_S, 3)):
+        assert reporter.report({key: 20_000}, {key: ghost}, clock) == []
+        assert patches() == tried, clock
 

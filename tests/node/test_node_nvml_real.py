@@ -30,6 +30,7 @@ def test_against_real_nvml_when_present() -> None:
         found = discover(machine, AgentDeviceConfig())
         assert found.labels["nvidia.com/gpu.count"] == str(len(machine.gpus))
         assert backend.sample(machine.gpus[0]).fb_free_mib >= 0
+        assert 0 <= backend.memory(machine.gpus[0]).fb_used_mib <= machine.gpus[0].memory_mib
         assert isinstance(backend.wait_events(0.1), list)
     finally:
         backend.close()
@@ -364,6 +365,21 @@ def test_memory_temperature_ecc_row_remapping_and_mig_instance_memory() -> None:
     assert s.gr_engine_active != s.gr_engine_active  # MIG on: no GPU-wide GPM figure
     plain = backend.sample(t4)
     assert plain.instances == () and all(v != v for v in (plain.ecc_dbe_volatile, plain.row_remap_failure))
+    # The memory alone (the node agent's per-pod reports): the same figures.
+    memory = backend.memory(mig_gpu)
+    assert memory.fb_used_mib == s.fb_used_mib and memory.instances == s.instances
+
+
+def test_reading_memory_leaves_the_gpm_window_to_the_scrapes() -> None:
+    h100 = FakeGpu("GPU-0", "NVIDIA H100 80GB HBM3", "00000000:10:00.0", 81559, gpm=True,
+                   graphics_busy=[37.5, 80.0])
+    nvml = FakePynvml([h100])
+    backend = RealNvml(nvml, numa_node=lambda _: None)
+    [hopper] = backend.machine().gpus
+    backend.sample(hopper)
+    backend.memory(hopper)  # between two scrapes: no GPM sample taken, none freed
+    assert backend.sample(hopper).gr_engine_active == 0.375
+    backend.close()
 
 
 def test_graphics_activity_from_gpm_between_two_samples() -> None:

@@ -83,11 +83,15 @@ def test_memory_book_hints_floors_and_profiles() -> None:
     template = a.pods[0].template
     assert workload_class(a) == "team-a/nb" and workload_class(b) == "team-a/Job"
     assert book.hint(a, template) == 0
-    for mib in (4 * GI, 6 * GI):
-        book.observed(a, "team-a/x", mib)
+    for pod, mib in (("team-a/x", 4 * GI), ("team-a/y", 6 * GI)):
+        book.observed(a, pod, mib)
     assert book.hint(a, template) == 0  # two observations are not enough to trust the class
-    book.observed(a, "team-a/x", 30 * GI)
-    assert book.hint(a, template) == 30 * GI  # the 90th percentile of three
+    book.observed(a, "team-a/y", 40 * GI)  # the same pod's peak grew: it replaces its own, still two pods
+    assert book.hint(a, template) == 0
+    book.observed(a, "team-a/z", 30 * GI)
+    assert book.hint(a, template) == 40 * GI  # the 90th percentile of three pods
+    book.observed(a, "team-a/y", 6 * GI)
+    assert book.hint(a, template) == 30 * GI
     book.oom_on_shared(b, ["n/0"], 12 * GI)
     assert book.hint(b, b.pods[0].template) == 12 * GI + 1 and book.avoid(b.key) == frozenset({"n/0"})
     assert next_larger_profile("nvidia.com/mig-1g.10gb", "A100-SXM4-80GB",

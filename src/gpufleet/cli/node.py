@@ -139,7 +139,7 @@ def agent_command(
         help="Publish this node's GPUs as DRA ResourceSlices of NVIDIA's driver gpu.nvidia.com (Kubernetes 1.34+) "
              "instead of serving device plugins; never both on one node.")] = False,
     gpu_memory_report_period: Annotated[float, typer.Option(
-        "--gpu-memory-report-period", min=0.0,
+        "--gpu-memory-report-period", min=0.0, envvar="GPUFLEET_GPU_MEMORY_REPORT_PERIOD",
         help="Seconds between readings of the GPU memory each pod uses of a device it holds alone, written on the "
              "pod as gpufleet.io/gpu-memory-used when its peak grew (the scheduler's memory-aware sharing reads "
              "it); 0 disables.")] = 15.0,

@@ -347,8 +347,12 @@ class CycleRunner:
         apply_nodes(kept.world, kept.policy, carried.nodes, now)
         if carried.nodes or carried.gone:
             self.parked.nodes_changed()  # (its fingerprint of the nodes is a full cycle's)
-        # Pods that ran out of GPU memory, told while their devices are still theirs in the kept state.
-        # (on a copy, kept only if this cycle carries on: a full cycle instead must tell its own policy)
+        # What the node agent saw pods use, then the pods that ran out of GPU memory, told while their devices are
+        # still theirs in the kept state (in a full cycle's order: what was free beside an OOM reads the
+        # observations), the latter on a copy, kept only if this cycle carries on (a full cycle instead must tell
+        # its own policy).
+        if carried.observed:
+            observed_memory.tell(kept.world, kept.policy, now, carried.observed)
         oom_memory = self.ooms.copy() if carried.oom else None
         ooms = oom_memory.learn(kept.world, kept.policy, carried.oom) if oom_memory is not None else []
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
@@ -362,8 +366,6 @@ class CycleRunner:
         world, policy = kept.world, kept.policy
         if len(self.requeues) and submitted:  # (a Job evicted for PodsReadyTimeout, its pods made again)
             self.requeues.apply(policy, now, functools.partial(owners_of, world), only={w.key for w in submitted})
-        if carried.observed:  # (what the node agent saw them use of their GPUs, before anything is placed)
-            observed_memory.tell(world, policy, now, carried.observed)
         if carried.terminating:  # (workloads whose pods are all being deleted: on their way out)
             planner.terminating(world, policy, carried.terminating)
         # Pods created after their workload's admission, before anything new (a full cycle tries them all).

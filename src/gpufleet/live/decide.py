@@ -95,7 +95,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     planner.terminating(world, policy)  # (before anything is preempted: what is on its way out is not again)
     observed_memory.tell(world, policy, now)  # what the node agent saw pods use of their GPUs
     ooms = ooms if ooms is not None else GpuOomMemory()
-    ooms.apply(policy)  # what earlier policies learnt of GPU OOMs, then the terminations not told yet
+    ooms.apply(policy, world)  # what earlier policies learnt of GPU OOMs, then the terminations not told yet
     oom_lessons = ooms.learn(world, policy, forget_gone=True)
     if requeues is not None:  # the backoffs of workloads evicted for PodsReadyTimeout, as Kueue keeps them
         requeues.forget_gone(world.pods_of.keys(), now)

@@ -21,39 +21,65 @@ scheduler learns again from the failed pods still in the API, but not from those
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.recorded import grants_from_ids
-from gpufleet.live.world import World
+from gpufleet.live.requeues import made_again
+from gpufleet.live.world import World, owners_of
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.memory import MemoryLessons, OomLesson
 
 JsonDict = dict[str, Any]
 
 # What a program writes when CUDA cannot allocate device memory (Python's and Java's own OutOfMemoryError, host
-# memory, are left out: only torch's is the GPU's).
+# memory, are left out: only torch's and CuPy's are the GPU's; TensorFlow's names the device, and a CPU's is not).
 GPU_OOM = re.compile(
-    r"CUDA out of memory|CUDA error: out of memory|torch\.(?:cuda\.)?OutOfMemoryError|cudaErrorMemoryAllocation"
+    r"CUDA out of memory|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
+    r"|torch\.(?:cuda\.)?OutOfMemoryError|cupy\.cuda\.memory\.OutOfMemoryError"
+    r"|OutOfMemoryError: Out of memory allocating"
     r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|RESOURCE_EXHAUSTED: Out of memory"
-    r"|OOM when allocating tensor")
+    r"|OOM when allocating tensor(?![^\n]*device:CPU)")
+# Words one of those messages holds: a message with none of them is not searched (a long log's tail costs the
+# search tens of microseconds, and every status change of a restarted pod carries it).
+_HINTS = ("memory", "Memory", "MEMORY", "OOM", "ALLOC")
 REASON = "GPUOutOfMemory"  # the Warning event's reason
 
 
-def gpu_ooms(pod: Mapping[str, Any]) -> frozenset[str]:
-    """The terminations of ``pod``'s containers whose message says the GPU ran out of memory, each named by its
-    container and when it ended (the current state, and the last one before a restart)."""
-    status = pod.get("status") or {}
-    found: set[str] = set()
+def _terminations(pod: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each terminated state of the pod's containers (the current one, and the last before a restart), with the
+    container's name; what is not shaped as the API shapes it is passed over."""
+    status = pod.get("status")
+    if not isinstance(status, Mapping):
+        return
     for field in ("containerStatuses", "initContainerStatuses"):
-        for cs in status.get(field) or ():
-            if not isinstance(cs, dict):
+        statuses = status.get(field)
+        for cs in statuses if isinstance(statuses, list) else ():
+            if not isinstance(cs, Mapping):
                 continue
             for state_field in ("state", "lastState"):
-                ended = (cs.get(state_field) or {}).get("terminated")
-                if isinstance(ended, dict) and GPU_OOM.search(str(ended.get("message") or "")):
-                    found.add(f"{cs.get('name')}@{ended.get('finishedAt') or ended.get('containerID') or ''}")
+                state = cs.get(state_field)
+                ended = state.get("terminated") if isinstance(state, Mapping) else None
+                if isinstance(ended, Mapping):
+                    yield str(cs.get("name")), ended
+
+
+def ended(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The pod's containers' terminations, by container and when it ended (cheap: no message is read)."""
+    return frozenset(f"{name}@{t.get('finishedAt') or t.get('containerID') or ''}" for name, t in _terminations(pod))
+
+
+def gpu_ooms(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The terminations of ``pod``'s containers (:func:`ended`'s names) whose message says the GPU ran out of
+    memory: a failure (a non-zero exit code) whose message :data:`GPU_OOM` recognises."""
+    found: set[str] = set()
+    for name, t in _terminations(pod):
+        message = t.get("message")
+        if not isinstance(message, str) or t.get("exitCode") == 0 or not any(h in message for h in _HINTS):
+            continue
+        if GPU_OOM.search(message):
+            found.add(f"{name}@{t.get('finishedAt') or t.get('containerID') or ''}")
     return frozenset(found)
 
 
@@ -63,18 +89,34 @@ class GpuOomMemory:
     def __init__(self) -> None:
         self._told: set[tuple[str, str]] = set()  # (pod UID, termination)
         self.lessons = MemoryLessons()
+        # The UIDs of each taught workload's owners (a Job's) when it was taught: a workload of the same name made
+        # by another owner (the Job deleted and created again) is a new one, and learns afresh.
+        self._owners: dict[str, frozenset[str]] = {}
+        self._read: dict[str, Any] = {}  # pod UID -> the resourceVersion read last, with nothing left to tell
 
     def copy(self) -> GpuOomMemory:
         """For a trial decision (the search for an object that makes the cycle fail), which must change nothing."""
         out = GpuOomMemory()
         out._told = set(self._told)
         out.lessons = self.lessons
+        out._owners = dict(self._owners)
+        out._read = dict(self._read)
         return out
 
-    def apply(self, policy: KueuePolicy) -> None:
-        """Give a policy a full cycle built what the earlier ones learnt."""
-        if policy.memory is not None and self.lessons:
-            policy.memory.learn(self.lessons)
+    def apply(self, policy: KueuePolicy, world: World) -> None:
+        """Give a policy a full cycle built what the earlier ones learnt of the workloads still in ``world`` (one
+        gone, or made again by another owner, is forgotten)."""
+        lessons = self.lessons
+        if not lessons:
+            return
+        alive = {w for w in {*lessons.floor, *lessons.avoid, *lessons.resize}
+                 if w in world.pods_of and not made_again(self._owners.get(w, frozenset()), owners_of(world, w))}
+        self.lessons = lessons = MemoryLessons({w: v for w, v in lessons.floor.items() if w in alive},
+                                               {w: v for w, v in lessons.avoid.items() if w in alive},
+                                               {w: v for w, v in lessons.resize.items() if w in alive})
+        self._owners = {w: o for w, o in self._owners.items() if w in alive}
+        if policy.memory is not None and lessons:
+            policy.memory.learn(lessons)
 
     def keep(self, policy: KueuePolicy) -> None:
         """What the cycle's policy knows now (its own lessons and those it was given)."""
@@ -90,20 +132,26 @@ class GpuOomMemory:
         if forget_gone:
             uids = {e.uid for e in world.pods.values()}
             self._told = {t for t in self._told if t[0] in uids}
+            self._read = {u: v for u, v in self._read.items() if u in uids}
         for key in world.pods if only is None else only:
             entry = world.pods.get(key)
             if entry is None or not entry.ours or entry.pod is None or not entry.uid:
                 continue
+            version = (entry.raw.get("metadata") or {}).get("resourceVersion")
+            if version is not None and self._read.get(entry.uid) == version:
+                continue  # (read already as it stands: nothing new to tell)
             new = [t for t in gpu_ooms(entry.raw) if (entry.uid, t) not in self._told]
             workload = world.workload_of.get(key)
-            if not new or workload is None:
-                continue
-            held = _held(world, key)
-            if held is None:
-                continue
+            held = _held(world, key) if new and workload is not None else None
+            if workload is None or held is None:
+                if not new and version is not None:
+                    self._read[entry.uid] = version
+                continue  # (a termination not told yet is read again next time: it may be told then)
+            self._read[entry.uid] = version
             self._told.update((entry.uid, t) for t in new)
             lesson = policy.oom_at(workload, key, *held)
             if lesson is not None:
+                self._owners.setdefault(workload, owners_of(world, workload))
                 out.append((entry.raw, lesson))
         return out
 

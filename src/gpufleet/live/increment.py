@@ -73,7 +73,7 @@ from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache, WorkloadObject
 from gpufleet.live.assumed import AssumedPods
-from gpufleet.live.gpu_oom import gpu_ooms
+from gpufleet.live.gpu_oom import ended, gpu_ooms
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.wakeup import unread_status_only, without_status
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
@@ -277,12 +277,14 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
     if _unobserved(c.old) != _unobserved(c.new):
         return False
     if _memory_used(c.old) != _memory_used(c.new):
-        # The node agent's observation of what it uses of its GPUs: the parse reads it; the policy is told.
+        # The node agent's observation of what it uses of its GPUs: the parse reads it; the policy is told. One
+        # removed or unreadable takes a full cycle (the kept policy cannot unlearn it; a rebuild never learns it).
         parsed = parse.one(r.PODS, c.key, c.new).obj
-        if entry.pod is not None and isinstance(parsed, Pod):
-            entry.pod = parsed
-            out.observed.append(c.key)
-    if entry.ours and gpu_ooms(c.new) - gpu_ooms(c.old):
+        if entry.pod is None or not isinstance(parsed, Pod) or parsed.gpu_memory_used_mib is None:
+            return False
+        entry.pod = parsed
+        out.observed.append(c.key)
+    if entry.ours and ended(c.new) - ended(c.old) and gpu_ooms(c.new) - gpu_ooms(c.old):
         out.oom.append(c.key)  # (told before anything is released: where it ran out)
     if _phase(c.new) in TERMINAL_PHASES or (c.new.get("metadata") or {}).get("deletionTimestamp"):
         if _phase(c.old) in TERMINAL_PHASES:

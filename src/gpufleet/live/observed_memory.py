@@ -27,6 +27,15 @@ def tell(world: World, policy: KueuePolicy, now: float, only: Iterable[str] | No
         mib = entry.pod.gpu_memory_used_mib
         if mib is None:
             continue
+        # No more than the largest GPU it holds: the annotation is a pod's, and a value past any device is no
+        # reading (a pod holding no GPU has none to tell).
+        placement = world.cluster.placements.get(key)
+        node = world.cluster.nodes.get(placement.node) if placement is not None else None
+        sizes = [node.gpus[g.gpu].memory_mib for g in placement.grants if g.gpu < len(node.gpus)] \
+            if placement is not None and node is not None else []
+        if not sizes:
+            continue
+        mib = min(mib, max(sizes))
         workload = world.workload_of.get(key)
         if workload is not None:
             policy.observe_memory(workload, key, mib, now)

@@ -36,7 +36,7 @@ class Requeue:
     owners: frozenset[str] = frozenset()
 
 
-def _made_again(before: frozenset[str], now: frozenset[str]) -> bool:
+def made_again(before: frozenset[str], now: frozenset[str]) -> bool:
     """Whether the workload's pods now come from other owners than those evicted (the Job deleted and created
     again): a new workload, as Kueue makes a new Workload for it."""
     return bool(before and now and before.isdisjoint(now))
@@ -65,7 +65,7 @@ class RequeueMemory:
         """The workload was evicted for ``PodsReadyTimeout`` at ``now`` under ``policy``: one more requeue.
         ``owners``: its pods' owners' UIDs."""
         before = self._entries.get(workload)
-        same = before is not None and not _made_again(before.owners, owners)
+        same = before is not None and not made_again(before.owners, owners)
         count = (before.count if before is not None and same else 0) + 1
         limit = policy.backoff_limit_count
         if limit is not None and count > limit:
@@ -87,7 +87,7 @@ class RequeueMemory:
             if policy.info(key) is None:
                 continue
             now_owners = owners_of(key)
-            if _made_again(e.owners, now_owners):
+            if made_again(e.owners, now_owners):
                 self._entries.pop(key, None)  # the owner was made again: a new workload, starting afresh
                 continue
             policy.requeued(key, e.count, e.requeue_at, e.evicted_at, now, deactivated=e.deactivated)

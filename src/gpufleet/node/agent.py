@@ -112,6 +112,7 @@ class NodeAgent:
         self._last_holders: dict[str, int] = {}
         self._holders_due = 0.0
         self._pod_parses = ParseCache()  # this node's pods, parsed once per version (fractions, declared memory)
+        self._memory_parses = ParseCache()  # the same, for the memory reports on the loop's thread
         # The DRA devices last computed, and from what (the machine object and the Unhealthy UUIDs).
         self._dra_input: tuple[Machine, frozenset[str]] | None = None
         self._dra_devices: list[dict[str, Any]] = []
@@ -336,8 +337,7 @@ class NodeAgent:
         period = self.options.memory_report_period
         if period is not None and time.monotonic() >= self._memory_due and self.tracker.synced:
             self._memory_due = time.monotonic() + period
-            pods = self._pod_objects()
-            self.memory.report(readings(self._attribution(found, pods), self._samples(found)), pods)
+            self._report_memory(found)
 
     def _publish(self, found: Discovery) -> None:
         labels = dict(found.labels)
@@ -417,8 +417,23 @@ class NodeAgent:
         gpu = b""
         if found is not None and self.opened is not None:
             gpu = render_gpu_metrics(found.machine, self._samples(found), self.options.node_name,
-                                     self._attribution(found, self._pod_objects()))
+                                     self._attribution(found, self._pod_objects(), self._pod_parses))
         return gpu + self.metrics.exposition()
+
+    def _report_memory(self, found: Discovery) -> None:
+        """The pods' GPU memory (gpufleet.node.memory_report), read on the loop's thread with NVML's memory calls
+        alone (``NvmlBackend.memory``: a scrape's sample, whose GPM window runs between two scrapes, is not
+        touched) and a parse cache of its own (a scrape's runs on a server thread meanwhile)."""
+        assert self.opened is not None
+        memories = []
+        for g in found.machine.gpus:
+            try:
+                memories.append((g, self.opened.backend.memory(g)))
+            except Exception as e:  # one GPU that cannot be read must not hide the others
+                log.warning("reading the memory of GPU %s failed: %s", g.uuid, e)
+        pods = self._pod_objects()
+        self.memory.report(readings(self._attribution(found, pods, self._memory_parses), memories), pods,
+                           time.monotonic())
 
     def _samples(self, found: Discovery) -> list[tuple[Gpu, GpuSample]]:
         assert self.opened is not None
@@ -433,13 +448,14 @@ class NodeAgent:
     def _pod_objects(self) -> dict[str, dict[str, Any]]:
         return {PODS.object_key(obj): obj for obj in self.tracker.cache.objects(PODS)}
 
-    def _attribution(self, found: Discovery, raw: dict[str, dict[str, Any]]) -> Attribution:
-        """Who holds each GPU and MIG instance now (``raw``: this node's pods): the kubelet's PodResources record
-        (asked at every scrape, as dcgm-exporter does) and the fractional pods bound here."""
+    def _attribution(self, found: Discovery, raw: dict[str, dict[str, Any]], parses: ParseCache) -> Attribution:
+        """Who holds each GPU and MIG instance now (``raw``: this node's pods; ``parses``: the caller thread's
+        cache of their parses): the kubelet's PodResources record (asked at every scrape, as dcgm-exporter does)
+        and the fractional pods bound here."""
 
         def pod(key: str) -> Pod | None:
             obj = raw.get(key)
-            parsed = self._pod_parses.one(PODS, key, obj).obj if obj is not None else None
+            parsed = parses.one(PODS, key, obj).obj if obj is not None else None
             return parsed if isinstance(parsed, Pod) else None
 
         replicas: dict[str, int] = {}
@@ -450,6 +466,6 @@ class NodeAgent:
                     per_gpu[d.gpu_uuid] = per_gpu.get(d.gpu_uuid, 0) + 1
             for uuid, n in per_gpu.items():
                 replicas[uuid] = max(replicas.get(uuid, 0), n)
-        self._pod_parses.forget_except(PODS, raw)
+        parses.forget_except(PODS, raw)
         return attribute(found.machine, self.pod_resources.assignments(), self.tracker.fraction_holders(), pod,
                          replicas)

@@ -115,6 +115,12 @@ class GpuSample:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuMemory:
+    fb_used_mib: float
+    instances: tuple[InstanceSample, ...] = ()  # per MIG GPU instance, when MIG is on
+
+
+@dataclass(frozen=True, slots=True)
 class XidEvent:
     gpu_uuid: str
     xid: int
@@ -131,6 +137,11 @@ class NvmlBackend(Protocol):
 
     def sample(self, gpu: Gpu) -> GpuSample:
         """Current telemetry of one GPU."""
+        ...
+
+    def memory(self, gpu: Gpu) -> GpuMemory:
+        """The GPU's framebuffer in use now, and each MIG GPU instance's: :meth:`sample`'s memory figures alone,
+        read without touching its other readings (GPM's window between two samples)."""
         ...
 
     def wait_events(self, timeout: float) -> list[XidEvent]:

@@ -32,7 +32,7 @@ from gpufleet.k8s.client import KubeClient
 from gpufleet.k8s.errors import KubeError, NotFound
 from gpufleet.k8s.resources import PODS
 from gpufleet.node.attribution import Attribution
-from gpufleet.node.contract import Gpu, GpuSample
+from gpufleet.node.contract import Gpu, GpuMemory
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ STEP_MIB = 256  # and at least this many MiB higher (a CUDA context alone is a f
 JsonDict = dict[str, Any]
 
 
-def readings(attribution: Attribution, samples: Iterable[tuple[Gpu, GpuSample]]) -> dict[str, int]:
+def readings(attribution: Attribution, samples: Iterable[tuple[Gpu, GpuMemory]]) -> dict[str, int]:
     """Pod key ("namespace/name") -> MiB it uses now of a device it holds alone (the most over such devices)."""
     out: dict[str, int] = {}
     for gpu, sample in samples:
@@ -76,18 +76,25 @@ def worth_writing(peak: int, have: int) -> bool:
     return peak - have >= max(STEP_MIB, STEP_RATIO * have)
 
 
+RETRY_S = 30.0  # after a write that failed, the pod is written again no sooner than this, doubled each time
+RETRY_MAX_S = 900.0
+
+
 @dataclass(slots=True)
 class MemoryReporter:
-    """Each pod's peak, and the writes it takes. One per agent; called from the agent's loop."""
+    """Each pod's peak, and the writes it takes. One per agent; called from the agent's loop alone."""
 
     client: KubeClient
     peaks: dict[tuple[str, str], int] = field(default_factory=dict)  # (pod key, uid) -> MiB, the peak seen
     writes: int = 0  # sent and accepted
     readings: int = 0  # taken (tests wait on it)
+    # (pod key, uid) -> (when it may be written again, the wait after the next failure): writes that failed
+    retry: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
 
-    def report(self, now: Mapping[str, int], pods: Mapping[str, JsonDict]) -> list[str]:
+    def report(self, now: Mapping[str, int], pods: Mapping[str, JsonDict], clock: float) -> list[str]:
         """Take this reading (:func:`readings`) of this node's ``pods`` (key -> object, the agent's informer) and
-        write each pod whose peak grew by a step over what it carries; the pods written."""
+        write each pod whose peak grew by a step over what it carries; the pods written. ``clock``: monotonic
+        seconds, for the backoff of pods whose write failed (a refusal is not asked again every reading)."""
         self.readings += 1
         written: list[str] = []
         alive: set[tuple[str, str]] = set()
@@ -98,22 +105,32 @@ class MemoryReporter:
             if mib is not None:
                 self.peaks[(key, uid)] = max(self.peaks.get((key, uid), 0), mib)
             peak = self.peaks.get((key, uid), 0)
-            if peak and worth_writing(peak, carried(obj)) and self._write(key, peak):
+            if not peak or not worth_writing(peak, carried(obj)) or self.retry.get((key, uid), (0.0, 0.0))[0] > clock:
+                continue
+            if self._write(key, uid, peak):
+                self.retry.pop((key, uid), None)
                 written.append(key)
+            else:
+                wait = self.retry.get((key, uid), (0.0, RETRY_S))[1]
+                self.retry[(key, uid)] = (clock + wait, min(wait * 2, RETRY_MAX_S))
         for gone in set(self.peaks) - alive:  # (a pod deleted, or made again under its name)
             del self.peaks[gone]
+        for gone in set(self.retry) - alive:
+            del self.retry[gone]
         return written
 
-    def _write(self, key: str, mib: int) -> bool:
+    def _write(self, key: str, uid: str, mib: int) -> bool:
         namespace, _, name = key.partition("/")
-        patch = {"metadata": {"annotations": {GPU_MEMORY_USED_ANNOTATION: f"{mib}Mi"}}}
+        # The UID makes the patch conditional: a pod made again under the name since is not written the old one's.
+        meta: JsonDict = {"annotations": {GPU_MEMORY_USED_ANNOTATION: f"{mib}Mi"}}
+        if uid:
+            meta["uid"] = uid
         try:
-            self.client.patch(PODS, name, patch, namespace)
+            self.client.patch(PODS, name, {"metadata": meta}, namespace)
         except NotFound:
             return False  # gone meanwhile
         except KubeError as e:
-            log.warning("pod %s: writing %s failed (%s); trying again at the next reading", key,
-                        GPU_MEMORY_USED_ANNOTATION, e)
+            log.warning("pod %s: writing %s failed (%s); trying again later", key, GPU_MEMORY_USED_ANNOTATION, e)
             return False
         self.writes += 1
         log.info("pod %s: GPU memory used %d MiB (%s)", key, mib, GPU_MEMORY_USED_ANNOTATION)

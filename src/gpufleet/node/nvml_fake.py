@@ -51,6 +51,7 @@ from gpufleet.gpu.sharing import DevicePluginConfig, SharingError, make_gpus
 from gpufleet.node.contract import (
     ALL_INSTANCES,
     Gpu,
+    GpuMemory,
     GpuSample,
     HolderCounts,
     InstanceSample,
@@ -322,8 +323,7 @@ class FakeNvml:
             pods = max(0, int(self._holders().get(gpu.uuid, 0)))
             jitter = math.sin(self._samples * 1.7 + gpu.index) * 2.0  # bounded, deterministic
             util = 0.0 if pods == 0 else min(100.0, 35.0 + 30.0 * pods + jitter)
-            used = 0.0 if pods == 0 else min(gpu.memory_mib * 0.95, gpu.memory_mib * 0.3 * pods)
-            used += 1.0  # the driver's own context, as nvidia-smi shows on an idle GPU
+            used = _used(gpu, pods)
             power = self.IDLE_W + (self._tdp() - self.IDLE_W) * util / 100.0
             state = self._thermal[gpu.uuid]
             now = self._clock()
@@ -347,6 +347,15 @@ class FakeNvml:
                 # As NVML's GPM: a GPU-wide figure, none while MIG splits the GPU.
                 gr_engine_active=math.nan if gpu.mig_enabled else round(busy * 0.9, 3),
                 instances=instances)
+
+    def memory(self, gpu: Gpu) -> GpuMemory:
+        """:meth:`sample`'s memory figures, with none of its other state moved (the thermal clock, the count)."""
+        with self._lock:
+            pods = max(0, int(self._holders().get(gpu.uuid, 0)))
+            used = _used(gpu, pods)
+            instances = tuple(self._instance(m, max(0, int(self._holders().get(m.uuid, 0))))
+                              for m in _one_per_instance(gpu)) if gpu.mig_enabled else ()
+            return GpuMemory(round(used), instances)
 
     @staticmethod
     def _instance(mig: MigDevice, pods: int) -> InstanceSample:
@@ -459,6 +468,12 @@ class FakeNvml:
 
     def close(self) -> None:
         self._closed.set()
+
+
+def _used(gpu: Gpu, pods: int) -> float:
+    """Framebuffer in use: 30 % of the GPU per pod holding it (at most 95 %), and the driver's own context, as
+    nvidia-smi shows on an idle GPU."""
+    return (0.0 if pods == 0 else min(gpu.memory_mib * 0.95, gpu.memory_mib * 0.3 * pods)) + 1.0
 
 
 def _one_per_instance(gpu: Gpu) -> list[MigDevice]:

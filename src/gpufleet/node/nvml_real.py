@@ -32,6 +32,7 @@ from typing import Any
 from gpufleet.gpu.mig import MigError, canonical_profile_name, mig_memory_gb
 from gpufleet.node.contract import (
     Gpu,
+    GpuMemory,
     GpuSample,
     InstanceSample,
     Machine,
@@ -246,6 +247,12 @@ class RealNvml:
             row_remap_failure=num((1 if rows[3] else 0) if rows else None),
             gr_engine_active=self._graphics_activity(gpu.uuid, h) if not gpu.mig_enabled else math.nan,
             instances=self._instances(gpu))
+
+    def memory(self, gpu: Gpu) -> GpuMemory:
+        n = self.nvml
+        h = n.nvmlDeviceGetHandleByUUID(gpu.uuid)
+        memory = self._read(lambda: n.nvmlDeviceGetMemoryInfo(h))
+        return GpuMemory(math.nan if memory is None else float(memory.used) / MIB, self._instances(gpu))
 
     def _field(self, handle: Any, field_id: int) -> float:
         """One NVML field value as a number; NaN when the GPU or driver does not report it."""

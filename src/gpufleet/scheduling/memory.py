@@ -45,15 +45,21 @@ def workload_class(workload: Workload) -> str:
 
 @dataclass(slots=True)
 class _ClassMemory:
-    recent: list[int] = field(default_factory=list)  # in arrival order, at most HISTORY
-    ordered: list[int] = field(default_factory=list)  # the same, sorted
+    """A class's observations, one per pod (a pod seen again replaces its own: a driver that reports a pod's
+    peak as it grows must weigh it once, as one that reports it once does)."""
 
-    def add(self, mib: int) -> None:
-        self.recent.append(mib)
+    recent: dict[str, int] = field(default_factory=dict)  # pod -> MiB, least recently reported first; at most HISTORY
+    ordered: list[int] = field(default_factory=list)  # the values, sorted
+
+    def add(self, pod: str, mib: int) -> None:
+        old = self.recent.pop(pod, None)
+        if old is not None:
+            del self.ordered[bisect.bisect_left(self.ordered, old)]
+        self.recent[pod] = mib
         bisect.insort(self.ordered, mib)
         if len(self.recent) > HISTORY:
-            old = self.recent.pop(0)
-            del self.ordered[bisect.bisect_left(self.ordered, old)]
+            first = next(iter(self.recent))
+            del self.ordered[bisect.bisect_left(self.ordered, self.recent.pop(first))]
 
     def estimate(self) -> int:
         if len(self.ordered) < MIN_SAMPLES:
@@ -158,7 +164,7 @@ class MemoryBook:
     # ---- what the driver reports -------------------------------------------------------------------------------
     def observed(self, workload: Workload, pod: str, mib: int) -> None:
         """A running pod of ``workload`` uses ``mib`` on each GPU device it holds."""
-        self._classes.setdefault(workload_class(workload), _ClassMemory()).add(mib)
+        self._classes.setdefault(workload_class(workload), _ClassMemory()).add(pod, mib)
         if self.cluster is not None:
             self.cluster.observe_memory(pod, mib)
 

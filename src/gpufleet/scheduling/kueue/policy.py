@@ -358,7 +358,7 @@ class KueuePolicy:
             if g.kind == "replica":
                 # What was free beside its co-tenants, when each one's memory is known; else nothing is (0): the
                 # GPU is avoided, and no memory is expected of the workload for it.
-                others = [h for h in gpu.replica_holders if h is not None and h != pod]
+                others = {h for h in gpu.replica_holders if h is not None and h != pod}  # (a pod per slot it holds)
                 known = all(h in gpu.replica_memory for h in others)
                 shared[gpu_key(node.name, gpu.index)] = gpu.memory_mib - sum(
                     gpu.replica_memory[h] for h in others) if known else 0
