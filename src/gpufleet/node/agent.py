@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpufleet.api.objects import Pod
 from gpufleet.k8s.client import KubeClient
@@ -52,6 +52,7 @@ from gpufleet.node.pods import PodTracker
 from gpufleet.node.publisher import NodePublisher
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,25 +426,14 @@ class NodeAgent:
         alone (``NvmlBackend.memory``: a scrape's sample, whose GPM window runs between two scrapes, is not
         touched) and a parse cache of its own (a scrape's runs on a server thread meanwhile)."""
         assert self.opened is not None
-        memories = []
-        for g in found.machine.gpus:
-            try:
-                memories.append((g, self.opened.backend.memory(g)))
-            except Exception as e:  # one GPU that cannot be read must not hide the others
-                log.warning("reading the memory of GPU %s failed: %s", g.uuid, e)
+        memories = _per_gpu(found, self.opened.backend.memory, "the memory")
         pods = self._pod_objects()
         self.memory.report(readings(self._attribution(found, pods, self._memory_parses), memories), pods,
                            time.monotonic())
 
     def _samples(self, found: Discovery) -> list[tuple[Gpu, GpuSample]]:
         assert self.opened is not None
-        samples = []
-        for g in found.machine.gpus:
-            try:
-                samples.append((g, self.opened.backend.sample(g)))
-            except Exception as e:  # one GPU that cannot be read must not hide the others
-                log.warning("reading telemetry of GPU %s failed: %s", g.uuid, e)
-        return samples
+        return _per_gpu(found, self.opened.backend.sample, "telemetry")
 
     def _pod_objects(self) -> dict[str, dict[str, Any]]:
         return {PODS.object_key(obj): obj for obj in self.tracker.cache.objects(PODS)}
@@ -469,3 +459,14 @@ class NodeAgent:
         parses.forget_except(PODS, raw)
         return attribute(found.machine, self.pod_resources.assignments(), self.tracker.fraction_holders(), pod,
                          replicas)
+
+
+def _per_gpu(found: Discovery, read: Callable[[Gpu], T], what: str) -> list[tuple[Gpu, T]]:
+    """``read`` of each GPU; one that cannot be read is logged and left out, never hiding the others."""
+    out: list[tuple[Gpu, T]] = []
+    for g in found.machine.gpus:
+        try:
+            out.append((g, read(g)))
+        except Exception as e:
+            log.warning("reading %s of GPU %s failed: %s", what, g.uuid, e)
+    return out
