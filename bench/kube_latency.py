@@ -8,7 +8,9 @@ groups of H on one node each, whose members finish (``Succeeded``) at F per seco
 pods end; ``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is
 bound (a kubelet that starts it at once); ``--node-churn C``, a node cordoned C times a second meanwhile (and the
 one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do; ``--nodes-join
-J``, J new nodes a second meanwhile, as a cluster scaling up. The emulator of
+J``, J new nodes a second meanwhile, as a cluster scaling up; ``--preempt-rate P``, P pods of high priority a
+second meanwhile into a ClusterQueue whose quota low-priority running pods fill (withinClusterQueue:
+LowerPriority), each preempting one of them (the emulator deletes an evicted pod at once). The emulator of
 the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of their own, as
 in ``bench/kube_binding.py``.
 
@@ -32,7 +34,7 @@ of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
-                                           [--node-churn 0] [--nodes-join 0] [--idle 20]
+                                           [--node-churn 0] [--nodes-join 0] [--preempt-rate 0] [--idle 20]
                                            [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
@@ -73,7 +75,7 @@ def emulator_role(args: argparse.Namespace) -> int:
     import kmock
     from kmock._internal import parsing as kmock_parsing
     from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
-    from live_env import cluster_queue, flavor, local_queue, node, pod
+    from live_env import cluster_queue, flavor, local_queue, node, pod, priority_class
 
     from gpufleet.k8s import resources as r
 
@@ -102,6 +104,7 @@ def emulator_role(args: argparse.Namespace) -> int:
     sim.serve(r.NODES, r.PODS, r.NAMESPACES, r.PRIORITY_CLASSES, r.LEASES, r.EVENTS, r.RESOURCE_FLAVORS,
               r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES)
     held = 5  # of each node's 8 GPUs
+    urgent = int(args.preempt_rate * args.arrivals / args.rate) if args.preempt_rate else 0  # high pods to come
 
     def fill(s: ApiSim) -> None:
         for i in range(args.nodes):
@@ -124,6 +127,16 @@ def emulator_role(args: argparse.Namespace) -> int:
         s._create(r.LOCAL_QUEUES, local_queue("team", "all"), None)
         for k in range(args.backlog):
             s._create(r.PODS, pod(f"big-{k:05d}", gpus=16, queue="team"), None)
+        if args.preempt_rate:
+            # A queue of its own, full of low-priority pods (one on each of the first nodes), for the high ones.
+            s._create(r.PRIORITY_CLASSES, priority_class("urgent-low", 1), None)
+            s._create(r.PRIORITY_CLASSES, priority_class("urgent-high", 1000), None)
+            s._create(r.CLUSTER_QUEUES, cluster_queue("urgent", gpus=urgent, cpu=str(urgent * 2),
+                                                      preemption={"withinClusterQueue": "LowerPriority"}), None)
+            s._create(r.LOCAL_QUEUES, local_queue("urgent", "urgent"), None)
+            for i in range(urgent):
+                s._create(r.PODS, pod(f"low-{i:05d}", gpus=1, queue="urgent", priority_class="urgent-low",
+                                      node_name=f"node-{i % args.nodes:05d}"), None)
 
     sim.harness.call(lambda: fill(sim), timeout=600)
     # The emulator stands in for the API server, whose (Go) collector runs beside its requests: here a full
@@ -173,6 +186,14 @@ def emulator_role(args: argparse.Namespace) -> int:
             sim.harness.call(lambda k=k: sim._create(r.NODES, node(f"join-{k:05d}", gpus=8), None), timeout=60)
             k += 1
 
+    def preempt() -> None:
+        """Pods of high priority into the full urgent queue at --preempt-rate per second: each preempts one."""
+        for k in range(urgent):
+            due = started + k / args.preempt_rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            sim.harness.call(lambda k=k: sim._create(r.PODS, pod(f"high-{k:05d}", gpus=1, queue="urgent",
+                                                                 priority_class="urgent-high"), None), timeout=60)
+
     def arrive() -> None:
         for k in range(args.arrivals):
             due = started + k / args.rate
@@ -203,11 +224,13 @@ def emulator_role(args: argparse.Namespace) -> int:
             threading.Thread(target=finish, daemon=True).start()
             threading.Thread(target=churn, daemon=True).start()
             threading.Thread(target=join, daemon=True).start()
+            threading.Thread(target=preempt, daemon=True).start()
             _emit({"ok": True})
         elif command == "report":
             def gather() -> JsonDict:
                 latencies = [sim.bound[k] - t for k, t in sim.created.items() if k in sim.bound]
-                return {"created": len(sim.created), "latencies": latencies,
+                high = [k for k in sim.bound if k.startswith(f"{pod_ns}/high-")]
+                return {"created": len(sim.created), "latencies": latencies, "high_bound": len(high),
                         "double_bound": sorted(k for k, n in sim.accepted.items() if n > 1),
                         **_final_state(sim, r.PODS.key, r.NODES.key)}
             _emit(sim.harness.call(gather, timeout=120))
@@ -316,6 +339,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--gang-size", str(args.gang_size),
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
                "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
+               "--preempt-rate", str(args.preempt_rate),
                "--running-gang-size", str(args.running_gang_size), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
@@ -372,7 +396,7 @@ def run_once(args: argparse.Namespace, src: Path) -> JsonDict:
             "bound": sum(1 for x in latencies if x <= args.within), "p50": _percentile(latencies, 0.5),
             "p99": _percentile(latencies, 0.99), "max": max(latencies, default=float("nan")),
             "cycles": cycles["cycles"], "carried": cycles["carried"], "core_max": cycles["core_max"],
-            "rss_mib": cycles["rss_mib"],
+            "rss_mib": cycles["rss_mib"], "high_bound": state.get("high_bound", 0),
             "checks": not (state["double_bound"] or state["overcommitted_nodes"] or state["shared_gpus_nodes"])}
 
 
@@ -391,6 +415,7 @@ def _line(label: str, run: JsonDict, args: argparse.Namespace) -> str:
             f"create->Binding p50 {run['p50']:7.3f}s p99 {run['p99']:7.3f}s max {run['max']:7.3f}s  "
             f"bound within {args.within:g}s {run['bound']}/{args.arrivals * args.gang_size}  cycles {run['cycles']} "
             f"({run['carried']} carried on, longest core {run['core_max']:.3f}s)  peak RSS {run['rss_mib']:.0f} MiB  "
+            + (f"high-priority pods bound {run['high_bound']}  " if args.preempt_rate else "") +
             f"checks "
             f"{'ok' if run['checks'] else 'VIOLATED'}  load {os.getloadavg()[0]:.2f}")
 
@@ -410,6 +435,8 @@ def main() -> int:
                         help="nodes cordoned (and the one before uncordoned) per second while the new pods arrive")
     parser.add_argument("--nodes-join", type=float, default=0.0,
                         help="new 8-GPU nodes created per second while the new pods arrive (a scale-up)")
+    parser.add_argument("--preempt-rate", type=float, default=0.0,
+                        help="high-priority pods a second, each preempting a low-priority running one")
     parser.add_argument("--finish-rate", type=float, default=0.0,
                         help="running pods deleted per second while the new ones arrive (churn)")
     parser.add_argument("--running-gang-size", type=int, default=1, choices=range(1, 6),

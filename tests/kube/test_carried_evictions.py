@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from live_env import NS, cluster_queue, node, pod, priority_class, stamp
 from test_carried_cycles import Cluster, first_cycle, outcome, runner
 
+from gpufleet.api.objects import POD_GROUP_LABEL
 from gpufleet.k8s import resources as r
 from gpufleet.live.cycle import CycleReport, CycleRunner, _Decided
 
@@ -109,12 +110,13 @@ def test_a_refused_eviction_or_one_without_an_answer_takes_a_full_cycle() -> Non
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpus=st.integers(2, 6), lows=st.integers(1, 6), grouped=st.booleans(),
-       actions=st.lists(st.sampled_from(["high", "high2", "low", "gone"]), min_size=1, max_size=8))
+       actions=st.lists(st.sampled_from(["high", "high2", "low", "gone", "gone1", "drop"]), min_size=1, max_size=8))
 def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, lows: int, grouped: bool,
                                                                   actions: list[str]) -> None:
     """Pods of high priority arrive and preempt running ones (``grouped``: pod groups of two); the API marks each
-    victim's pod deleted at once (graceful deletion) and removes it later ("gone"); every cycle that carries on is
-    held to a rebuild on the same snapshot: what is admitted, what waits, what is preempted."""
+    victim's pod deleted at once (graceful deletion) and removes it later ("gone", or one of them: "gone1"); an
+    owner deletes a running pod's workload ("drop": its pods being deleted); every cycle that carries on is held
+    to a rebuild on the same snapshot: what is admitted, what waits, what is preempted."""
     c = Cluster()
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", gpus, cpu="100000", preemption=PREEMPTION), "MODIFIED")
     c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
@@ -135,10 +137,19 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
                               created=stamp(at)))
         elif action == "low":
             c.put(r.PODS, pod(f"new{k}", queue="lq", priority_class="low", created=stamp(at)))
+        elif action == "drop":
+            running = sorted(key for key, o in c.cache.snapshot().of(r.PODS).items() if key.startswith(f"{NS}/low")
+                             and (o.get("spec") or {}).get("nodeName") and key not in leaving)
+            group = (c.cache.get(r.PODS, running[0])["metadata"]["labels"].get(POD_GROUP_LABEL) if running else None)
+            for key in running:
+                if key == running[0] or (group and c.cache.get(r.PODS, key)["metadata"]["labels"].get(
+                        POD_GROUP_LABEL) == group):
+                    _deleting(c, key)
+                    leaving.append(key)
         else:
-            for key in leaving:
+            for key in leaving if action == "gone" else leaving[:1]:
                 c.put(r.PODS, c.cache.get(r.PODS, key), "DELETED")
-            leaving = []
+            leaving = [] if action == "gone" else leaving[1:]
         rebuilt = _rebuilt(c, run, at)
         d, carried = _step(run, at)
         if carried:

@@ -176,6 +176,9 @@ class Carried:
     oom: list[str] = field(default_factory=list)
     # Pods of ours being deleted while they hold their node (their workload may be on its way out)
     terminating: list[str] = field(default_factory=list)
+    # Pod groups on their way out whose first member is gone: key -> the workload a rebuild groups from the members
+    # left, admitted again in the group's place (release)
+    regroup: dict[str, Workload] = field(default_factory=dict)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -335,6 +338,8 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
             return True
         return False
     if entry.ours and workload is not None and world.pods_of.get(workload) != [key]:
+        if entry.group and (leaving := _group_leaving(world, entry, raw, workload, out)) is not None:
+            return leaving
         return _member_finished(world, entry, raw, workload, out)
     held = entry.holds_capacity
     if raw is None:
@@ -353,6 +358,50 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
         out.ended.append(workload)
     elif held:
         out.freed.append(key)
+    return True
+
+
+def _finishes(raw: JsonDict) -> bool:
+    return _phase(raw) in TERMINAL_PHASES
+
+
+def _group_leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload: str, out: Carried) -> bool | None:
+    """A member of a pod group being deleted, or gone, while every member on a node is being deleted too (the
+    group a preemption evicted, or one its owner deleted): on its way out, as a rebuild reads it
+    (``planner.terminating``). Being deleted, it holds its node and its group's quota as before (``out.terminating``
+    marks the group once all are). Gone, the group is what a rebuild groups from the members left
+    (``out.regroup``: its admission made again from them, as a rebuild admits what holds nodes, and on its way out).
+    None: not such a change (:func:`_member_finished` judges it)."""
+    if raw is not None:
+        if _finishes(raw) or not (raw.get("metadata") or {}).get("deletionTimestamp") or not entry.holds_capacity:
+            return None
+        # Being deleted, on its node: a rebuild charges it there and keeps it in its group, as before.
+        entry.raw, entry.deleting = raw, True
+        out.restated.append(entry.key)
+        out.terminating.append(entry.key)
+        return True
+    if not entry.deleting:
+        return None
+    others: list[PodEntry] = []
+    for k in world.pods_of.get(workload, []):
+        o = world.pods.get(k)
+        if k == entry.key or (o is None and workload in out.regroup):
+            continue  # (another member gone earlier in this batch)
+        if o is None or (o.holds_capacity and not o.deleting) or (o.node is None and not o.terminal):
+            return None  # a member running on, or waiting for a node: the gang's repair is a full cycle's
+        others.append(o)
+    left = [p for o in others if (p := _current(o)) is not None]
+    regrouped = _grouped(world, left) if left else []
+    if regrouped is None or len(regrouped) > 1 or (regrouped and regrouped[0].key != workload):
+        return None
+    if entry.holds_capacity:
+        out.freed.append(entry.key)
+    del world.pods[entry.key]
+    if regrouped:
+        out.regroup[workload] = regrouped[0]
+    else:  # (its last member gone: the group ends, as a single pod's workload does)
+        out.regroup.pop(workload, None)
+        out.ended.append(workload)
     return True
 
 
@@ -666,6 +715,8 @@ def release(kept: Kept, carried: Carried, now: float) -> None:
             world.cluster.release(key)
     if carried.freed:
         policy.state.unpark_placement(now)
+    for key, left in carried.regroup.items():
+        _readmitted(kept, key, left, now)
     if not carried.ended:
         return
     ended = set(carried.ended)
@@ -679,3 +730,29 @@ def release(kept: Kept, carried: Carried, now: float) -> None:
         for pod in world.pods_of.pop(key, []):
             world.workload_of.pop(pod, None)
     world.workloads = [w for w in world.workloads if w.key not in ended]
+
+
+def _readmitted(kept: Kept, key: str, workload: Workload, now: float) -> None:
+    """A terminating pod group that lost a member, made again from the members left as a rebuild makes it: its
+    admission given back and made again from what they hold (``KueuePolicy.submit`` admits what holds nodes), and
+    on its way out."""
+    world, policy = kept.world, kept.policy
+    before = policy.info(key)
+    if before is not None and kept.counts is not None:
+        kept.counts.add(before, -1)
+    policy.finish(key, now)  # (its quota, and its members' placements)
+    keys = [p.key for p in workload.pods]
+    for k in world.pods_of.get(key, []):
+        world.workload_of.pop(k, None)
+    for k in keys:
+        entry = world.pods[k]
+        if entry.holds_capacity and k not in world.cluster.placements:
+            account(world.cluster, entry)
+        world.workload_of[k] = key
+    world.pods_of[key] = keys
+    world.workloads = [workload if w.key == key else w for w in world.workloads]
+    policy.submit(workload, now)
+    policy.terminating(key)
+    after = policy.info(key)
+    if after is not None and kept.counts is not None:
+        kept.counts.add(after, 1)
