@@ -14,12 +14,16 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from live_env import NS, cluster_queue, node, pod, priority_class, stamp
-from test_carried_cycles import Cluster, first_cycle, outcome, runner
+from live_env import NS, cluster_queue, fast_settings, gpu_uuid, local_queue, node, pod, priority_class, stamp
+from test_carried_cycles import BLOCKING, JOBS, Cluster, _nonzero, first_cycle, outcome, runner
+from workload_env import job as job_object
+from workload_env import job_pods
 
-from gpufleet.api.objects import POD_GROUP_LABEL
+from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, POD_GROUP_LABEL
 from gpufleet.k8s import resources as r
+from gpufleet.k8s.annotations import intent_annotations
 from gpufleet.live.cycle import CycleReport, CycleRunner, _Decided
+from gpufleet.live.queuestatus import QueueCounts
 
 JsonDict = dict[str, Any]
 PREEMPTION = {"withinClusterQueue": "LowerPriority"}
@@ -57,7 +61,7 @@ def _step(run: CycleRunner, now: float, *, evicted: bool = True, refused: bool =
 
 
 def _rebuilt(c: Cluster, run: CycleRunner, now: float) -> _Decided:
-    fresh = runner(c)
+    fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
     return fresh._decide_isolating(c.cache.snapshot(), now)
 
@@ -108,17 +112,39 @@ def test_a_refused_eviction_or_one_without_an_answer_takes_a_full_cycle() -> Non
         assert d.victims and run.kept is None, answer
 
 
+PREEMPT_ALL = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
+               "borrowWithinCohort": {"policy": "LowerPriority"}}
+
+
+def _phase_now(c: Cluster, key: str, phase: str) -> None:
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, key)))
+    obj["status"] = {"phase": phase}
+    c.put(r.PODS, obj, "MODIFIED")
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(gpus=st.integers(2, 6), lows=st.integers(1, 6), grouped=st.booleans(),
-       actions=st.lists(st.sampled_from(["high", "high2", "low", "gone", "gone1", "drop"]), min_size=1, max_size=8))
+@given(gpus=st.integers(2, 6), lows=st.integers(1, 6), grouped=st.booleans(), cohort=st.booleans(),
+       blocking=st.booleans(),
+       actions=st.lists(st.sampled_from(["high", "high2", "hgang", "highb", "low", "gone", "gone1", "drop", "del1",
+                                         "fin1", "fail1", "node"]), min_size=1, max_size=8))
 def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, lows: int, grouped: bool,
+                                                                  cohort: bool, blocking: bool,
                                                                   actions: list[str]) -> None:
-    """Pods of high priority arrive and preempt running ones (``grouped``: pod groups of two); the API marks each
-    victim's pod deleted at once (graceful deletion) and removes it later ("gone", or one of them: "gone1"); an
-    owner deletes a running pod's workload ("drop": its pods being deleted); every cycle that carries on is held
-    to a rebuild on the same snapshot: what is admitted, what waits, what is preempted."""
+    """Pods of high priority arrive and preempt running ones (``grouped``: pod groups of two; ``cohort``: two
+    queues sharing a cohort, reclaiming and borrowing by preemption; ``blocking``: waitForPodsReady's
+    blockAdmission), a gang of high priority among them; the API marks each victim's pod deleted at once (graceful
+    deletion) and removes it later ("gone", or one of them: "gone1"); owners delete running workloads ("drop") or
+    pods ("del1"), pods finish ("fin1") or fail while being deleted ("fail1"), nodes join. Every cycle that
+    carries on is held to a rebuild on the same snapshot: what is admitted, what waits, what is preempted, and
+    the queue counts. (Found by a review's wider generator, 2026-12-07: a member finishing after another was
+    being deleted, a preemptor's room held into the next cycle, observations lost by a group made again.)"""
     c = Cluster()
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", gpus, cpu="100000", preemption=PREEMPTION), "MODIFIED")
+    mine = max(1, gpus // 2) if cohort else gpus
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", mine, cpu="100000", preemption=PREEMPT_ALL,
+                                          cohort="co" if cohort else None), "MODIFIED")
+    if cohort:
+        c.put(r.CLUSTER_QUEUES, cluster_queue("cqb", gpus - mine, cpu="100000", preemption=PREEMPT_ALL, cohort="co"))
+        c.put(r.LOCAL_QUEUES, local_queue("lqb", "cqb"))
     c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
     c.put(r.PRIORITY_CLASSES, priority_class("high", 100))
     c.put(r.NODES, node("n0", gpus=gpus))
@@ -126,37 +152,61 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
         group = {"group": f"g{i // 2}", "group_size": 2} if grouped and i // 2 < min(lows, gpus) // 2 else {}
         c.put(r.PODS, pod(f"low{i}", queue="lq", priority_class="low", node_name="n0", created=stamp(100.0 + i),
                           **group))
-    run = runner(c)
+    settings_ = fast_settings(cycle_period=3600.0, kueue=BLOCKING) if blocking else None
+    run = runner(c, settings_)
     now = time.time()
     first_cycle(run, now)
-    leaving: list[str] = []  # victims' pods being deleted
+    leaving: list[str] = []  # pods being deleted
+
+    def running() -> list[str]:
+        return sorted(key for key, o in c.cache.snapshot().of(r.PODS).items() if key.startswith(f"{NS}/low")
+                      and (o.get("spec") or {}).get("nodeName") and key not in leaving
+                      and (o.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
     for k, action in enumerate(actions):
         at = now + 1 + k
-        if action in ("high", "high2"):
-            c.put(r.PODS, pod(f"hi{k}", gpus=1 if action == "high" else 2, queue="lq", priority_class="high",
+        if action in ("high", "high2", "highb"):
+            c.put(r.PODS, pod(f"hi{k}", gpus=2 if action == "high2" else 1,
+                              queue="lqb" if action == "highb" and cohort else "lq", priority_class="high",
                               created=stamp(at)))
+        elif action == "hgang":
+            for m in range(2):
+                c.put(r.PODS, pod(f"hg{k}-{m}", queue="lq", priority_class="high", group=f"hg{k}", group_size=2,
+                                  created=stamp(at)))
         elif action == "low":
             c.put(r.PODS, pod(f"new{k}", queue="lq", priority_class="low", created=stamp(at)))
-        elif action == "drop":
-            running = sorted(key for key, o in c.cache.snapshot().of(r.PODS).items() if key.startswith(f"{NS}/low")
-                             and (o.get("spec") or {}).get("nodeName") and key not in leaving)
-            group = (c.cache.get(r.PODS, running[0])["metadata"]["labels"].get(POD_GROUP_LABEL) if running else None)
-            for key in running:
-                if key == running[0] or (group and c.cache.get(r.PODS, key)["metadata"]["labels"].get(
-                        POD_GROUP_LABEL) == group):
+        elif action == "node":
+            c.put(r.NODES, node(f"x{k}", gpus=2))
+        elif action in ("drop", "del1"):
+            keys = running()
+            if action == "del1":
+                keys = keys[-1:]  # one pod deleted alone (kubectl delete, a node drained)
+            group = c.cache.get(r.PODS, keys[0])["metadata"]["labels"].get(POD_GROUP_LABEL) if keys else None
+            for key in keys:
+                if key == keys[0] or (action == "drop" and group and c.cache.get(
+                        r.PODS, key)["metadata"]["labels"].get(POD_GROUP_LABEL) == group):
                     _deleting(c, key)
                     leaving.append(key)
+        elif action == "fin1":
+            keys = running()
+            if keys:
+                _phase_now(c, keys[0], "Succeeded")
+        elif action == "fail1":  # a pod being deleted fails before it is gone
+            if leaving and c.cache.get(r.PODS, leaving[0]) is not None:
+                _phase_now(c, leaving[0], "Failed")
         else:
             for key in leaving if action == "gone" else leaving[:1]:
-                c.put(r.PODS, c.cache.get(r.PODS, key), "DELETED")
+                if c.cache.get(r.PODS, key) is not None:
+                    c.put(r.PODS, c.cache.get(r.PODS, key), "DELETED")
             leaving = [] if action == "gone" else leaving[1:]
         rebuilt = _rebuilt(c, run, at)
         d, carried = _step(run, at)
         if carried:
             # (what waits is compared, not why: a workload the round did not reach keeps, in the kept policy, the
             # message of its last evaluation, as Kueue's Workload keeps its condition; a fresh policy has none)
-            assert outcome(d)[0] == outcome(rebuilt)[0] and set(outcome(d)[1]) == set(outcome(rebuilt)[1])
-            assert {p.workload for p in d.plan.preempted} == {p.workload for p in rebuilt.plan.preempted}
+            assert outcome(d)[0] == outcome(rebuilt)[0] and set(outcome(d)[1]) == set(outcome(rebuilt)[1]), action
+            assert {p.workload for p in d.plan.preempted} == {p.workload for p in rebuilt.plan.preempted}, action
+            assert d.counts is not None and _nonzero(d.counts) == _nonzero(QueueCounts(d.plan.policy))
         d.world.cluster.check_invariants()
         for v in d.victims:
             for raw in v.pods:
@@ -164,3 +214,59 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
                 if c.cache.get(r.PODS, key) is not None and key not in leaving:
                     _deleting(c, key)  # the Eviction API accepted it: the pod is being deleted
                     leaving.append(key)
+
+
+def test_a_group_made_again_keeps_what_the_node_agent_saw_its_members_use() -> None:
+    from test_observed_memory import NODE, _gpu_of, _newcomer, _sliced_node
+
+    c = Cluster()
+    c.put(r.NODES, _sliced_node())
+    for m, (gpu, replica, used) in enumerate(((0, 0, "40Gi"), (1, 0, None), (1, 1, None))):
+        notes = intent_annotations(NODE, (f"{gpu_uuid(NODE, gpu)}::{replica}",), 1_700_000_000.0, None)
+        if used is not None:
+            notes[GPU_MEMORY_USED_ANNOTATION] = used
+        c.put(r.PODS, pod(f"g-{m}", queue="lq", node_name=NODE, annotations=notes, group="g", group_size=3))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    for m in range(3):
+        _deleting(c, f"{NS}/g-{m}")  # its owner deletes the group
+    _, carried = _step(run, now + 1)
+    assert carried
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/g-2"), "DELETED")  # one member gone: the group is made again
+    c.put(r.PODS, _newcomer())
+    rebuilt = _rebuilt(c, run, now + 2)
+    d, carried = _step(run, now + 2)
+    assert carried and d.world.cluster.observed_memory == rebuilt.world.cluster.observed_memory != {}
+    assert _gpu_of(d, f"{NS}/b") == _gpu_of(rebuilt, f"{NS}/b") == gpu_uuid(NODE, 1)
+
+
+def test_a_job_whose_last_running_pod_ends_while_the_other_is_deleted_is_on_its_way_out() -> None:
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 3, cpu="100000", preemption=PREEMPTION), "MODIFIED")
+    c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
+    c.put(r.PRIORITY_CLASSES, priority_class("high", 100))
+    c.put(r.NODES, node("n0", gpus=3))
+    owner = job_object("train", pods=2, gpus=1, queue="lq")
+    owner["spec"]["template"]["spec"]["priorityClassName"] = "low"
+    c.put(JOBS, owner)
+    for p in job_pods(owner):
+        p["spec"]["nodeName"] = "n0"
+        p["status"] = {"phase": "Running"}
+        p["metadata"]["creationTimestamp"] = stamp(100.0)
+        c.put(r.PODS, p)
+    c.put(r.PODS, pod("solo", queue="lq", priority_class="low", node_name="n0", created=stamp(102.0)))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    _deleting(c, f"{NS}/train-p0x")
+    _step(run, now + 1)
+    ended = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/train-p1x")))
+    ended["status"] = {"phase": "Succeeded"}
+    c.put(r.PODS, ended, "MODIFIED")
+    _step(run, now + 2)
+    c.put(r.PODS, pod("hi", queue="lq", priority_class="high", created=stamp(now)))
+    rebuilt = _rebuilt(c, run, now + 3)
+    d, _ = _step(run, now + 3)
+    # The Job's pods on nodes are all leaving: the preemptor waits for them, and "solo" is not evicted.
+    assert {p.workload for p in d.plan.preempted} == {p.workload for p in rebuilt.plan.preempted} == set()

@@ -481,6 +481,10 @@ class CycleRunner:
             # comes free, which carrying on would give to new pods instead)
             self.kept = None
             return
+        # The room a preemption holds on nodes for its preemptor (the core's nominations) is not kept: a rebuilt
+        # policy holds none, and makes it again when the preemptor is processed; kept, it would hold back workloads
+        # a rebuild admits first.
+        d.plan.policy.state.nominations = {}
         self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts, d.ready_due)
 
     def _next_due(self, due: list[float], now: float) -> float | None:

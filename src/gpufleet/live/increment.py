@@ -72,6 +72,7 @@ from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache, WorkloadObject
+from gpufleet.live import observed_memory
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.gpu_oom import ended, gpu_ooms
 from gpufleet.live.queuestatus import QueueCounts
@@ -438,6 +439,8 @@ def _member_finished(world: World, entry: PodEntry, raw: JsonDict | None, worklo
     out.regrouped[workload] = regrouped
     if held:
         out.left.append((workload, entry.key))
+    # (the members left may all be leaving now: the workload is then on its way out, as a rebuild reads it)
+    out.terminating.extend(o.key for o in others if o is not None and o.holds_capacity)
     return True
 
 
@@ -753,6 +756,7 @@ def _readmitted(kept: Kept, key: str, workload: Workload, now: float) -> None:
     world.workloads = [workload if w.key == key else w for w in world.workloads]
     policy.submit(workload, now)
     policy.terminating(key)
+    observed_memory.tell(world, policy, now, keys)  # (finish forgot what the node agent saw them use)
     after = policy.info(key)
     if after is not None and kept.counts is not None:
         kept.counts.add(after, 1)
