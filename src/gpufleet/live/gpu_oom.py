@@ -129,14 +129,19 @@ class GpuOomMemory:
         their devices are released; each pod told with what it taught (for its event). ``forget_gone``: drop
         what is remembered of pods no longer in the world (a full cycle, which sees them all)."""
         out: list[tuple[JsonDict, OomLesson]] = []
-        if forget_gone:
+        if forget_gone and (self._told or self._read):
             uids = {e.uid for e in world.pods.values()}
             self._told = {t for t in self._told if t[0] in uids}
             self._read = {u: v for u, v in self._read.items() if u in uids}
-        for key in world.pods if only is None else only:
-            entry = world.pods.get(key)
+        entries = world.pods.values() if only is None else [world.pods.get(k) for k in only]
+        for entry in entries:
             if entry is None or not entry.ours or entry.pod is None or not entry.uid:
                 continue
+            key = entry.key
+            status = entry.raw.get("status")
+            if not isinstance(status, dict) or not (status.get("containerStatuses")
+                                                     or status.get("initContainerStatuses")):
+                continue  # (no container has run yet: nothing ended; most pods of a full cycle, looked at once)
             version = (entry.raw.get("metadata") or {}).get("resourceVersion")
             if version is not None and self._read.get(entry.uid) == version:
                 continue  # (read already as it stands: nothing new to tell)

@@ -20,13 +20,12 @@ from gpufleet.scheduling.kueue import KueuePolicy
 def tell(world: World, policy: KueuePolicy, now: float, only: Iterable[str] | None = None) -> int:
     """Tell ``policy`` the observations of ``world``'s pods holding a node (``only``: of those pods); how many."""
     told = 0
-    for key in world.pods if only is None else only:
-        entry = world.pods.get(key)
-        if entry is None or entry.pod is None or entry.node is None or entry.terminal:
+    entries = world.pods.values() if only is None else [world.pods.get(k) for k in only]
+    for entry in entries:
+        if entry is None or entry.pod is None or entry.pod.gpu_memory_used_mib is None or entry.node is None \
+                or entry.terminal:
             continue
-        mib = entry.pod.gpu_memory_used_mib
-        if mib is None:
-            continue
+        key, mib = entry.key, entry.pod.gpu_memory_used_mib
         # No more than the largest GPU it holds: the annotation is a pod's, and a value past any device is no
         # reading (a pod holding no GPU has none to tell).
         placement = world.cluster.placements.get(key)
