@@ -87,7 +87,7 @@ def _finish_cycle(run: CycleRunner, snapshot: Any, d: _Decided | None, now: floa
         d = run._decide_isolating(snapshot, now)
     run._assume(d.world, d.jobs, now)
     run._after_hand_off(d)
-    run._keep(d, snapshot, d.victims)
+    run._keep(d, snapshot, run._keepable(d, d.victims, None))
     return d
 
 
@@ -368,7 +368,7 @@ def test_queue_statuses_are_worked_out_at_most_once_a_second_and_a_timer_brings_
     soon = run._carry_on(c.cache.snapshot(), now + 0.5)
     assert soon is not None and soon.plan.admitted and soon.statuses == []
     assert run._next_due(soon.due, now + 0.5) == now + 1.0  # the status it left out is due then
-    run._keep(soon, c.cache.snapshot(), [])
+    run._keep(soon, c.cache.snapshot(), run._keepable(soon, [], None))
     later = run._carry_on(c.cache.snapshot(), now + 1.0)  # the timer's cycle: no change, statuses written
     assert later is not None and {res.kind for res, _, _ in later.statuses} == {"ClusterQueue", "LocalQueue"}
 
@@ -381,7 +381,7 @@ def test_a_node_heartbeat_is_carried_a_node_that_changes_is_not() -> None:
     c.put(r.PODS, pod("a", queue="lq"))
     carried = run._carry_on(c.cache.snapshot(), now + 1)
     assert carried is not None and [a.workload for a in carried.plan.admitted] == [f"{NS}/a"]
-    run._keep(carried, c.cache.snapshot(), [])
+    run._keep(carried, c.cache.snapshot(), run._keepable(carried, [], None))
     more = node("n1", gpus=8)  # its GPUs changed: the kept cluster state cannot take it in place
     c.put(r.NODES, more, "MODIFIED")
     c.put(r.PODS, pod("b", queue="lq"))

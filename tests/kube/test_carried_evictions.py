@@ -56,7 +56,7 @@ def _step(run: CycleRunner, now: float, *, evicted: bool = True, refused: bool =
         report.evicted = [v.workload for v in d.victims]
     if refused:
         report.refused = [v.workload for v in d.victims]
-    run._keep(d, snapshot, d.victims, report)
+    run._keep(d, snapshot, run._keepable(d, d.victims, report))
     return d, carried
 
 

@@ -290,6 +290,13 @@ class CycleRunner:
         self._reject(world)
         assert d.unschedulable is not None
         self._finish_writes(report, evictions, victims, d.unschedulable, d.statuses, now)
+        keepable = self._keepable(d, victims, report)
+        if victims and not keepable:
+            # A full cycle must not see the pods just evicted as still running (it would pick them as victims
+            # again): wait, briefly, for their deletion to reach the cache. A cycle that carries on knows them on
+            # their way out already, and reads their deletion when it comes.
+            evicted = {v.workload for v in victims} & set(report.evicted)
+            self._await_gone([p for v in victims if v.workload in evicted for p in v.pods], _EVICTED_SEEN_WITHIN)
         if d.ooms and self.may_write():
             for pod, lesson in d.ooms:
                 self.recorder.event(pod, OOM_REASON, lesson.text(), "Scheduling", type="Warning")
@@ -299,7 +306,7 @@ class CycleRunner:
         # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
         # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
         report.next_due = self._next_due([*d.due, *d.ready_due, *_unjoined_due(world)], now)
-        self._keep(d, snapshot, victims, report)
+        self._keep(d, snapshot, keepable)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
         self.metrics.cycle_phase.labels("api").inc(report.api_s)
@@ -461,24 +468,26 @@ class CycleRunner:
                     entry.node, entry.devices, entry.assumed = p.node, p.devices, True
                     entry.intent = Intent(p.node, p.devices, now)
 
-    def _keep(self, d: _Decided, snapshot: CacheSnapshot, victims: list[Victim],
-              report: CycleReport | None = None) -> None:
-        """What the next cycle may carry on from: none beside Kueue, with objects set aside or invalid (a full
-        cycle holds their pods back), or after evictions but a preemption's whose every eviction was accepted. Those
-        victims are on their way out in the kept policy (the core marked them so when it chose them): they hold
-        their quota and nodes until their pods are gone, which the cycles that carry on read as they read any pod
-        ending, and are not chosen again. A repair's or a waitForPodsReady timeout's evictions, a refusal (a shield
-        the kept policy does not know), or a preempted workload with nothing to evict take a full cycle."""
-        evicted = {v.workload for v in victims}
+    def _keepable(self, d: _Decided, victims: list[Victim], report: CycleReport | None) -> bool:
+        """Whether the next cycle may carry on from this one: not beside Kueue, with objects set aside or invalid (a
+        full cycle holds their pods back), or after evictions but a preemption's whose every eviction was accepted.
+        Those victims are on their way out in the kept policy (the core marked them so when it chose them): they
+        hold their quota and nodes until their pods are gone, which the cycles that carry on read as they read any
+        pod ending, and are not chosen again. A repair's or a waitForPodsReady timeout's evictions, a refusal (a
+        shield the kept policy does not know), or a preempted workload with nothing to evict take a full cycle."""
         if victims or d.plan.preempted:
-            carried_on = (report is not None and not report.refused and evicted <= set(report.evicted)
-                          and all(v.preemptor for v in victims) and evicted == {p.workload for p in d.plan.preempted})
-        else:
-            carried_on = True
-        if (not carried_on or self.settings.beside_kueue.enabled or self.quarantine.held
-                or d.world.invalid or d.world.unaccounted):
-            # (unaccounted: pods a full cycle could not charge on their nodes; it retries at each cycle, as capacity
-            # comes free, which carrying on would give to new pods instead)
+            evicted = {v.workload for v in victims}
+            if (report is None or report.refused or not evicted <= set(report.evicted)
+                    or not all(v.preemptor for v in victims) or evicted != {p.workload for p in d.plan.preempted}):
+                return False
+        # (unaccounted: pods a full cycle could not charge on their nodes; it retries at each cycle, as capacity
+        # comes free, which carrying on would give to new pods instead)
+        return not (self.settings.beside_kueue.enabled or self.quarantine.held or d.world.invalid
+                    or d.world.unaccounted)
+
+    def _keep(self, d: _Decided, snapshot: CacheSnapshot, keepable: bool) -> None:
+        """What the next cycle may carry on from (:meth:`_keepable` says whether it may)."""
+        if not keepable:
             self.kept = None
             return
         # The room a preemption holds on nodes for its preemptor (the core's nominations) is not kept: a rebuilt
@@ -775,10 +784,6 @@ class CycleRunner:
                 other.result()
             except Exception:
                 log.exception("a status or condition write failed")
-        # The next cycle must not see the pods just evicted as still running (it would pick them as victims
-        # again): wait, briefly, for their deletion to reach the cache.
-        evicted = {v.workload for v in victims} & set(report.evicted)
-        self._await_gone([p for v in victims if v.workload in evicted for p in v.pods], _EVICTED_SEEN_WITHIN)
 
     def _await_gone(self, pods: list[JsonDict], timeout: float) -> None:
         """Until the cache shows every pod of ``pods`` deleted, replaced or terminating, or ``timeout`` passes."""
