@@ -10,9 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
-from live_env import NS, gpu_uuid, pod
+from kube_apisim import ApiSim
+from live_env import NS, bound_node, events, gpu_uuid, pod, wait_until
 from test_carried_cycles import JOBS, Cluster, first_cycle, runner, step
 from test_observed_memory import NODE, _sliced_node
 from workload_env import job as job_object
@@ -21,7 +23,8 @@ from workload_env import job_pods
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.annotations import intent_annotations
-from gpufleet.live.gpu_oom import GPU_OOM, gpu_ooms
+from gpufleet.live.gpu_oom import GPU_OOM, REASON, gpu_ooms
+from gpufleet.live.scheduler import Scheduler
 
 JsonDict = dict[str, Any]
 TORCH_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
@@ -205,3 +208,22 @@ def test_a_job_made_again_under_its_name_learns_afresh() -> None:
     assert not carried
     assert d.plan.policy.memory is not None and d.plan.policy.memory.avoid(f"{NS}/train") == frozenset()
     assert _gpu_of(d, f"{NS}/train-2nd") == gpu_uuid(NODE, 0)  # the emptier GPU, as for any new workload
+
+
+def test_the_live_scheduler_says_what_it_learnt_in_one_warning_event(
+        apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    """Against the emulator over HTTP: a running pod whose container restarted after a CUDA out-of-memory gets one
+    GPUOutOfMemory Warning event naming the GPU it is kept off, however many cycles run after."""
+    apisim.create(r.NODES, _sliced_node())
+    restarted = _on(pod("a", queue=None), 0, 0)
+    restarted["status"]["containerStatuses"] = [_terminated(TORCH_OOM, restarted=True)]
+    apisim.create(r.PODS, restarted)
+    apisim.create(r.PODS, _on(pod("neighbour", queue=None), 0, 1))
+    live_scheduler()
+    wait_until(lambda: events(apisim, REASON), what="the GPUOutOfMemory event")
+    [event] = events(apisim, REASON)
+    assert event["type"] == "Warning" and event["regarding"]["name"] == "a"
+    assert event["note"] == f"ran out of GPU memory on the shared GPU {NODE}/0: it is not placed there again"
+    apisim.create(r.PODS, pod("later", queue=None))  # more cycles: the termination is not told again
+    wait_until(lambda: bound_node(apisim, "later") is not None, what="a later pod bound")
+    assert len(events(apisim, REASON)) == 1
