@@ -82,7 +82,7 @@ from gpufleet.api.objects import (
     Topology,
     WorkloadPriorityClass,
 )
-from gpufleet.api.quantity import QuantityError, int_value, milli_value, parse_quantity
+from gpufleet.api.quantity import QuantityError, int_value, mib_value, milli_value, parse_quantity
 from gpufleet.api.reader import FieldReader, parse_int_text
 from gpufleet.gpu.constants import DEFAULT_MAX_PODS
 from gpufleet.gpu.constants import FRACTION_RESOURCE as FRACTION_RESOURCE
@@ -632,7 +632,7 @@ def _memory_used(r: FieldReader, annotations: dict[str, str]) -> int | None:
     if text is None:
         return None
     try:
-        mib = int_value(parse_quantity(text) / 2**20)
+        mib = mib_value(text)
     except QuantityError as exc:
         r.warning(f"annotation {GPU_MEMORY_USED_ANNOTATION}: {exc}; the observation is ignored", "metadata",
                   "annotations", GPU_MEMORY_USED_ANNOTATION,

@@ -29,6 +29,7 @@ __all__ = [
     "format_quantity",
     "int_value",
     "is_integer",
+    "mib_value",
     "milli_value",
     "parse_bytes",
     "parse_cpu_milli",
@@ -151,6 +152,11 @@ def milli_value(q: Fraction) -> int:
 def int_value(q: Fraction) -> int:
     """Value rounded up to a whole number, like ``Quantity.Value``."""
     return math.ceil(q)
+
+
+def mib_value(text: str) -> int:
+    """A memory quantity ("20Gi") in MiB, rounded up; raises QuantityError for what is no quantity."""
+    return int_value(parse_quantity(text) / 2**20)
 
 
 def is_integer(q: Fraction) -> bool:

@@ -65,9 +65,14 @@ def _terminations(pod: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, An
                     yield str(cs.get("name")), ended
 
 
+def _named(name: str, ended: Mapping[str, Any]) -> str:
+    """A termination's name: its container and when it ended."""
+    return f"{name}@{ended.get('finishedAt') or ended.get('containerID') or ''}"
+
+
 def ended(pod: Mapping[str, Any]) -> frozenset[str]:
     """The pod's containers' terminations, by container and when it ended (cheap: no message is read)."""
-    return frozenset(f"{name}@{t.get('finishedAt') or t.get('containerID') or ''}" for name, t in _terminations(pod))
+    return frozenset(_named(name, t) for name, t in _terminations(pod))
 
 
 def gpu_ooms(pod: Mapping[str, Any]) -> frozenset[str]:
@@ -79,7 +84,7 @@ def gpu_ooms(pod: Mapping[str, Any]) -> frozenset[str]:
         if not isinstance(message, str) or t.get("exitCode") == 0 or not any(h in message for h in _HINTS):
             continue
         if GPU_OOM.search(message):
-            found.add(f"{name}@{t.get('finishedAt') or t.get('containerID') or ''}")
+            found.add(_named(name, t))
     return frozenset(found)
 
 

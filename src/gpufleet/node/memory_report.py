@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
-from gpufleet.api.quantity import QuantityError, int_value, parse_quantity
+from gpufleet.api.quantity import QuantityError, mib_value
 from gpufleet.k8s.client import KubeClient
 from gpufleet.k8s.errors import KubeError, NotFound
 from gpufleet.k8s.resources import PODS
@@ -63,7 +63,7 @@ def carried(pod: Mapping[str, Any]) -> int:
     if not isinstance(text, str):
         return 0
     try:
-        return max(0, int_value(parse_quantity(text) / 2**20))
+        return max(0, mib_value(text))
     except QuantityError:
         return 0
 
