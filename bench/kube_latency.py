@@ -10,7 +10,10 @@ bound (a kubelet that starts it at once); ``--node-churn C``, a node cordoned C 
 one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do; ``--nodes-join
 J``, J new nodes a second meanwhile, as a cluster scaling up; ``--preempt-rate P``, P pods of high priority a
 second meanwhile into a ClusterQueue whose quota low-priority running pods fill (withinClusterQueue:
-LowerPriority), each preempting one of them (the emulator deletes an evicted pod at once). The emulator of
+LowerPriority), each preempting one of them (the emulator deletes an evicted pod at once); with ``--victim-job-pods
+N`` those running are batch/v1 Jobs of N one-GPU pods on one node and each high pod asks N GPUs: an evicted pod is
+marked deleted, the Job controller's replacement is created at once (podReplacementPolicy TerminatingOrFailed, the
+default) and the old pod is gone ``--grace`` seconds later, as a kubelet ends it. The emulator of
 the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of their own, as
 in ``bench/kube_binding.py``.
 
@@ -34,7 +37,8 @@ of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
-                                           [--node-churn 0] [--nodes-join 0] [--preempt-rate 0] [--idle 20]
+                                           [--node-churn 0] [--nodes-join 0] [--preempt-rate 0]
+                                           [--victim-job-pods 0] [--grace 1] [--idle 20]
                                            [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
@@ -42,6 +46,7 @@ of that git revision, alternating with the current code, and prints the ratios.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import gc
 import os
@@ -76,6 +81,7 @@ def emulator_role(args: argparse.Namespace) -> int:
     from kmock._internal import parsing as kmock_parsing
     from kube_apisim import ApiSim, KmockThread, parse_path_with_namespaces
     from live_env import cluster_queue, flavor, local_queue, node, pod, priority_class
+    from workload_env import job as job_object
 
     from gpufleet.k8s import resources as r
 
@@ -87,6 +93,8 @@ def emulator_role(args: argparse.Namespace) -> int:
             self.created: dict[str, float] = {}
             self.bound: dict[str, float] = {}
             self.accepted: dict[str, int] = {}
+            self.replaced = 0
+            self.high_created: dict[str, float] = {}  # the high-priority pods (--preempt-rate)
 
         def _bind(self, res: Any, ns: str | None, name: str, body: JsonDict) -> Any:
             out = super()._bind(res, ns, name, body)
@@ -97,14 +105,47 @@ def emulator_role(args: argparse.Namespace) -> int:
             self.bound.setdefault(key, time.monotonic())
             return out
 
+        def _evict(self, res: Any, ns: str | None, name: str, body: JsonDict) -> Any:
+            victim = self.objects[res.key].get((ns, name))
+            job = ((victim or {}).get("metadata") or {}).get("labels", {}).get("batch.kubernetes.io/job-name")
+            options = body.get("deleteOptions") or {}
+            if not args.victim_job_pods or not job or "All" in (options.get("dryRun") or []):
+                return super()._evict(res, ns, name, body)
+            # Graceful: the pod is marked deleted, its Job's controller replaces it at once, the kubelet ends it later.
+            super()._evict(res, ns, name, {**body, "deleteOptions": {**options, "dryRun": ["All"]}})
+            uid = victim["metadata"]["uid"]  # type: ignore[index]
+            self._patched(res, ns, name, {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
+                                                       "deletionGracePeriodSeconds": int(args.grace)}})
+            self.replaced += 1
+            self._create(res, job_pod(job, f"{job}-r{self.replaced}", None), None)
+
+            def gone() -> None:
+                current = self.objects[res.key].get((ns, name))
+                if current is not None and current["metadata"]["uid"] == uid:
+                    self._delete(res, ns, name)
+
+            asyncio.get_running_loop().call_later(args.grace, gone)
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
     kmock_parsing.parse_path = parse_path_with_namespaces  # type: ignore[assignment]
     harness = KmockThread(kmock.KubernetesScaffold)
     harness.start()
     sim = TimingSim(harness)
+    jobs_res = next(res for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) == ("batch", "Job"))
     sim.serve(r.NODES, r.PODS, r.NAMESPACES, r.PRIORITY_CLASSES, r.LEASES, r.EVENTS, r.RESOURCE_FLAVORS,
-              r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES)
+              r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES,
+              *([jobs_res] if args.victim_job_pods else []))
     held = 5  # of each node's 8 GPUs
     urgent = int(args.preempt_rate * args.arrivals / args.rate) if args.preempt_rate else 0  # high pods to come
+    per_victim = max(1, args.victim_job_pods)  # GPUs a high pod asks, and a victim holds
+    jobs: dict[str, JsonDict] = {}  # the victims' Jobs, by name
+
+    def job_pod(name: str, pod_name: str, node_name: str | None) -> JsonDict:
+        """A pod of the Job ``name``, as its controller makes it (the labels its pods are grouped by)."""
+        out = pod(pod_name, gpus=1, queue="urgent", priority_class="urgent-low", node_name=node_name)
+        out["metadata"]["labels"].update({"batch.kubernetes.io/controller-uid": jobs[name]["metadata"]["uid"],
+                                          "batch.kubernetes.io/job-name": name})
+        return out
 
     def fill(s: ApiSim) -> None:
         for i in range(args.nodes):
@@ -131,12 +172,22 @@ def emulator_role(args: argparse.Namespace) -> int:
             # A queue of its own, full of low-priority pods (one on each of the first nodes), for the high ones.
             s._create(r.PRIORITY_CLASSES, priority_class("urgent-low", 1), None)
             s._create(r.PRIORITY_CLASSES, priority_class("urgent-high", 1000), None)
-            s._create(r.CLUSTER_QUEUES, cluster_queue("urgent", gpus=urgent, cpu=str(urgent * 2),
+            s._create(r.CLUSTER_QUEUES, cluster_queue("urgent", gpus=urgent * per_victim,
+                                                      cpu=str(urgent * per_victim * 2),
                                                       preemption={"withinClusterQueue": "LowerPriority"}), None)
             s._create(r.LOCAL_QUEUES, local_queue("urgent", "urgent"), None)
             for i in range(urgent):
-                s._create(r.PODS, pod(f"low-{i:05d}", gpus=1, queue="urgent", priority_class="urgent-low",
-                                      node_name=f"node-{i % args.nodes:05d}"), None)
+                where = f"node-{i % args.nodes:05d}"
+                if not args.victim_job_pods:
+                    s._create(r.PODS, pod(f"low-{i:05d}", gpus=1, queue="urgent", priority_class="urgent-low",
+                                          node_name=where), None)
+                    continue
+                name = f"low-{i:05d}"
+                owner = job_object(name, pods=per_victim, gpus=1, queue="urgent")
+                owner["spec"]["template"]["spec"]["priorityClassName"] = "urgent-low"
+                jobs[name] = s._create(jobs_res, owner, None)
+                for m in range(per_victim):
+                    s._create(r.PODS, job_pod(name, f"{name}-p{m}", where), None)
 
     sim.harness.call(lambda: fill(sim), timeout=600)
     # The emulator stands in for the API server, whose (Go) collector runs beside its requests: here a full
@@ -191,8 +242,12 @@ def emulator_role(args: argparse.Namespace) -> int:
         for k in range(urgent):
             due = started + k / args.preempt_rate
             time.sleep(max(0.0, due - time.monotonic()))
-            sim.harness.call(lambda k=k: sim._create(r.PODS, pod(f"high-{k:05d}", gpus=1, queue="urgent",
-                                                                 priority_class="urgent-high"), None), timeout=60)
+            def create(k: int = k) -> None:
+                sim._create(r.PODS, pod(f"high-{k:05d}", gpus=per_victim, queue="urgent",
+                                        priority_class="urgent-high"), None)
+                sim.high_created[f"{pod_ns}/high-{k:05d}"] = time.monotonic()
+
+            sim.harness.call(create, timeout=60)
 
     def arrive() -> None:
         for k in range(args.arrivals):
@@ -231,6 +286,8 @@ def emulator_role(args: argparse.Namespace) -> int:
                 latencies = [sim.bound[k] - t for k, t in sim.created.items() if k in sim.bound]
                 high = [k for k in sim.bound if k.startswith(f"{pod_ns}/high-")]
                 return {"created": len(sim.created), "latencies": latencies, "high_bound": len(high),
+                        "high_latencies": [sim.bound[k] - sim.high_created[k] for k in high
+                                           if k in sim.high_created],
                         "double_bound": sorted(k for k, n in sim.accepted.items() if n > 1),
                         **_final_state(sim, r.PODS.key, r.NODES.key)}
             _emit(sim.harness.call(gather, timeout=120))
@@ -339,7 +396,8 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--gang-size", str(args.gang_size),
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
                "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
-               "--preempt-rate", str(args.preempt_rate),
+               "--preempt-rate", str(args.preempt_rate), "--victim-job-pods", str(args.victim_job_pods),
+               "--grace", str(args.grace),
                "--running-gang-size", str(args.running_gang_size), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
@@ -397,6 +455,8 @@ def run_once(args: argparse.Namespace, src: Path) -> JsonDict:
             "p99": _percentile(latencies, 0.99), "max": max(latencies, default=float("nan")),
             "cycles": cycles["cycles"], "carried": cycles["carried"], "core_max": cycles["core_max"],
             "rss_mib": cycles["rss_mib"], "high_bound": state.get("high_bound", 0),
+            "high_p50": _percentile(state.get("high_latencies", []), 0.5),
+            "high_max": max(state.get("high_latencies", []), default=float("nan")),
             "checks": not (state["double_bound"] or state["overcommitted_nodes"] or state["shared_gpus_nodes"])}
 
 
@@ -415,7 +475,8 @@ def _line(label: str, run: JsonDict, args: argparse.Namespace) -> str:
             f"create->Binding p50 {run['p50']:7.3f}s p99 {run['p99']:7.3f}s max {run['max']:7.3f}s  "
             f"bound within {args.within:g}s {run['bound']}/{args.arrivals * args.gang_size}  cycles {run['cycles']} "
             f"({run['carried']} carried on, longest core {run['core_max']:.3f}s)  peak RSS {run['rss_mib']:.0f} MiB  "
-            + (f"high-priority pods bound {run['high_bound']}  " if args.preempt_rate else "") +
+            + (f"high-priority pods bound {run['high_bound']} (create->Binding p50 {run['high_p50']:.3f}s max "
+               f"{run['high_max']:.3f}s)  " if args.preempt_rate else "") +
             f"checks "
             f"{'ok' if run['checks'] else 'VIOLATED'}  load {os.getloadavg()[0]:.2f}")
 
@@ -437,6 +498,11 @@ def main() -> int:
                         help="new 8-GPU nodes created per second while the new pods arrive (a scale-up)")
     parser.add_argument("--preempt-rate", type=float, default=0.0,
                         help="high-priority pods a second, each preempting a low-priority running one")
+    parser.add_argument("--victim-job-pods", type=int, default=0,
+                        help="the low-priority running work as Jobs of N pods (evicted gracefully, their pods "
+                             "replaced by the Job controller); each high-priority pod asks N GPUs")
+    parser.add_argument("--grace", type=float, default=1.0,
+                        help="seconds an evicted Job pod takes to go (with --victim-job-pods)")
     parser.add_argument("--finish-rate", type=float, default=0.0,
                         help="running pods deleted per second while the new ones arrive (churn)")
     parser.add_argument("--running-gang-size", type=int, default=1, choices=range(1, 6),

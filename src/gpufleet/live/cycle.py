@@ -367,12 +367,14 @@ class CycleRunner:
         release(kept, carried, now)
         if not remove_nodes(kept.world, kept.policy, carried.gone):  # (drained: the releases took the last pods off)
             return None
-        submitted = extend(kept, carried.new, now)
+        readmitted = list(carried.regroup)  # (made again from their pods, on their way out)
+        submitted = extend(kept, carried.new, now, readmitted)
         if submitted is None:
             return None
         world, policy = kept.world, kept.policy
-        if len(self.requeues) and submitted:  # (a Job evicted for PodsReadyTimeout, its pods made again)
-            self.requeues.apply(policy, now, functools.partial(owners_of, world), only={w.key for w in submitted})
+        if len(self.requeues) and (submitted or readmitted):  # (a Job evicted for PodsReadyTimeout, made again)
+            self.requeues.apply(policy, now, functools.partial(owners_of, world),
+                                only={*(w.key for w in submitted), *readmitted})
         if carried.terminating:  # (workloads whose pods are all being deleted: on their way out)
             planner.terminating(world, policy, carried.terminating)
         # Pods created after their workload's admission, before anything new (a full cycle tries them all).
@@ -380,7 +382,7 @@ class CycleRunner:
         due = [t for t in kept.due if t > now]
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
         changed = landed | set(carried.ended) | {workload for workload, _ in carried.left} | {
-            a.workload for a in repairs}
+            a.workload for a in repairs} | set(readmitted)
         pods_ready_policy = planner.Plan(policy).pods_ready_policy
         # Pods landed (their clocks start) or whose readiness changed: judged as a full cycle judges them.
         judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of}

@@ -47,7 +47,9 @@ A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
 After a preemption whose every eviction was accepted the next cycle carries on: the victims are on their way out
 in the kept policy (they hold their quota and nodes until their pods are gone, read as any pod's ending; a full
-cycle reads the same off the pods being deleted: ``planner.terminating``). Never when the last cycle evicted for
+cycle reads the same off the pods being deleted: ``planner.terminating``). A victim of several pods (a pod group, a
+Job, a JobSet) is made again from the members left as each goes, and from a Job's replacement pods as they come
+(:func:`_leaving`, :func:`_replacing`), as a rebuild groups it. Never when the last cycle evicted for
 another reason (a repair, a waitForPodsReady timeout), was refused an eviction, a Binding was given up since
 (its capacity is free again), objects are set aside, a timer of the last cycle has fallen due (a partial gang's
 repair, a requeue backoff), or the change log lost changes: those take a full cycle, as does the periodic resync. A
@@ -339,7 +341,7 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
             return True
         return False
     if entry.ours and workload is not None and world.pods_of.get(workload) != [key]:
-        if entry.group and (leaving := _group_leaving(world, entry, raw, workload, out)) is not None:
+        if (leaving := _leaving(world, entry, raw, workload, out)) is not None:
             return leaving
         return _member_finished(world, entry, raw, workload, out)
     held = entry.holds_capacity
@@ -366,18 +368,30 @@ def _finishes(raw: JsonDict) -> bool:
     return _phase(raw) in TERMINAL_PHASES
 
 
-def _group_leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload: str, out: Carried) -> bool | None:
-    """A member of a pod group being deleted, or gone, while every member on a node is being deleted too (the
-    group a preemption evicted, or one its owner deleted): on its way out, as a rebuild reads it
-    (``planner.terminating``). Being deleted, it holds its node and its group's quota as before (``out.terminating``
-    marks the group once all are). Gone, the group is what a rebuild groups from the members left
-    (``out.regroup``: its admission made again from them, as a rebuild admits what holds nodes, and on its way out).
-    None: not such a change (:func:`_member_finished` judges it)."""
+def _leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload: str, out: Carried) -> bool | None:
+    """A member of a workload of several pods being deleted, or gone, while every member on a node is being deleted
+    too: a preemption's victim (a pod group, a Job, a JobSet), work whose owner deleted it, a JobSet restarting.
+    On its way out, as a rebuild reads it (``planner.terminating``). Being deleted, it holds its node and its
+    workload's quota as before (``out.terminating`` marks the workload once all are). Gone, the workload is what a
+    rebuild groups from the members left (``out.regroup``: its admission made again from them, as a rebuild admits
+    what holds nodes, and on its way out), a Job's replacement pods among them (the Job controller makes them as
+    soon as the old ones are being deleted). Only pod groups and the kinds whose controllers own their pods
+    (``joins_late``: a Job, a JobSet...). None: not such a change (:func:`_member_finished` judges it)."""
+    known: Workload | None = None
+    if not entry.group:
+        known = _known(world, workload)
+        if known is None or not joins_late(known):
+            return None
     if raw is not None:
         if _finishes(raw) or not (raw.get("metadata") or {}).get("deletionTimestamp") or not entry.holds_capacity:
             return None
-        # Being deleted, on its node: a rebuild charges it there and keeps it in its group, as before.
+        # Being deleted, on its node: a rebuild charges it there and keeps it in its workload, as before.
+        was = entry.raw, entry.deleting
         entry.raw, entry.deleting = raw, True
+        if known is not None and ((as_now := _regrouped(world, workload)) is None
+                                  or as_now.pod_sets != known.pod_sets):
+            entry.raw, entry.deleting = was  # (a rebuild groups it otherwise: it judges it)
+            return None
         out.restated.append(entry.key)
         out.terminating.append(entry.key)
         return True
@@ -388,9 +402,11 @@ def _group_leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload
         o = world.pods.get(k)
         if k == entry.key or (o is None and workload in out.regroup):
             continue  # (another member gone earlier in this batch)
-        if o is None or (o.holds_capacity and not o.deleting) or (o.node is None and not o.terminal):
-            return None  # a member running on, or waiting for a node: the gang's repair is a full cycle's
-        others.append(o)
+        if o is None or (o.holds_capacity and not o.deleting):
+            return None  # a member running on: a gang's repair, or the workload a rebuild groups, is a full cycle's
+        if o.node is None and not o.terminal and entry.group:
+            return None  # a pod group's member waiting for a node: the gang's repair is a full cycle's
+        others.append(o)  # (a Job's replacement pod waits for its workload's old pods to be gone: gangs.join)
     left = [p for o in others if (p := _current(o)) is not None]
     regrouped = _grouped(world, left) if left else []
     if regrouped is None or len(regrouped) > 1 or (regrouped and regrouped[0].key != workload):
@@ -400,7 +416,7 @@ def _group_leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload
     del world.pods[entry.key]
     if regrouped:
         out.regroup[workload] = regrouped[0]
-    else:  # (its last member gone: the group ends, as a single pod's workload does)
+    else:  # (its last member gone: the workload ends, as a single pod's workload does)
         out.regroup.pop(workload, None)
         out.ended.append(workload)
     return True
@@ -635,10 +651,12 @@ def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObje
     return True
 
 
-def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | None:
+def extend(kept: Kept, entries: list[PodEntry], now: float, readmitted: list[str]) -> list[Workload] | None:
     """Add the new pods' whole workloads to the kept world and submit them to its policy (returned); the members
-    of a gang still short of some wait in ``world.unjoined`` for the next cycle (:data:`UNJOINED_WAIT`). None
-    (nothing changed) when a pod belongs with pods the world knows: a full cycle groups them."""
+    of a gang still short of some wait in ``world.unjoined`` for the next cycle (:data:`UNJOINED_WAIT`). Pods
+    that join a workload the world knows are added to it (an admitted Job's next pod), or make it again with them
+    (a Job's replacement pods while its old ones are being deleted: their keys added to ``readmitted``). None
+    (nothing changed) when a pod belongs with pods the world knows otherwise: a full cycle groups them."""
     world = kept.world
     chosen = [e.pod for e in entries if e.pod is not None and e.problem is None]
     built = _grouped(world, chosen)
@@ -653,15 +671,19 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
         # take the places the new ones leave free (and are placed with them for that cycle).
         return None
     joining: list[Workload] = []  # the workloads the world knows, with their pods created since
+    remade: list[Workload] = []  # the same, on their way out: made again with them (a Job's replacement pods)
     for w in workloads:
         if any(p.key in world.workload_of for p in w.pods):
             return None
         if w.key in world.pods_of:
-            merged = _joinable(kept, w, [p for p in chosen if p.key in {m.key for m in w.pods}])
-            if merged is None:
+            pods = [p for p in chosen if p.key in {m.key for m in w.pods}]
+            if (merged := _joinable(kept, w, pods)) is not None:
+                joining.append(merged)
+            elif (merged := _replacing(kept, w, pods)) is not None:
+                remade.append(merged)
+            else:
                 return None  # a late member of a pod group (a gang left incomplete), or of a pending workload...
-            joining.append(merged)
-    late = {w.key for w in joining}
+    late = {w.key for w in (*joining, *remade)}
     # A gang short of members (a controller still creating them) waits for the rest a little, off the books.
     waiting = {p.key for w in workloads if not w.complete and w.key not in late for p in w.pods}
     world.unjoined = {e.key: e for e in entries if e.key in waiting}
@@ -683,6 +705,12 @@ def extend(kept: Kept, entries: list[PodEntry], now: float) -> list[Workload] | 
         # (gpufleet.live.gangs.join, which the cycle calls for World.late before its round).
         _adopt(world, kept.policy, merged)
         world.late.add(merged.key)
+    for merged in remade:
+        # Admitted again as a rebuild admits it, from what its old pods hold, on its way out; its new pods wait in
+        # World.late until the old ones are gone (gangs.join says why).
+        _readmitted(kept, merged.key, merged, now)
+        world.late.add(merged.key)
+        readmitted.append(merged.key)
     return workloads
 
 
@@ -699,6 +727,24 @@ def _joinable(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:
     merged = _regrouped(world, new.key, pods)
     if merged is None or merged.pod_sets != known.pod_sets or not {p.key for p in new.pods} <= {
             p.key for p in merged.pods}:
+        return None
+    return merged
+
+
+def _replacing(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:
+    """The kept world's workload that pods created since (``new``, their ``pods``) replace members of, grouped with
+    them as a full cycle groups it: one of a kind whose controller owns its pods (``joins_late``) whose every pod on
+    a node is being deleted (a preemption's victim, a JobSet restarting); None otherwise."""
+    world = kept.world
+    known = _known(world, new.key)
+    if known is None or not joins_late(known):
+        return None
+    holding = [e for k in world.pods_of.get(new.key, ()) if (e := world.pods.get(k)) is not None
+               and e.holds_capacity]
+    if not holding or not all(e.deleting for e in holding):
+        return None
+    merged = _regrouped(world, new.key, pods)
+    if merged is None or not {p.key for p in new.pods} <= {p.key for p in merged.pods}:
         return None
     return merged
 
