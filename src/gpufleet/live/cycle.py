@@ -365,7 +365,7 @@ class CycleRunner:
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
         # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
         release(kept, carried, now)
-        if not remove_nodes(kept.world, kept.policy, carried.gone):  # (drained: the releases took the last pods off)
+        if not remove_nodes(kept, carried.gone, now):  # (drained, the releases took the last pods off; or lost)
             return None
         readmitted = list(carried.regroup)  # (made again from their pods, on their way out)
         submitted = extend(kept, carried.new, now, readmitted)
@@ -483,9 +483,12 @@ class CycleRunner:
                     or not all(v.preemptor for v in victims) or evicted != {p.workload for p in d.plan.preempted}):
                 return False
         # (unaccounted: pods a full cycle could not charge on their nodes; it retries at each cycle, as capacity
-        # comes free, which carrying on would give to new pods instead)
-        return not (self.settings.beside_kueue.enabled or self.quarantine.held or d.world.invalid
-                    or d.world.unaccounted)
+        # comes free, which carrying on would give to new pods instead. Not those bound to a node that is gone:
+        # nothing comes free for them, and a node of that name joining takes a full cycle.)
+        world = d.world
+        return not (self.settings.beside_kueue.enabled or self.quarantine.held or world.invalid
+                    or any((e := world.pods.get(k)) is not None and e.holds_capacity and e.node in world.cluster.nodes
+                           for k in world.unaccounted))
 
     def _keep(self, d: _Decided, snapshot: CacheSnapshot, keepable: bool) -> None:
         """What the next cycle may carry on from (:meth:`_keepable` says whether it may)."""

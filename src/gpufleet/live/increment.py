@@ -35,8 +35,10 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   placement index re-reads it; a node added (a cluster scaling up): added to the kept cluster state and policy,
   whose placer is made again over it; then the workloads parked for want of nodes woken (:func:`apply_nodes`);
   but for clusters whose nodes' DRA devices or Topologies are read from their objects, and while a preemption's
-  room on nodes is held. A node removed that no pod holds capacity on (drained, as a cluster scaling down drains
-  it) leaves the kept state (:func:`remove_nodes`); one removed under pods, or whose devices or capacity changed,
+  room on nodes is held. A node removed leaves the kept state (:func:`remove_nodes`): drained (as a cluster
+  scaling down drains it), or lost under pods that are each a workload of their own (they stay bound to it, charged
+  nowhere, as a rebuild leaves them, until the pod garbage collector deletes them; a node of that name joining again
+  takes a full cycle); one under a member of a workload of several pods, or whose devices or capacity changed,
   takes a full cycle;
 * a workload kind's object created (a Job, a JobSet...): one of another scheduler's is passed over, as a full
   cycle passes it over; one of ours is read into the kept world's workload objects (:func:`read_owners`), so its
@@ -74,7 +76,7 @@ from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache, WorkloadObject
-from gpufleet.live import observed_memory
+from gpufleet.live import observed_memory, planner
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.gpu_oom import ended, gpu_ooms
 from gpufleet.live.queuestatus import QueueCounts
@@ -201,11 +203,13 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             nodes = nodes if nodes is not None else {n.name: n for n in world.nodes}
             if c.type == "DELETED" or c.new is None:
                 if not _removable(world, kept.policy, c.key):
-                    return None  # a node removed under pods: they are left nowhere, which a full cycle sorts out
+                    return None  # under a gang's member, a Binding on its way: a full cycle sorts them out
                 out.nodes.pop(c.key, None)
                 out.gone.add(c.key)
                 continue
             out.gone.discard(c.key)  # (deleted and created again in one batch: a node joining)
+            if _orphaned(world, c.key):
+                return None  # a node back under pods bound to it: a full cycle charges them there
             if _same_node(nodes.get(c.key), parse, c.key, c.new):
                 out.nodes.pop(c.key, None)  # (back as it was since an earlier change of this batch)
                 continue
@@ -571,23 +575,67 @@ def _changed_node(world: World, policy: KueuePolicy, parse: ParseCache, key: str
 
 
 def _removable(world: World, policy: KueuePolicy, name: str) -> bool:
-    """Whether a node deleted can leave the kept cluster state: one it knows, on which no pod of the world holds
-    capacity now (drained first, as a cluster scaling down drains it), where nothing else forbids carrying nodes."""
-    return (name in world.cluster.nodes and policy.cluster is world.cluster and not world.dra.resource_slices
-            and not world.queues.topologies and not policy.state.nominations
-            and not any(e.node == name and e.holds_capacity for e in world.pods.values()))
+    """Whether a node deleted can leave the kept cluster state: one it knows, where nothing else forbids carrying
+    nodes, on which the pods that hold capacity are each a workload of its own (drained first, as a cluster scaling
+    down drains it, there are none; a node lost, a spot instance reclaimed, leaves its pods bound to it until the
+    pod garbage collector deletes them: :func:`remove_nodes`). A pod of a workload of several pods (a gang's repair
+    judges it) or one whose Binding is on its way there takes a full cycle."""
+    if not (name in world.cluster.nodes and policy.cluster is world.cluster and not world.dra.resource_slices
+            and not world.queues.topologies and not policy.state.nominations):
+        return False
+    for e in world.pods.values():
+        if e.node != name or not e.holds_capacity:
+            continue
+        if e.assumed or e.completing or e.key not in world.cluster.placements:
+            return False
+        if e.ours and world.pods_of.get(world.workload_of.get(e.key, ""), []) != [e.key]:
+            return False
+    return True
 
 
-def remove_nodes(world: World, policy: KueuePolicy, gone: set[str]) -> bool:
-    """Nodes deleted that hold no pod: out of the world and of the kept policy (``KueuePolicy.remove_nodes``).
-    After the cycle's releases, which take the pods that ended meanwhile off them; False (a full cycle) when one
-    still holds a pod all the same."""
+def _orphaned(world: World, name: str) -> bool:
+    """Whether pods of the world hold capacity on ``name`` though no node of that name is known (one removed under
+    them): a node of that name joining takes a full cycle, which charges them there."""
+    return name not in world.cluster.nodes and any(e.node == name and e.holds_capacity for e in world.pods.values())
+
+
+def remove_nodes(kept: Kept, gone: set[str], now: float) -> bool:
+    """Nodes deleted: out of the world and of the kept policy (``KueuePolicy.remove_nodes``). After the cycle's
+    releases, which take the pods that ended meanwhile off them. The pods still on them are left where a full cycle
+    leaves them: bound to a node that is not there, charged nowhere (``World.unaccounted``), their workloads
+    admitted again as a rebuild admits them (quota by the flavor a node they are not on implies), until the pod
+    garbage collector deletes them. False (a full cycle) when such a pod is no longer a workload of its own."""
     if not gone:
         return True
-    if any(world.cluster.nodes[name].pods for name in gone):
-        return False
+    world, policy = kept.world, kept.policy
+    stranded = [e for e in world.pods.values() if e.node in gone and e.holds_capacity]
+    ours: list[str] = []
+    for e in stranded:
+        workload = world.workload_of.get(e.key) if e.ours else None
+        if e.ours and (workload is None or world.pods_of.get(workload) != [e.key]):
+            return False
+        if workload is not None:
+            ours.append(workload)
+    infos = {key: policy.info(key) for key in ours}
+    for key in ours:
+        if (info := infos[key]) is not None and kept.counts is not None:
+            kept.counts.add(info, -1)
+        policy.finish(key, now)  # (its quota, and its pod's placement)
+    for e in stranded:
+        if e.key in world.cluster.placements:
+            world.cluster.release(e.key)
+        world.unaccounted.append(e.key)
     world.nodes = [n for n in world.nodes if n.name not in gone]
     policy.remove_nodes(sorted(gone))
+    leaving = [e.key for e in stranded if e.ours and e.deleting]
+    for key in ours:
+        w = _known(world, key)
+        assert w is not None
+        policy.submit(w, now)
+        if (info := policy.info(key)) is not None and kept.counts is not None:
+            kept.counts.add(info, 1)
+    if leaving:
+        planner.terminating(world, policy, leaving)
     return True
 
 
