@@ -152,8 +152,8 @@ def _final_state(sim: Any, pods_key: str, nodes_key: str) -> JsonDict:
     devices: dict[str, list[str]] = {}
     for o in sim.objects[pods_key].values():
         node = (o.get("spec") or {}).get("nodeName")
-        if not node:
-            continue
+        if not node or node not in capacity:
+            continue  # (unbound, or left on a node that is gone until the pod garbage collector deletes it)
         for c in o["spec"]["containers"]:
             held[node] += int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0))
         annotations = (o.get("metadata") or {}).get("annotations") or {}

@@ -8,7 +8,10 @@ groups of H on one node each, whose members finish (``Succeeded``) at F per seco
 pods end; ``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is
 bound (a kubelet that starts it at once); ``--node-churn C``, a node cordoned C times a second meanwhile (and the
 one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do; ``--nodes-join
-J``, J new nodes a second meanwhile, as a cluster scaling up; ``--preempt-rate P``, P pods of high priority a
+J``, J new nodes a second meanwhile, as a cluster scaling up; ``--nodes-lost L``, L nodes a second deleted
+under their pods meanwhile (a node lost, a spot instance reclaimed), whose pods the pod garbage collector deletes
+``--gc-after`` seconds later (40: kube-controller-manager's quarantine of a node's orphaned pods);
+``--preempt-rate P``, P pods of high priority a
 second meanwhile into a ClusterQueue whose quota low-priority running pods fill (withinClusterQueue:
 LowerPriority), each preempting one of them (the emulator deletes an evicted pod at once); with ``--victim-job-pods
 N`` those running are batch/v1 Jobs of N one-GPU pods on one node and each high pod asks N GPUs: an evicted pod is
@@ -38,7 +41,8 @@ of that git revision, alternating with the current code, and prints the ratios.
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
                                            [--node-churn 0] [--nodes-join 0] [--preempt-rate 0]
-                                           [--victim-job-pods 0] [--grace 1] [--idle 20]
+                                           [--victim-job-pods 0] [--grace 1] [--nodes-lost 0] [--gc-after 40]
+                                           [--idle 20]
                                            [--within 120] [--repeat 1]
                                            [--baseline REF|none]
 """
@@ -237,6 +241,30 @@ def emulator_role(args: argparse.Namespace) -> int:
             sim.harness.call(lambda k=k: sim._create(r.NODES, node(f"join-{k:05d}", gpus=8), None), timeout=60)
             k += 1
 
+    def lose() -> None:
+        """Nodes deleted under their pods at --nodes-lost per second while the new pods arrive (from the last one, away
+        from the preemptions' nodes); their pods deleted --gc-after seconds later, as the pod garbage collector does."""
+        k = 0
+        while args.nodes_lost > 0 and time.monotonic() < started + args.arrivals / args.rate:
+            due = started + k / args.nodes_lost
+            time.sleep(max(0.0, due - time.monotonic()))
+            name = f"node-{args.nodes - 1 - k:05d}"
+
+            def gone(name: str = name) -> None:
+                sim._delete(r.NODES, None, name)
+                orphans = [key for key, o in sim.objects[r.PODS.key].items()
+                           if (o.get("spec") or {}).get("nodeName") == name]
+
+                def collect() -> None:
+                    for ns, pod_name in orphans:
+                        if (ns, pod_name) in sim.objects[r.PODS.key]:
+                            sim._delete(r.PODS, ns, pod_name)
+
+                asyncio.get_running_loop().call_later(args.gc_after, collect)
+
+            sim.harness.call(gone, timeout=60)
+            k += 1
+
     def preempt() -> None:
         """Pods of high priority into the full urgent queue at --preempt-rate per second: each preempts one."""
         for k in range(urgent):
@@ -280,6 +308,7 @@ def emulator_role(args: argparse.Namespace) -> int:
             threading.Thread(target=churn, daemon=True).start()
             threading.Thread(target=join, daemon=True).start()
             threading.Thread(target=preempt, daemon=True).start()
+            threading.Thread(target=lose, daemon=True).start()
             _emit({"ok": True})
         elif command == "report":
             def gather() -> JsonDict:
@@ -397,7 +426,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
                "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
                "--preempt-rate", str(args.preempt_rate), "--victim-job-pods", str(args.victim_job_pods),
-               "--grace", str(args.grace),
+               "--grace", str(args.grace), "--nodes-lost", str(args.nodes_lost), "--gc-after", str(args.gc_after),
                "--running-gang-size", str(args.running_gang_size), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
@@ -501,6 +530,10 @@ def main() -> int:
     parser.add_argument("--victim-job-pods", type=int, default=0,
                         help="the low-priority running work as Jobs of N pods (evicted gracefully, their pods "
                              "replaced by the Job controller); each high-priority pod asks N GPUs")
+    parser.add_argument("--nodes-lost", type=float, default=0.0,
+                        help="nodes a second deleted under their pods while the new pods arrive")
+    parser.add_argument("--gc-after", type=float, default=40.0,
+                        help="seconds after a node's loss its pods are deleted (the pod garbage collector)")
     parser.add_argument("--grace", type=float, default=1.0,
                         help="seconds an evicted Job pod takes to go (with --victim-job-pods)")
     parser.add_argument("--finish-rate", type=float, default=0.0,
