@@ -81,7 +81,8 @@ def node_object(name: str, labels: Mapping[str, str] | None = None) -> JsonDict:
 def running_agent(apisim: ApiSim, sockdir: Path, machine: Path, *, config: AgentDeviceConfig | None = None,
                   kubelet: bool = True, inventory_only: bool = False, health: HealthPolicy | None = None,
                   create_node: bool = True, node_labels: Mapping[str, str] | None = None,
-                  rediscover_period: float = 30.0, memory_report_period: float | None = None) -> Iterator[Env]:
+                  rediscover_period: float = 30.0, memory_report_period: float | None = None,
+                  proc_root: Path | None = None) -> Iterator[Env]:
     node = FakeNvml(str(machine)).spec.node_name
     if create_node:
         apisim.create(r.NODES, node_object(node, node_labels))
@@ -96,7 +97,8 @@ def running_agent(apisim: ApiSim, sockdir: Path, machine: Path, *, config: Agent
                            health_probe_bind_address=None, inventory_only=inventory_only,
                            health=health or HealthPolicy(), rediscover_period=rediscover_period, loop_period=0.05,
                            publish_retry=0.1, informer_options=FAST_INFORMERS,
-                           memory_report_period=memory_report_period)
+                           memory_report_period=memory_report_period,
+                           proc_root=str(proc_root if proc_root is not None else sockdir / "no-proc"))
     agent = NodeAgent(client, options, config, lambda holders: open_backend(f"fake:{machine}", holders=holders))
     agent.start()
     try:

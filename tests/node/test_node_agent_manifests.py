@@ -136,6 +136,10 @@ def test_chart_values_reach_the_node_agent() -> None:
     [ds] = [d for d in quiet if d["kind"] == "DaemonSet"]
     env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GPUFLEET_GPU_MEMORY_REPORT_PERIOD"] == "0"
+    # The host's PID namespace (a shared GPU read per pod from its processes): off unless asked for, in both.
+    assert daemonset_pod()["hostPID"] is False and ds["spec"]["template"]["spec"]["hostPID"] is False
+    [ds] = [d for d in agent_docs(nodeAgent__hostPID=True) if d["kind"] == "DaemonSet"]
+    assert ds["spec"]["template"]["spec"]["hostPID"] is True
     assert _agent_command().make_context("agent", ["--node-name", "n"], default_map=None).params[
         "gpu_memory_report_period"] == 15.0
     period = next(p for p in _agent_command().params if p.name == "gpu_memory_report_period")

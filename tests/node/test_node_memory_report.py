@@ -4,6 +4,7 @@ kubelet (real gRPC PodResources) and the fake NVML backend, whose framebuffer us
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +17,17 @@ from machines import MIG_MIXED, TIME_SLICED, WHOLE_4_PAIRS, write_machine
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.client import KubeClient
-from gpufleet.node.attribution import Attribution
-from gpufleet.node.contract import Gpu, GpuMemory, InstanceSample
-from gpufleet.node.memory_report import RETRY_S, STEP_MIB, MemoryReporter, carried, readings, worth_writing
+from gpufleet.node.attribution import Attribution, Holder
+from gpufleet.node.contract import Gpu, GpuMemory, InstanceSample, ProcessMemory
+from gpufleet.node.memory_report import (
+    RETRY_S,
+    STEP_MIB,
+    MemoryReporter,
+    ProcessPods,
+    carried,
+    readings,
+    worth_writing,
+)
 from gpufleet.node.nvml_fake import FakeNvml
 
 GPU = "nvidia.com/gpu"
@@ -110,6 +119,62 @@ def test_readings_take_the_most_a_pod_uses_on_the_devices_it_holds_alone() -> No
                           (_gpu("G2"), _sample(9999, (InstanceSample(3, 512, 100), InstanceSample(4, 700, 0)))),
                           (_gpu("G3"), _sample(5000))])
     assert got == {"ns/p": 3000, "ns/q": 512}
+
+
+UID_A = "0b6c1f2e-5d3a-4c7b-9e8f-1a2b3c4d5e6f"
+UID_B = "7f00aa11-22bb-43cc-84dd-95ee06ff1a2b"
+
+
+def _proc(root: Path, pid: int, cgroup: str) -> None:
+    (root / str(pid)).mkdir(parents=True)
+    (root / str(pid) / "cgroup").write_text(cgroup)
+
+
+def test_a_shared_gpu_is_read_per_pod_from_its_processes_cgroups(tmp_path: Path) -> None:
+    """Each process mapped to its pod by the UID in its cgroup path (systemd's underscores, cgroupfs's dashes, cgroup
+    v1's many lines); a pod's processes summed; a process of no pod holding that GPU, one not visible (another
+    PID namespace), or one whose use NVML does not report, left out."""
+    _proc(tmp_path, 101, f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                         f"{UID_A.replace('-', '_')}.slice/cri-containerd-abc.scope\n")
+    _proc(tmp_path, 102, f"12:memory:/kubepods/besteffort/pod{UID_A}/0123\n"
+                         f"11:cpu:/kubepods/besteffort/pod{UID_A}/0123\n")
+    _proc(tmp_path, 201, f"0::/kubepods/pod{UID_B}/4567\n")
+    _proc(tmp_path, 301, "0::/system.slice/containerd.service\n")  # not a pod's
+    _proc(tmp_path, 401, f"0::/kubepods/pod{'1' * 8}-1111-1111-1111-{'1' * 12}/89\n")  # a pod not on this GPU
+    holders = [Holder(NS, name, "main", "replica", 0.5, None) for name in ("a", "b")]
+    held = Attribution(holders={"G0": holders})
+    processes = (ProcessMemory(101, 3000.0), ProcessMemory(102, 1000.5), ProcessMemory(201, 500.0),
+                 ProcessMemory(301, 9000.0), ProcessMemory(401, 7000.0), ProcessMemory(999, 8000.0),
+                 ProcessMemory(201, math.nan))
+    uids = {UID_A: f"{NS}/a", UID_B: f"{NS}/b", f"{'1' * 8}-1111-1111-1111-{'1' * 12}": f"{NS}/elsewhere"}
+    got = readings(held, [(_gpu("G0"), GpuMemory(30000.0, (), processes))], processes=ProcessPods(tmp_path),
+                   uids=uids)
+    assert got == {f"{NS}/a": 4001, f"{NS}/b": 500}
+    # Without the processes' cgroups (the agent outside the host's PID namespace) a shared GPU tells nothing.
+    assert readings(held, [(_gpu("G0"), GpuMemory(30000.0, (), processes))], processes=ProcessPods(tmp_path / "x"),
+                    uids=uids) == {}
+
+
+def test_a_gpu_two_pods_share_is_told_per_pod_from_their_processes(apisim: ApiSim, sockdir: Path) -> None:
+    proc = sockdir / "proc"
+    with running_agent(apisim, sockdir, write_machine(sockdir, TIME_SLICED), memory_report_period=0.05,
+                       proc_root=proc) as env:
+        kubelet = env.kubelet
+        assert kubelet is not None and env.agent.opened is not None
+        kubelet.wait_registered([GPU])
+        u = env.uuids()
+        a = env.bound_pod("a", [f"{u[0]}::0"])
+        b = env.bound_pod("b", [f"{u[0]}::1"])
+        env.wait_tracked("a", "b")
+        for name in ("a", "b"):
+            kubelet.admit(f"{NS}/{name}", {"main": {GPU: 1}})
+        _proc(proc, 4242, f"0::/kubepods/burstable/pod{a['metadata']['uid']}/c1\n")
+        _proc(proc, 4343, f"0::/kubepods/burstable/pod{b['metadata']['uid']}/c2\n")
+        backend = env.agent.opened.backend
+        assert isinstance(backend, FakeNvml)
+        backend.processes[u[0]] = (ProcessMemory(4242, 20480.0), ProcessMemory(4343, 4096.0))
+        wait_until(lambda: used(env.apisim, "a") == "20480Mi" and used(env.apisim, "b") == "4096Mi",
+                   what="each replica holder's own memory written on it")
 
 
 def test_steps_and_what_a_pod_carries() -> None:

@@ -30,7 +30,9 @@ def test_against_real_nvml_when_present() -> None:
         found = discover(machine, AgentDeviceConfig())
         assert found.labels["nvidia.com/gpu.count"] == str(len(machine.gpus))
         assert backend.sample(machine.gpus[0]).fb_free_mib >= 0
-        assert 0 <= backend.memory(machine.gpus[0]).fb_used_mib <= machine.gpus[0].memory_mib
+        memory = backend.memory(machine.gpus[0])
+        assert 0 <= memory.fb_used_mib <= machine.gpus[0].memory_mib
+        assert all(p.pid > 0 and 0 < p.used_mib <= machine.gpus[0].memory_mib for p in memory.processes)
         assert isinstance(backend.wait_events(0.1), list)
     finally:
         backend.close()
@@ -91,6 +93,9 @@ class FakeGpu:
     remapped: tuple[int, int, int, int] | None = (2, 0, 0, 0)  # correctable, uncorrectable, pending, failed
     gpm: bool = False  # GPU Performance Monitoring (Hopper and later)
     graphics_busy: list[float] = field(default_factory=list)  # GPM's answers, one per pair of samples
+    # Running compute processes: (pid, bytes used, or None / all ones when NVML does not report it); None: the call
+    # is not supported
+    processes: list[tuple[int, int | None]] | None = field(default_factory=list)
 
 
 class FakeGpmRequest:
@@ -170,6 +175,13 @@ class FakePynvml:
             return SimpleNamespace(total=total, used=(h[2] + 1) * 100 * MIB, free=total - (h[2] + 1) * 100 * MIB)
         total = self._gpu(h).total_mib * MIB
         return SimpleNamespace(total=total, used=1024 * MIB, free=total - 1024 * MIB)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
+        found = self._gpu(h).processes
+        if found is None:
+            raise NotSupported()
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                for pid, used in found]
 
     def nvmlDeviceGetTotalEccErrors(self, h: Any, kind: int, counter: int) -> int:
         ecc = self._gpu(h).ecc
@@ -368,6 +380,22 @@ def test_memory_temperature_ecc_row_remapping_and_mig_instance_memory() -> None:
     # The memory alone (the node agent's per-pod reports): the same figures.
     memory = backend.memory(mig_gpu)
     assert memory.fb_used_mib == s.fb_used_mib and memory.instances == s.instances
+
+
+def test_memory_lists_the_compute_processes_and_what_each_uses() -> None:
+    """Bytes in MiB; a process whose use NVML does not report (None, or NVML_VALUE_NOT_AVAILABLE: all ones) left
+    out; a GPU that does not support the call lists none; a MIG GPU's processes are not read (per instance)."""
+    shared = a100(0)
+    shared.processes = [(4242, 20 * 1024 * MIB), (4343, None), (4444, 2**64 - 1), (4545, 512 * MIB)]
+    unsupported = a100(1)
+    unsupported.processes = None
+    mig = a100(2, mig=[FakeMig("MIG-a", 1, 0, 9, 0, 4, 40192, 42)])
+    mig.processes = [(77, 100 * MIB)]
+    backend = RealNvml(FakePynvml([shared, unsupported, mig]), numa_node=lambda _: None)
+    gpus = backend.machine().gpus
+    assert [(p.pid, p.used_mib) for p in backend.memory(gpus[0]).processes] == [(4242, 20480.0), (4545, 512.0)]
+    assert backend.memory(gpus[1]).processes == ()
+    assert backend.memory(gpus[2]).processes == ()
 
 
 def test_reading_memory_leaves_the_gpm_window_to_the_scrapes() -> None:

@@ -7,8 +7,8 @@ Threads, each with one job:
 * the **loop** recomputes what the node offers whenever something changed (health, fractional pods, the MIG
   layout it rediscovers every ``rediscover_period``), feeds the device plugins, patches the Node, watches the
   kubelet's socket to register again after a kubelet restart, checks the kubelet's record of allocations, and
-  writes on each pod holding a GPU device alone the peak GPU memory it was seen to use
-  (:mod:`gpufleet.node.memory_report`);
+  writes on each pod holding a GPU device alone, or sharing one (by its processes, when the agent shares the
+  host's PID namespace), the peak GPU memory it was seen to use (:mod:`gpufleet.node.memory_report`);
 * the **device plugins** answer the kubelet on their gRPC servers (:mod:`gpufleet.node.deviceplugin`); with
   ``--dra`` there are none, and the loop publishes this node's GPUs as DRA ResourceSlices of NVIDIA's driver
   ``gpu.nvidia.com`` instead (:mod:`gpufleet.node.dra_publisher`);
@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from gpufleet.api.objects import Pod
@@ -44,7 +45,7 @@ from gpufleet.node.dra_publisher import DraPublisher
 from gpufleet.node.dra_slices import DRIVER as DRA_DRIVER
 from gpufleet.node.dra_slices import devices as dra_devices
 from gpufleet.node.health import DeviceHealth, HealthPolicy
-from gpufleet.node.memory_report import MemoryReporter, readings
+from gpufleet.node.memory_report import MemoryReporter, ProcessPods, readings
 from gpufleet.node.metrics import AgentMetrics, render_gpu_metrics
 from gpufleet.node.plugins import PluginManager
 from gpufleet.node.podresources import PodResourcesClient
@@ -75,6 +76,9 @@ class AgentOptions:
     # How often the GPU memory of pods holding a device alone is read, and written on them when their peak grew
     # (gpufleet.node.memory_report); None: never.
     memory_report_period: float | None = 15.0
+    # Where the node's processes are seen (their cgroups map a shared GPU's processes to pods: the host's /proc when
+    # the agent shares the host's PID namespace)
+    proc_root: str = "/proc"
 
 
 BackendOpener = Callable[[Callable[[], HolderCounts]], OpenedBackend]
@@ -428,8 +432,10 @@ class NodeAgent:
         assert self.opened is not None
         memories = _per_gpu(found, self.opened.backend.memory, "the memory")
         pods = self._pod_objects()
-        self.memory.report(readings(self._attribution(found, pods, self._memory_parses), memories), pods,
-                           time.monotonic())
+        uids = {str(uid): key for key, obj in pods.items() if (uid := (obj.get("metadata") or {}).get("uid"))}
+        seen = readings(self._attribution(found, pods, self._memory_parses), memories,
+                        processes=ProcessPods(Path(self.options.proc_root)), uids=uids)
+        self.memory.report(seen, pods, time.monotonic())
 
     def _samples(self, found: Discovery) -> list[tuple[Gpu, GpuSample]]:
         assert self.opened is not None

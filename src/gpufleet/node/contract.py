@@ -115,9 +115,19 @@ class GpuSample:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessMemory:
+    """A compute process on a GPU and the framebuffer it uses (NVML's running compute processes)."""
+
+    pid: int  # in the host's PID namespace
+    used_mib: float
+
+
+@dataclass(frozen=True, slots=True)
 class GpuMemory:
     fb_used_mib: float
     instances: tuple[InstanceSample, ...] = ()  # per MIG GPU instance, when MIG is on
+    # The compute processes on the whole GPU and what each uses, where NVML tells it (not per MIG instance)
+    processes: tuple[ProcessMemory, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

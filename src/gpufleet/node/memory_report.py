@@ -9,9 +9,13 @@ by a step (:data:`STEP_RATIO` of the value the pod carries, at least :data:`STEP
 carries: a few writes in a pod's life, never one per reading. The value the pod carries is read from the API,
 so a restarted agent does not write again what is there.
 
-What it does not see: a GPU several pods share (time-slice replicas, fractions) tells nothing per pod, so a pod on
-a shared GPU is measured while it runs there alone; NVML's per-process memory, mapped to pods through their
-cgroups, would tell more and is not read.
+A GPU several pods share (time-slice replicas, fractions) tells nothing per pod in its framebuffer total; there
+NVML's running compute processes are read instead, each with the framebuffer it uses, and each process is mapped
+to its pod through its cgroup (``/proc/<pid>/cgroup`` names the pod's UID under the kubelet's hierarchy, with the
+``systemd`` or the ``cgroupfs`` driver: :class:`ProcessPods`). A pod's use of the GPU is the sum of its
+processes'; a process that maps to no pod holding that GPU is left out. NVML names processes by their PIDs in the
+host's PID namespace, so this needs the agent to share it (``hostPID: true``, the chart's
+``nodeAgent.hostPID``); without it no process maps and a shared GPU tells nothing, as before.
 
 The scheduler reads the annotation (``Pod.gpu_memory_used_mib``) into its memory book
 (:mod:`gpufleet.live.observed_memory`): the pod's expected memory on a shared GPU, and its workload class's
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION
@@ -42,18 +48,59 @@ STEP_MIB = 256  # and at least this many MiB higher (a CUDA context alone is a f
 JsonDict = dict[str, Any]
 
 
-def readings(attribution: Attribution, samples: Iterable[tuple[Gpu, GpuMemory]]) -> dict[str, int]:
-    """Pod key ("namespace/name") -> MiB it uses now of a device it holds alone (the most over such devices)."""
+# A pod's UID in a cgroup path: "pod<uid>" with dashes (cgroupfs driver) or underscores (systemd driver's
+# "kubepods-burstable-pod<uid>.slice")
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+CGROUP_READ_LIMIT = 64 * 1024  # bytes of /proc/<pid>/cgroup read (a few hundred in practice)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessPods:
+    """Which pod a process of this node runs in, by the UID its cgroup path names (None: none, or no such process
+    visible here: the agent sees the node's processes only in the host's PID namespace)."""
+
+    root: Path = Path("/proc")
+
+    def uid_of(self, pid: int) -> str | None:
+        try:
+            with open(self.root / str(pid) / "cgroup", "rb") as f:
+                text = f.read(CGROUP_READ_LIMIT).decode("utf-8", "replace")
+        except OSError:
+            return None
+        found = _POD_UID.search(text)
+        return found.group(1).replace("_", "-") if found else None
+
+
+def readings(attribution: Attribution, samples: Iterable[tuple[Gpu, GpuMemory]], *,
+             processes: ProcessPods | None = None, uids: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Pod key ("namespace/name") -> MiB it uses now of a device it holds alone, or, with ``processes`` (and
+    ``uids``: pod UID -> key, this node's pods), of a shared GPU by its own processes (the most over such
+    devices)."""
     out: dict[str, int] = {}
+
+    def seen(key: str, mib: float) -> None:
+        if math.isfinite(mib) and mib > 0:
+            out[key] = max(out.get(key, 0), math.ceil(mib))
+
     for gpu, sample in samples:
         used: list[tuple[int | None, float]] = [(None, sample.fb_used_mib)]
         used += [(i.gi_id, i.fb_used_mib) for i in sample.instances]
         for gi_id, mib in used:
             ref = attribution.pod_of(gpu.uuid, gi_id)
-            if ref is None or not math.isfinite(mib) or mib <= 0:
-                continue
-            key = f"{ref[0]}/{ref[1]}"
-            out[key] = max(out.get(key, 0), math.ceil(mib))
+            if ref is not None:
+                seen(f"{ref[0]}/{ref[1]}", mib)
+        if processes is None or not uids or not sample.processes or attribution.pod_of(gpu.uuid) is not None:
+            continue
+        holders = {f"{h.namespace}/{h.pod}" for h in attribution.holders.get(gpu.uuid, ())}
+        per_pod: dict[str, float] = {}
+        for p in sample.processes:
+            uid = processes.uid_of(p.pid)
+            key = uids.get(uid) if uid is not None else None
+            if key in holders and math.isfinite(p.used_mib) and p.used_mib > 0:
+                assert key is not None
+                per_pod[key] = per_pod.get(key, 0.0) + p.used_mib
+        for key, mib in per_pod.items():
+            seen(key, mib)
     return out
 
 

@@ -58,6 +58,7 @@ from gpufleet.node.contract import (
     Machine,
     MigDevice,
     NvmlError,
+    ProcessMemory,
     XidEvent,
 )
 
@@ -285,6 +286,8 @@ class FakeNvml:
         self._thermal = {g.uuid: _Thermal(last=clock()) for g in self.spec.machine.gpus}
         self._samples = 0
         self._lock = threading.Lock()
+        # GPU UUID -> its compute processes, as a test sets them (the fake runs none of its own)
+        self.processes: dict[str, tuple[ProcessMemory, ...]] = {}
         # Faults already in the file when the agent starts count too (a node that had an XID stays suspect).
 
     @property
@@ -355,7 +358,7 @@ class FakeNvml:
             used = _used(gpu, pods)
             instances = tuple(self._instance(m, max(0, int(self._holders().get(m.uuid, 0))))
                               for m in _one_per_instance(gpu)) if gpu.mig_enabled else ()
-            return GpuMemory(round(used), instances)
+            return GpuMemory(round(used), instances, self.processes.get(gpu.uuid, ()))
 
     @staticmethod
     def _instance(mig: MigDevice, pods: int) -> InstanceSample:

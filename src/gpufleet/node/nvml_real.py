@@ -39,10 +39,12 @@ from gpufleet.node.contract import (
     MigDevice,
     MigEngines,
     NvmlError,
+    ProcessMemory,
     XidEvent,
 )
 
 MIB = 1024 * 1024
+_NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE in an unsigned long long (a process's use not reported)
 SYSFS_PCI = Path("/sys/bus/pci/devices")
 NO_NVML = ("the NVIDIA Management Library (libnvidia-ml.so.1) is not available: run the agent on a GPU node "
            "with the NVIDIA driver installed (the DaemonSet uses the nvidia runtime class for that), or use "
@@ -252,7 +254,20 @@ class RealNvml:
         n = self.nvml
         h = n.nvmlDeviceGetHandleByUUID(gpu.uuid)
         memory = self._read(lambda: n.nvmlDeviceGetMemoryInfo(h))
-        return GpuMemory(math.nan if memory is None else float(memory.used) / MIB, self._instances(gpu))
+        processes = () if gpu.mig_enabled else self._processes(h)
+        return GpuMemory(math.nan if memory is None else float(memory.used) / MIB, self._instances(gpu), processes)
+
+    def _processes(self, handle: Any) -> tuple[ProcessMemory, ...]:
+        """The GPU's compute processes and the framebuffer each uses; a process whose use NVML does not report
+        (``NVML_VALUE_NOT_AVAILABLE``, all ones; or None) is left out."""
+        n = self.nvml
+        found = self._read(lambda: n.nvmlDeviceGetComputeRunningProcesses(handle)) or []
+        out: list[ProcessMemory] = []
+        for p in found:
+            pid, used = getattr(p, "pid", None), getattr(p, "usedGpuMemory", None)
+            if isinstance(pid, int) and pid > 0 and isinstance(used, int) and 0 < used < _NOT_AVAILABLE:
+                out.append(ProcessMemory(pid, used / MIB))
+        return tuple(out)
 
     def _field(self, handle: Any, field_id: int) -> float:
         """One NVML field value as a number; NaN when the GPU or driver does not report it."""
