@@ -194,6 +194,9 @@ class ApiSim:
         self.closed = False
         # Pods a PodDisruptionBudget protects: their eviction is refused with 429, dry run or not.
         self.disruption_protected: set[tuple[str | None, str]] = set()
+        # While set and not open: eviction requests wait for it (an API server slow to answer them)
+        self.eviction_gate: asyncio.Event | None = None
+        self.evictions_waiting = 0
         # (group, version, plural) -> the type served there, for the writes DirectWrites hands over.
         self._by_path: dict[tuple[str, str, str], ResourceType] = {}
         if isinstance(self.kmock, DirectWrites):
@@ -260,6 +263,23 @@ class ApiSim:
         key = (namespace, name)
         self.harness.call(lambda: self.disruption_protected.add(key) if protected
                           else self.disruption_protected.discard(key))
+
+    def hold_evictions(self) -> None:
+        """Eviction requests wait, unanswered, until :meth:`release_evictions`."""
+        def hold() -> None:
+            self.eviction_gate = asyncio.Event()
+        self.harness.call(hold)
+
+    def release_evictions(self) -> None:
+        def release() -> None:
+            if self.eviction_gate is not None:
+                self.eviction_gate.set()
+            self.eviction_gate = None
+        self.harness.call(release)
+
+    def waiting_evictions(self) -> int:
+        """Eviction requests waiting at the gate now."""
+        return self.harness.call(lambda: self.evictions_waiting)
 
     def open_watches(self, res: ResourceType) -> int:
         return self.harness.call(lambda: sum(1 for w in self.watchers if w.resource == res.key))
@@ -411,6 +431,12 @@ class ApiSim:
                 if method == "POST" and sub == "binding":
                     return self._bind(res, ns, name, request.data)
                 if method == "POST" and sub == "eviction":
+                    if (gate := self.eviction_gate) is not None:
+                        self.evictions_waiting += 1
+                        try:
+                            await gate.wait()
+                        finally:
+                            self.evictions_waiting -= 1
                     return self._evict(res, ns, name, request.data)
                 if (ns, name) not in self.objects[res.key]:
                     raise failure(404, "NotFound", f"{res.plural} {name!r} not found")

@@ -193,3 +193,57 @@ def test_a_disruption_budget_refusal_makes_the_next_cycle_choose_another_victim(
     assert refused[0].refused == [f"{NS}/low"] and evicted[0].evicted == [f"{NS}/mid"]
     assert refused[0].number < evicted[0].number
     assert sched.metrics.eviction_refusals._value.get() == 1
+
+
+def _bystander_setup(apisim: ApiSim) -> None:
+    """A second node and a queue of its own, for a pod that has nothing to do with a preemption on n0."""
+    apisim.create(r.NODES, node("n1", gpus=1))
+    apisim.create(r.CLUSTER_QUEUES, cluster_queue("others", gpus=1))
+    apisim.create(r.LOCAL_QUEUES, local_queue("elsewhere", "others"))
+
+
+def test_a_new_pod_is_bound_while_a_preemptions_evictions_await_their_answers(
+    apisim: ApiSim, live_scheduler: Callable[..., Scheduler]
+) -> None:
+    """The cycle that chose a preemption's victims keeps its state before the evictions are answered: a pod that
+    arrives meanwhile is bound without waiting for the API server's answers (before, the cycle thread waited for
+    them, and every pod with it)."""
+    _priority_setup(apisim)
+    sched = live_scheduler()
+    wait_until(lambda: bound_node(apisim, "low") == "n0" and bound_node(apisim, "mid") == "n0")
+    _bystander_setup(apisim)  # (after: "low" and "mid" on n0)
+    apisim.hold_evictions()
+    apisim.create(r.PODS, pod("urgent", queue="team", priority_class="high"))
+    wait_until(lambda: apisim.waiting_evictions() >= 1, what="the victim's eviction sent, unanswered")
+    apisim.create(r.PODS, pod("bystander", queue="elsewhere"))
+    wait_until(lambda: bound_node(apisim, "bystander") == "n1", what="a new pod bound meanwhile")
+    assert apisim.waiting_evictions() >= 1 and bound_node(apisim, "low") == "n0"  # still unanswered
+    apisim.release_evictions()
+    wait_until(lambda: bound_node(apisim, "urgent") == "n0", what="preemptor bound once its victim is gone")
+    assert apisim.get(r.PODS, NS, "low") is None and bound_node(apisim, "mid") == "n0"
+    # One dry run and one eviction: the scheduler waited for the answer it was sent (a cycle thread that waited
+    # for it instead gave up at the client's timeout, to bind the bystander, and asked again).
+    assert [q.data.get("deleteOptions", {}).get("dryRun") for q in evictions(apisim, "low")] == [["All"], None]
+    wait_until(lambda: any(c.evicted == [f"{NS}/low"] for c in sched.reports), what="the eviction counted")
+    assert sched.metrics.evicted.labels("gpus", "Preempted")._value.get() == 1
+
+
+def test_an_eviction_refused_after_its_cycle_kept_its_state_makes_the_next_cycle_choose_again(
+    apisim: ApiSim, live_scheduler: Callable[..., Scheduler]
+) -> None:
+    _priority_setup(apisim)
+    sched = live_scheduler()
+    wait_until(lambda: bound_node(apisim, "low") == "n0" and bound_node(apisim, "mid") == "n0")
+    _bystander_setup(apisim)  # (after: "low" and "mid" on n0)
+    apisim.protect(NS, "low")
+    apisim.hold_evictions()
+    apisim.create(r.PODS, pod("urgent", queue="team", priority_class="high"))
+    wait_until(lambda: apisim.waiting_evictions() >= 1, what="the victim's eviction sent, unanswered")
+    apisim.create(r.PODS, pod("bystander", queue="elsewhere"))
+    wait_until(lambda: bound_node(apisim, "bystander") == "n1", what="a new pod bound meanwhile")
+    apisim.release_evictions()  # the budget refuses "low": the next cycle is a full one, "low" shielded
+    wait_until(lambda: bound_node(apisim, "urgent") == "n0", what="preemptor bound in another victim's place")
+    assert bound_node(apisim, "low") == "n0" and apisim.get(r.PODS, NS, "mid") is None
+    refused = [c for c in sched.reports if c.refused]
+    assert refused and refused[0].refused == [f"{NS}/low"]
+    assert [q.data.get("deleteOptions", {}).get("dryRun") for q in evictions(apisim, "low")] == [["All"]]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -218,6 +219,9 @@ class CycleRunner:
         self.kept: Kept | None = None
         self._released_since = False
         self._round_cut = False
+        # Evictions answered after their cycle kept its state (_answer_later) that were not accepted
+        self._answers_lock = threading.Lock()
+        self._lapsed: list[tuple[CycleReport, Victim, EvictResult | None, float]] = []
         self._last_full = float("-inf")
         self._statuses_at = float("-inf")  # when queue statuses were last worked out
         self._status_due: float | None = None  # when they are to be worked out again, if changes wait for it
@@ -281,16 +285,21 @@ class CycleRunner:
         victims = d.victims
 
         api_started = time.perf_counter()
+        # A preemption's evictions whose answers the next cycles need not wait for (see _answer_later).
+        later = bool(victims) and self._preemption_only(d, victims) and self._keepable_beside_evictions(d)
+        labels = self.fleet.eviction_labels(plan, victims) if later else {}
         try:
             evictions = self._hand_off(report, d.jobs, victims, now)
         finally:
             self._after_hand_off(d)  # (the parked memory must not be left half brought up to date)
+        if later:
+            self._answer_later(report, evictions, labels, now)
         # What only metrics and writes read comes after the Bindings: a new pod waits for none of it.
         self._gauge(world, plan)
         self._reject(world)
         assert d.unschedulable is not None
-        self._finish_writes(report, evictions, victims, d.unschedulable, d.statuses, now)
-        keepable = self._keepable(d, victims, report)
+        self._finish_writes(report, [] if later else evictions, victims, d.unschedulable, d.statuses, now)
+        keepable = later or self._keepable(d, victims, report)
         if victims and not keepable:
             # A full cycle must not see the pods just evicted as still running (it would pick them as victims
             # again): wait, briefly, for their deletion to reach the cache. A cycle that carries on knows them on
@@ -302,7 +311,8 @@ class CycleRunner:
                 self.recorder.event(pod, OOM_REASON, lesson.text(), "Scheduling", type="Warning")
         # The fleet's gauges after the writes: the Bindings are on their way while they are worked out.
         self.fleet.observe(world, plan, counts=d.counts, changed=d.changed)
-        self.fleet.carried_out(plan, victims, report.evicted)
+        if not later:
+            self.fleet.carried_out(plan, victims, report.evicted)
         # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
         # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
         report.next_due = self._next_due([*d.due, *d.ready_due, *_unjoined_due(world)], now)
@@ -324,6 +334,8 @@ class CycleRunner:
         """The cycle's decisions from the last cycle's world and policy and the changes since, when those allow
         it (see gpufleet.live.increment); None: this cycle must rebuild everything."""
         kept, self.kept = self.kept, None  # taken whatever happens: a failure must not leave it half-changed
+        if self._lapsed_answers():
+            return None  # (an eviction the kept policy counted on was refused, or failed)
         changes = self.changes.between(kept.version if kept is not None else 0, snapshot.version)
         released, self._released_since = self._released_since, False
         # An assumption or a shield lapsing changes what the kept policy holds (capacity, candidates): a full cycle.
@@ -470,18 +482,30 @@ class CycleRunner:
                     entry.node, entry.devices, entry.assumed = p.node, p.devices, True
                     entry.intent = Intent(p.node, p.devices, now)
 
+    @staticmethod
+    def _preemption_only(d: _Decided, victims: list[Victim]) -> bool:
+        """Whether ``victims`` are a preemption's alone (every one has a preemptor), and every workload the plan
+        preempted among them."""
+        evicted = {v.workload for v in victims}
+        return all(v.preemptor for v in victims) and evicted == {p.workload for p in d.plan.preempted}
+
     def _keepable(self, d: _Decided, victims: list[Victim], report: CycleReport | None) -> bool:
         """Whether the next cycle may carry on from this one: not beside Kueue, with objects set aside or invalid (a
         full cycle holds their pods back), or after evictions but a preemption's whose every eviction was accepted.
         Those victims are on their way out in the kept policy (the core marked them so when it chose them): they
         hold their quota and nodes until their pods are gone, which the cycles that carry on read as they read any
         pod ending, and are not chosen again. A repair's or a waitForPodsReady timeout's evictions, a refusal (a
-        shield the kept policy does not know), or a preempted workload with nothing to evict take a full cycle."""
+        shield the kept policy does not know), or a preempted workload with nothing to evict take a full cycle.
+        (A preemption's evictions are kept before their answers: :meth:`_answer_later`.)"""
         if victims or d.plan.preempted:
             evicted = {v.workload for v in victims}
             if (report is None or report.refused or not evicted <= set(report.evicted)
-                    or not all(v.preemptor for v in victims) or evicted != {p.workload for p in d.plan.preempted}):
+                    or not self._preemption_only(d, victims)):
                 return False
+        return self._keepable_beside_evictions(d)
+
+    def _keepable_beside_evictions(self, d: _Decided) -> bool:
+        """:meth:`_keepable` but for the cycle's evictions."""
         # (unaccounted: pods a full cycle could not charge on their nodes; it retries at each cycle, as capacity
         # comes free, which carrying on would give to new pods instead. Not those bound to a node that is gone:
         # nothing comes free for them, and a node of that name joining takes a full cycle.)
@@ -500,6 +524,41 @@ class CycleRunner:
         # a rebuild admits first.
         d.plan.policy.state.nominations = {}
         self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts, d.ready_due)
+
+    def _answer_later(self, report: CycleReport, evictions: list[tuple[Victim, Future[EvictResult]]],
+                      labels: dict[str, tuple[str, str]], now: float) -> None:
+        """A preemption's evictions, answered while the next cycles run: the cycle that chose them keeps its state
+        at once (the victims on their way out), so a new pod waits for no eviction's round trips. An accepted one is
+        counted on the report and in the metrics as it comes; a refused or failed one makes the next cycle a full
+        one (:meth:`_lapsed_answers`: the refusal's shield first), which reads the victims off their pods again."""
+
+        def answered(victim: Victim, ev: Future[EvictResult]) -> None:
+            try:
+                outcome: EvictResult | None = ev.result()
+            except Exception:
+                log.exception("eviction of %s failed", victim.workload)
+                outcome = None
+            if outcome is not None and outcome.outcome == "evicted":
+                report.evicted.append(victim.workload)
+                self.fleet.count_eviction(victim, labels[victim.workload])
+                return
+            with self._answers_lock:
+                self._lapsed.append((report, victim, outcome, now))
+            self.wakeup.poke()
+
+        for victim, ev in evictions:
+            ev.add_done_callback(functools.partial(answered, victim))
+
+    def _lapsed_answers(self) -> bool:
+        """The evictions answered since the last cycle that were not accepted (:meth:`_answer_later`): a refusal
+        shields its victim, as a cycle that waited for it does. Whether there were any (a full cycle)."""
+        with self._answers_lock:
+            lapsed, self._lapsed = self._lapsed, []
+        for report, victim, outcome, at in lapsed:
+            if outcome is not None and outcome.outcome == "refused":
+                report.refused.append(victim.workload)
+                self.shields.add(victim.workload, at + (outcome.retry_after or self.settings.disruption_budget_backoff))
+        return bool(lapsed)
 
     def _next_due(self, due: list[float], now: float) -> float | None:
         """The earliest of the cycle's timers, the assumptions' and the shields' expiries, after ``now`` (one

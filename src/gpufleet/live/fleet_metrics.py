@@ -175,17 +175,28 @@ class FleetMetrics:
             self.metrics.metrics_failures.inc()
 
     def _carried_out(self, plan: Plan, victims: Iterable[Victim], evicted: Collection[str]) -> None:
-        m = self.metrics
-        policy = plan.policy
+        labels = self.eviction_labels(plan, victims)
         for v in victims:
-            if v.workload not in evicted:
-                continue
-            queue = _queue_of(policy.info(v.workload))
-            if v.preemptor:
-                m.evicted.labels(queue, "Preempted").inc()
-                m.preempted.labels(_queue_of(policy.info(v.preemptor)), v.reason).inc()
-            else:
-                m.evicted.labels(queue, v.reason).inc()
+            if v.workload in evicted:
+                self.count_eviction(v, labels[v.workload])
+
+    @staticmethod
+    def eviction_labels(plan: Plan, victims: Iterable[Victim]) -> dict[str, tuple[str, str]]:
+        """Each victim's ClusterQueue and its preemptor's ("" for none), read from the plan's policy on the cycle's
+        thread, for :meth:`count_eviction` once the eviction's answer comes (on another thread)."""
+        policy = plan.policy
+        return {v.workload: (_queue_of(policy.info(v.workload)),
+                             _queue_of(policy.info(v.preemptor)) if v.preemptor else "") for v in victims}
+
+    def count_eviction(self, victim: Victim, labels: tuple[str, str]) -> None:
+        """An eviction the API server accepted, counted under ``labels`` (:meth:`eviction_labels`)."""
+        m = self.metrics
+        queue, preemptor_queue = labels
+        if victim.preemptor:
+            m.evicted.labels(queue, "Preempted").inc()
+            m.preempted.labels(preemptor_queue, victim.reason).inc()
+        else:
+            m.evicted.labels(queue, victim.reason).inc()
 
     def _admissions(self, world: World, policy: KueuePolicy, changed: Collection[str] | None = None) -> None:
         """Count each workload of ours once its pods are all bound, as the cache shows them, with its wait from
