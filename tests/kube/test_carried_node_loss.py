@@ -13,8 +13,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from live_env import NS, gpu_uuid, local_queue, node, pod, stamp
-from test_carried_cycles import Cluster, _nonzero, first_cycle, outcome, runner
+from live_env import NS, fast_settings, gpu_uuid, local_queue, node, pod, stamp
+from test_carried_cycles import BLOCKING, Cluster, _nonzero, first_cycle, outcome, runner
 from test_carried_evictions import _rebuilt, _step
 
 from gpufleet.k8s import resources as r
@@ -104,6 +104,50 @@ def test_a_node_back_under_pods_still_bound_to_it_takes_a_full_cycle() -> None:
     assert not carried and not d.world.unaccounted  # (a full cycle charged them on it again)
 
 
+def _ready(c: Cluster, name: str, ready: bool) -> None:
+    raw = c.cache.get(r.PODS, f"{NS}/{name}")
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    c.put(r.PODS, {**raw, "status": status}, "MODIFIED")
+
+
+def test_a_pod_not_ready_on_a_node_lost_still_holds_admission_back() -> None:
+    """waitForPodsReady's blockAdmission: the workload of a pod left on a node that is gone, admitted again, is judged
+    again on its pod's readiness, as a rebuild judges it (found by a review: it came back ready)."""
+    now = time.time()
+    c = _cluster(nodes=2, gpus=2, held=0, quota=8, grouped=False)
+    devices = intent_annotations("n0", (gpu_uuid("n0", 0),), now - 5, None)  # bound 5 s ago: not late yet
+    c.put(r.PODS, pod("run-0-0", queue="lq", node_name="n0", created=stamp(now - 5), annotations=devices))
+    run = runner(c, fast_settings(cycle_period=3600.0, kueue=BLOCKING))
+    first_cycle(run, now)
+    _ready(c, "run-0-0", True)
+    _check(c, run, now + 1)
+    _ready(c, "run-0-0", False)  # its node going away
+    _check(c, run, now + 2)
+    c.put(r.NODES, c.cache.get(r.NODES, "n0"), "DELETED")
+    c.put(r.PODS, pod("new", queue="lq", created=stamp(now + 3)))
+    d, carried = _check(c, run, now + 3)
+    assert carried and f"{NS}/new" in outcome(d)[1]  # held back, as a rebuild holds it
+
+
+def test_a_node_joining_wakes_what_waits_for_the_quota_of_another_flavor() -> None:
+    """A flavor search passes over a flavor whose nodes cannot take the workload: one that then waits for the next
+    flavor's quota may fit under the first once a node of its pool joins (found by a review: it stayed parked)."""
+    c = _cluster(nodes=2, gpus=1, held=1, quota=1, grouped=False)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    lost = c.cache.get(r.NODES, "n0")
+    c.put(r.NODES, lost, "DELETED")
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/run-0-0"), "DELETED")
+    _check(c, run, now + 1)
+    c.put(r.PODS, pod("new", queue="lq", created=stamp(now + 2)))
+    d, _ = _check(c, run, now + 2)
+    assert "flavor b" in outcome(d)[1][f"{NS}/new"]  # flavor a has no node now; b's quota is spent
+    c.put(r.NODES, lost)
+    d, carried = _check(c, run, now + 3)
+    assert carried and outcome(d)[0] == {f"{NS}/new"}
+
+
 def test_a_gang_member_on_a_node_lost_takes_a_full_cycle() -> None:
     c = _cluster(nodes=2, gpus=4, held=2, quota=8, grouped=True)
     run = runner(c)
@@ -116,6 +160,7 @@ def test_a_gang_member_on_a_node_lost_takes_a_full_cycle() -> None:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(nodes=2, gpus=2, held=2, quota=3, grouped=False, actions=["lose", "new", "new", "gc", "fin"])
+@example(nodes=2, gpus=1, held=1, quota=1, grouped=False, actions=["lose", "gc", "new", "back"])  # (a review's)
 @given(nodes=st.integers(1, 4), gpus=st.integers(1, 4), held=st.integers(0, 4), quota=st.integers(1, 8),
        grouped=st.booleans(),
        actions=st.lists(st.sampled_from(["lose", "gc", "gc1", "back", "new", "new2", "fin", "add", "leaving"]),

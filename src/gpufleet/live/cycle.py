@@ -377,9 +377,9 @@ class CycleRunner:
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
         # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
         release(kept, carried, now)
-        if not remove_nodes(kept, carried.gone, now):  # (drained, the releases took the last pods off; or lost)
-            return None
         readmitted = list(carried.regroup)  # (made again from their pods, on their way out)
+        if not remove_nodes(kept, carried.gone, now, readmitted):  # (drained, the releases took the last pods off)
+            return None
         submitted = extend(kept, carried.new, now, readmitted)
         if submitted is None:
             return None

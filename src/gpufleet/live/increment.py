@@ -330,9 +330,9 @@ def _ended(world: World, key: str, raw: JsonDict | None, out: Carried) -> bool:
     """A pod deleted (``raw`` None), finished or being deleted (``raw`` its new state): the single-pod workload of
     ours it made ends, a member of one of several pods finishes (:func:`_member_finished`), a finished pod of a
     workload that ended is deleted, or the capacity another scheduler's pod held is free; the world is brought up
-    to date as a full cycle would build it. False (a full cycle) for a member of a workload of several pods
-    deleted or being deleted while it runs (a gang's member going is for the gang's repair to judge) or one the
-    world does not know."""
+    to date as a full cycle would build it; a member of a workload of several pods being deleted, or gone while the
+    others on nodes are being deleted too, as :func:`_leaving` says. False (a full cycle) for a member deleted while
+    another runs on (a gang's member going is for the gang's repair to judge) or one the world does not know."""
     entry = world.pods.get(key)
     if entry is None:
         return False
@@ -373,10 +373,11 @@ def _finishes(raw: JsonDict) -> bool:
 
 
 def _leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload: str, out: Carried) -> bool | None:
-    """A member of a workload of several pods being deleted, or gone, while every member on a node is being deleted
-    too: a preemption's victim (a pod group, a Job, a JobSet), work whose owner deleted it, a JobSet restarting.
-    On its way out, as a rebuild reads it (``planner.terminating``). Being deleted, it holds its node and its
-    workload's quota as before (``out.terminating`` marks the workload once all are). Gone, the workload is what a
+    """A member of a workload of several pods being deleted, or gone while every other member on a node is being
+    deleted too: a preemption's victim (a pod group, a Job, a JobSet), work whose owner deleted it, a JobSet
+    restarting. Being deleted, it holds its node and its workload's quota as before, whatever the others do, when
+    a rebuild groups the workload as it was (``out.terminating`` marks the workload on its way out once all its
+    members on nodes are being deleted, as a rebuild reads it: ``planner.terminating``). Gone, the workload is what a
     rebuild groups from the members left (``out.regroup``: its admission made again from them, as a rebuild admits
     what holds nodes, and on its way out), a Job's replacement pods among them (the Job controller makes them as
     soon as the old ones are being deleted). Only pod groups and the kinds whose controllers own their pods
@@ -599,12 +600,13 @@ def _orphaned(world: World, name: str) -> bool:
     return name not in world.cluster.nodes and any(e.node == name and e.holds_capacity for e in world.pods.values())
 
 
-def remove_nodes(kept: Kept, gone: set[str], now: float) -> bool:
+def remove_nodes(kept: Kept, gone: set[str], now: float, readmitted: list[str]) -> bool:
     """Nodes deleted: out of the world and of the kept policy (``KueuePolicy.remove_nodes``). After the cycle's
     releases, which take the pods that ended meanwhile off them. The pods still on them are left where a full cycle
     leaves them: bound to a node that is not there, charged nowhere (``World.unaccounted``), their workloads
     admitted again as a rebuild admits them (quota by the flavor a node they are not on implies), until the pod
-    garbage collector deletes them. False (a full cycle) when such a pod is no longer a workload of its own."""
+    garbage collector deletes them (their keys added to ``readmitted``: their readiness is judged again, as a
+    rebuild judges it). False (a full cycle) when such a pod is no longer a workload of its own."""
     if not gone:
         return True
     world, policy = kept.world, kept.policy
@@ -634,6 +636,7 @@ def remove_nodes(kept: Kept, gone: set[str], now: float) -> bool:
         policy.submit(w, now)
         if (info := policy.info(key)) is not None and kept.counts is not None:
             kept.counts.add(info, 1)
+        readmitted.append(key)
     if leaving:
         planner.terminating(world, policy, leaving)
     return True
@@ -643,7 +646,9 @@ def apply_nodes(world: World, policy: KueuePolicy, nodes: dict[str, Node], now: 
     """Nodes changed beside their devices, taken in place: the world's node, and the cluster state's labels, taints,
     cordon, readiness and pool (``ClusterState.touch``: the placement index and the fleet tally re-read it); nodes
     joining, added to the world and to the policy (``KueuePolicy.add_nodes``, which makes its placer again); then
-    the workloads parked for want of nodes woken, as capacity coming back wakes them (a node uncordoned, a taint
+    the parked workloads woken (``SchedulerState.unpark_nodes_changed``: those parked for nodes, and those parked
+    for the quota of flavors after one whose nodes could not take them), as capacity coming back wakes them (a node
+    uncordoned, a taint
     gone, a label a selector wants, a node added). Pods stay where they are, as a full cycle keeps them."""
     if not nodes:
         return
@@ -665,7 +670,7 @@ def apply_nodes(world: World, policy: KueuePolicy, nodes: dict[str, Node], now: 
     if added:
         policy.add_nodes([node_state_from(n, cluster.catalog) for n in added], now)  # (it wakes the parked too)
     else:
-        policy.state.unpark_placement(now)
+        policy.state.unpark_nodes_changed(now)
 
 
 def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -> bool:

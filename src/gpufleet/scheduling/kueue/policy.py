@@ -107,15 +107,15 @@ class KueuePolicy:
     def add_nodes(self, nodes: Sequence[NodeState], now: float) -> None:
         """Nodes join the cluster under the policy (a live cluster scaling up): added to its cluster state, the
         placer made again over it as a new policy makes its placer (its packing scorers count the cluster's GPUs
-        per model, which the new nodes change), and the workloads parked for want of nodes woken. The workloads
-        admitted and their pods stay as they are."""
+        per model, which the new nodes change), and the parked workloads woken (``unpark_nodes_changed``). The
+        workloads admitted and their pods stay as they are."""
         cluster = self.cluster
         if cluster is None or not nodes:
             return
         for ns in nodes:
             cluster.add_node(ns)
         self._new_placer()
-        self.state.unpark_placement(now)
+        self.state.unpark_nodes_changed(now)
 
     def remove_nodes(self, names: Sequence[str]) -> None:
         """Nodes that hold no pod leave the cluster under the policy (drained, then deleted, as a cluster scaling

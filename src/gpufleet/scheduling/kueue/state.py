@@ -201,6 +201,16 @@ class SchedulerState:
             info.placement_parked = False
         self.queues.unpark_where(waiting, now)
 
+    def unpark_nodes_changed(self, now: float) -> None:
+        """Nodes joined or changed (labels, taints, cordon, readiness): wake the workloads parked for nodes
+        (:meth:`unpark_placement`), and those parked for quota too, at the next cycle (a release in every cohort
+        tree): a flavor search passes over a flavor whose nodes cannot take the workload, so a workload parked
+        for the quota of the flavors after it may fit under that flavor now (found by a hypothesis test against
+        rebuilds: a pool's node back, a pending pod left parked for the other pool's quota)."""
+        self.unpark_placement(now)
+        for name in self.config.cluster_queues:
+            self.queues.release_in_tree(name)
+
     def beyond_any_node(self) -> frozenset[str]:
         """The workloads parked for nodes with a pod larger than any node: quota released in their cohort tree cannot
         help them either, so a release leaves them parked (:meth:`ClusterQueues.heads`), as a node release does
