@@ -61,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -215,55 +216,48 @@ def emulator_role(args: argparse.Namespace) -> int:
                                                                {"status": {"phase": "Succeeded"}}), timeout=60)
             k += 1
 
-    def churn() -> None:
-        """Nodes cordoned and uncordoned at --node-churn per second while the new pods arrive (maintenance, an
-        autoscaler's scale-down candidates): node k is cordoned, and the one cordoned before it uncordoned."""
+    def paced(rate: float, act: Callable[[int], None]) -> None:
+        """``act(k)`` for k = 0, 1, ... at ``rate`` per second while the new pods arrive (nothing when 0)."""
         k = 0
-        while args.node_churn > 0 and time.monotonic() < started + args.arrivals / args.rate:
-            due = started + k / args.node_churn
-            time.sleep(max(0.0, due - time.monotonic()))
-            name, back = f"node-{k % args.nodes:05d}", f"node-{(k - 1) % args.nodes:05d}"
-
-            def flip(name: str = name, back: str = back, first: bool = k == 0) -> None:
-                sim._patched(r.NODES, None, name, {"spec": {"unschedulable": True}})
-                if not first:
-                    sim._patched(r.NODES, None, back, {"spec": {"unschedulable": False}})
-
-            sim.harness.call(flip, timeout=60)
+        while rate > 0 and time.monotonic() < started + args.arrivals / args.rate:
+            time.sleep(max(0.0, started + k / rate - time.monotonic()))
+            act(k)
             k += 1
 
-    def join() -> None:
-        """Nodes joining at --nodes-join per second while the new pods arrive (a cluster scaling up)."""
-        k = 0
-        while args.nodes_join > 0 and time.monotonic() < started + args.arrivals / args.rate:
-            due = started + k / args.nodes_join
-            time.sleep(max(0.0, due - time.monotonic()))
-            sim.harness.call(lambda k=k: sim._create(r.NODES, node(f"join-{k:05d}", gpus=8), None), timeout=60)
-            k += 1
+    def churn(k: int) -> None:
+        """Nodes cordoned and uncordoned at --node-churn per second (maintenance, an autoscaler's scale-down
+        candidates): node k is cordoned, and the one cordoned before it uncordoned."""
+        name, back = f"node-{k % args.nodes:05d}", f"node-{(k - 1) % args.nodes:05d}"
 
-    def lose() -> None:
-        """Nodes deleted under their pods at --nodes-lost per second while the new pods arrive (from the last one, away
-        from the preemptions' nodes); their pods deleted --gc-after seconds later, as the pod garbage collector does."""
-        k = 0
-        while args.nodes_lost > 0 and time.monotonic() < started + args.arrivals / args.rate:
-            due = started + k / args.nodes_lost
-            time.sleep(max(0.0, due - time.monotonic()))
-            name = f"node-{args.nodes - 1 - k:05d}"
+        def flip() -> None:
+            sim._patched(r.NODES, None, name, {"spec": {"unschedulable": True}})
+            if k > 0:
+                sim._patched(r.NODES, None, back, {"spec": {"unschedulable": False}})
 
-            def gone(name: str = name) -> None:
-                sim._delete(r.NODES, None, name)
-                orphans = [key for key, o in sim.objects[r.PODS.key].items()
-                           if (o.get("spec") or {}).get("nodeName") == name]
+        sim.harness.call(flip, timeout=60)
 
-                def collect() -> None:
-                    for ns, pod_name in orphans:
-                        if (ns, pod_name) in sim.objects[r.PODS.key]:
-                            sim._delete(r.PODS, ns, pod_name)
+    def join(k: int) -> None:
+        """Nodes joining at --nodes-join per second (a cluster scaling up)."""
+        sim.harness.call(lambda: sim._create(r.NODES, node(f"join-{k:05d}", gpus=8), None), timeout=60)
 
-                asyncio.get_running_loop().call_later(args.gc_after, collect)
+    def lose(k: int) -> None:
+        """Nodes deleted under their pods at --nodes-lost per second (from the last one, away from the preemptions'
+        nodes); their pods deleted --gc-after seconds later, as the pod garbage collector does."""
+        name = f"node-{args.nodes - 1 - k:05d}"
 
-            sim.harness.call(gone, timeout=60)
-            k += 1
+        def gone() -> None:
+            sim._delete(r.NODES, None, name)
+            orphans = [key for key, o in sim.objects[r.PODS.key].items()
+                       if (o.get("spec") or {}).get("nodeName") == name]
+
+            def collect() -> None:
+                for ns, pod_name in orphans:
+                    if (ns, pod_name) in sim.objects[r.PODS.key]:
+                        sim._delete(r.PODS, ns, pod_name)
+
+            asyncio.get_running_loop().call_later(args.gc_after, collect)
+
+        sim.harness.call(gone, timeout=60)
 
     def preempt() -> None:
         """Pods of high priority into the full urgent queue at --preempt-rate per second: each preempts one."""
@@ -305,10 +299,10 @@ def emulator_role(args: argparse.Namespace) -> int:
             started = time.monotonic()
             threading.Thread(target=arrive, daemon=True).start()
             threading.Thread(target=finish, daemon=True).start()
-            threading.Thread(target=churn, daemon=True).start()
-            threading.Thread(target=join, daemon=True).start()
+            threading.Thread(target=paced, args=(args.node_churn, churn), daemon=True).start()
+            threading.Thread(target=paced, args=(args.nodes_join, join), daemon=True).start()
             threading.Thread(target=preempt, daemon=True).start()
-            threading.Thread(target=lose, daemon=True).start()
+            threading.Thread(target=paced, args=(args.nodes_lost, lose), daemon=True).start()
             _emit({"ok": True})
         elif command == "report":
             def gather() -> JsonDict:
@@ -558,6 +552,11 @@ def main() -> int:
           + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
           + (f", a node cordoned at {args.node_churn:g}/s meanwhile" if args.node_churn else "")
           + (f", nodes joining at {args.nodes_join:g}/s meanwhile" if args.nodes_join else "")
+          + (f", nodes lost under their pods at {args.nodes_lost:g}/s meanwhile (collected {args.gc_after:g}s later)"
+             if args.nodes_lost else "")
+          + (f", high-priority pods preempting at {args.preempt_rate:g}/s meanwhile"
+             + (f" (victims: Jobs of {args.victim_job_pods} pods)" if args.victim_job_pods else "")
+             if args.preempt_rate else "")
           + (f" (pod groups of {args.running_gang_size})" if args.running_gang_size > 1 else "")
           + (f", waitForPodsReady {args.pods_ready:g}s" if args.pods_ready else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)

@@ -298,7 +298,8 @@ def test_a_group_made_again_keeps_what_the_node_agent_saw_its_members_use() -> N
     assert _gpu_of(d, f"{NS}/b") == _gpu_of(rebuilt, f"{NS}/b") == gpu_uuid(NODE, 1)
 
 
-def test_a_job_whose_last_running_pod_ends_while_the_other_is_deleted_is_on_its_way_out() -> None:
+def _running_job() -> tuple[Cluster, JsonDict]:
+    """A queue of 3 GPUs and a 3-GPU node, where the low-priority Job "train" runs its two one-GPU pods."""
     c = Cluster()
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 3, cpu="100000", preemption=PREEMPTION), "MODIFIED")
     c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
@@ -312,6 +313,11 @@ def test_a_job_whose_last_running_pod_ends_while_the_other_is_deleted_is_on_its_
         p["status"] = {"phase": "Running"}
         p["metadata"]["creationTimestamp"] = stamp(100.0)
         c.put(r.PODS, p)
+    return c, owner
+
+
+def test_a_job_whose_last_running_pod_ends_while_the_other_is_deleted_is_on_its_way_out() -> None:
+    c, _ = _running_job()
     c.put(r.PODS, pod("solo", queue="lq", priority_class="low", node_name="n0", created=stamp(102.0)))
     run = runner(c)
     now = time.time()
@@ -333,19 +339,7 @@ def test_a_job_preempted_is_carried_through_its_pods_deletion_and_replacement() 
     """A Job's pods evicted, then replaced by its controller while they are being deleted (podReplacementPolicy
     TerminatingOrFailed, the default), then gone one at a time: every cycle carries on, deciding what a rebuild
     decides (before, each of these steps rebuilt everything: seconds at 5,000 nodes)."""
-    c = Cluster()
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 3, cpu="100000", preemption=PREEMPTION), "MODIFIED")
-    c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
-    c.put(r.PRIORITY_CLASSES, priority_class("high", 100))
-    c.put(r.NODES, node("n0", gpus=3))
-    owner = job_object("train", pods=2, gpus=1, queue="lq")
-    owner["spec"]["template"]["spec"]["priorityClassName"] = "low"
-    c.put(JOBS, owner)
-    for p in job_pods(owner):
-        p["spec"]["nodeName"] = "n0"
-        p["status"] = {"phase": "Running"}
-        p["metadata"]["creationTimestamp"] = stamp(100.0)
-        c.put(r.PODS, p)
+    c, owner = _running_job()
     run = runner(c)
     now = time.time()
     first_cycle(run, now)

@@ -56,6 +56,22 @@ def _cluster(nodes: int, gpus: int, held: int, quota: int, grouped: bool) -> Clu
     return c
 
 
+def _started(**shape: Any) -> tuple[Cluster, Any, float]:
+    """:func:`_cluster` of ``shape``, a runner on it, and its first (full) cycle run and kept: when it ran."""
+    c = _cluster(**shape)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    return c, run, now
+
+
+def _lose(c: Cluster, name: str) -> JsonDict:
+    """The node ``name`` deleted under its pods; its object, to bring it back."""
+    lost = c.cache.get(r.NODES, name)
+    c.put(r.NODES, lost, "DELETED")
+    return lost
+
+
 def _check(c: Cluster, run: Any, at: float) -> tuple[_Decided, bool]:
     rebuilt = _rebuilt(c, run, at)
     d, carried = _step(run, at)
@@ -69,12 +85,8 @@ def _check(c: Cluster, run: Any, at: float) -> tuple[_Decided, bool]:
 
 
 def test_a_node_lost_under_its_pods_is_carried_until_they_are_collected_and_its_return_is_a_full_cycle() -> None:
-    c = _cluster(nodes=2, gpus=4, held=3, quota=4, grouped=False)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
-    lost = c.cache.get(r.NODES, "n0")
-    c.put(r.NODES, lost, "DELETED")
+    c, run, now = _started(nodes=2, gpus=4, held=3, quota=4, grouped=False)
+    lost = _lose(c, "n0")
     c.put(r.PODS, pod("new0", queue="lq", created=stamp(now)))
     d, carried = _check(c, run, now + 1)
     assert carried, "a node lost under its pods: carried on"
@@ -91,12 +103,8 @@ def test_a_node_lost_under_its_pods_is_carried_until_they_are_collected_and_its_
 
 
 def test_a_node_back_under_pods_still_bound_to_it_takes_a_full_cycle() -> None:
-    c = _cluster(nodes=2, gpus=4, held=2, quota=8, grouped=False)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
-    lost = c.cache.get(r.NODES, "n0")
-    c.put(r.NODES, lost, "DELETED")
+    c, run, now = _started(nodes=2, gpus=4, held=2, quota=8, grouped=False)
+    lost = _lose(c, "n0")
     _, carried = _check(c, run, now + 1)
     assert carried
     c.put(r.NODES, lost)
@@ -123,7 +131,7 @@ def test_a_pod_not_ready_on_a_node_lost_still_holds_admission_back() -> None:
     _check(c, run, now + 1)
     _ready(c, "run-0-0", False)  # its node going away
     _check(c, run, now + 2)
-    c.put(r.NODES, c.cache.get(r.NODES, "n0"), "DELETED")
+    _lose(c, "n0")
     c.put(r.PODS, pod("new", queue="lq", created=stamp(now + 3)))
     d, carried = _check(c, run, now + 3)
     assert carried and f"{NS}/new" in outcome(d)[1]  # held back, as a rebuild holds it
@@ -132,12 +140,8 @@ def test_a_pod_not_ready_on_a_node_lost_still_holds_admission_back() -> None:
 def test_a_node_joining_wakes_what_waits_for_the_quota_of_another_flavor() -> None:
     """A flavor search passes over a flavor whose nodes cannot take the workload: one that then waits for the next
     flavor's quota may fit under the first once a node of its pool joins (found by a review: it stayed parked)."""
-    c = _cluster(nodes=2, gpus=1, held=1, quota=1, grouped=False)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
-    lost = c.cache.get(r.NODES, "n0")
-    c.put(r.NODES, lost, "DELETED")
+    c, run, now = _started(nodes=2, gpus=1, held=1, quota=1, grouped=False)
+    lost = _lose(c, "n0")
     c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/run-0-0"), "DELETED")
     _check(c, run, now + 1)
     c.put(r.PODS, pod("new", queue="lq", created=stamp(now + 2)))
@@ -149,11 +153,8 @@ def test_a_node_joining_wakes_what_waits_for_the_quota_of_another_flavor() -> No
 
 
 def test_a_gang_member_on_a_node_lost_takes_a_full_cycle() -> None:
-    c = _cluster(nodes=2, gpus=4, held=2, quota=8, grouped=True)
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
-    c.put(r.NODES, c.cache.get(r.NODES, "n0"), "DELETED")
+    c, run, now = _started(nodes=2, gpus=4, held=2, quota=8, grouped=True)
+    _lose(c, "n0")
     _, carried = _check(c, run, now + 1)
     assert not carried
 
@@ -186,8 +187,7 @@ def test_cycles_carried_on_past_nodes_lost_under_pods_decide_as_rebuilds(nodes: 
         at = now + 1 + k
         if action == "lose" and alive:
             name = alive.pop(0)
-            lost[name] = c.cache.get(r.NODES, name)
-            c.put(r.NODES, lost[name], "DELETED")
+            lost[name] = _lose(c, name)
         elif action in ("gc", "gc1", "leaving"):
             keys = on(lost)[:1 if action == "gc1" else None]
             for key in keys:

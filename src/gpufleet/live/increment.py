@@ -596,8 +596,10 @@ def _removable(world: World, policy: KueuePolicy, name: str) -> bool:
 
 def _orphaned(world: World, name: str) -> bool:
     """Whether pods of the world hold capacity on ``name`` though no node of that name is known (one removed under
-    them): a node of that name joining takes a full cycle, which charges them there."""
-    return name not in world.cluster.nodes and any(e.node == name and e.holds_capacity for e in world.pods.values())
+    them, charged nowhere: ``World.unaccounted``): a node of that name joining takes a full cycle, which charges
+    them there."""
+    return name not in world.cluster.nodes and any(
+        (e := world.pods.get(k)) is not None and e.node == name and e.holds_capacity for k in world.unaccounted)
 
 
 def remove_nodes(kept: Kept, gone: set[str], now: float, readmitted: list[str]) -> bool:
@@ -618,27 +620,19 @@ def remove_nodes(kept: Kept, gone: set[str], now: float, readmitted: list[str]) 
             return False
         if workload is not None:
             ours.append(workload)
-    infos = {key: policy.info(key) for key in ours}
     for key in ours:
-        if (info := infos[key]) is not None and kept.counts is not None:
-            kept.counts.add(info, -1)
-        policy.finish(key, now)  # (its quota, and its pod's placement)
+        _given_back(kept, key, now)  # (before its node leaves the cluster state: its pod's placement with it)
     for e in stranded:
         if e.key in world.cluster.placements:
             world.cluster.release(e.key)
         world.unaccounted.append(e.key)
     world.nodes = [n for n in world.nodes if n.name not in gone]
     policy.remove_nodes(sorted(gone))
-    leaving = [e.key for e in stranded if e.ours and e.deleting]
     for key in ours:
         w = _known(world, key)
         assert w is not None
-        policy.submit(w, now)
-        if (info := policy.info(key)) is not None and kept.counts is not None:
-            kept.counts.add(info, 1)
+        _admitted_again(kept, key, w, now)
         readmitted.append(key)
-    if leaving:
-        planner.terminating(world, policy, leaving)
     return True
 
 
@@ -835,27 +829,40 @@ def release(kept: Kept, carried: Carried, now: float) -> None:
 
 
 def _readmitted(kept: Kept, key: str, workload: Workload, now: float) -> None:
-    """A terminating pod group that lost a member, made again from the members left as a rebuild makes it: its
-    admission given back and made again from what they hold (``KueuePolicy.submit`` admits what holds nodes), and
-    on its way out."""
-    world, policy = kept.world, kept.policy
-    before = policy.info(key)
+    """A workload on its way out whose members changed (a pod group or a Job that lost a member, a Job's replacement
+    pods), made again from its pods as a rebuild makes it: its admission given back and made again from what they
+    hold (``KueuePolicy.submit`` admits what holds nodes), still on its way out."""
+    _given_back(kept, key, now)
+    _admitted_again(kept, key, workload, now)
+
+
+def _given_back(kept: Kept, key: str, now: float) -> None:
+    """The first half of :func:`_readmitted`: the workload's admission given back (its quota, its pods' placements),
+    and its count with it."""
+    before = kept.policy.info(key)
     if before is not None and kept.counts is not None:
         kept.counts.add(before, -1)
-    policy.finish(key, now)  # (its quota, and its members' placements)
+    kept.policy.finish(key, now)
+
+
+def _admitted_again(kept: Kept, key: str, workload: Workload, now: float) -> None:
+    """The second half of :func:`_readmitted`: ``workload`` (its pods as they now stand) in the world and submitted,
+    on its way out when its pods on nodes are all being deleted (``planner.terminating``, as a rebuild reads it),
+    told what the node agent saw its pods use (the finish forgot it), and counted."""
+    world, policy = kept.world, kept.policy
     keys = [p.key for p in workload.pods]
     for k in world.pods_of.get(key, []):
         world.workload_of.pop(k, None)
     for k in keys:
         entry = world.pods[k]
         if entry.holds_capacity and k not in world.cluster.placements:
-            account(world.cluster, entry)
+            account(world.cluster, entry)  # (a member left on a node that is gone stays charged nowhere)
         world.workload_of[k] = key
     world.pods_of[key] = keys
     world.workloads = [workload if w.key == key else w for w in world.workloads]
     policy.submit(workload, now)
-    policy.terminating(key)
-    observed_memory.tell(world, policy, now, keys)  # (finish forgot what the node agent saw them use)
+    planner.terminating(world, policy, keys)
+    observed_memory.tell(world, policy, now, keys)
     after = policy.info(key)
     if after is not None and kept.counts is not None:
         kept.counts.add(after, 1)
