@@ -6,12 +6,13 @@ R per second. Options: ``--gang-size G``, each arrival a pod group of G one-GPU 
 pods deleted at F per second meanwhile, as Jobs complete; with ``--running-gang-size H`` the bound pods are pod
 groups of H on one node each, whose members finish (``Succeeded``) at F per second instead, as a training job's
 pods end; ``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is
-bound (a kubelet that starts it at once); ``--node-churn C``, a node cordoned C times a second meanwhile (and the
-one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do; ``--nodes-join
-J``, J new nodes a second meanwhile, as a cluster scaling up; ``--nodes-lost L``, L nodes a second deleted
-under their pods meanwhile (a node lost, a spot instance reclaimed), whose pods the pod garbage collector deletes
-``--gc-after`` seconds later (40: kube-controller-manager's quarantine of a node's orphaned pods);
-``--preempt-rate P``, P pods of high priority a
+bound (a kubelet that starts it at once), but with ``--never-ready N`` every Nth new pod, which never gets Ready
+(an image that never pulls) and is evicted T seconds after its Binding; ``--node-churn C``, a node cordoned C
+times a second meanwhile (and the one cordoned before it uncordoned), as maintenance or an autoscaler's
+scale-down candidates do; ``--nodes-join J``, J new nodes a second meanwhile, as a cluster scaling up;
+``--nodes-lost L``, L nodes a second deleted under their pods meanwhile (a node lost, a spot instance
+reclaimed), whose pods the pod garbage collector deletes ``--gc-after`` seconds later (40:
+kube-controller-manager's quarantine of a node's orphaned pods); ``--preempt-rate P``, P pods of high priority a
 second meanwhile into a ClusterQueue whose quota low-priority running pods fill (withinClusterQueue:
 LowerPriority), each preempting one of them (the emulator deletes an evicted pod at once); with ``--victim-job-pods
 N`` those running are batch/v1 Jobs of N one-GPU pods on one node and each high pod asks N GPUs: an evicted pod is
@@ -40,6 +41,7 @@ of that git revision, alternating with the current code, and prints the ratios.
 
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
+                                           [--never-ready 0]
                                            [--node-churn 0] [--nodes-join 0] [--preempt-rate 0]
                                            [--victim-job-pods 0] [--grace 1] [--nodes-lost 0] [--gc-after 40]
                                            [--idle 20]
@@ -103,7 +105,7 @@ def emulator_role(args: argparse.Namespace) -> int:
 
         def _bind(self, res: Any, ns: str | None, name: str, body: JsonDict) -> Any:
             out = super()._bind(res, ns, name, body)
-            if args.pods_ready:  # the kubelet starts it at once: Running and Ready, a status change of its own
+            if args.pods_ready and not never_ready(name):  # the kubelet starts it at once: Running and Ready
                 self._patched(res, ns, name, {"status": READY})
             key = f"{ns}/{name}"
             self.accepted[key] = self.accepted.get(key, 0) + 1
@@ -131,6 +133,10 @@ def emulator_role(args: argparse.Namespace) -> int:
 
             asyncio.get_running_loop().call_later(args.grace, gone)
             return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def never_ready(name: str) -> bool:
+        """Whether the new pod ``name`` is one of those that never get Ready (--never-ready)."""
+        return bool(args.never_ready) and name.startswith("new-") and int(name[4:9]) % args.never_ready == 0
 
     kmock_parsing.parse_path = parse_path_with_namespaces  # type: ignore[assignment]
     harness = KmockThread(kmock.KubernetesScaffold)
@@ -418,6 +424,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--backlog", str(args.backlog), "--arrivals", str(args.arrivals), "--rate", str(args.rate),
                "--gang-size", str(args.gang_size),
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
+               "--never-ready", str(args.never_ready),
                "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
                "--preempt-rate", str(args.preempt_rate), "--victim-job-pods", str(args.victim_job_pods),
                "--grace", str(args.grace), "--nodes-lost", str(args.nodes_lost), "--gc-after", str(args.gc_after),
@@ -536,6 +543,8 @@ def main() -> int:
                         help="the bound pods as pod groups of this many on one node; --finish-rate then ends members")
     parser.add_argument("--pods-ready", type=float, default=0.0,
                         help="waitForPodsReady timeout in seconds (0: off); bound pods turn Ready at once")
+    parser.add_argument("--never-ready", type=int, default=0,
+                        help="with --pods-ready, every Nth new pod never gets Ready (0: none), so it times out")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of nothing changing, CPU measured")
     parser.add_argument("--within", type=float, default=120.0, help="seconds after its creation a pod counts bound")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the backlog's first look")
@@ -559,6 +568,7 @@ def main() -> int:
              if args.preempt_rate else "")
           + (f" (pod groups of {args.running_gang_size})" if args.running_gang_size > 1 else "")
           + (f", waitForPodsReady {args.pods_ready:g}s" if args.pods_ready else "")
+          + (f" (every {args.never_ready}th new pod never Ready)" if args.pods_ready and args.never_ready else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)
     runs: dict[str, list[JsonDict]] = {"current": [], "baseline": []}
     with tempfile.TemporaryDirectory() as tmp:

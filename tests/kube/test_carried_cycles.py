@@ -686,7 +686,8 @@ def test_an_admission_leaves_no_timer_that_takes_a_rebuild_and_its_pods_ready_de
     assert late is not None and not late.victims and late.ready_due == []
 
 
-def test_a_pods_ready_deadline_with_pods_not_ready_takes_the_full_cycle_that_evicts() -> None:
+def test_a_pods_ready_deadline_with_pods_not_ready_is_evicted_by_the_cycle_that_carries_on() -> None:
+    # (carried on through the pods' deletion: tests/kube/test_carried_evictions.py)
     c, run, d, now = _one_pod_admitted()
     land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
     d, carried = step(run, now + 1)
@@ -694,7 +695,7 @@ def test_a_pods_ready_deadline_with_pods_not_ready_takes_the_full_cycle_that_evi
     d, carried = step(run, now + 299)
     assert carried and not d.victims  # not yet
     d, carried = step(run, now + 301)
-    assert not carried
+    assert carried
     assert [(v.workload, v.reason) for v in d.victims] == [(f"{NS}/a", gangs.PODS_READY_TIMEOUT)]
 
 
@@ -955,7 +956,7 @@ def test_a_healthy_jobs_next_pod_placed_by_a_full_cycle_does_not_time_the_job_ou
     d, carried = step(run, time.time() + 1)
     assert carried and not d.victims  # its clock starts at its own bind
     d, carried = step(run, time.time() + 301)
-    assert not carried and [v.workload for v in d.victims] == [f"{NS}/train"]  # never ready: late now
+    assert carried and [v.workload for v in d.victims] == [f"{NS}/train"]  # never ready: late now
 
 
 def test_a_pod_not_ready_any_more_after_its_deadline_is_judged_as_a_rebuild_judges_it() -> None:
@@ -969,7 +970,12 @@ def test_a_pod_not_ready_any_more_after_its_deadline_is_judged_as_a_rebuild_judg
     obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/train-p1x")))
     obj["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     c.put(r.PODS, obj, "MODIFIED")
-    assert run._carry_on(c.cache.snapshot(), now + 1) is None  # a full cycle evicts it, as a rebuild does
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now + 1)
+    rebuilt = runner(c, run.settings)._decide_isolating(snapshot, now + 1)
+    assert carried is not None
+    assert [(v.workload, v.reason) for v in carried.victims] == [(v.workload, v.reason) for v in rebuilt.victims] == [
+        (f"{NS}/train", gangs.PODS_READY_TIMEOUT)]  # evicted at once, as a rebuild evicts it
 
 
 def test_a_finished_pod_that_fills_a_place_of_a_job_queued_anew_is_placed_nowhere() -> None:

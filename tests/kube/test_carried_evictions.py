@@ -15,18 +15,20 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from live_env import NS, cluster_queue, fast_settings, gpu_uuid, local_queue, node, pod, priority_class, stamp
-from test_carried_cycles import BLOCKING, JOBS, Cluster, _nonzero, first_cycle, outcome, runner
+from test_carried_cycles import BLOCKING, JOBS, Cluster, _nonzero, first_cycle, land, outcome, runner
 from workload_env import job as job_object
 from workload_env import job_pods
 
-from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, POD_GROUP_LABEL
+from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, POD_GROUP_LABEL, PodsReadyPolicy, SchedulerConfig
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.annotations import intent_annotations
+from gpufleet.live import gangs
 from gpufleet.live.cycle import CycleReport, CycleRunner, _Decided
 from gpufleet.live.queuestatus import QueueCounts
 
 JsonDict = dict[str, Any]
 PREEMPTION = {"withinClusterQueue": "LowerPriority"}
+TIMEOUT_ONLY = SchedulerConfig(pods_ready=PodsReadyPolicy(enable=True, timeout_s=300))
 
 
 def _cluster() -> Cluster:
@@ -53,7 +55,8 @@ def _step(run: CycleRunner, now: float, *, evicted: bool = True, refused: bool =
     run._after_hand_off(d)
     report = CycleReport(run.count, now)
     if evicted:
-        report.evicted = [v.workload for v in d.victims]
+        for v in d.victims:  # (as the cycle counts each accepted answer: a timeout's remembered for its backoff)
+            run._evicted(report, v, now)
     if refused:
         report.refused = [v.workload for v in d.victims]
     run._keep(d, snapshot, run._keepable(d, d.victims, report))
@@ -63,6 +66,7 @@ def _step(run: CycleRunner, now: float, *, evicted: bool = True, refused: bool =
 def _rebuilt(c: Cluster, run: CycleRunner, now: float) -> _Decided:
     fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
+    fresh.requeues = run.requeues.copy()  # (what the scheduler remembers of its PodsReadyTimeout evictions)
     return fresh._decide_isolating(c.cache.snapshot(), now)
 
 
@@ -128,6 +132,11 @@ def _victims(d: _Decided) -> list[tuple[int, str | None]]:
     return sorted(out, key=repr)
 
 
+def _timed_out(d: _Decided) -> list[str]:
+    """The workloads evicted for a waitForPodsReady timeout."""
+    return sorted(v.workload for v in d.victims if v.reason == gangs.PODS_READY_TIMEOUT)
+
+
 def _phase_now(c: Cluster, key: str, phase: str) -> None:
     obj = json.loads(json.dumps(c.cache.get(r.PODS, key)))
     obj["status"] = {"phase": phase}
@@ -141,26 +150,31 @@ def _family(raw: JsonDict) -> str | None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@example(gpus=3, lows=3, shape="group", cohort=True, blocking=False, actions=["highb", "fin1", "high2"])  # (CI's)
-@example(gpus=2, lows=2, shape="group", cohort=True, blocking=False, actions=["highb", "highb", "gone", "high"])
-@example(gpus=4, lows=4, shape="job", cohort=False, blocking=False, actions=["high2", "replace", "gone1", "gone"])
+@example(gpus=3, lows=3, shape="group", cohort=True, ready="off", actions=["highb", "fin1", "high2"])  # (CI's)
+@example(gpus=2, lows=2, shape="group", cohort=True, ready="off", actions=["highb", "highb", "gone", "high"])
+@example(gpus=4, lows=4, shape="job", cohort=False, ready="off", actions=["high2", "replace", "gone1", "gone"])
+@example(gpus=3, lows=1, shape="job", cohort=False, ready="timeout", actions=["gone", "replace", "low", "land", "wait",
+                                                                          "replace", "gone", "replace"])
 @given(gpus=st.integers(2, 6), lows=st.integers(1, 6), shape=st.sampled_from(["pod", "group", "job"]),
-       cohort=st.booleans(), blocking=st.booleans(),
+       cohort=st.booleans(), ready=st.sampled_from(["off", "timeout", "blocking"]),
        actions=st.lists(st.sampled_from(["high", "high2", "hgang", "highb", "low", "gone", "gone1", "drop", "del1",
-                                         "fin1", "fail1", "node", "replace"]), min_size=1, max_size=8))
+                                         "fin1", "fail1", "node", "replace", "land", "wait"]),
+                        min_size=1, max_size=8))
 def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, lows: int, shape: str,
-                                                                  cohort: bool, blocking: bool,
+                                                                  cohort: bool, ready: str,
                                                                   actions: list[str]) -> None:
     """Pods of high priority arrive and preempt running ones (``shape``: single pods, pod groups of two, or Jobs of
-    two pods; ``cohort``: two queues sharing a cohort, reclaiming and borrowing by preemption; ``blocking``:
-    waitForPodsReady's blockAdmission), a gang of high priority among them; the API marks each victim's pod
-    deleted at once (graceful deletion) and removes it later ("gone", or one of them: "gone1"); the Job
-    controller makes a replacement for each of its pods being deleted or gone ("replace"); owners delete running
-    workloads ("drop") or pods ("del1"), pods finish ("fin1") or fail while being deleted ("fail1"), nodes join.
-    Every cycle that carries on is held to a rebuild on the same snapshot: what is admitted, what waits, what is
-    preempted, and the queue counts. (Found by a review's wider generator, 2026-12-07: a member finishing after
-    another was being deleted, a preemptor's room held into the next cycle, observations lost by a group made
-    again.)"""
+    two pods; ``cohort``: two queues sharing a cohort, reclaiming and borrowing by preemption; ``ready``:
+    waitForPodsReady off, on with a 300 s timeout, or with blockAdmission too: no pod is ever Ready, so the running
+    ones time out at the first cycle, and the new ones 300 s after their Bindings land ("land"; "wait": they land,
+    then 300 s pass)), a gang
+    of high priority among them; the API marks each victim's pod deleted at once (graceful deletion) and removes
+    it later ("gone", or one of them: "gone1"); the Job controller makes a replacement for each of its pods being
+    deleted or gone ("replace"); owners delete running workloads ("drop") or pods ("del1"), pods finish ("fin1")
+    or fail while being deleted ("fail1"), nodes join. Every cycle that carries on is held to a rebuild on the
+    same snapshot: what is admitted, what waits, what is preempted or evicted for a timeout, and the queue counts.
+    (Found by a review's wider generator, 2026-12-07: a member finishing after another was being deleted, a
+    preemptor's room held into the next cycle, observations lost by a group made again.)"""
     c = Cluster()
     mine = max(1, gpus // 2) if cohort else gpus
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", mine, cpu="100000", preemption=PREEMPT_ALL,
@@ -196,7 +210,8 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
         group = {"group": f"g{i // 2}", "group_size": 2} if paired else {}
         c.put(r.PODS, pod(f"low{i}", queue="lq", priority_class="low", node_name="n0", created=stamp(100.0 + i),
                           annotations=devices, **group))
-    settings_ = fast_settings(cycle_period=3600.0, kueue=BLOCKING) if blocking else None
+    settings_ = None if ready == "off" else fast_settings(
+        cycle_period=3600.0, kueue=BLOCKING if ready == "blocking" else TIMEOUT_ONLY)
     run = runner(c, settings_)
     now = time.time()
     first_cycle(run, now)
@@ -209,8 +224,12 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
                       and (o.get("spec") or {}).get("nodeName") and key not in leaving
                       and (o.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
+    waited = 0.0
+    d = None
     for k, action in enumerate(actions):
-        at = now + 1 + k
+        if action == "wait":
+            waited += 300.0  # waitForPodsReady's timeout, for the pods bound so far
+        at = now + 1 + k + waited
         if action in ("high", "high2", "highb"):
             c.put(r.PODS, pod(f"hi{k}", gpus=2 if action == "high2" else 1,
                               queue="lqb" if action == "highb" and cohort else "lq", priority_class="high",
@@ -223,6 +242,11 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
             c.put(r.PODS, pod(f"new{k}", queue="lq", priority_class="low", created=stamp(at)))
         elif action == "node":
             c.put(r.NODES, node(f"x{k}", gpus=2))
+        elif action in ("land", "wait"):  # the last cycle's Bindings land (then, "wait", time passes: above)
+            for key, placement in (d.world.cluster.placements.items() if d is not None else ()):
+                raw = c.cache.get(r.PODS, key)
+                if raw is not None and not raw["spec"].get("nodeName"):
+                    land(c, key.split("/", 1)[1], placement.node)
         elif action in ("drop", "del1"):
             keys = running()
             if action == "del1":
@@ -263,6 +287,7 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
             # message of its last evaluation, as Kueue's Workload keeps its condition; a fresh policy has none)
             assert outcome(d)[0] == outcome(rebuilt)[0] and set(outcome(d)[1]) == set(outcome(rebuilt)[1]), action
             assert _victims(d) == _victims(rebuilt), action
+            assert _timed_out(d) == _timed_out(rebuilt), action
             assert d.counts is not None and _nonzero(d.counts) == _nonzero(QueueCounts(d.plan.policy))
         d.world.cluster.check_invariants()
         for v in d.victims:
@@ -377,3 +402,63 @@ def test_a_job_preempted_is_carried_through_its_pods_deletion_and_replacement() 
     d = step(now + 5)
     # The old pods gone: the preemptor runs, and the Job waits in its queue with its new pods.
     assert outcome(d)[0] == {f"{NS}/hi"} and f"{NS}/train" in outcome(d)[1]
+
+
+def test_a_pods_ready_timeout_is_evicted_carried_on_and_carried_through_its_pods_deletion() -> None:
+    """A workload whose pods are not Ready in time is evicted by the cycle that finds it late, which carries on,
+    and the cycles after carry on through its pods' deletion, its Job's replacements (backing off, as Kueue
+    requeues it) and its old pods gone, deciding what a rebuild decides. Before, the eviction took a full cycle,
+    which then waited for the pods' deletion to reach the cache: seconds at 5,000 nodes, with every new pod
+    waiting."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 2, cpu="100000"), "MODIFIED")
+    c.put(r.NODES, node("n0", gpus=2))
+    now = time.time()
+    owner = job_object("train", pods=2, gpus=1, queue="lq")
+    c.put(JOBS, owner)
+    for raw in job_pods(owner):
+        raw["metadata"]["creationTimestamp"] = stamp(now)
+        c.put(r.PODS, raw)
+    run = runner(c, fast_settings(cycle_period=3600.0, kueue=TIMEOUT_ONLY))
+    d = first_cycle(run, now)
+    assert outcome(d)[0] == {f"{NS}/train"}
+    old = sorted(d.world.pods_of[f"{NS}/train"])
+    for key in old:  # the Bindings land; the pods start but never get Ready (an image that never pulls)
+        land(c, key.split("/", 1)[1], d.world.cluster.placements[key].node)
+    d, carried = _step(run, now + 1)
+    assert carried and not d.victims
+    c.put(r.PODS, pod("next", gpus=2, queue="lq", created=stamp(now + 2)))
+
+    def step(at: float) -> _Decided:
+        rebuilt = _rebuilt(c, run, at)
+        d, carried = _step(run, at)
+        assert carried, "a full cycle"
+        assert outcome(d)[0] == outcome(rebuilt)[0] and set(outcome(d)[1]) == set(outcome(rebuilt)[1])
+        assert _timed_out(d) == _timed_out(rebuilt)
+        assert d.counts is not None and _nonzero(d.counts) == _nonzero(QueueCounts(d.plan.policy))
+        d.world.cluster.check_invariants()
+        return d
+
+    d = step(now + 2)
+    assert f"{NS}/next" in outcome(d)[1]  # no room: the Job holds the queue's two GPUs
+    d = step(now + 301)
+    assert _timed_out(d) == [f"{NS}/train"] and run.kept is not None, "evicted by the cycle that found it late"
+    assert run.kept.policy.info(f"{NS}/train").evicting is not None  # type: ignore[union-attr]
+    assert run.requeues.get(f"{NS}/train") is not None  # its backoff, for when its controller makes it again
+    for key in old:  # the Eviction API accepted: the pods are being deleted
+        _deleting(c, key)
+    d = step(now + 302)
+    assert outcome(d)[0] == set() and not d.victims, "on its way out: holding its GPUs, not evicted again"
+    for i in range(2):  # the Job controller's replacements
+        fresh = job_pods(owner)[0]
+        fresh["metadata"]["name"] = f"train-p{i}y"
+        fresh["metadata"]["creationTimestamp"] = stamp(now + 303)
+        c.put(r.PODS, fresh)
+    step(now + 303)
+    for key in old:
+        c.put(r.PODS, c.cache.get(r.PODS, key), "DELETED")
+    d = step(now + 304)
+    # Its old pods gone: the pod that waited runs; the Job, made again, waits (its backoff, then the quota).
+    assert outcome(d)[0] == {f"{NS}/next"} and f"{NS}/train" in outcome(d)[1]
+    info = d.plan.policy.info(f"{NS}/train")
+    assert info is not None and info.requeue_count == 1

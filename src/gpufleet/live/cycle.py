@@ -396,23 +396,27 @@ class CycleRunner:
         changed = landed | set(carried.ended) | {workload for workload, _ in carried.left} | {
             a.workload for a in repairs} | set(readmitted)
         pods_ready_policy = planner.Plan(policy).pods_ready_policy
-        # Pods landed (their clocks start) or whose readiness changed: judged as a full cycle judges them.
-        judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of}
+        # Pods landed (their clocks start), whose readiness changed, or a member gone (the rest may be all that is
+        # judged now): judged as a full cycle judges them.
+        judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of} | {
+            workload for workload, _ in carried.left} | set(readmitted)
         # blockAdmission: the readiness of every workload whose pods changed (landed, restated, a member finished, late
         # members placed), as a rebuild reads it from them all.
         gangs.hold_unready(world, policy, now, only=judged | changed)
         if kept.ready_timer_due(now):
-            # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them; a full cycle
-            # only to evict the late ones.
+            # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them.
             ready_due: list[float] = []
-            if gangs.timed_out(world, pods_ready_policy, ready_due):
-                return None
+            timeouts = gangs.timed_out(world, pods_ready_policy, ready_due)
         else:
             ready_due = [t for t in kept.ready_due if t > now]
-            if judged and gangs.timed_out(world, pods_ready_policy, ready_due, only=judged):
-                return None  # one ran out already (a pod not ready any more, long after its bind): a full cycle evicts
+            # (one may have run out already: a pod not ready any more, long after its bind)
+            timeouts = gangs.timed_out(world, pods_ready_policy, ready_due, only=judged) if judged else []
             # (a workload judged again at each of its pods' status changes gives the same deadline again)
             ready_due = sorted(set(ready_due))
+        # The late ones are evicted by this cycle, as a full cycle evicts them (after its round, which they take
+        # part in as still running); once every eviction is accepted they are on their way out in the kept policy
+        # (_keep), as a rebuild reads them off their pods being deleted.
+        self._timed_out = self._timeout_policies(world, timeouts, pods_ready_policy)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                            on_admitted=None if (stream := self._stream()) is None else functools.partial(stream, world))
@@ -425,8 +429,9 @@ class CycleRunner:
         if oom_memory is not None:
             oom_memory.keep(policy)
             self.ooms = oom_memory
-        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
-                        None, self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
+        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
+                        self._victims(world, plan, [*repairs, *timeouts]), None,
+                        self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
                         counts, changed, placed(plan), ready_due, ooms)
 
     def _after_hand_off(self, d: _Decided) -> None:
@@ -489,18 +494,26 @@ class CycleRunner:
         evicted = {v.workload for v in victims}
         return all(v.preemptor for v in victims) and evicted == {p.workload for p in d.plan.preempted}
 
+    @staticmethod
+    def _timed_out_only(victims: list[Victim]) -> list[str]:
+        """The workloads among ``victims`` evicted for a waitForPodsReady timeout (none of a preemption's)."""
+        return [v.workload for v in victims if not v.preemptor and v.reason == gangs.PODS_READY_TIMEOUT]
+
     def _keepable(self, d: _Decided, victims: list[Victim], report: CycleReport | None) -> bool:
         """Whether the next cycle may carry on from this one: not beside Kueue, with objects set aside or invalid (a
-        full cycle holds their pods back), or after evictions but a preemption's whose every eviction was accepted.
-        Those victims are on their way out in the kept policy (the core marked them so when it chose them): they
-        hold their quota and nodes until their pods are gone, which the cycles that carry on read as they read any
-        pod ending, and are not chosen again. A repair's or a waitForPodsReady timeout's evictions, a refusal (a
-        shield the kept policy does not know), or a preempted workload with nothing to evict take a full cycle.
-        (A preemption's evictions are kept before their answers: :meth:`_answer_later`.)"""
+        full cycle holds their pods back), or after evictions but a preemption's and waitForPodsReady timeouts' whose
+        every eviction was accepted. A preemption's victims are on their way out in the kept policy (the core marked
+        them so when it chose them), a timeout's once kept (:meth:`_keep`): they hold their quota and nodes until
+        their pods are gone, which the cycles that carry on read as they read any pod ending, and are not chosen
+        again. A repair's evictions, a refusal (a shield the kept policy does not know), or a preempted workload
+        with nothing to evict take a full cycle. (A preemption's evictions alone are kept before their answers:
+        :meth:`_answer_later`.)"""
         if victims or d.plan.preempted:
             evicted = {v.workload for v in victims}
+            timed_out = self._timed_out_only(victims)
+            preemption = [v for v in victims if v.workload not in timed_out]
             if (report is None or report.refused or not evicted <= set(report.evicted)
-                    or not self._preemption_only(d, victims)):
+                    or not self._preemption_only(d, preemption)):
                 return False
         return self._keepable_beside_evictions(d)
 
@@ -523,6 +536,10 @@ class CycleRunner:
         # policy holds none, and makes it again when the preemptor is processed; kept, it would hold back workloads
         # a rebuild admits first.
         d.plan.policy.state.nominations = {}
+        for workload in self._timed_out_only(d.victims):
+            # Evicted, every eviction accepted (_keepable): on its way out, as a rebuild reads it off its pods being
+            # deleted (planner.terminating); the pods' deletion, then their end, are carried on as any pod's.
+            d.plan.policy.terminating(workload)
         self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts, d.ready_due)
 
     def _answer_later(self, report: CycleReport, evictions: list[tuple[Victim, Future[EvictResult]]],
@@ -591,8 +608,7 @@ class CycleRunner:
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
         policy, plan = d.policy, d.plan
-        self._timed_out = {a.workload: (p, owners_of(world, a.workload)) for a in d.timeouts
-                           if (p := plan.pods_ready_policy(a.workload)) is not None}
+        self._timed_out = self._timeout_policies(world, d.timeouts, plan.pods_ready_policy)
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         counts = QueueCounts(policy)
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
@@ -600,6 +616,15 @@ class CycleRunner:
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                                        local_queues=kinds.local_queues, counts=counts), d.world_s, d.policy_s, due,
                         counts, ready_due=d.ready_due, ooms=d.ooms)
+
+    @staticmethod
+    def _timeout_policies(world: World, timeouts: list[gangs.GangAction],
+                          policy_for: Callable[[str], PodsReadyPolicy | None]
+                          ) -> dict[str, tuple[PodsReadyPolicy, frozenset[str]]]:
+        """What the requeue memory records of each workload ``timeouts`` evicts, once its eviction is accepted: its
+        waitForPodsReady policy and its owners (gpufleet.live.requeues)."""
+        return {a.workload: (p, owners_of(world, a.workload)) for a in timeouts
+                if (p := policy_for(a.workload)) is not None}
 
     def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
                        started: float, due: list[float]) -> _Decided:
@@ -762,8 +787,9 @@ class CycleRunner:
                          if k in world.pods and world.pods[k].holds_capacity)
             if pods:  # nothing on a node (already gone): nothing to evict
                 out.append(Victim(p.workload, p.preemptor, p.reason, pods))
+        preempted = {v.workload for v in out}
         for a in actions:
-            if a.kind == "evict":
+            if a.kind == "evict" and a.workload not in preempted:  # (preempted already: evicted once, as that)
                 out.append(Victim(a.workload, "", a.reason, tuple(world.pods[k].raw for k in a.pods), a.message))
         return out
 
@@ -832,13 +858,7 @@ class CycleRunner:
                 log.exception("eviction of %s failed", victim.workload)
                 continue
             if outcome.outcome == "evicted":
-                report.evicted.append(victim.workload)
-                if victim.reason in (gangs.PODS_READY_TIMEOUT, gangs.GANG_INCOMPLETE):
-                    self.metrics.gang_timeouts.labels(victim.reason).inc()
-                timed_out = self._timed_out.get(victim.workload)
-                if victim.reason == gangs.PODS_READY_TIMEOUT and timed_out is not None:
-                    ready_policy, owners = timed_out
-                    self.requeues.evicted(victim.workload, ready_policy, now, owners)
+                self._evicted(report, victim, now)
             elif outcome.outcome == "refused":
                 report.refused.append(victim.workload)
                 backoff = outcome.retry_after or self.settings.disruption_budget_backoff
@@ -848,6 +868,17 @@ class CycleRunner:
                 other.result()
             except Exception:
                 log.exception("a status or condition write failed")
+
+    def _evicted(self, report: CycleReport, victim: Victim, now: float) -> None:
+        """``victim``'s eviction, waited for by its cycle, was accepted: counted, and a waitForPodsReady timeout's
+        remembered for the workload's requeue backoff (gpufleet.live.requeues)."""
+        report.evicted.append(victim.workload)
+        if victim.reason in (gangs.PODS_READY_TIMEOUT, gangs.GANG_INCOMPLETE):
+            self.metrics.gang_timeouts.labels(victim.reason).inc()
+        timed_out = self._timed_out.get(victim.workload)
+        if victim.reason == gangs.PODS_READY_TIMEOUT and timed_out is not None:
+            ready_policy, owners = timed_out
+            self.requeues.evicted(victim.workload, ready_policy, now, owners)
 
     def _await_gone(self, pods: list[JsonDict], timeout: float) -> None:
         """Until the cache shows every pod of ``pods`` deleted, replaced or terminating, or ``timeout`` passes."""
