@@ -115,7 +115,7 @@ class _Decided:
     # The pods a carried cycle placed, for the parked memory's holders once the Bindings are handed off; None: the
     # parked memory was brought up to date in full (a full cycle).
     placed: list[str] | None = None
-    ready_due: list[float] = field(default_factory=list)  # waitForPodsReady deadlines (see Kept.ready_due)
+    ready_due: dict[str, float] = field(default_factory=dict)  # waitForPodsReady deadlines (see Kept.ready_due)
     # Pods that ran out of GPU memory, told to the policy this cycle, with what it learnt: their Warning events
     ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
 
@@ -315,7 +315,7 @@ class CycleRunner:
             self.fleet.carried_out(plan, victims, report.evicted)
         # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
         # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
-        report.next_due = self._next_due([*d.due, *d.ready_due, *_unjoined_due(world)], now)
+        report.next_due = self._next_due([*d.due, *d.ready_due.values(), *_unjoined_due(world)], now)
         self._keep(d, snapshot, keepable)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
@@ -403,16 +403,11 @@ class CycleRunner:
         # blockAdmission: the readiness of every workload whose pods changed (landed, restated, a member finished, late
         # members placed), as a rebuild reads it from them all.
         gangs.hold_unready(world, policy, now, only=judged | changed)
-        if kept.ready_timer_due(now):
-            # A waitForPodsReady deadline: judged on every workload's pods as a rebuild judges them.
-            ready_due: list[float] = []
-            timeouts = gangs.timed_out(world, pods_ready_policy, ready_due)
-        else:
-            ready_due = [t for t in kept.ready_due if t > now]
-            # (one may have run out already: a pod not ready any more, long after its bind)
-            timeouts = gangs.timed_out(world, pods_ready_policy, ready_due, only=judged) if judged else []
-            # (a workload judged again at each of its pods' status changes gives the same deadline again)
-            ready_due = sorted(set(ready_due))
+        # The workloads whose waitForPodsReady deadline fell due are judged too, on their pods as a rebuild judges
+        # them (one judged for a change may have run out already: a pod not ready any more, long after its bind).
+        judging = judged | {w for w, t in kept.ready_due.items() if t <= now}
+        ready_due = {w: t for w, t in kept.ready_due.items() if w not in judging}
+        timeouts = gangs.timed_out(world, pods_ready_policy, ready_due, only=judging) if judging else []
         # The late ones are evicted by this cycle, as a full cycle evicts them (after its round, which they take
         # part in as still running); once every eviction is accepted they are on their way out in the kept policy
         # (_keep), as a rebuild reads them off their pods being deleted.

@@ -50,7 +50,7 @@ class Decision:
     timeouts: list[gangs.GangAction] = field(default_factory=list)
     policy_s: float = 0.0
     # When a workload's waitForPodsReady timeout runs out, judged on the pods (a cycle that carries on judges it).
-    ready_due: list[float] = field(default_factory=list)
+    ready_due: dict[str, float] = field(default_factory=dict)
     # Pods whose containers ran out of GPU memory, told to the policy this time, with what it learnt (their events)
     ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
 
@@ -109,7 +109,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     if parked is not None:
         parked.remember(policy, world, placed(plan))
     policy_s = time.perf_counter() - started - world_s
-    ready_due: list[float] = []
+    ready_due: dict[str, float] = {}
     timeouts = gangs.timed_out(world, plan.pods_ready_policy, ready_due)
     planner.ready_as_bound(policy, now)
     if (wake := policy.next_wakeup(now)) is not None:

@@ -236,9 +236,9 @@ def hold_unready(world: World, policy: KueuePolicy, now: float, only: Collection
 
 
 def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None],
-              due: list[float] | None = None, only: Collection[str] | None = None) -> list[GangAction]:
+              due: dict[str, float] | None = None, only: Collection[str] | None = None) -> list[GangAction]:
     """Workloads past their waitForPodsReady timeout; ``policy_for`` gives a workload's policy (None: off). The
-    timeouts still to come are appended to ``due``. ``only``: these workloads, not all."""
+    timeouts still to come are set in ``due``, by workload. ``only``: these workloads, not all."""
     actions: list[GangAction] = []
     chosen = world.pods_of.items() if only is None else [(w, world.pods_of[w]) for w in only if w in world.pods_of]
     for workload, keys in sorted(chosen):
@@ -256,7 +256,7 @@ def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None],
         started = max((p.intent.at if p.intent and p.intent.at else _created(p)) for p in live)
         if world.now - started < policy.timeout_s:
             if due is not None:
-                due.append(started + policy.timeout_s)
+                due[workload] = started + policy.timeout_s
         else:
             actions.append(GangAction(workload, "evict", tuple(p.key for p in live), PODS_READY_TIMEOUT,
                                       f"not all pods were ready {policy.timeout_s:g}s after the workload was bound"))
