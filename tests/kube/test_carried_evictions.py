@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from live_env import NS, cluster_queue, fast_settings, gpu_uuid, local_queue, node, pod, priority_class, stamp
@@ -21,7 +22,7 @@ from workload_env import job_pods
 
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, POD_GROUP_LABEL, PodsReadyPolicy, SchedulerConfig
 from gpufleet.k8s import resources as r
-from gpufleet.k8s.annotations import intent_annotations
+from gpufleet.k8s.annotations import Intent, intent_annotations
 from gpufleet.live import gangs
 from gpufleet.live.cycle import CycleReport, CycleRunner, _Decided
 from gpufleet.live.queuestatus import QueueCounts
@@ -130,6 +131,16 @@ def _victims(d: _Decided) -> list[tuple[int, str | None]]:
         assert info is not None
         out.append((info.priority, info.cluster_queue))
     return sorted(out, key=repr)
+
+
+def _landed(c: Cluster, raw: JsonDict, intent: Intent) -> None:
+    """The pod's Binding lands, with the annotations it carried (the API server copies them onto the pod): where
+    and when it was sent, which a rebuild starts its waitForPodsReady clock from."""
+    obj = json.loads(json.dumps(raw))
+    obj["spec"]["nodeName"] = intent.node
+    obj["metadata"].setdefault("annotations", {}).update(
+        intent_annotations(intent.node, intent.devices, intent.at or 0.0, None))
+    c.put(r.PODS, obj, "MODIFIED")
 
 
 def _timed_out(d: _Decided) -> list[str]:
@@ -243,10 +254,11 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
         elif action == "node":
             c.put(r.NODES, node(f"x{k}", gpus=2))
         elif action in ("land", "wait"):  # the last cycle's Bindings land (then, "wait", time passes: above)
-            for key, placement in (d.world.cluster.placements.items() if d is not None else ()):
+            for key in (d.world.cluster.placements if d is not None else ()):
                 raw = c.cache.get(r.PODS, key)
-                if raw is not None and not raw["spec"].get("nodeName"):
-                    land(c, key.split("/", 1)[1], placement.node)
+                intent = d.world.pods[key].intent if d is not None and key in d.world.pods else None
+                if raw is not None and not raw["spec"].get("nodeName") and intent is not None:
+                    _landed(c, raw, intent)
         elif action in ("drop", "del1"):
             keys = running()
             if action == "del1":
@@ -407,9 +419,9 @@ def test_a_job_preempted_is_carried_through_its_pods_deletion_and_replacement() 
 def test_a_pods_ready_timeout_is_evicted_carried_on_and_carried_through_its_pods_deletion() -> None:
     """A workload whose pods are not Ready in time is evicted by the cycle that finds it late, which carries on,
     and the cycles after carry on through its pods' deletion, its Job's replacements (backing off, as Kueue
-    requeues it) and its old pods gone, deciding what a rebuild decides. Before, the eviction took a full cycle,
-    which then waited for the pods' deletion to reach the cache: seconds at 5,000 nodes, with every new pod
-    waiting."""
+    requeues it) and its old pods gone, then the end of its backoff, deciding what a rebuild decides. Before, the
+    eviction took a full cycle, which then waited for the pods' deletion to reach the cache, and the backoff's end
+    another: seconds each at 5,000 nodes, with every new pod waiting."""
     c = Cluster()
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 2, cpu="100000"), "MODIFIED")
     c.put(r.NODES, node("n0", gpus=2))
@@ -461,4 +473,15 @@ def test_a_pods_ready_timeout_is_evicted_carried_on_and_carried_through_its_pods
     # Its old pods gone: the pod that waited runs; the Job, made again, waits (its backoff, then the quota).
     assert outcome(d)[0] == {f"{NS}/next"} and f"{NS}/train" in outcome(d)[1]
     info = d.plan.policy.info(f"{NS}/train")
-    assert info is not None and info.requeue_count == 1
+    assert info is not None and info.requeue_count == 1 and info.requeue_at == pytest.approx(now + 361, abs=1e-3)
+    sent = d.world.pods[f"{NS}/next"].intent
+    assert sent is not None
+    _landed(c, c.cache.get(r.PODS, f"{NS}/next"), sent)
+    step(now + 305)
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/next"), "DELETED")  # its quota free: the Job still backs off
+    d = step(now + 306)
+    assert outcome(d)[0] == set() and d.wake == pytest.approx(now + 361, abs=1e-3)  # (the loop wakes then)
+    # Its backoff over (60 s from the eviction): the kept policy's own timer, which its round acts on, as a
+    # rebuild's does; before, a full cycle.
+    d = step(now + 362)
+    assert outcome(d)[0] == {f"{NS}/train"}

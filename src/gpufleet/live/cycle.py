@@ -118,6 +118,9 @@ class _Decided:
     ready_due: dict[str, float] = field(default_factory=dict)  # waitForPodsReady deadlines (see Kept.ready_due)
     # Pods that ran out of GPU memory, told to the policy this cycle, with what it learnt: their Warning events
     ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
+    # The policy's own next timer (a requeue backoff): the loop wakes then, and a cycle that carries on from this
+    # one runs the kept policy, which acts on it as the simulator's does
+    wake: float | None = None
 
 
 @dataclass(slots=True)
@@ -139,7 +142,7 @@ class CycleReport:
     carried: bool = False  # carried on from the last cycle's world and policy (gpufleet.live.increment)
     bind_cpu_s: float = 0.0  # CPU our API client spent in the bind jobs (all writer threads together)
     # When the next cycle must run though nothing changes (wall clock): the earliest timer of the world and the
-    # policy (a gang's repair timeout, waitForPodsReady, a requeue backoff), of the pods
+    # policy (a gang's repair timeout, waitForPodsReady, a requeue backoff's end), of the pods
     # assumed and of the PodDisruptionBudget shields; None when no timer is pending.
     next_due: float | None = None
 
@@ -315,7 +318,8 @@ class CycleRunner:
             self.fleet.carried_out(plan, victims, report.evicted)
         # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
         # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
-        report.next_due = self._next_due([*d.due, *d.ready_due.values(), *_unjoined_due(world)], now)
+        report.next_due = self._next_due([*d.due, *d.ready_due.values(), *_unjoined_due(world),
+                                        *([] if d.wake is None else [d.wake])], now)
         self._keep(d, snapshot, keepable)
         report.api_s = time.perf_counter() - api_started
         self.metrics.cycle_phase.labels("core").inc(report.core_s)
@@ -418,8 +422,6 @@ class CycleRunner:
         planner.ready_as_bound(policy, now)
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
         policy_s = time.perf_counter() - started - world_s
-        if (wake := policy.next_wakeup(now)) is not None:
-            due.append(wake)
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
         if oom_memory is not None:
             oom_memory.keep(policy)
@@ -427,7 +429,7 @@ class CycleRunner:
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
                         self._victims(world, plan, [*repairs, *timeouts]), None,
                         self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
-                        counts, changed, placed(plan), ready_due, ooms)
+                        counts, changed, placed(plan), ready_due, ooms, policy.next_wakeup(now))
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the
@@ -610,7 +612,7 @@ class CycleRunner:
                         self._victims(world, plan, [*repairs, *d.timeouts]), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                                        local_queues=kinds.local_queues, counts=counts), d.world_s, d.policy_s, due,
-                        counts, ready_due=d.ready_due, ooms=d.ooms)
+                        counts, ready_due=d.ready_due, ooms=d.ooms, wake=d.wake)
 
     @staticmethod
     def _timeout_policies(world: World, timeouts: list[gangs.GangAction],

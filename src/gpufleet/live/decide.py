@@ -43,7 +43,7 @@ class Decision:
 
     world: World
     repairs: list[gangs.GangAction]
-    due: list[float]  # when a timer the decisions started runs out that needs a rebuild (a gang's repair, a backoff)
+    due: list[float]  # when a timer the decisions started runs out that needs a rebuild (a gang's repair)
     world_s: float
     policy: KueuePolicy | None = None
     plan: planner.Plan | None = None
@@ -53,6 +53,8 @@ class Decision:
     ready_due: dict[str, float] = field(default_factory=dict)
     # Pods whose containers ran out of GPU memory, told to the policy this time, with what it learnt (their events)
     ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
+    # When the policy's own next timer runs out (a requeue backoff): the policy, kept or rebuilt, acts on it then
+    wake: float | None = None
 
 
 def placed(plan: planner.Plan) -> list[str]:
@@ -112,7 +114,6 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     ready_due: dict[str, float] = {}
     timeouts = gangs.timed_out(world, plan.pods_ready_policy, ready_due)
     planner.ready_as_bound(policy, now)
-    if (wake := policy.next_wakeup(now)) is not None:
-        due.append(wake)
     ooms.keep(policy)
-    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s, ready_due, oom_lessons)
+    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s, ready_due, oom_lessons,
+                    policy.next_wakeup(now))

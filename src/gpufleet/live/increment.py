@@ -51,12 +51,13 @@ After a preemption whose every eviction was accepted the next cycle carries on: 
 in the kept policy (they hold their quota and nodes until their pods are gone, read as any pod's ending; a full
 cycle reads the same off the pods being deleted: ``planner.terminating``). A victim of several pods (a pod group, a
 Job, a JobSet) is made again from the members left as each goes, and from a Job's replacement pods as they come
-(:func:`_leaving`, :func:`_replacing`), as a rebuild groups it. Never when the last cycle evicted for
-another reason (a repair, a waitForPodsReady timeout), was refused an eviction, a Binding was given up since
-(its capacity is free again), objects are set aside, a timer of the last cycle has fallen due (a partial gang's
-repair, a requeue backoff), or the change log lost changes: those take a full cycle, as does the periodic resync. A
-waitForPodsReady deadline falling due is judged on the kept world's pods, whose conditions every status change
-brings up to date: a full cycle only when a workload's pods are in fact late (its eviction).
+(:func:`_leaving`, :func:`_replacing`), as a rebuild groups it; a waitForPodsReady timeout's victims likewise, once
+kept on their way out. Never when the last cycle evicted for another reason (a repair), was refused an eviction, a
+Binding was given up since (its capacity is free again), objects are set aside, a timer of the last cycle that
+only a rebuild acts on has fallen due (a partial gang's repair), or the change log lost changes: those take a full
+cycle, as does the periodic resync. A waitForPodsReady deadline falling due is judged on the kept world's pods of
+that workload, whose conditions every status change brings up to date, and a requeue backoff ending is the kept
+policy's own timer, which its round acts on as the simulator's does.
 """
 
 from __future__ import annotations
