@@ -20,6 +20,8 @@ from gpufleet.live.binder import BindJob
 from gpufleet.live.bindstream import BindStream
 from gpufleet.live.cycle import CycleRunner
 from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT
+from gpufleet.scheduling.types import PreemptedWorkload
 
 
 class PolicyCycles:
@@ -92,9 +94,10 @@ def test_a_second_cycle_sends_nothing_again(burst: tuple[CycleRunner, Handed, Po
     assert not second.admitted and len(handed.calls) == sent
 
 
-def _decisions(admitted: list[str], preempted: list[str]) -> SimpleNamespace:
+def _decisions(admitted: list[str], preempted: list[str], timed_out: list[str] | None = None) -> SimpleNamespace:
     return SimpleNamespace(admitted=[SimpleNamespace(workload=w) for w in admitted],
-                           preempted=[SimpleNamespace(workload=w) for w in preempted])
+                           preempted=[PreemptedWorkload(w, "ns/preemptor", "InClusterQueue") for w in preempted]
+                           + [PreemptedWorkload(w, "", PODS_READY_TIMEOUT) for w in timed_out or []])
 
 
 class ScriptedPolicy:
@@ -120,6 +123,15 @@ def test_the_round_stops_handing_admissions_over_at_its_first_preemption() -> No
     plan = planner.run(policy, 0.0, on_admitted=lambda adm: heard.append([a.workload for a in adm]))  # type: ignore[arg-type]
     assert heard == [["a"], ["b"]]  # c came with a preemption: from there on, the round's end
     assert [a.workload for a in plan.admitted] == ["a", "b", "c", "d"]  # all in the plan all the same
+
+
+def test_a_waitforpodsready_timeout_does_not_stop_the_handing_over() -> None:
+    # (nothing admitted waits for a timed-out workload's eviction: no preemptor counts on its room)
+    heard: list[list[str]] = []
+    policy = ScriptedPolicy([_decisions(["a"], [], ["late"]), _decisions(["b"], []), _decisions(["c"], ["x"])])
+    plan = planner.run(policy, 0.0, on_admitted=lambda adm: heard.append([a.workload for a in adm]))  # type: ignore[arg-type]
+    assert heard == [["a"], ["b"]]
+    assert [p.workload for p in plan.preempted] == ["late", "x"]
 
 
 def test_the_stream_sends_in_batches_and_stops_for_the_round_when_sending_fails(

@@ -663,6 +663,14 @@ def _one_pod_admitted() -> tuple[Cluster, CycleRunner, _Decided, float]:
     return c, run, first_cycle(run, now), now
 
 
+def _deadline(run: CycleRunner, name: str) -> float | None:
+    """The kept policy's waitForPodsReady deadline for the workload of pod ``name``."""
+    assert run.kept is not None
+    info = run.kept.policy.info(f"{NS}/{name}")
+    assert info is not None
+    return info.ready_deadline
+
+
 def _ready(c: Cluster, name: str) -> None:
     obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
     obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
@@ -678,13 +686,13 @@ def test_an_admission_leaves_no_timer_that_takes_a_rebuild_and_its_pods_ready_de
     land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
     d, carried = step(run, now + 1)
     assert carried and run.kept is not None and run.kept.due == []
-    # its clock started when it was sent to its node
-    assert run.kept.ready_due == {f"{NS}/a": pytest.approx(now + 300, abs=1e-3)}
+    # its clock started when it was sent to its node: the core's deadline, which wakes the loop then
+    assert _deadline(run, "a") == pytest.approx(now + 300, abs=1e-3) and d.wake == _deadline(run, "a")
     _ready(c, "a")
     d, carried = step(run, now + 2)
-    assert carried
+    assert carried and _deadline(run, "a") is None and d.wake is None
     late = run._carry_on(c.cache.snapshot(), now + 301)  # the deadline, the pod ready since: nothing to evict
-    assert late is not None and not late.victims and late.ready_due == {}
+    assert late is not None and not late.victims
 
 
 def test_a_pods_ready_deadline_with_pods_not_ready_is_evicted_by_the_cycle_that_carries_on() -> None:
@@ -700,8 +708,9 @@ def test_a_pods_ready_deadline_with_pods_not_ready_is_evicted_by_the_cycle_that_
     assert [(v.workload, v.reason) for v in d.victims] == [(f"{NS}/a", gangs.PODS_READY_TIMEOUT)]
 
 
-def test_a_deadline_falling_due_judges_its_own_workload_and_keeps_the_others_deadlines() -> None:
-    # A deadline used to make the carried cycle judge every workload's pods (0.8 s at 5,000 nodes and 25,000 pods).
+def test_a_deadline_falling_due_evicts_its_own_workload_and_keeps_the_others_deadlines() -> None:
+    # A deadline used to make the carried cycle judge every workload's pods (0.8 s at 5,000 nodes and 25,000 pods);
+    # the deadlines are the core's now, each workload's its own.
     c, run, d, now = _one_pod_admitted()
     land(c, "a", d.world.cluster.placements[f"{NS}/a"].node)
     step(run, now + 1)
@@ -709,10 +718,11 @@ def test_a_deadline_falling_due_judges_its_own_workload_and_keeps_the_others_dea
     d, _ = step(run, now + 2)
     land(c, "b", d.world.cluster.placements[f"{NS}/b"].node)
     step(run, now + 3)
-    assert run.kept is not None and set(run.kept.ready_due) == {f"{NS}/a", f"{NS}/b"}
+    assert _deadline(run, "a") == pytest.approx(now + 300, abs=1e-3)
+    assert _deadline(run, "b") == pytest.approx(now + 302, abs=1e-3)  # (sent to its node at now + 2)
     late = run._carry_on(c.cache.snapshot(), now + 301)
     assert late is not None and [v.workload for v in late.victims] == [f"{NS}/a"]
-    assert late.ready_due == {f"{NS}/b": pytest.approx(now + 302, abs=1e-3)}  # (sent to its node at now + 2)
+    assert late.wake == pytest.approx(now + 302, abs=1e-3)  # b's
 
 
 def _finish_pod(c: Cluster, name: str, phase: str = "Succeeded") -> None:
@@ -1021,7 +1031,7 @@ def test_a_workloads_deadline_is_kept_once_however_often_its_pods_change() -> No
         c.put(r.PODS, obj, "MODIFIED")
         d, carried = step(run, now + 2 + k)
         assert carried
-    assert run.kept is not None and run.kept.ready_due == {f"{NS}/a": pytest.approx(now + 300, abs=1e-3)}
+    assert _deadline(run, "a") == pytest.approx(now + 300, abs=1e-3)
 
 
 # ---- blockAdmission across rounds: every carried change that moves a workload's readiness, as a rebuild reads it

@@ -168,6 +168,25 @@ def test_a_rebuilt_policy_told_a_running_workload_is_not_ready_blocks_admission_
     assert names(s.policy.cycle(t0 + 10_002).admitted) == ["second"]
 
 
+def test_a_deadline_the_driver_reads_off_the_pods_is_the_cores_to_keep() -> None:
+    # The live scheduler's rule, in the core (issue 27): told that a running workload's pods are not ready and when
+    # they were bound (the deadline), the core wakes the driver then and its round evicts the workload; told in time
+    # that they are ready, it evicts nothing. A workload without a queue times out alike, and blocks nothing.
+    s = scenario(job("first", "team", created=1) + job("free", None, created=2))
+    t0 = s.now
+    assert sorted(names(s.policy.cycle(t0).admitted)) == ["first", "free"]
+    for key in ("default/first", "default/free"):
+        s.policy.pods_ready(key, t0)
+    s.policy.pods_not_ready("default/first", deadline=t0 + 120)
+    s.policy.pods_not_ready("default/free", deadline=t0 + 90)
+    assert s.policy.next_wakeup(t0) == t0 + 90
+    assert not s.policy.cycle(t0 + 89).preempted
+    assert [(p.workload, p.preemptor, p.reason) for p in s.policy.cycle(t0 + 90).preempted] == [
+        ("default/free", "", "PodsReadyTimeout")]
+    s.policy.pods_ready("default/first", t0 + 100)
+    assert not s.policy.cycle(t0 + 121).preempted and s.policy.next_wakeup(t0 + 121) is None
+
+
 def test_a_workload_without_a_queue_times_out_under_the_scheduler_wide_setting_and_blocks_nothing() -> None:
     # One rule for the simulator and the live scheduler: gpufleet admits workloads without a queue, and the live
     # scheduler times them out under the scheduler-wide waitForPodsReady; the core does too. blockAdmission is about

@@ -79,7 +79,7 @@ from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.shields import Shields
 from gpufleet.scheduling.memory import OomLesson
 from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
-from gpufleet.scheduling.types import AdmittedWorkload
+from gpufleet.scheduling.types import AdmittedWorkload, PreemptedWorkload
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +115,10 @@ class _Decided:
     # The pods a carried cycle placed, for the parked memory's holders once the Bindings are handed off; None: the
     # parked memory was brought up to date in full (a full cycle).
     placed: list[str] | None = None
-    ready_due: dict[str, float] = field(default_factory=dict)  # waitForPodsReady deadlines (see Kept.ready_due)
     # Pods that ran out of GPU memory, told to the policy this cycle, with what it learnt: their Warning events
     ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
-    # The policy's own next timer (a requeue backoff): the loop wakes then, and a cycle that carries on from this
-    # one runs the kept policy, which acts on it as the simulator's does
+    # The policy's own next timer (a requeue backoff, a waitForPodsReady deadline): the loop wakes then, and a cycle
+    # that carries on from this one runs the kept policy, which acts on it as the simulator's does
     wake: float | None = None
 
 
@@ -170,6 +169,13 @@ def _claim_writes(needs: dict[str, DraNeed], world: World, key: str, node: str,
         by_claim.setdefault(res.claim, []).append(res)
     return tuple(ClaimWrite(claim.partition("/")[0], claim.partition("/")[2], tuple(found))
                  for claim, found in by_claim.items())
+
+
+def _timeout_note(plan: planner.Plan, evicted: PreemptedWorkload) -> str:
+    """What the eviction's Event says of a waitForPodsReady timeout ("" for a preemption: its reason says it)."""
+    if evicted.reason != gangs.PODS_READY_TIMEOUT or (policy := plan.pods_ready_policy(evicted.workload)) is None:
+        return ""
+    return f"not all pods were ready {policy.timeout_s:g}s after the workload was bound"
 
 
 def _unjoined_due(world: World) -> list[float]:
@@ -318,7 +324,7 @@ class CycleRunner:
             self.fleet.carried_out(plan, victims, report.evicted)
         # After the writes (a refused eviction shields its victim); a gang that arrived in part wakes the loop when
         # its wait is over (not a timer of the kept cycle: the gang may be whole by then).
-        report.next_due = self._next_due([*d.due, *d.ready_due.values(), *_unjoined_due(world),
+        report.next_due = self._next_due([*d.due, *_unjoined_due(world),
                                         *([] if d.wake is None else [d.wake])], now)
         self._keep(d, snapshot, keepable)
         report.api_s = time.perf_counter() - api_started
@@ -399,37 +405,25 @@ class CycleRunner:
         landed = {world.workload_of[k] for k in carried.landed if k in world.workload_of}
         changed = landed | set(carried.ended) | {workload for workload, _ in carried.left} | {
             a.workload for a in repairs} | set(readmitted)
-        pods_ready_policy = planner.Plan(policy).pods_ready_policy
-        # Pods landed (their clocks start), whose readiness changed, or a member gone (the rest may be all that is
-        # judged now): judged as a full cycle judges them.
-        judged = landed | {world.workload_of[k] for k in carried.restated if k in world.workload_of} | {
-            workload for workload, _ in carried.left} | set(readmitted)
-        # blockAdmission: the readiness of every workload whose pods changed (landed, restated, a member finished, late
-        # members placed), as a rebuild reads it from them all.
-        gangs.hold_unready(world, policy, now, only=judged | changed)
-        # The workloads whose waitForPodsReady deadline fell due are judged too, on their pods as a rebuild judges
-        # them (one judged for a change may have run out already: a pod not ready any more, long after its bind).
-        judging = judged | {w for w, t in kept.ready_due.items() if t <= now}
-        ready_due = {w: t for w, t in kept.ready_due.items() if w not in judging}
-        timeouts = gangs.timed_out(world, pods_ready_policy, ready_due, only=judging) if judging else []
-        # The late ones are evicted by this cycle, as a full cycle evicts them (after its round, which they take
-        # part in as still running); once every eviction is accepted they are on their way out in the kept policy
-        # (_keep), as a rebuild reads them off their pods being deleted.
-        self._timed_out = self._timeout_policies(world, timeouts, pods_ready_policy)
+        # waitForPodsReady: the readiness of every workload whose pods changed (landed: their clocks start;
+        # restated; a member gone, which may leave only unready ones; late members placed), told to the core as a
+        # rebuild tells it all of them; the kept policy's own deadlines (its timers) evict those that run out.
+        gangs.tell_readiness(world, policy, now, only=changed | {
+            world.workload_of[k] for k in carried.restated if k in world.workload_of})
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                            on_admitted=None if (stream := self._stream()) is None else functools.partial(stream, world))
-        planner.ready_as_bound(policy, now)
+        self._timed_out = self._timeout_policies(world, plan)
+        planner.ready_as_bound(policy, plan, now)
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
         policy_s = time.perf_counter() - started - world_s
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
         if oom_memory is not None:
             oom_memory.keep(policy)
             self.ooms = oom_memory
-        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
-                        self._victims(world, plan, [*repairs, *timeouts]), None,
-                        self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
-                        counts, changed, placed(plan), ready_due, ooms, policy.next_wakeup(now))
+        return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
+                        None, self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
+                        counts, changed, placed(plan), ooms, policy.next_wakeup(now))
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the
@@ -491,26 +485,20 @@ class CycleRunner:
         evicted = {v.workload for v in victims}
         return all(v.preemptor for v in victims) and evicted == {p.workload for p in d.plan.preempted}
 
-    @staticmethod
-    def _timed_out_only(victims: list[Victim]) -> list[str]:
-        """The workloads among ``victims`` evicted for a waitForPodsReady timeout (none of a preemption's)."""
-        return [v.workload for v in victims if not v.preemptor and v.reason == gangs.PODS_READY_TIMEOUT]
-
     def _keepable(self, d: _Decided, victims: list[Victim], report: CycleReport | None) -> bool:
         """Whether the next cycle may carry on from this one: not beside Kueue, with objects set aside or invalid (a
         full cycle holds their pods back), or after evictions but a preemption's and waitForPodsReady timeouts' whose
-        every eviction was accepted. A preemption's victims are on their way out in the kept policy (the core marked
-        them so when it chose them), a timeout's once kept (:meth:`_keep`): they hold their quota and nodes until
-        their pods are gone, which the cycles that carry on read as they read any pod ending, and are not chosen
-        again. A repair's evictions, a refusal (a shield the kept policy does not know), or a preempted workload
+        every eviction was accepted. Those victims are on their way out in the kept policy (the core marked them so
+        when it chose them, a timeout's as a preemption's): they hold their quota and nodes until their pods are
+        gone, which the cycles that carry on read as they read any pod ending, and are not chosen again. A repair's
+        evictions, a refusal (a shield the kept policy does not know), or a preempted workload
         with nothing to evict take a full cycle. (A preemption's evictions alone are kept before their answers:
         :meth:`_answer_later`.)"""
         if victims or d.plan.preempted:
             evicted = {v.workload for v in victims}
-            timed_out = self._timed_out_only(victims)
-            preemption = [v for v in victims if v.workload not in timed_out]
             if (report is None or report.refused or not evicted <= set(report.evicted)
-                    or not self._preemption_only(d, preemption)):
+                    or evicted != {p.workload for p in d.plan.preempted}  # (every one the policy evicts: a victim)
+                    or any(not v.preemptor and v.reason != gangs.PODS_READY_TIMEOUT for v in victims)):
                 return False
         return self._keepable_beside_evictions(d)
 
@@ -533,11 +521,7 @@ class CycleRunner:
         # policy holds none, and makes it again when the preemptor is processed; kept, it would hold back workloads
         # a rebuild admits first.
         d.plan.policy.state.nominations = {}
-        for workload in self._timed_out_only(d.victims):
-            # Evicted, every eviction accepted (_keepable): on its way out, as a rebuild reads it off its pods being
-            # deleted (planner.terminating); the pods' deletion, then their end, are carried on as any pod's.
-            d.plan.policy.terminating(workload)
-        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts, d.ready_due)
+        self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts)
 
     def _answer_later(self, report: CycleReport, evictions: list[tuple[Victim, Future[EvictResult]]],
                       labels: dict[str, tuple[str, str]], now: float) -> None:
@@ -605,23 +589,21 @@ class CycleRunner:
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
         policy, plan = d.policy, d.plan
-        self._timed_out = self._timeout_policies(world, d.timeouts, plan.pods_ready_policy)
+        self._timed_out = self._timeout_policies(world, plan)
         problems = {e.name or "": e.message for e in world.queues.problems.errors if e.kind == "ClusterQueue"}
         counts = QueueCounts(policy)
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs),
-                        self._victims(world, plan, [*repairs, *d.timeouts]), self._unschedulable(world, plan),
+                        self._victims(world, plan, repairs), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                                        local_queues=kinds.local_queues, counts=counts), d.world_s, d.policy_s, due,
-                        counts, ready_due=d.ready_due, ooms=d.ooms, wake=d.wake)
+                        counts, ooms=d.ooms, wake=d.wake)
 
     @staticmethod
-    def _timeout_policies(world: World, timeouts: list[gangs.GangAction],
-                          policy_for: Callable[[str], PodsReadyPolicy | None]
-                          ) -> dict[str, tuple[PodsReadyPolicy, frozenset[str]]]:
-        """What the requeue memory records of each workload ``timeouts`` evicts, once its eviction is accepted: its
-        waitForPodsReady policy and its owners (gpufleet.live.requeues)."""
-        return {a.workload: (p, owners_of(world, a.workload)) for a in timeouts
-                if (p := policy_for(a.workload)) is not None}
+    def _timeout_policies(world: World, plan: planner.Plan) -> dict[str, tuple[PodsReadyPolicy, frozenset[str]]]:
+        """What the requeue memory records of each workload the plan evicts for a waitForPodsReady timeout, once
+        its eviction is accepted: its waitForPodsReady policy and its owners (gpufleet.live.requeues)."""
+        return {p.workload: (policy, owners_of(world, p.workload)) for p in plan.preempted
+                if p.reason == gangs.PODS_READY_TIMEOUT and (policy := plan.pods_ready_policy(p.workload)) is not None}
 
     def _decide_beside(self, snapshot: CacheSnapshot, world: World, repairs: list[gangs.GangAction],
                        started: float, due: list[float]) -> _Decided:
@@ -783,10 +765,9 @@ class CycleRunner:
             pods = tuple(world.pods[k].raw for k in world.pods_of.get(p.workload, [])
                          if k in world.pods and world.pods[k].holds_capacity)
             if pods:  # nothing on a node (already gone): nothing to evict
-                out.append(Victim(p.workload, p.preemptor, p.reason, pods))
-        preempted = {v.workload for v in out}
+                out.append(Victim(p.workload, p.preemptor, p.reason, pods, _timeout_note(plan, p)))
         for a in actions:
-            if a.kind == "evict" and a.workload not in preempted:  # (preempted already: evicted once, as that)
+            if a.kind == "evict":
                 out.append(Victim(a.workload, "", a.reason, tuple(world.pods[k].raw for k in a.pods), a.message))
         return out
 

@@ -7,9 +7,10 @@ our workloads (:func:`~gpufleet.live.world.finish`), partial gangs repaired (:fu
 the policy (with the PodDisruptionBudget shields and the parked-workload memory, the core's:
 :mod:`gpufleet.scheduling.kueue.shields`, :mod:`gpufleet.scheduling.kueue.parked_memory`), pods come after their
 workload's admission joined to it (:func:`gpufleet.live.gangs.join`, over the core's
-:mod:`gpufleet.scheduling.kueue.late_members`), the policy's round, waitForPodsReady timeouts. What the
-scheduler keeps between cycles (assumed pods, parked memory, shields, set-aside objects) comes in as arguments:
-the dashboard passes none of it and sees what a scheduler that had just started would do.
+:mod:`gpufleet.scheduling.kueue.late_members`), the pods' readiness told to the policy (waitForPodsReady:
+:func:`gpufleet.live.gangs.tell_readiness`), the policy's round. What the scheduler keeps between cycles (assumed
+pods, parked memory, shields, set-aside objects) comes in as arguments: the dashboard passes none of it and sees
+what a scheduler that had just started would do.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ JsonDict = dict[str, Any]
 @dataclass(slots=True)
 class Decision:
     """One snapshot's decisions: the world, the gang repairs, and (but beside Kueue, where Kueue admits) the
-    policy, its plan and the gangs whose pods did not get ready in time."""
+    policy and its plan (in which the workloads whose pods did not get ready in time are evicted: ``preempted``,
+    with reason ``PodsReadyTimeout`` and no preemptor)."""
 
     world: World
     repairs: list[gangs.GangAction]
@@ -47,13 +49,11 @@ class Decision:
     world_s: float
     policy: KueuePolicy | None = None
     plan: planner.Plan | None = None
-    timeouts: list[gangs.GangAction] = field(default_factory=list)
     policy_s: float = 0.0
-    # When a workload's waitForPodsReady timeout runs out, judged on the pods (a cycle that carries on judges it).
-    ready_due: dict[str, float] = field(default_factory=dict)
     # Pods whose containers ran out of GPU memory, told to the policy this time, with what it learnt (their events)
     ooms: list[tuple[JsonDict, OomLesson]] = field(default_factory=list)
-    # When the policy's own next timer runs out (a requeue backoff): the policy, kept or rebuilt, acts on it then
+    # When the policy's own next timer runs out (a requeue backoff, a waitForPodsReady deadline): the policy, kept
+    # or rebuilt, acts on it then
     wake: float | None = None
 
 
@@ -105,15 +105,13 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     if parked is not None:  # (after the backoffs: a workload backing off is parked for that, not again)
         parked.apply(world, policy)
     repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
-    gangs.hold_unready(world, policy, now)  # blockAdmission: what runs and is not Ready yet holds the round back
+    # waitForPodsReady: what runs and is not Ready yet holds blockAdmission's round back, and times out in it
+    gangs.tell_readiness(world, policy, now)
     plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                        on_admitted=None if on_admitted is None else functools.partial(on_admitted, world))
     if parked is not None:
         parked.remember(policy, world, placed(plan))
     policy_s = time.perf_counter() - started - world_s
-    ready_due: dict[str, float] = {}
-    timeouts = gangs.timed_out(world, plan.pods_ready_policy, ready_due)
-    planner.ready_as_bound(policy, now)
+    planner.ready_as_bound(policy, plan, now)
     ooms.keep(policy)
-    return Decision(world, repairs, due, world_s, policy, plan, timeouts, policy_s, ready_due, oom_lessons,
-                    policy.next_wakeup(now))
+    return Decision(world, repairs, due, world_s, policy, plan, policy_s, oom_lessons, policy.next_wakeup(now))

@@ -28,18 +28,17 @@ workload, so without this step they would never be bound. One exception keeps a 
 workload that holds a node is being deleted (a JobSet restarting all its Jobs), the new pods wait for them to go
 and are then placed together, as a new gang.
 
-waitForPodsReady, Kueue's gang timeout, is carried out here too (the policy is rebuilt every cycle, so its
-own timers do not survive): a workload whose pods are not all Ready ``timeout`` seconds after it was
-bound is evicted with reason ``PodsReadyTimeout``.
+waitForPodsReady, Kueue's gang timeout, is the core's rule, live as in the simulator: :func:`tell_readiness` tells
+the policy what the pods say (Ready or not, and since when they are bound), and the policy's round evicts a
+workload whose pods are not all Ready ``timeout`` seconds after they were bound, with reason ``PodsReadyTimeout``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from gpufleet.api.objects import PodsReadyPolicy
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s.annotations import Intent, read_gang_plan
 from gpufleet.live.world import PodEntry, World, account, expected_size
@@ -215,49 +214,36 @@ def all_ready(world: World, workload: str) -> bool:
     return True
 
 
-def hold_unready(world: World, policy: KueuePolicy, now: float, only: Collection[str] | None = None) -> None:
-    """blockAdmission across rounds, as Kueue holds it: where a ClusterQueue blocks admission, each admitted
-    workload of its whose pods are not all Ready waits in the core (``KueuePolicy.pods_not_ready``, no deadline:
-    the timeout is :func:`timed_out`'s), and one whose pods are all Ready stops waiting. ``only``: these workloads
-    (those whose pods changed), not every admitted one. Nothing to do where no queue blocks admission."""
-    if not policy.blocks_admission():
-        return
+def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collection[str] | None = None) -> None:
+    """What the pods say of each admitted workload's readiness, told to the core, which keeps waitForPodsReady's
+    rule for the live scheduler as for the simulator (``KueuePolicy.pods_ready``, ``pods_not_ready``): a workload
+    whose pods are all Ready stops waiting; one whose pods are not waits (blockAdmission holds its blocking queues
+    back meanwhile, as Kueue holds them), with a deadline once its pods are all on their nodes: ``timeout`` after
+    the latest of their binds (a pod that joined the running workload later, a Job's next pod or a replacement,
+    gets the timeout from its own bind, not from the workload's first). Past it, the core's round evicts the
+    workload with ``PodsReadyTimeout``. ``only``: these workloads (those whose pods changed), not every admitted
+    one."""
     state = policy.state
-    keys = [k for admitted in state.admitted.values() for k in admitted] if only is None else list(only)
+    keys = [k for admitted in (*state.admitted.values(), state.running_free) for k in admitted] if only is None \
+        else list(only)
     for key in keys:
         info = policy.info(key)
-        if info is None or info.admission is None or info.admission.cluster_queue is None:
+        # (one on its way out too: its pods being deleted are not Ready, and hold blockAdmission's queues back)
+        if info is None or info.state is not State.ADMITTED or info.admission is None:
             continue
         if all_ready(world, key):
-            if key in state.waiting_ready:
+            if not info.ready:
                 policy.pods_ready(key, now)
-        else:
-            policy.pods_not_ready(key)
+            continue
+        timeout = policy.config.pods_ready_for(info.admission.cluster_queue)
+        if timeout.enable:
+            policy.pods_not_ready(key, _deadline(world, key, timeout.timeout_s))
 
 
-def timed_out(world: World, policy_for: Callable[[str], PodsReadyPolicy | None],
-              due: dict[str, float] | None = None, only: Collection[str] | None = None) -> list[GangAction]:
-    """Workloads past their waitForPodsReady timeout; ``policy_for`` gives a workload's policy (None: off). The
-    timeouts still to come are set in ``due``, by workload. ``only``: these workloads, not all."""
-    actions: list[GangAction] = []
-    chosen = world.pods_of.items() if only is None else [(w, world.pods_of[w]) for w in only if w in world.pods_of]
-    for workload, keys in sorted(chosen):
-        policy = policy_for(workload)
-        if policy is None or not policy.enable:
-            continue
-        pods = [world.pods[k] for k in keys if k in world.pods]
-        live = [p for p in pods if not p.terminal]
-        if not live or any(p.node is None or p.deleting for p in live) or all(_ready(p) for p in live):
-            continue
-        if any(p.assumed or p.completing for p in live):
-            continue  # still being bound (gpufleet.live.bindqueue, or by this cycle): no start time for it yet
-        # From the latest of its pods' binds: a pod that joined the running workload later (a Job's next pod, a
-        # replacement) gets the timeout from its own bind, not from the workload's first.
-        started = max((p.intent.at if p.intent and p.intent.at else _created(p)) for p in live)
-        if world.now - started < policy.timeout_s:
-            if due is not None:
-                due[workload] = started + policy.timeout_s
-        else:
-            actions.append(GangAction(workload, "evict", tuple(p.key for p in live), PODS_READY_TIMEOUT,
-                                      f"not all pods were ready {policy.timeout_s:g}s after the workload was bound"))
-    return actions
+def _deadline(world: World, workload: str, timeout: float) -> float | None:
+    """When the workload's waitForPodsReady timeout runs out, counted from the latest of its pods' binds; None while
+    a pod is still being bound (by the binding workers, or by this cycle) or is being deleted (no clock yet)."""
+    live = [e for k in world.pods_of.get(workload, ()) if (e := world.pods.get(k)) is not None and not e.terminal]
+    if not live or any(e.node is None or e.deleting or e.assumed or e.completing for e in live):
+        return None
+    return max((e.intent.at if e.intent and e.intent.at else _created(e)) for e in live) + timeout

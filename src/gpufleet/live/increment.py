@@ -144,9 +144,6 @@ class Kept:
     version: int  # the cache version of the snapshot they were built from (or last carried on to)
     due: list[float] = field(default_factory=list)  # timers that take a rebuild when they fall due (wall clock)
     counts: QueueCounts | None = None  # the policy's pending and admitted workloads per queue, kept up to date
-    # waitForPodsReady deadlines (wall clock) by workload: a cycle that carries on judges those fallen due on the
-    # kept world's pods.
-    ready_due: dict[str, float] = field(default_factory=dict)
 
     def timer_due(self, now: float) -> bool:
         """Whether a timer that takes a rebuild has fallen due."""

@@ -90,7 +90,8 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
     workload behind them had not been tried.)
 
     ``on_admitted`` hears each policy cycle's admissions as they are made, until the round's first preemption
-    (the live cycle starts their Bindings while the round goes on); they are in the plan all the same."""
+    (the live cycle starts their Bindings while the round goes on; a waitForPodsReady timeout's eviction does not
+    stop it: nothing admitted waits for it); they are in the plan all the same."""
     plan = Plan(policy)
     started = time.perf_counter()
     evicting: set[str] = set()
@@ -102,7 +103,7 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
             if p.workload not in evicting:
                 evicting.add(p.workload)
                 plan.preempted.append(p)
-        if on_admitted is not None and decisions.admitted and not plan.preempted:
+        if on_admitted is not None and decisions.admitted and not any(p.preemptor for p in plan.preempted):
             on_admitted(decisions.admitted)
         if (not decisions.admitted and policy.settled()) or time.perf_counter() - started > budget_s:
             break
@@ -110,22 +111,22 @@ def run(policy: KueuePolicy, now: float, *, max_cycles: int = 1000, budget_s: fl
     return plan
 
 
-def ready_as_bound(policy: KueuePolicy, now: float) -> None:
-    """The core keeps no readiness deadline of its own for what the round admitted: live, waitForPodsReady's
-    timeout is judged on the pods themselves (``gpufleet.live.gangs.timed_out``), so no core deadline
-    (``KueuePolicy.next_wakeup``) wakes the loop. Where a ClusterQueue blocks admission (blockAdmission), what the
-    round admitted keeps waiting in the core, without a deadline, until its pods are Ready
-    (``gpufleet.live.gangs.hold_unready`` ends the wait, as a rebuild finds it): in Kueue every admitted workload not
-    PodsReady yet holds those queues back, whichever queue admitted it. Where no queue blocks, it is ready at once,
-    as a rebuilt policy admits what holds nodes. Called after every round."""
-    blocking = policy.blocks_admission()
-    for key in list(policy.state.free_waiting):  # (workloads without a queue hold no admission back)
-        policy.pods_ready(key, now)
-    for key in list(policy.state.waiting_ready):
-        if blocking:
-            policy.state.waiting_ready[key].ready_deadline = None
-        else:
-            policy.pods_ready(key, now)
+def ready_as_bound(policy: KueuePolicy, plan: Plan, now: float) -> None:
+    """What the round admitted gets no readiness deadline from its admission: live, waitForPodsReady's clock starts
+    when its pods are bound (``gpufleet.live.gangs.tell_readiness`` gives the deadline once their Bindings land, as
+    a rebuild reads it off the pods). Where a ClusterQueue blocks admission (blockAdmission), what the round
+    admitted keeps waiting in the core, without a deadline, until its pods are Ready: in Kueue every admitted
+    workload not PodsReady yet holds those queues back, whichever queue admitted it. Where no queue blocks, it is
+    ready until its pods land, as a rebuilt policy admits what holds nodes. Called after every round."""
+    state, blocking = policy.state, policy.blocks_admission()
+    for a in plan.admitted:
+        if a.workload in state.free_waiting:  # (workloads without a queue hold no admission back)
+            policy.pods_ready(a.workload, now)
+        elif (info := state.waiting_ready.get(a.workload)) is not None:
+            if blocking:
+                info.ready_deadline = None
+            else:
+                policy.pods_ready(a.workload, now)
 
 
 def _nodes_fingerprint(world: World) -> int:

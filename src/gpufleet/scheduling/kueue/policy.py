@@ -270,20 +270,22 @@ class KueuePolicy:
             state.queues.add(info, now)
         self._note_backoff(info, now)
 
-    def pods_not_ready(self, workload: str) -> None:
+    def pods_not_ready(self, workload: str, deadline: float | None = None) -> None:
         """The admitted workload's pods are not all ready, as the driver sees them (a rebuilt policy admits what holds
         nodes as ready): it waits for them in the core, so that a ClusterQueue with blockAdmission admits nothing
-        meanwhile, as Kueue's blockAdmission holds every admission behind workloads not PodsReady yet. Its timeout
-        is the driver's to judge: no deadline here (``pods_ready`` ends the wait)."""
+        meanwhile, as Kueue's blockAdmission holds every admission behind workloads not PodsReady yet, and is
+        evicted with ``PodsReadyTimeout`` once ``deadline`` has passed (the core's own rule, as for what it
+        admits; None: no deadline yet, its pods still being bound). ``pods_ready`` ends the wait."""
         info = self.state.infos.get(workload)
         if info is None or info.state is not State.ADMITTED or info.admission is None:
             return
         cq = info.admission.cluster_queue
-        if cq is None or not self.config.pods_ready_for(cq).enable:
-            return  # (a workload without a queue is not Kueue's to wait for)
+        if not self.config.pods_ready_for(cq).enable:
+            return
         info.ready = False
-        info.ready_deadline = None
-        self.state.waiting_ready[info.key] = info
+        info.ready_deadline = deadline
+        # (a workload without a queue holds no admission back: it only times out)
+        (self.state.waiting_ready if cq is not None else self.state.free_waiting)[info.key] = info
 
     def blocks_admission(self) -> bool:
         """Whether some ClusterQueue's waitForPodsReady holds admissions behind workloads not ready yet (the cycle's
