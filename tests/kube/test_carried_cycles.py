@@ -621,7 +621,8 @@ def test_block_admission_holds_later_rounds_until_the_admitted_pods_are_ready_ca
     _ready(c, "a")
     d = _carried_as_rebuilt(run, c, now + 2)
     assert outcome(d)[0] == {f"{NS}/b"}
-    assert d.plan.policy.next_wakeup(now + 2) is None  # the core keeps no readiness deadline of its own
+    # a is Ready: no deadline; b, just admitted, none until its Binding lands (its clock starts from the bind)
+    assert d.plan.policy.next_wakeup(now + 2) is None
 
 
 def test_a_bound_pod_starting_to_run_is_carried() -> None:
@@ -742,6 +743,7 @@ def _carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     assert carried is not None, "carried on"
     fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
+    fresh.seen_ready = set(run.seen_ready)
     rebuilt = fresh._decide_isolating(snapshot, now)
     # Which workloads are admitted and which wait; not the waiting ones' messages: a workload parked by an earlier
     # cycle keeps the message of its last evaluation until something is released, as Kueue keeps its condition
@@ -986,6 +988,9 @@ def test_a_healthy_jobs_next_pod_placed_by_a_full_cycle_does_not_time_the_job_ou
 
 
 def test_a_pod_not_ready_any_more_after_its_deadline_is_judged_as_a_rebuild_judges_it() -> None:
+    # A Job seen with all its pods Ready, one of which stops being Ready long after its bind: not timed out (Kueue
+    # without recoveryTimeout), carried on as by the scheduler's own rebuild; a scheduler just started, which has not
+    # seen it Ready, judges it from its pods' binds and evicts it.
     c = Cluster()
     c.put(r.NODES, node("n0", gpus=8))
     _ready_job(c)
@@ -998,10 +1003,13 @@ def test_a_pod_not_ready_any_more_after_its_deadline_is_judged_as_a_rebuild_judg
     c.put(r.PODS, obj, "MODIFIED")
     snapshot = c.cache.snapshot()
     carried = run._carry_on(snapshot, now + 1)
-    rebuilt = runner(c, run.settings)._decide_isolating(snapshot, now + 1)
-    assert carried is not None
-    assert [(v.workload, v.reason) for v in carried.victims] == [(v.workload, v.reason) for v in rebuilt.victims] == [
-        (f"{NS}/train", gangs.PODS_READY_TIMEOUT)]  # evicted at once, as a rebuild evicts it
+    rebuilt = runner(c, run.settings)
+    rebuilt.seen_ready = set(run.seen_ready)
+    started = runner(c, run.settings)
+    assert carried is not None and not carried.victims
+    assert not rebuilt._decide_isolating(snapshot, now + 1).victims
+    assert [(v.workload, v.reason) for v in started._decide_isolating(snapshot, now + 1).victims] == [
+        (f"{NS}/train", gangs.PODS_READY_TIMEOUT)]
 
 
 def test_a_finished_pod_that_fills_a_place_of_a_job_queued_anew_is_placed_nowhere() -> None:

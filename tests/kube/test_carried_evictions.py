@@ -68,6 +68,7 @@ def _rebuilt(c: Cluster, run: CycleRunner, now: float) -> _Decided:
     fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
     fresh.requeues = run.requeues.copy()  # (what the scheduler remembers of its PodsReadyTimeout evictions)
+    fresh.seen_ready = set(run.seen_ready)  # (and of the pods it saw Ready with all of their workload's)
     return fresh._decide_isolating(c.cache.snapshot(), now)
 
 
@@ -166,19 +167,22 @@ def _family(raw: JsonDict) -> str | None:
 @example(gpus=4, lows=4, shape="job", cohort=False, ready="off", actions=["high2", "replace", "gone1", "gone"])
 @example(gpus=3, lows=1, shape="job", cohort=False, ready="timeout", actions=["gone", "replace", "low", "land", "wait",
                                                                           "replace", "gone", "replace"])
+@example(gpus=2, lows=2, shape="group", cohort=False, ready="timeout", actions=["low", "land", "ready", "unready1",
+                                                                            "wait"])
 @given(gpus=st.integers(2, 6), lows=st.integers(1, 6), shape=st.sampled_from(["pod", "group", "job"]),
        cohort=st.booleans(), ready=st.sampled_from(["off", "timeout", "blocking"]),
        actions=st.lists(st.sampled_from(["high", "high2", "hgang", "highb", "low", "gone", "gone1", "drop", "del1",
-                                         "fin1", "fail1", "node", "replace", "land", "wait"]),
+                                         "fin1", "fail1", "node", "replace", "land", "wait", "ready",
+                                         "unready1"]),
                         min_size=1, max_size=8))
 def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, lows: int, shape: str,
                                                                   cohort: bool, ready: str,
                                                                   actions: list[str]) -> None:
     """Pods of high priority arrive and preempt running ones (``shape``: single pods, pod groups of two, or Jobs of
     two pods; ``cohort``: two queues sharing a cohort, reclaiming and borrowing by preemption; ``ready``:
-    waitForPodsReady off, on with a 300 s timeout, or with blockAdmission too: no pod is ever Ready, so the running
-    ones time out at the first cycle, and the new ones 300 s after their Bindings land ("land"; "wait": they land,
-    then 300 s pass)), a gang
+    waitForPodsReady off, on with a 300 s timeout, or with blockAdmission too: no pod is Ready unless made so
+    ("ready": every running pod; "unready1": one stops being Ready), so the running ones time out at the first
+    cycle, and the new ones 300 s after their Bindings land ("land"; "wait": they land, then 300 s pass)), a gang
     of high priority among them; the API marks each victim's pod deleted at once (graceful deletion) and removes
     it later ("gone", or one of them: "gone1"); the Job controller makes a replacement for each of its pods being
     deleted or gone ("replace"); owners delete running workloads ("drop") or pods ("del1"), pods finish ("fin1")
@@ -230,8 +234,10 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
     replaced: set[str] = set()  # pods the Job controller replaced
     dropped: set[str] = set()  # Jobs their owners deleted
 
-    def running() -> list[str]:
-        return sorted(key for key, o in c.cache.snapshot().of(r.PODS).items() if key.startswith(f"{NS}/low")
+    def running(everyone: bool = False) -> list[str]:
+        """The pods running (bound, not leaving, not ended): the low-priority ones, or ``everyone``."""
+        return sorted(key for key, o in c.cache.snapshot().of(r.PODS).items()
+                      if (everyone or key.startswith(f"{NS}/low"))
                       and (o.get("spec") or {}).get("nodeName") and key not in leaving
                       and (o.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
@@ -253,6 +259,14 @@ def test_cycles_carried_on_through_preemptions_decide_as_rebuilds(gpus: int, low
             c.put(r.PODS, pod(f"new{k}", queue="lq", priority_class="low", created=stamp(at)))
         elif action == "node":
             c.put(r.NODES, node(f"x{k}", gpus=2))
+        elif action == "ready":  # every pod running gets Ready
+            for key in running(everyone=True):
+                _ready_now(c, key, True)
+        elif action == "unready1":  # one Ready pod stops being Ready (a readiness probe failing)
+            ready_pods = [key for key in running(everyone=True) if "True" in json.dumps(
+                (c.cache.get(r.PODS, key) or {}).get("status", {}).get("conditions", []))]
+            if ready_pods:
+                _ready_now(c, ready_pods[0], False)
         elif action in ("land", "wait"):  # the last cycle's Bindings land (then, "wait", time passes: above)
             for key in (d.world.cluster.placements if d is not None else ()):
                 raw = c.cache.get(r.PODS, key)
@@ -485,3 +499,103 @@ def test_a_pods_ready_timeout_is_evicted_carried_on_and_carried_through_its_pods
     # rebuild's does; before, a full cycle.
     d = step(now + 362)
     assert outcome(d)[0] == {f"{NS}/train"}
+
+
+def _pods_ready_cluster() -> tuple[Cluster, CycleRunner, float]:
+    """A queue of 4 GPUs with waitForPodsReady on (300 s) and a 4-GPU node n0, with a runner on it."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", preemption=PREEMPTION), "MODIFIED")
+    c.put(r.NODES, node("n0", gpus=4))
+    return c, runner(c, fast_settings(cycle_period=100_000.0, kueue=TIMEOUT_ONLY)), time.time()
+
+
+def _as_rebuilt(c: Cluster, run: CycleRunner, at: float) -> _Decided:
+    """The next cycle, carried on, held to a rebuild on the same snapshot: what is admitted, waits, is timed out."""
+    rebuilt = _rebuilt(c, run, at)
+    d, carried = _step(run, at)
+    assert carried, "a full cycle"
+    assert outcome(d)[0] == outcome(rebuilt)[0] and set(outcome(d)[1]) == set(outcome(rebuilt)[1])
+    assert _timed_out(d) == _timed_out(rebuilt)
+    return d
+
+
+def _ready_now(c: Cluster, key: str, ready: bool) -> None:
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, key)))
+    obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    c.put(r.PODS, obj, "MODIFIED")
+
+
+def test_a_jobs_next_pod_waiting_for_room_keeps_the_job_from_timing_out_as_a_rebuild_does() -> None:
+    # Found by a review: the Job's deadline, kept in the core, ran out while its next pod waited for room, and the
+    # carried cycle evicted the Job where a rebuild (no clock while a pod has no node) did not.
+    c, run, now = _pods_ready_cluster()
+    owner = job_object("train", pods=2, gpus=2, queue="lq")
+    owner["spec"]["completions"] = 4
+    c.put(JOBS, owner)
+    pods = job_pods(owner)
+    for raw in pods:
+        raw["spec"]["nodeName"] = "n0"
+        raw["status"] = {"phase": "Running"}
+        raw["metadata"]["creationTimestamp"] = stamp(now)
+        c.put(r.PODS, raw)
+    first_cycle(run, now)
+    _phase_now(c, f"{NS}/train-p0x", "Succeeded")
+    _as_rebuilt(c, run, now + 1)
+    c.put(r.PODS, pod("web", gpus=2, node_name="n0", scheduler="default-scheduler"))  # the room the next pod needs
+    nxt = json.loads(json.dumps(pods[0]))
+    nxt["metadata"] = {k: v for k, v in nxt["metadata"].items() if k not in ("uid", "resourceVersion")}
+    nxt["metadata"]["name"] = "train-p2x"
+    nxt["spec"].pop("nodeName")
+    nxt["status"] = {"phase": "Pending"}
+    c.put(r.PODS, nxt)
+    d = _as_rebuilt(c, run, now + 2)
+    assert "waits for room" in (d.world.pods[f"{NS}/train-p2x"].waiting or "") and f"{NS}/train" in d.world.late
+    assert _timed_out(_as_rebuilt(c, run, now + 301)) == []
+
+
+def test_a_preempted_gang_left_partial_is_evicted_once() -> None:
+    # Found by a review: a pod group partly bound, past its repair's wait, and preempted in the same cycle was two
+    # victims (the preemption's and the repair's): its pods evicted twice, every counter counted twice.
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 1, cpu="100000", preemption=PREEMPTION), "MODIFIED")
+    c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
+    c.put(r.PRIORITY_CLASSES, priority_class("high", 100))
+    c.put(r.NODES, node("n0", gpus=1))
+    now = time.time()
+    c.put(r.PODS, pod("g-0", queue="lq", priority_class="low", group="g", group_size=2, node_name="n0",
+                      created=stamp(now - 100)))
+    c.put(r.PODS, pod("g-1", queue="lq", priority_class="low", group="g", group_size=2, created=stamp(now - 100)))
+    c.put(r.PODS, pod("hi", queue="lq", priority_class="high", created=stamp(now)))
+    d = first_cycle(runner(c), now)
+    assert [(v.workload, v.preemptor) for v in d.victims] == [(f"{NS}/g", f"{NS}/hi")]
+
+
+def test_a_pod_without_a_gpu_records_when_its_binding_was_sent() -> None:
+    # Found by a review: only a GPU pod's or a gang member's Binding recorded its time, so a rebuild started the
+    # waitForPodsReady clock of a pod without a GPU from its creation (evicting it at once if it had queued longer
+    # than the timeout), where the cycle that sent it started it from the Binding.
+    c, run, now = _pods_ready_cluster()
+    c.put(r.PODS, pod("cpu", gpus=0, queue="lq", created=stamp(now - 1000)))
+    d = first_cycle(run, now)
+    [job] = d.jobs
+    assert [p.annotate for p in job.pods] == [True]
+    _landed(c, c.cache.get(r.PODS, f"{NS}/cpu"), d.world.pods[f"{NS}/cpu"].intent)  # type: ignore[arg-type]
+    assert _timed_out(_as_rebuilt(c, run, now + 2)) == []
+
+
+def test_a_workload_seen_ready_is_not_timed_out_when_a_pod_stops_being_ready() -> None:
+    # Found by a review: a pod Ready for hours whose readiness probe failed once (or whose container restarted)
+    # made its workload late at once (its deadline counted from its bind, long past), and it was evicted. Kueue
+    # evicts such a workload only under recoveryTimeout, which gpufleet does not read. One never seen Ready is.
+    c, run, now = _pods_ready_cluster()
+    for name in ("a", "b"):
+        c.put(r.PODS, pod(name, queue="lq", created=stamp(now)))
+    d = first_cycle(run, now)
+    for name in ("a", "b"):
+        _landed(c, c.cache.get(r.PODS, f"{NS}/{name}"), d.world.pods[f"{NS}/{name}"].intent)  # type: ignore[arg-type]
+    _as_rebuilt(c, run, now + 1)
+    _ready_now(c, f"{NS}/a", True)
+    _as_rebuilt(c, run, now + 10)
+    _ready_now(c, f"{NS}/a", False)  # hours later
+    d = _as_rebuilt(c, run, now + 36_000)
+    assert _timed_out(d) == [f"{NS}/b"], "b never got Ready: late; a was Ready: not timed out again"

@@ -35,6 +35,15 @@ def test_a_workload_whose_owner_was_made_again_starts_afresh() -> None:
     assert m.evicted("ns/job", POLICY, 200.0, frozenset({"uid-2"})).count == 1  # the Job deleted and created again
 
 
+def test_the_same_pods_evicted_again_are_the_same_eviction() -> None:
+    # A full cycle that runs before an accepted eviction's deletions reach the cache finds the workload late again
+    # and evicts the same pods: one requeue, not two (the backoff would double, the limit come early).
+    m = RequeueMemory()
+    first = m.evicted("ns/w", POLICY, 100.0, pods=frozenset({"p1", "p2"}))
+    assert m.evicted("ns/w", POLICY, 101.0, pods=frozenset({"p1", "p2"})) == first
+    assert m.evicted("ns/w", POLICY, 200.0, pods=frozenset({"p3", "p4"})).count == 2  # its pods made again
+
+
 def test_an_entry_outlives_its_workloads_absence_for_a_while_then_goes() -> None:
     m = RequeueMemory()
     m.evicted("ns/w", POLICY, 0.0)

@@ -154,7 +154,7 @@ def test_deactivating_a_workload_that_waits_for_its_queue_lists_it_once() -> Non
 def test_a_rebuilt_policy_told_a_running_workload_is_not_ready_blocks_admission_without_a_deadline() -> None:
     # The live scheduler's rebuilt policy admits what holds nodes as ready; told from the pods that one is not
     # (KueuePolicy.pods_not_ready), blockAdmission holds the next workload back until pods_ready, and the core
-    # sets no deadline of its own (the timeout is judged on the pods).
+    # sets no deadline when told none (the driver gives the one its pods' binds set, once they are all bound).
     s = scenario(job("first", "team", created=1) + job("second", "team", created=2), block="true")
     t0 = s.now
     assert names(s.policy.cycle(t0).admitted) == ["first"]

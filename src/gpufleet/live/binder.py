@@ -88,7 +88,7 @@ class PodBind:
     node: str
     devices: tuple[str, ...]
     visible: str | None  # NVIDIA_VISIBLE_DEVICES for a fractional pod
-    annotate: bool  # the Binding carries the intent annotations (GPU pods and gang members)
+    annotate: bool  # the Binding carries the intent annotations (every pod the scheduler places)
     raw: JsonDict  # the cached pod, for events
     claims: tuple[ClaimWrite, ...] = ()  # its DRA claims, allocated and reserved for it before the Binding
 

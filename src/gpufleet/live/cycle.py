@@ -201,8 +201,11 @@ class CycleRunner:
         self.shields = Shields()
         self.parked = planner.ParkedMemory()
         # Kueue's requeue state of the workloads evicted for PodsReadyTimeout (a rebuilt policy is told it), and the
-        # waitForPodsReady policy of each workload the last full cycle timed out (for its backoff once evicted).
+        # waitForPodsReady policy of each workload the last cycle timed out (for its backoff once evicted).
         self.requeues = RequeueMemory()
+        # The UIDs of the pods seen Ready with all of their workload's: such a workload is not timed out again when
+        # one of them stops being Ready (gpufleet.live.gangs.tell_readiness).
+        self.seen_ready: set[str] = set()
         self.ooms = GpuOomMemory()  # what the policies learnt of pods that ran out of GPU memory (live.gpu_oom)
         self._timed_out: dict[str, tuple[PodsReadyPolicy, frozenset[str]]] = {}
         self.quarantine = Quarantine()
@@ -406,10 +409,11 @@ class CycleRunner:
         changed = landed | set(carried.ended) | {workload for workload, _ in carried.left} | {
             a.workload for a in repairs} | set(readmitted)
         # waitForPodsReady: the readiness of every workload whose pods changed (landed: their clocks start;
-        # restated; a member gone, which may leave only unready ones; late members placed), told to the core as a
-        # rebuild tells it all of them; the kept policy's own deadlines (its timers) evict those that run out.
-        gangs.tell_readiness(world, policy, now, only=changed | {
-            world.workload_of[k] for k in carried.restated if k in world.workload_of})
+        # restated; a member gone, which may leave only unready ones; late members placed, or waiting for room: no
+        # clock while a pod has no node), told to the core as a rebuild tells it all of them; the kept policy's own
+        # deadlines (its timers) evict those that run out.
+        gangs.tell_readiness(world, policy, now, only=changed | set(world.late) | {
+            world.workload_of[k] for k in carried.restated if k in world.workload_of}, seen_ready=self.seen_ready)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                            on_admitted=None if (stream := self._stream()) is None else functools.partial(stream, world))
@@ -569,7 +573,8 @@ class CycleRunner:
 
     def _decide(self, snapshot: CacheSnapshot, now: float, assumed: AssumedPods,
                 parked: planner.ParkedMemory, stream: BindStream | None = None,
-                requeues: RequeueMemory | None = None, ooms: GpuOomMemory | None = None) -> _Decided:
+                requeues: RequeueMemory | None = None, ooms: GpuOomMemory | None = None,
+                seen_ready: set[str] | None = None) -> _Decided:
         """Everything the cycle decides from ``snapshot``: the part a poisoned object can make fail, and the part
         :meth:`_decide_isolating` reruns to find which object it is. Without a single write, but for the
         Bindings ``stream`` starts during the round. The decisions are :func:`gpufleet.live.decide.decide`'s, the
@@ -582,6 +587,7 @@ class CycleRunner:
         d = decide(snapshot, now, s, parse=self.parse, queue_resources=kinds.resources, assumed=assumed, parked=parked,
                    shields=self.shields.active(now), held=held, on_admitted=stream,
                    requeues=self.requeues if requeues is None else requeues,
+                   seen_ready=self.seen_ready if seen_ready is None else seen_ready,
                    ooms=(memory := self.ooms.copy() if ooms is None else ooms))
         if ooms is None:  # (kept once the decisions are made: a failed attempt must not have told anything)
             self.ooms = memory
@@ -648,7 +654,7 @@ class CycleRunner:
         """Whether the core raises on ``snapshot``, run on copies of the state it would otherwise change."""
         try:
             self._decide(snapshot, now, self.assumed.copy(), copy.copy(self.parked), requeues=self.requeues.copy(),
-                         ooms=self.ooms.copy())
+                         ooms=self.ooms.copy(), seen_ready=set(self.seen_ready))
         except Exception:
             return True
         return False
@@ -756,7 +762,10 @@ class CycleRunner:
         node = world.cluster.nodes[placement.node]
         visible = visible_devices(node, placement.grants)
         devices = placement.device_ids
-        return PodBind(key, entry.uid, placement.node, devices, visible, gang or bool(devices), entry.raw,
+        # Every Binding records where and when it was sent (not only a GPU pod's or a gang member's): a rebuild reads
+        # waitForPodsReady's clock off it, as the cycle that sent it does (a pod without a GPU used to time out from
+        # its creation in a rebuild, from its bind when carried on: found by a review).
+        return PodBind(key, entry.uid, placement.node, devices, visible, True, entry.raw,
                        claims=_claim_writes(needs, world, key, placement.node, devices))
 
     def _victims(self, world: World, plan: planner.Plan, actions: Iterable[gangs.GangAction]) -> list[Victim]:
@@ -766,8 +775,9 @@ class CycleRunner:
                          if k in world.pods and world.pods[k].holds_capacity)
             if pods:  # nothing on a node (already gone): nothing to evict
                 out.append(Victim(p.workload, p.preemptor, p.reason, pods, _timeout_note(plan, p)))
+        preempted = {v.workload for v in out}
         for a in actions:
-            if a.kind == "evict":
+            if a.kind == "evict" and a.workload not in preempted:  # (preempted already: evicted once, as that)
                 out.append(Victim(a.workload, "", a.reason, tuple(world.pods[k].raw for k in a.pods), a.message))
         return out
 
@@ -856,7 +866,8 @@ class CycleRunner:
         timed_out = self._timed_out.get(victim.workload)
         if victim.reason == gangs.PODS_READY_TIMEOUT and timed_out is not None:
             ready_policy, owners = timed_out
-            self.requeues.evicted(victim.workload, ready_policy, now, owners)
+            pods = frozenset(uid for p in victim.pods if (uid := (p.get("metadata") or {}).get("uid")))
+            self.requeues.evicted(victim.workload, ready_policy, now, owners, pods)
 
     def _await_gone(self, pods: list[JsonDict], timeout: float) -> None:
         """Until the cache shows every pod of ``pods`` deleted, replaced or terminating, or ``timeout`` passes."""

@@ -72,13 +72,15 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
            parked: planner.ParkedMemory | None = None, shields: Iterable[str] = (),
            held: Iterable[tuple[r.ResourceType, str, str]] = (),
            on_admitted: Callable[[World, list[AdmittedWorkload]], None] | None = None,
-           requeues: RequeueMemory | None = None, ooms: GpuOomMemory | None = None) -> Decision:
+           requeues: RequeueMemory | None = None, ooms: GpuOomMemory | None = None,
+           seen_ready: set[str] | None = None) -> Decision:
     """The cycle's decisions on ``snapshot`` (see the module's docstring); ``held``: set-aside objects (resource,
     key, why) whose pods wait; ``on_admitted``: hears the round's admissions as they are made (planner.run), with
     the world they were made in; ``requeues``: what the scheduler remembers of its PodsReadyTimeout evictions
     (gpufleet.live.requeues); ``ooms``: what it learnt of pods that ran out of GPU memory (gpufleet.live.gpu_oom;
-    None: a memory of its own, as a scheduler that had just started). Beside Kueue the policy is not run: the
-    caller plans what Kueue admitted."""
+    None: a memory of its own, as a scheduler that had just started); ``seen_ready``: the UIDs of the pods it saw
+    Ready with all of their workload's (gpufleet.live.gangs.tell_readiness; kept to those still in the snapshot).
+    Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
     started = time.perf_counter()
     s = settings
     world = assemble(snapshot, scheduler_name=s.scheduler_name, kueue=s.kueue, parse=parse,
@@ -106,7 +108,9 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
         parked.apply(world, policy)
     repairs += gangs.join(world, policy)  # pods come after their workload's admission (a StatefulSet's)
     # waitForPodsReady: what runs and is not Ready yet holds blockAdmission's round back, and times out in it
-    gangs.tell_readiness(world, policy, now)
+    if seen_ready is not None:
+        seen_ready.intersection_update({e.uid for e in world.pods.values() if e.uid})
+    gangs.tell_readiness(world, policy, now, seen_ready=seen_ready)
     plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                        on_admitted=None if on_admitted is None else functools.partial(on_admitted, world))
     if parked is not None:

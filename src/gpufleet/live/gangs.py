@@ -1,4 +1,5 @@
-"""Keeping gangs whole on a live cluster: finish or undo partial binds, and time out gangs that never get ready.
+"""Keeping gangs whole on a live cluster: finish or undo partial binds, place the pods that come after their
+workload's admission, and tell the core which gangs are not ready yet.
 
 A gang is bound in one cycle, but the API server can fail some of its Bindings, and a scheduler can die
 between two of them. A gang left partially bound holds its nodes while it cannot run, so each cycle looks
@@ -214,15 +215,19 @@ def all_ready(world: World, workload: str) -> bool:
     return True
 
 
-def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collection[str] | None = None) -> None:
+def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collection[str] | None = None,
+                   seen_ready: set[str] | None = None) -> None:
     """What the pods say of each admitted workload's readiness, told to the core, which keeps waitForPodsReady's
     rule for the live scheduler as for the simulator (``KueuePolicy.pods_ready``, ``pods_not_ready``): a workload
     whose pods are all Ready stops waiting; one whose pods are not waits (blockAdmission holds its blocking queues
     back meanwhile, as Kueue holds them), with a deadline once its pods are all on their nodes: ``timeout`` after
     the latest of their binds (a pod that joined the running workload later, a Job's next pod or a replacement,
     gets the timeout from its own bind, not from the workload's first). Past it, the core's round evicts the
-    workload with ``PodsReadyTimeout``. ``only``: these workloads (those whose pods changed), not every admitted
-    one."""
+    workload with ``PodsReadyTimeout``. A workload once seen with all its pods Ready gets no deadline again when
+    one stops being Ready (a container restarting, a readiness probe failing): Kueue evicts such a workload only
+    under ``recoveryTimeout``, which gpufleet does not read. ``seen_ready``: the UIDs of the pods seen Ready with
+    all of their workload's, kept between cycles by the caller (None: none kept). ``only``: these workloads (those
+    whose pods changed), not every admitted one."""
     state = policy.state
     keys = [k for admitted in (*state.admitted.values(), state.running_free) for k in admitted] if only is None \
         else list(only)
@@ -234,10 +239,15 @@ def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collecti
         if all_ready(world, key):
             if not info.ready:
                 policy.pods_ready(key, now)
+            if seen_ready is not None:
+                seen_ready.update(e.uid for k in world.pods_of.get(key, ())
+                                  if (e := world.pods.get(k)) is not None and e.uid and not e.terminal)
             continue
         timeout = policy.config.pods_ready_for(info.admission.cluster_queue)
         if timeout.enable:
-            policy.pods_not_ready(key, _deadline(world, key, timeout.timeout_s))
+            recovering = seen_ready is not None and any(
+                e.uid in seen_ready for k in world.pods_of.get(key, ()) if (e := world.pods.get(k)) is not None)
+            policy.pods_not_ready(key, None if recovering else _deadline(world, key, timeout.timeout_s))
 
 
 def _deadline(world: World, workload: str, timeout: float) -> float | None:

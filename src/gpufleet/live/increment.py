@@ -55,9 +55,9 @@ Job, a JobSet) is made again from the members left as each goes, and from a Job'
 kept on their way out. Never when the last cycle evicted for another reason (a repair), was refused an eviction, a
 Binding was given up since (its capacity is free again), objects are set aside, a timer of the last cycle that
 only a rebuild acts on has fallen due (a partial gang's repair), or the change log lost changes: those take a full
-cycle, as does the periodic resync. A waitForPodsReady deadline falling due is judged on the kept world's pods of
-that workload, whose conditions every status change brings up to date, and a requeue backoff ending is the kept
-policy's own timer, which its round acts on as the simulator's does.
+cycle, as does the periodic resync. A waitForPodsReady deadline falling due and a requeue backoff ending are the
+kept policy's own timers (the deadline told from the pods, whose conditions every status change brings up to date:
+gpufleet.live.gangs.tell_readiness), which its round acts on as the simulator's does.
 """
 
 from __future__ import annotations

@@ -116,8 +116,8 @@ def ready_as_bound(policy: KueuePolicy, plan: Plan, now: float) -> None:
     when its pods are bound (``gpufleet.live.gangs.tell_readiness`` gives the deadline once their Bindings land, as
     a rebuild reads it off the pods). Where a ClusterQueue blocks admission (blockAdmission), what the round
     admitted keeps waiting in the core, without a deadline, until its pods are Ready: in Kueue every admitted
-    workload not PodsReady yet holds those queues back, whichever queue admitted it. Where no queue blocks, it is
-    ready until its pods land, as a rebuilt policy admits what holds nodes. Called after every round."""
+    workload not PodsReady yet holds those queues back, whichever queue admitted it. Where no queue blocks, nothing
+    waits for it meanwhile. Called after every round."""
     state, blocking = policy.state, policy.blocks_admission()
     for a in plan.admitted:
         if a.workload in state.free_waiting:  # (workloads without a queue hold no admission back)

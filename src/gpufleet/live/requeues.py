@@ -34,6 +34,9 @@ class Requeue:
     # The UIDs of the evicted pods' owners (a Job's): a workload of the same name whose pods another owner made (the
     # Job deleted and created again) is a new workload, as Kueue makes a new Workload for it, and starts afresh.
     owners: frozenset[str] = frozenset()
+    # The UIDs of the pods evicted: the same pods evicted again (a full cycle that ran before their deletion reached
+    # the cache) are the same eviction, not one more requeue.
+    pods: frozenset[str] = frozenset()
 
 
 def made_again(before: frozenset[str], now: frozenset[str]) -> bool:
@@ -61,18 +64,20 @@ class RequeueMemory:
         return self._entries.get(workload)
 
     def evicted(self, workload: str, policy: PodsReadyPolicy, now: float,
-                owners: frozenset[str] = frozenset()) -> Requeue:
-        """The workload was evicted for ``PodsReadyTimeout`` at ``now`` under ``policy``: one more requeue.
-        ``owners``: its pods' owners' UIDs."""
+                owners: frozenset[str] = frozenset(), pods: frozenset[str] = frozenset()) -> Requeue:
+        """The workload was evicted for ``PodsReadyTimeout`` at ``now`` under ``policy``: one more requeue, unless
+        these very ``pods`` (UIDs) were evicted already. ``owners``: its pods' owners' UIDs."""
         before = self._entries.get(workload)
+        if before is not None and pods and before.pods == pods:
+            return before
         same = before is not None and not made_again(before.owners, owners)
         count = (before.count if before is not None and same else 0) + 1
         limit = policy.backoff_limit_count
         if limit is not None and count > limit:
-            entry = Requeue(count, now, None, True, owners)
+            entry = Requeue(count, now, None, True, owners, pods)
         else:
             delay = min(policy.backoff_base_s * 2 ** (count - 1), policy.backoff_max_s)
-            entry = Requeue(count, now, now + delay, False, owners)
+            entry = Requeue(count, now, now + delay, False, owners, pods)
         self._entries[workload] = entry
         return entry
 
