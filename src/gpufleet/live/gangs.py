@@ -236,6 +236,9 @@ def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collecti
         # (one on its way out too: its pods being deleted are not Ready, and hold blockAdmission's queues back)
         if info is None or info.state is not State.ADMITTED or info.admission is None:
             continue
+        timeout = policy.config.pods_ready_for(info.admission.cluster_queue)
+        if not timeout.enable:
+            continue  # (waitForPodsReady off for it: nothing waits for its pods, nothing times out)
         if all_ready(world, key):
             if not info.ready:
                 policy.pods_ready(key, now)
@@ -243,11 +246,9 @@ def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collecti
                 seen_ready.update(e.uid for k in world.pods_of.get(key, ())
                                   if (e := world.pods.get(k)) is not None and e.uid and not e.terminal)
             continue
-        timeout = policy.config.pods_ready_for(info.admission.cluster_queue)
-        if timeout.enable:
-            recovering = seen_ready is not None and any(
-                e.uid in seen_ready for k in world.pods_of.get(key, ()) if (e := world.pods.get(k)) is not None)
-            policy.pods_not_ready(key, None if recovering else _deadline(world, key, timeout.timeout_s))
+        recovering = seen_ready is not None and any(
+            e.uid in seen_ready for k in world.pods_of.get(key, ()) if (e := world.pods.get(k)) is not None)
+        policy.pods_not_ready(key, None if recovering else _deadline(world, key, timeout.timeout_s))
 
 
 def _deadline(world: World, workload: str, timeout: float) -> float | None:
