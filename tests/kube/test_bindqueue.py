@@ -66,9 +66,9 @@ def test_settling_keeps_what_may_still_land_releases_what_did_not_and_reports_on
     def bind_of(name: str) -> PodBind:
         uid = created[name]["metadata"]["uid"]
         assumed.assume(f"{NS}/{name}", uid, Intent("n0", ("GPU-n0-0",), ASSUMED_AT), ASSUMED_AT)
-        return PodBind(f"{NS}/{name}", uid, "n0", ("GPU-n0-0",), None, True, created[name])
+        return PodBind(f"{NS}/{name}", uid, "n0", ("GPU-n0-0",), None, created[name])
 
-    broken = PodBind("no-namespace", None, "n0", (), None, False, {})  # a bug: its job raises
+    broken = PodBind("no-namespace", None, "n0", (), None, {})  # a bug: its job raises
     assumed.assume("no-namespace", None, Intent("n0", (), ASSUMED_AT), ASSUMED_AT)
     report = Report(7)
     after: list[str] = []
@@ -114,7 +114,7 @@ def test_a_cycle_that_hands_jobs_over_twice_ends_when_the_last_of_them_does() ->
     report = Report(7)
     ended = threading.Event()
     try:
-        job = lambda w: BindJob(w, (PodBind(f"{w}-0", "uid", "n0", (), None, False, {"metadata": {}}),))  # noqa: E731
+        job = lambda w: BindJob(w, (PodBind(f"{w}-0", "uid", "n0", (), None, {"metadata": {}}),))  # noqa: E731
         queue.submit(report, [job("ml/a")], ASSUMED_AT)
         queue.submit(report, [job("ml/b")], ASSUMED_AT)
         queue.after(report, ended.set)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -22,10 +23,12 @@ from workload_env import job_pods
 
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, POD_GROUP_LABEL, PodsReadyPolicy, SchedulerConfig
 from gpufleet.k8s import resources as r
-from gpufleet.k8s.annotations import Intent, intent_annotations
+from gpufleet.k8s.annotations import ASSIGNED_AT_ANNOTATION, Intent, format_time, intent_annotations
 from gpufleet.live import gangs
+from gpufleet.live.binder import Binder
 from gpufleet.live.cycle import CycleReport, CycleRunner, _Decided
 from gpufleet.live.queuestatus import QueueCounts
+from gpufleet.scheduler_metrics import SchedulerMetrics
 
 JsonDict = dict[str, Any]
 PREEMPTION = {"withinClusterQueue": "LowerPriority"}
@@ -578,7 +581,17 @@ def test_a_pod_without_a_gpu_records_when_its_binding_was_sent() -> None:
     c.put(r.PODS, pod("cpu", gpus=0, queue="lq", created=stamp(now - 1000)))
     d = first_cycle(run, now)
     [job] = d.jobs
-    assert [p.annotate for p in job.pods] == [True]
+    sent: list[Mapping[str, str]] = []
+
+    class Client:  # the API server's side of the Binding: what it would copy onto the pod
+        def bind(self, namespace: str, pod_name: str, node_name: str, *, pod_uid: str | None = None,
+                 annotations: Mapping[str, str] | None = None) -> None:
+            sent.append(dict(annotations or {}))
+
+    recorder = type("R", (), {"scheduled": lambda self, raw, node: None})()
+    Binder(Client(), recorder, SchedulerMetrics(), may_write=lambda: True, retries=0,  # type: ignore[arg-type]
+           sleep=lambda _: None).run(job, now)
+    assert [note.get(ASSIGNED_AT_ANNOTATION) for note in sent] == [format_time(now)]
     _landed(c, c.cache.get(r.PODS, f"{NS}/cpu"), d.world.pods[f"{NS}/cpu"].intent)  # type: ignore[arg-type]
     assert _timed_out(_as_rebuilt(c, run, now + 2)) == []
 

@@ -47,7 +47,7 @@ class Client:
 
 
 def pods(n: int) -> tuple[PodBind, ...]:
-    return tuple(PodBind(f"ml/m{i}", f"uid-{i}", f"n{i % 2}", (f"GPU-{i}",), None, True, {"metadata": {}})
+    return tuple(PodBind(f"ml/m{i}", f"uid-{i}", f"n{i % 2}", (f"GPU-{i}",), None, {"metadata": {}})
                  for i in range(n))
 
 

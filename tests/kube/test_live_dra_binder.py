@@ -72,7 +72,7 @@ def evictor(dra: ApiSim, client: KubeClient) -> Iterator[Evictor]:
 
 def bind_of(created: JsonDict, *writes: ClaimWrite) -> PodBind:
     meta = created["metadata"]
-    return PodBind(f"{NS}/{meta['name']}", meta["uid"], NODE, (), None, True, created, claims=writes)
+    return PodBind(f"{NS}/{meta['name']}", meta["uid"], NODE, (), None, created, claims=writes)
 
 
 def run(binder: Binder, *pods: PodBind) -> BindResult:

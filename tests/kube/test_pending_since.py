@@ -135,7 +135,7 @@ def test_a_binding_found_bound_on_reading_back_ends_the_sli_and_leaves_no_entry(
     b = Binder(client, recorder, metrics, may_write=lambda: True, retries=0, sleep=lambda _: None,  # type: ignore[arg-type]
                pending=since)
     clock.now = 50.5
-    result = b.run(BindJob("ml/p", (PodBind("ml/p", "uid-p", "n0", (), None, True, {"metadata": {}}),)), 1000.0)
+    result = b.run(BindJob("ml/p", (PodBind("ml/p", "uid-p", "n0", (), None, {"metadata": {}}),)), 1000.0)
     assert result.bound == ["ml/p"]
     assert metrics.registry.get_sample_value(f"{SLI}_count", {"until": "bound"}) == 1.0
     assert metrics.registry.get_sample_value(f"{SLI}_sum", {"until": "bound"}) == 0.5

@@ -88,7 +88,6 @@ class PodBind:
     node: str
     devices: tuple[str, ...]
     visible: str | None  # NVIDIA_VISIBLE_DEVICES for a fractional pod
-    annotate: bool  # the Binding carries the intent annotations (every pod the scheduler places)
     raw: JsonDict  # the cached pod, for events
     claims: tuple[ClaimWrite, ...] = ()  # its DRA claims, allocated and reserved for it before the Binding
 
@@ -216,7 +215,10 @@ class Binder:
         """One pod: its claims reserved, then its Binding (carrying the gang's ``plan`` when given)."""
         if not self.may_write():
             return "unbound", "lost the leadership mid-bind"  # never sent: certainly not bound
-        notes = intent_annotations(p.node, p.devices, now, p.visible) if p.annotate else {}
+        # Every Binding records where and when it was sent (not only a GPU pod's or a gang member's): a rebuild reads
+        # waitForPodsReady's clock off it, as the cycle that sent it does (a pod without a GPU used to time out from
+        # its creation in a rebuild, from its bind when carried on: found by a review).
+        notes = intent_annotations(p.node, p.devices, now, p.visible)
         if plan is not None:
             notes[GANG_PLAN_ANNOTATION] = plan
         added: set[str] = set()  # the claims this attempt put the finalizer on

@@ -730,8 +730,7 @@ class CycleRunner:
         jobs: list[BindJob] = []
         for admitted in admissions:
             members = [p for p in admitted.pods if p.node is not None and p.pod in world.pods]
-            gang = len(admitted.pods) > 1
-            pods = tuple(self._pod_bind(world, needs, p.pod, gang) for p in members
+            pods = tuple(self._pod_bind(world, needs, p.pod) for p in members
                          if world.pods[p.pod].node is None and not world.pods[p.pod].bound)
             if pods:
                 jobs.append(BindJob(admitted.workload, pods))
@@ -745,27 +744,24 @@ class CycleRunner:
         for action in repairs:
             if action.kind == "complete":
                 jobs.append(BindJob(action.workload,
-                                    tuple(self._pod_bind(world, needs, k, True) for k in action.pods)))
+                                    tuple(self._pod_bind(world, needs, k) for k in action.pods)))
         for key in world.claim_bound:
             # its claims are allocated and reserved for it: it is bound where they are (kube-scheduler binds such
             # a pod to its allocation's node too)
             if key in world.workload_of and key in world.cluster.placements:
-                jobs.append(BindJob(world.workload_of[key], (self._pod_bind(world, needs, key, False),)))
+                jobs.append(BindJob(world.workload_of[key], (self._pod_bind(world, needs, key),)))
         world.claim_bound.clear()  # sent once: a cycle that carries on from this world must not send them again
         # (the admissions sent during the round are marked on their nodes: left out)
         jobs += self._admission_jobs(world, needs, plan.admitted)
         return jobs
 
-    def _pod_bind(self, world: World, needs: dict[str, DraNeed], key: str, gang: bool) -> PodBind:
+    def _pod_bind(self, world: World, needs: dict[str, DraNeed], key: str) -> PodBind:
         entry = world.pods[key]
         placement = world.cluster.placements[key]
         node = world.cluster.nodes[placement.node]
         visible = visible_devices(node, placement.grants)
         devices = placement.device_ids
-        # Every Binding records where and when it was sent (not only a GPU pod's or a gang member's): a rebuild reads
-        # waitForPodsReady's clock off it, as the cycle that sent it does (a pod without a GPU used to time out from
-        # its creation in a rebuild, from its bind when carried on: found by a review).
-        return PodBind(key, entry.uid, placement.node, devices, visible, True, entry.raw,
+        return PodBind(key, entry.uid, placement.node, devices, visible, entry.raw,
                        claims=_claim_writes(needs, world, key, placement.node, devices))
 
     def _victims(self, world: World, plan: planner.Plan, actions: Iterable[gangs.GangAction]) -> list[Victim]:

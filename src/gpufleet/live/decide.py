@@ -79,7 +79,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     the world they were made in; ``requeues``: what the scheduler remembers of its PodsReadyTimeout evictions
     (gpufleet.live.requeues); ``ooms``: what it learnt of pods that ran out of GPU memory (gpufleet.live.gpu_oom;
     None: a memory of its own, as a scheduler that had just started); ``seen_ready``: the UIDs of the pods it saw
-    Ready with all of their workload's (gpufleet.live.gangs.tell_readiness; kept to those still in the snapshot).
+    Ready with all of their workload's (gpufleet.live.gangs.tell_readiness; cut here to those in the snapshot).
     Beside Kueue the policy is not run: the caller plans what Kueue admitted."""
     started = time.perf_counter()
     s = settings

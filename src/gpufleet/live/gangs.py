@@ -222,10 +222,12 @@ def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collecti
     whose pods are all Ready stops waiting; one whose pods are not waits (blockAdmission holds its blocking queues
     back meanwhile, as Kueue holds them), with a deadline once its pods are all on their nodes: ``timeout`` after
     the latest of their binds (a pod that joined the running workload later, a Job's next pod or a replacement,
-    gets the timeout from its own bind, not from the workload's first). Past it, the core's round evicts the
-    workload with ``PodsReadyTimeout``. A workload once seen with all its pods Ready gets no deadline again when
-    one stops being Ready (a container restarting, a readiness probe failing): Kueue evicts such a workload only
-    under ``recoveryTimeout``, which gpufleet does not read. ``seen_ready``: the UIDs of the pods seen Ready with
+    gets the timeout from its own bind, not from the workload's first, while the workload was never seen with all
+    its pods Ready). Past it, the core's round evicts the workload with ``PodsReadyTimeout``. A workload once seen
+    with all its pods Ready gets no deadline again when one is not Ready (a container restarting, a readiness
+    probe failing, a next pod starting): Kueue evicts such a workload only under ``recoveryTimeout``, which
+    gpufleet does not read; with blockAdmission it holds the blocking queues back until its pods are Ready again,
+    as in Kueue. ``seen_ready``: the UIDs of the pods seen Ready with
     all of their workload's, kept between cycles by the caller (None: none kept). ``only``: these workloads (those
     whose pods changed), not every admitted one."""
     state = policy.state
