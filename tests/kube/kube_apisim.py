@@ -150,13 +150,18 @@ def json_copy(value: Any) -> Any:
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:
-    # RFC 7386; for the maps a scheduler patches (annotations, labels, status) strategic merge is identical.
+    # RFC 7386; for the maps a scheduler patches (annotations, labels, status) strategic merge is identical, but for
+    # a status's conditions, which strategic merge merges by type (the kubelet's Ready stays beside the scheduler's).
     if not isinstance(patch, dict):
         return json_copy(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
+        elif key == "conditions" and isinstance(value, list) and isinstance(out.get(key), list):
+            merged = {c.get("type"): c for c in out[key] if isinstance(c, dict)}
+            merged.update({c.get("type"): json_copy(c) for c in value if isinstance(c, dict)})
+            out[key] = list(merged.values())
         else:
             out[key] = _merge_patch(out.get(key), value)
     return out

@@ -612,3 +612,11 @@ def test_a_workload_seen_ready_is_not_timed_out_when_a_pod_stops_being_ready() -
     _ready_now(c, f"{NS}/a", False)  # hours later
     d = _as_rebuilt(c, run, now + 36_000)
     assert _timed_out(d) == [f"{NS}/b"], "b never got Ready: late; a was Ready: not timed out again"
+    # What the scheduler saw is written on the pod, for a scheduler starting later (a new leader) to read.
+    assert [r.PODS.object_key(raw) for raw in d.ready_marks] == [f"{NS}/a"]
+    assert _timed_out(runner(c, run.settings)._decide_isolating(c.cache.snapshot(), now + 36_001)) == [
+        f"{NS}/a", f"{NS}/b"], "a new leader that has seen nothing, before the mark is written"
+    marked = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/a")))
+    marked["status"]["conditions"].append({"type": gangs.WAS_READY_CONDITION, "status": "True"})
+    c.put(r.PODS, marked, "MODIFIED")
+    assert _timed_out(runner(c, run.settings)._decide_isolating(c.cache.snapshot(), now + 36_002)) == [f"{NS}/b"]

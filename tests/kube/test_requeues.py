@@ -9,10 +9,22 @@ import time
 from collections.abc import Callable
 
 from kube_apisim import ApiSim
-from live_env import NS, bound_node, fast_settings, node, pod, scheduled_condition, wait_until
+from live_env import (
+    NS,
+    bound_node,
+    cluster_queue,
+    fast_settings,
+    flavor,
+    local_queue,
+    node,
+    pod,
+    scheduled_condition,
+    wait_until,
+)
 
 from gpufleet.api.objects import PodsReadyPolicy, SchedulerConfig
 from gpufleet.k8s import resources as r
+from gpufleet.live.gangs import WAS_READY_CONDITION
 from gpufleet.live.requeues import FORGET_AFTER_S, RequeueMemory
 from gpufleet.live.scheduler import Scheduler
 
@@ -94,3 +106,31 @@ def test_a_trial_decision_changes_nothing_the_scheduler_remembers() -> None:
     run.requeues.evicted(f"{NS}/pair", POLICY, 0.0)  # long ago: absent from a snapshot, it would be forgotten
     assert not run._fails(c.cache.snapshot(), 10 * FORGET_AFTER_S)
     assert run.requeues.get(f"{NS}/pair") is not None
+
+
+def test_a_workload_seen_ready_is_marked_on_its_pods_when_one_stops_being_ready(
+        apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    # What Kueue keeps on its Workload (PodsReady), kept on the pods for a scheduler that starts later (a new leader)
+    # to read, written only when it matters: once a pod of a workload seen Ready is not Ready any more.
+    apisim.create(r.NODES, node("n0", gpus=4))
+    apisim.create(r.RESOURCE_FLAVORS, flavor())
+    apisim.create(r.CLUSTER_QUEUES, cluster_queue("team", gpus=4))
+    apisim.create(r.LOCAL_QUEUES, local_queue("team", "team"))
+    ready = PodsReadyPolicy(enable=True, timeout_s=60.0, block_admission=True)
+    live_scheduler(settings=fast_settings(kueue=SchedulerConfig(pods_ready=ready), cycle_period=3600.0))
+    for i in range(2):
+        apisim.create(r.PODS, pod(f"g{i}", group="pair", group_size=2, queue="team"))
+    wait_until(lambda: all(bound_node(apisim, f"g{i}") is not None for i in range(2)), what="the pair bound")
+    apisim.create(r.PODS, pod("next", queue="team"))  # held back (blockAdmission) until the pair is seen Ready
+    for i in range(2):
+        apisim.modify(r.PODS, NS, f"g{i}", {"status": {"phase": "Running",
+                                                        "conditions": [{"type": "Ready", "status": "True"}]}})
+    wait_until(lambda: bound_node(apisim, "next") is not None, what="the pair seen Ready")
+
+    def marked(name: str) -> bool:
+        conditions = ((apisim.get(r.PODS, NS, name) or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == WAS_READY_CONDITION and c.get("status") == "True" for c in conditions)
+
+    apisim.modify(r.PODS, NS, "g1", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    wait_until(lambda: marked("g0") and marked("g1"), what="the pair's pods marked as of a workload seen Ready")
+    assert apisim.get(r.PODS, NS, "g1") is not None, "not evicted: its timeout no longer applies"

@@ -120,6 +120,8 @@ class _Decided:
     # The policy's own next timer (a requeue backoff, a waitForPodsReady deadline): the loop wakes then, and a cycle
     # that carries on from this one runs the kept policy, which acts on it as the simulator's does
     wake: float | None = None
+    # Pods to mark as of a workload seen with all its pods Ready, one of which is not any more (gangs.tell_readiness)
+    ready_marks: list[JsonDict] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -206,6 +208,7 @@ class CycleRunner:
         # The UIDs of the pods seen Ready with all of their workload's: such a workload is not timed out again when
         # one of them stops being Ready (gpufleet.live.gangs.tell_readiness).
         self.seen_ready: set[str] = set()
+        self._marked: set[str | None] = set()  # the pods whose gangs.WAS_READY_CONDITION this process wrote
         self.ooms = GpuOomMemory()  # what the policies learnt of pods that ran out of GPU memory (live.gpu_oom)
         self._timed_out: dict[str, tuple[PodsReadyPolicy, frozenset[str]]] = {}
         self.quarantine = Quarantine()
@@ -310,7 +313,8 @@ class CycleRunner:
         self._gauge(world, plan)
         self._reject(world)
         assert d.unschedulable is not None
-        self._finish_writes(report, [] if later else evictions, victims, d.unschedulable, d.statuses, now)
+        self._finish_writes(report, [] if later else evictions, victims, d.unschedulable, d.statuses, now,
+                            d.ready_marks)
         keepable = later or self._keepable(d, victims, report)
         if victims and not keepable:
             # A full cycle must not see the pods just evicted as still running (it would pick them as victims
@@ -412,7 +416,7 @@ class CycleRunner:
         # restated; a member gone, which may leave only unready ones; late members placed, or waiting for room: no
         # clock while a pod has no node), told to the core as a rebuild tells it all of them; the kept policy's own
         # deadlines (its timers) evict those that run out.
-        gangs.tell_readiness(world, policy, now, only=changed | set(world.late) | {
+        marks = gangs.tell_readiness(world, policy, now, only=changed | set(world.late) | {
             world.workload_of[k] for k in carried.restated if k in world.workload_of}, seen_ready=self.seen_ready)
         world_s = time.perf_counter() - started
         plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
@@ -427,7 +431,7 @@ class CycleRunner:
             self.ooms = oom_memory
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
                         None, self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
-                        counts, changed, placed(plan), ooms, policy.next_wakeup(now))
+                        counts, changed, placed(plan), ooms, policy.next_wakeup(now), marks)
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the
@@ -592,6 +596,8 @@ class CycleRunner:
         if ooms is None:  # (kept once the decisions are made: a failed attempt must not have told anything)
             self.ooms = memory
         world, repairs, due = d.world, d.repairs, d.due
+        if self._marked:  # (those of pods gone: forgotten)
+            self._marked &= {e.uid for e in world.pods.values()}
         if d.policy is None or d.plan is None:  # beside Kueue
             return self._decide_beside(snapshot, world, repairs, started, due)
         policy, plan = d.policy, d.plan
@@ -602,7 +608,7 @@ class CycleRunner:
                         self._victims(world, plan, repairs), self._unschedulable(world, plan),
                         queue_statuses(snapshot, policy, problems, now, cluster_queues=kinds.cluster_queues,
                                        local_queues=kinds.local_queues, counts=counts), d.world_s, d.policy_s, due,
-                        counts, ooms=d.ooms, wake=d.wake)
+                        counts, ooms=d.ooms, wake=d.wake, ready_marks=d.ready_marks)
 
     @staticmethod
     def _timeout_policies(world: World, plan: planner.Plan) -> dict[str, tuple[PodsReadyPolicy, frozenset[str]]]:
@@ -827,7 +833,8 @@ class CycleRunner:
 
     def _finish_writes(self, report: CycleReport, evictions: list[tuple[Victim, Future[EvictResult]]],
                        victims: list[Victim], unschedulable: list[tuple[JsonDict, str]],
-                       statuses: list[tuple[Any, JsonDict, JsonDict]], now: float) -> None:
+                       statuses: list[tuple[Any, JsonDict, JsonDict]], now: float,
+                       ready_marks: Sequence[JsonDict] = ()) -> None:
         """The conditions and queue statuses, then wait for them and for the evictions :meth:`_hand_off` started."""
         pool = self.pool
         others: list[Future[Any]] = []
@@ -835,6 +842,11 @@ class CycleRunner:
             others += [pool.submit(self.recorder.unschedulable, pod, msg, now) for pod, msg in unschedulable
                        if self.recorder.unschedulable_is_new(pod, msg)]
             others += [pool.submit(write_status, self.writes, res, obj, st) for res, obj, st in statuses]
+            for pod in ready_marks:  # (once per pod: the cache shows the condition a moment later)
+                uid = (pod.get("metadata") or {}).get("uid")
+                if uid not in self._marked:
+                    self._marked.add(uid)
+                    others.append(pool.submit(self.recorder.was_ready, pod, gangs.WAS_READY_CONDITION, now))
         for victim, ev in evictions:
             try:
                 outcome = ev.result()

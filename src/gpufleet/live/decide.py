@@ -55,6 +55,8 @@ class Decision:
     # When the policy's own next timer runs out (a requeue backoff, a waitForPodsReady deadline): the policy, kept
     # or rebuilt, acts on it then
     wake: float | None = None
+    # Pods to mark as of a workload seen with all its pods Ready (gangs.WAS_READY_CONDITION; no write here)
+    ready_marks: list[JsonDict] = field(default_factory=list)
 
 
 def placed(plan: planner.Plan) -> list[str]:
@@ -110,7 +112,7 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     # waitForPodsReady: what runs and is not Ready yet holds blockAdmission's round back, and times out in it
     if seen_ready is not None:
         seen_ready.intersection_update({e.uid for e in world.pods.values() if e.uid})
-    gangs.tell_readiness(world, policy, now, seen_ready=seen_ready)
+    marks = gangs.tell_readiness(world, policy, now, seen_ready=seen_ready)
     plan = planner.run(policy, now, max_cycles=s.max_cycles_per_round, budget_s=s.round_budget,
                        on_admitted=None if on_admitted is None else functools.partial(on_admitted, world))
     if parked is not None:
@@ -118,4 +120,5 @@ def decide(snapshot: CacheSnapshot, now: float, settings: SchedulerSettings, *, 
     policy_s = time.perf_counter() - started - world_s
     planner.ready_as_bound(policy, plan, now)
     ooms.keep(policy)
-    return Decision(world, repairs, due, world_s, policy, plan, policy_s, oom_lessons, policy.next_wakeup(now))
+    return Decision(world, repairs, due, world_s, policy, plan, policy_s, oom_lessons, policy.next_wakeup(now),
+                    marks)

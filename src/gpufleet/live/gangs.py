@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s.annotations import Intent, read_gang_plan
@@ -50,7 +50,13 @@ from gpufleet.scheduling.kueue.late_members import joins_late
 # The core's reason, re-exported: one word for one eviction, whichever side decides it.
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT as PODS_READY_TIMEOUT
 
+JsonDict = dict[str, Any]
+
 GANG_INCOMPLETE = "GangIncomplete"
+# A pod condition the scheduler writes on the pods of a workload it saw with all its pods Ready, once one of them is
+# not Ready any more: what Kueue keeps on its Workload (PodsReady), kept in the API for a scheduler that starts
+# later (a new leader) to read.
+WAS_READY_CONDITION = "gpufleet.io/PodsReady"
 LATE_MEMBERS = "LateMembers"
 
 
@@ -216,7 +222,7 @@ def all_ready(world: World, workload: str) -> bool:
 
 
 def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collection[str] | None = None,
-                   seen_ready: set[str] | None = None) -> None:
+                   seen_ready: set[str] | None = None) -> list[JsonDict]:
     """What the pods say of each admitted workload's readiness, told to the core, which keeps waitForPodsReady's
     rule for the live scheduler as for the simulator (``KueuePolicy.pods_ready``, ``pods_not_ready``): a workload
     whose pods are all Ready stops waiting; one whose pods are not waits (blockAdmission holds its blocking queues
@@ -227,9 +233,12 @@ def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collecti
     with all its pods Ready gets no deadline again when one is not Ready (a container restarting, a readiness
     probe failing, a next pod starting): Kueue evicts such a workload only under ``recoveryTimeout``, which
     gpufleet does not read; with blockAdmission it holds the blocking queues back until its pods are Ready again,
-    as in Kueue. ``seen_ready``: the UIDs of the pods seen Ready with
-    all of their workload's, kept between cycles by the caller (None: none kept). ``only``: these workloads (those
-    whose pods changed), not every admitted one."""
+    as in Kueue. ``seen_ready``: the UIDs of the pods seen Ready with all of their workload's, kept between cycles
+    by the caller (None: none kept); a pod carrying :data:`WAS_READY_CONDITION` counts as seen so. ``only``: these
+    workloads (those whose pods changed), not every admitted one. Returns the pods to mark with
+    :data:`WAS_READY_CONDITION`: those of a workload seen Ready, not all Ready now, that do not carry it yet (so
+    that a scheduler starting later, which has not seen them, does not time it out)."""
+    marks: list[JsonDict] = []
     state = policy.state
     keys = [k for admitted in (*state.admitted.values(), state.running_free) for k in admitted] if only is None \
         else list(only)
@@ -248,9 +257,18 @@ def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collecti
                 seen_ready.update(e.uid for k in world.pods_of.get(key, ())
                                   if (e := world.pods.get(k)) is not None and e.uid and not e.terminal)
             continue
-        recovering = seen_ready is not None and any(
-            e.uid in seen_ready for k in world.pods_of.get(key, ()) if (e := world.pods.get(k)) is not None)
+        pods = [e for k in world.pods_of.get(key, ()) if (e := world.pods.get(k)) is not None]
+        recovering = any(_was_ready(e) or (seen_ready is not None and e.uid in seen_ready) for e in pods)
         policy.pods_not_ready(key, None if recovering else _deadline(world, key, timeout.timeout_s))
+        if recovering:
+            marks += [e.raw for e in pods if not e.terminal and not e.deleting and not _was_ready(e)]
+    return marks
+
+
+def _was_ready(e: PodEntry) -> bool:
+    """Whether the pod carries :data:`WAS_READY_CONDITION`: its workload was seen with all its pods Ready."""
+    return any(c.get("type") == WAS_READY_CONDITION and c.get("status") == "True"
+               for c in (e.raw.get("status") or {}).get("conditions") or [])
 
 
 def _deadline(world: World, workload: str, timeout: float) -> float | None:

@@ -124,6 +124,23 @@ class Recorder:
         self.event(pod, "FailedScheduling", message, "Scheduling", type="Warning")
         return True
 
+    def was_ready(self, pod: Mapping[str, Any], condition_type: str, now: float) -> bool:
+        """Write the condition ``condition_type`` (True) on the pod's status: its workload was seen with all its pods
+        Ready (gpufleet.live.gangs.WAS_READY_CONDITION). Whether it was written."""
+        meta = pod.get("metadata") or {}
+        condition = {"type": condition_type, "status": "True", "reason": "PodsReady",
+                     "message": "every pod of its workload was Ready: waitForPodsReady's timeout no longer applies",
+                     "lastProbeTime": None, "lastTransitionTime": _stamp(now)}
+        try:
+            self.client.patch(PODS, str(meta.get("name")), {"status": {"conditions": [condition]}},
+                              str(meta.get("namespace")), patch_type=PatchType.STRATEGIC, subresource="status")
+        except NotFound:
+            return False
+        except KubeError as e:
+            log.warning("%s condition for %s not written: %s", condition_type, _key(pod), e)
+            return False
+        return True
+
 
 def _key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
