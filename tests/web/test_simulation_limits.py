@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -95,6 +95,7 @@ def test_an_overflow_without_an_exponent_is_refused_too() -> None:
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
                     max_leaves=12),
        st.sampled_from(["1e999", "-1E+400", "1" * 310, "2.5e9999", "12", "1e2", '"1e999"']))
+@example(value={"N": None}, number="1e999")
 def test_the_shortcut_never_lets_an_overflow_through(value: Any, number: str) -> None:
     # The same refusal as walking every parsed value: a document with one number spliced in where a key or a list
     # item goes, checked against non_finite on what json.loads makes of it.
