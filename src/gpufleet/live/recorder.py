@@ -107,14 +107,7 @@ class Recorder:
         key, version = _key(pod), str(meta.get("resourceVersion") or "")
         condition = {"type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE, "message": message,
                      "lastProbeTime": None, "lastTransitionTime": _stamp(now)}
-        try:
-            # Strategic merge on status merges conditions by type, leaving the kubelet's own untouched.
-            self.client.patch(PODS, str(meta.get("name")), {"status": {"conditions": [condition]}},
-                              str(meta.get("namespace")), patch_type=PatchType.STRATEGIC, subresource="status")
-        except NotFound:
-            return False
-        except KubeError as e:
-            log.warning("PodScheduled condition for %s not written: %s", _key(pod), e)
+        if not self._set_condition(pod, condition):
             return False
         with self._lock:
             self._written.pop(key, None)  # re-inserted last: the dict stays in the order of writing
@@ -127,17 +120,22 @@ class Recorder:
     def was_ready(self, pod: Mapping[str, Any], condition_type: str, now: float) -> bool:
         """Write the condition ``condition_type`` (True) on the pod's status: its workload was seen with all its pods
         Ready (gpufleet.live.gangs.WAS_READY_CONDITION). Whether it was written."""
+        return self._set_condition(pod, {
+            "type": condition_type, "status": "True", "reason": "PodsReady",
+            "message": "every pod of its workload was Ready: waitForPodsReady's timeout no longer applies",
+            "lastProbeTime": None, "lastTransitionTime": _stamp(now)})
+
+    def _set_condition(self, pod: Mapping[str, Any], condition: dict[str, Any]) -> bool:
+        """Patch ``condition`` into the pod's status; whether it was written (a pod gone or a refusal: not)."""
         meta = pod.get("metadata") or {}
-        condition = {"type": condition_type, "status": "True", "reason": "PodsReady",
-                     "message": "every pod of its workload was Ready: waitForPodsReady's timeout no longer applies",
-                     "lastProbeTime": None, "lastTransitionTime": _stamp(now)}
         try:
+            # Strategic merge on status merges conditions by type, leaving the kubelet's own untouched.
             self.client.patch(PODS, str(meta.get("name")), {"status": {"conditions": [condition]}},
                               str(meta.get("namespace")), patch_type=PatchType.STRATEGIC, subresource="status")
         except NotFound:
             return False
         except KubeError as e:
-            log.warning("%s condition for %s not written: %s", condition_type, _key(pod), e)
+            log.warning("%s condition for %s not written: %s", condition["type"], _key(pod), e)
             return False
         return True
 
