@@ -203,11 +203,16 @@ def _complete(world: World, unbound: list[PodEntry]) -> bool:
     return True
 
 
-def _ready(e: PodEntry) -> bool:
+def _condition(e: PodEntry, kind: str) -> bool:
+    """Whether the pod's condition ``kind`` is True."""
     for cond in (e.raw.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
+        if cond.get("type") == kind:
             return bool(cond.get("status") == "True")
     return False
+
+
+def _ready(e: PodEntry) -> bool:
+    return _condition(e, "Ready")
 
 
 def all_ready(world: World, workload: str) -> bool:
@@ -267,8 +272,7 @@ def tell_readiness(world: World, policy: KueuePolicy, now: float, only: Collecti
 
 def _was_ready(e: PodEntry) -> bool:
     """Whether the pod carries :data:`WAS_READY_CONDITION`: its workload was seen with all its pods Ready."""
-    return any(c.get("type") == WAS_READY_CONDITION and c.get("status") == "True"
-               for c in (e.raw.get("status") or {}).get("conditions") or [])
+    return _condition(e, WAS_READY_CONDITION)
 
 
 def _deadline(world: World, workload: str, timeout: float) -> float | None:
