@@ -445,12 +445,15 @@ class ApiSim:
                     return self._evict(res, ns, name, request.data)
                 if (ns, name) not in self.objects[res.key]:
                     raise failure(404, "NotFound", f"{res.plural} {name!r} not found")
-                if method == "PUT":
-                    sent = (request.data.get("metadata") or {}).get("resourceVersion")
+                if method in ("PUT", "PATCH"):
+                    # A resourceVersion in the body is a precondition, for a merge patch as for a replace.
+                    meta = request.data.get("metadata") if isinstance(request.data, dict) else None
+                    sent = meta.get("resourceVersion") if isinstance(meta, dict) else None
                     current = self.objects[res.key][(ns, name)]["metadata"]["resourceVersion"]
                     if sent and sent != current:
                         raise failure(409, "Conflict", "the object has been modified; please apply your "
                                                         "changes to the latest version and try again")
+                if method == "PUT":
                     return self._replace(res, ns, name, request.data, sub)
                 if method == "PATCH":
                     return self._patch(res, ns, name, request.data)

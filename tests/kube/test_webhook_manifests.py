@@ -35,7 +35,7 @@ def one(kind: str, docs: list[Doc] | None = None) -> Doc:
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("kind", ["Service", "MutatingWebhookConfiguration"])
+@pytest.mark.parametrize("kind", ["Service", "MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding"])
 def test_core_objects_are_valid_for_kubernetes(kind: str, version: str) -> None:
     kubernetes_validate.validate(one(kind), version, strict=True)
 
@@ -67,12 +67,13 @@ def test_the_api_server_reaches_the_scheduler_with_the_mounted_certificate() -> 
     configmap = next(d for d in deploy_docs() if d["kind"] == "ConfigMap")
     settings, _ = settings_from_text(configmap["data"]["config.yaml"])
     pod = deployment["spec"]["template"]
-    [webhook] = mwc["webhooks"]
-    target = webhook["clientConfig"]["service"]
-    assert (target["name"], target["namespace"]) == (svc["metadata"]["name"], svc["metadata"]["namespace"])
-    assert target["path"] == MUTATE_PATH
     [port] = svc["spec"]["ports"]
-    assert target["port"] == port["port"]
+    assert [w["name"] for w in mwc["webhooks"]] == ["fractional-gpu.gpufleet.io", "mig-resize.gpufleet.io"]
+    for webhook in mwc["webhooks"]:
+        target = webhook["clientConfig"]["service"]
+        assert (target["name"], target["namespace"]) == (svc["metadata"]["name"], svc["metadata"]["namespace"])
+        assert target["path"] == MUTATE_PATH
+        assert target["port"] == port["port"]
     address = parse_address(settings.webhook.bind_address)
     assert address is not None and port["targetPort"] == address[1]
     assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
@@ -90,7 +91,7 @@ def test_the_api_server_reaches_the_scheduler_with_the_mounted_certificate() -> 
 
 
 def test_only_fractional_gpufleet_pods_are_sent_and_failures_fail_closed() -> None:
-    [webhook] = one("MutatingWebhookConfiguration")["webhooks"]
+    webhook = one("MutatingWebhookConfiguration")["webhooks"][0]
     assert webhook["failurePolicy"] == "Fail" and webhook["sideEffects"] == "None"
     assert webhook["admissionReviewVersions"] == ["v1"] and webhook["timeoutSeconds"] <= 10
     [rule] = webhook["rules"]
@@ -113,7 +114,56 @@ def test_chart_with_the_webhook_renders_deploy_webhook() -> None:
         assert rendered[_key(doc)] == doc, _key(doc)
     other = {_key(d): d for d in render_chart(chart_values(webhook__enabled=True, schedulerName="gpu-sched"),
                                               namespace="ops")}
-    [webhook] = other[("MutatingWebhookConfiguration", "gpufleet-fractional-gpu")]["webhooks"]
-    assert "== 'gpu-sched'" in webhook["matchConditions"][0]["expression"]
-    assert webhook["clientConfig"]["service"]["namespace"] == "ops"
+    for webhook in other[("MutatingWebhookConfiguration", "gpufleet-fractional-gpu")]["webhooks"]:
+        assert "== 'gpu-sched'" in webhook["matchConditions"][0]["expression"]
+        assert webhook["clientConfig"]["service"]["namespace"] == "ops"
+    [subject] = other[("ClusterRoleBinding", "gpufleet-mig-resize")]["subjects"]
+    assert subject == {"kind": "ServiceAccount", "name": "gpufleet-scheduler", "namespace": "ops"}
     assert not [d for d in render_chart(chart_values()) if d["kind"] == "MutatingWebhookConfiguration"]
+
+
+def _mig_pod(*, scheduler: str = "gpufleet", controlled: bool | None = True, where: str = "limits",
+             resource: str = "nvidia.com/mig-1g.10gb") -> Doc:
+    meta: Doc = {"name": "p", "namespace": "team-a"}
+    if controlled is not None:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u",
+                                    "controller": controlled}]
+    containers = [{"name": "side", "image": "x"},
+                  {"name": "main", "image": "x", "resources": {where: {resource: "1", "cpu": "1"}}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"schedulerName": scheduler, "containers": containers}}
+
+
+@pytest.mark.parametrize(("pod", "sent"), [
+    (_mig_pod(), True),
+    (_mig_pod(where="requests"), True),
+    (_mig_pod(scheduler="default-scheduler"), False),  # another scheduler's pod
+    (_mig_pod(controlled=None), False),  # a pod of its own: nothing makes it again
+    (_mig_pod(controlled=False), False),  # owned, but by no controller
+    (_mig_pod(resource="nvidia.com/gpu"), False),  # no MIG instance asked
+])
+def test_the_mig_resize_webhook_gets_exactly_the_controlled_mig_pods_of_this_scheduler_and_fails_open(
+        pod: Doc, sent: bool) -> None:
+    import celpy
+
+    webhook = one("MutatingWebhookConfiguration")["webhooks"][1]
+    assert webhook["failurePolicy"] == "Ignore" and webhook["sideEffects"] == "None"
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(pod)}
+    results = [bool(env.program(env.compile(c["expression"])).evaluate(activation))
+               for c in webhook["matchConditions"]]
+    assert all(results) is sent, results
+
+
+def test_the_mig_resize_grant_patches_only_the_job_kinds_and_goes_to_the_scheduler() -> None:
+    role, binding = one("ClusterRole"), one("ClusterRoleBinding")
+    verbs = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"]
+             for v in rule["verbs"]}
+    assert {v for _, _, v in verbs} == {"patch"}
+    assert ("batch", "jobs", "patch") in verbs and not {res for _, res, _ in verbs} & {"pods", "secrets"}
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    deployment = next(d for d in deploy_docs() if d["kind"] == "Deployment")
+    [subject] = binding["subjects"]
+    assert (subject["name"], subject["namespace"]) == (
+        deployment["spec"]["template"]["spec"]["serviceAccountName"], deployment["metadata"]["namespace"])

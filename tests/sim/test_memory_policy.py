@@ -5,7 +5,8 @@ OOM on one; the peers (kube-default, Kueue) learn none of it, on the same input.
 from __future__ import annotations
 
 from gpufleet.api.manifests import Manifests
-from gpufleet.scheduling.memory import MemoryBook, Resize, next_larger_profile, resized, workload_class
+from gpufleet.api.mig_resized import Resize
+from gpufleet.scheduling.memory import MemoryBook, next_larger_profile, resized, workload_class
 from gpufleet.sim.engine import simulate_jobs
 from gpufleet.sim.jobs import job_lines
 from gpufleet.sim.policies import make_policy
@@ -21,11 +22,13 @@ def _time_sliced(name: str, cpu: int) -> str:
         f"      resources: [{{name: nvidia.com/gpu, replicas: 8}}]\n  cpu: \"{cpu}\"")
 
 
-def _mig(covered: tuple[str, ...]) -> Manifests:
-    """An A100 split 2g.20gb + three 1g.10gb, and a queue covering ``covered``."""
+def _mig(covered: tuple[str, ...], *, resize: str | None = "true") -> Manifests:
+    """An A100 split 2g.20gb + three 1g.10gb, and a queue covering ``covered``, with ``resize`` as its
+    gpufleet.io/mig-resize-on-oom annotation (None: without it)."""
     mig = pool("mig", 1, 1, extra=", migLayout: \"2g.20gb,1g.10gb:3\"").replace(
         "  cpu: \"64\"", "  sharing: {migStrategy: mixed}\n  cpu: \"64\"")
-    return load(mig + kueue_queues(covered))
+    opt_in = "" if resize is None else f'gpufleet.io/mig-resize-on-oom: "{resize}"'
+    return load(mig + kueue_queues(covered, cq_annotations=opt_in))
 
 
 def _outcomes(m: Manifests, text: str, policy: str) -> dict[str, tuple[str, dict[str, int]]]:
@@ -59,6 +62,19 @@ def test_an_oom_on_a_mig_instance_is_retried_on_the_next_larger_profile_the_queu
     # A queue that covers no larger profile: the retries stay on 1g.10gb and fail as Kueue's do.
     narrow = _mig(("nvidia.com/mig-1g.10gb",))
     assert _outcomes(narrow, text, "gpufleet") == {"team-a/emb": ("failed", {"OOMKilled": 3})}
+    # A queue that does not opt in (no annotation, or "false"): the retries stay on 1g.10gb too.
+    for opt in (None, "false", "False"):
+        assert _outcomes(_mig(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"), resize=opt), text,
+                         "gpufleet") == {"team-a/emb": ("failed", {"OOMKilled": 3})}, opt
+
+
+def test_a_queue_s_resize_annotation_that_is_neither_true_nor_false_is_an_error_naming_it() -> None:
+    from gpufleet.api.manifests import load_manifest_text
+
+    text = kueue_queues(("nvidia.com/mig-1g.10gb",), cq_annotations='gpufleet.io/mig-resize-on-oom: "yes please"')
+    (err,) = load_manifest_text(text).problems.errors
+    assert "'yes please' is neither true nor false" in err.message and err.line == 14
+    assert err.field == "metadata.annotations.gpufleet.io/mig-resize-on-oom" and 'write "true"' in (err.fix or "")
 
 
 def test_the_resize_is_said_in_the_admission() -> None:
@@ -161,7 +177,10 @@ def test_without_resizing_an_oom_on_mig_names_the_larger_profile_and_the_pods_ke
     placement = policy.cluster.placements[pod]
     lesson = policy.oom_at(emb.key, pod, placement.node, placement.grants)
     assert lesson is not None and lesson.mig == Resize("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb")
-    assert not lesson.offered and "ask for nvidia.com/mig-2g.20gb in the pod template" in lesson.text()
+    # The queue opts in: the lesson offers the profile, which this policy leaves to its driver to ask for.
+    assert lesson.offered
+    assert lesson.text() == ("ran out of GPU memory on nvidia.com/mig-1g.10gb: its next attempt is offered "
+                             "nvidia.com/mig-2g.20gb")
     policy.finish(emb.key, 60.0)
     policy.submit(emb.workload, 70.0)
     (second,) = policy.cycle(70.0).admitted

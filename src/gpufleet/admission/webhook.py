@@ -1,4 +1,7 @@
-"""The mutating admission webhook for fractional GPU pods (AdmissionReview v1), as pure functions.
+"""The mutating admission webhook for fractional GPU pods and MIG resizes (AdmissionReview v1), as pure functions.
+
+A pod whose owner was resized after an OOM on a MIG instance asks the larger profile: see
+:mod:`gpufleet.admission.mig_resize`. The rest of this module is the fractional pods'.
 
 How a fractional pod gets the GPU the scheduler chose
 -----------------------------------------------------
@@ -31,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.admission.mig_resize import ResizeSource, no_resizes, resize_ops
 from gpufleet.api import gpushare
 from gpufleet.api.objects import VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_FIELD_PATH
 
@@ -53,6 +57,9 @@ MAX_UID_LENGTH = 128  # the API server sends a UUID (36 characters); the answer 
 class WebhookPolicy:
     scheduler_name: str = "gpufleet"
     runtime_class_name: str | None = None  # set on fractional pods that name none (e.g. "nvidia")
+    # Where a new pod's MIG resize after an OOM comes from (gpufleet.admission.mig_resize): its owners in the
+    # scheduler's informer cache; none without one.
+    resizes: ResizeSource = no_resizes
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -117,10 +124,15 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def _ours(pod: Mapping[str, Any], policy: WebhookPolicy) -> bool:
+    return (_mapping(pod.get("spec")).get("schedulerName") or "default-scheduler") == policy.scheduler_name
+
+
 def mutate(pod: Mapping[str, Any], policy: WebhookPolicy) -> tuple[list[JsonDict] | None, str | None]:
-    """JSON patch operations for ``pod`` ([] when nothing to do), or (None, why) to deny it."""
+    """JSON patch operations wiring a fractional ``pod`` to its GPU ([] when nothing to do), or (None, why) to
+    deny it."""
     spec = _mapping(pod.get("spec"))
-    if (spec.get("schedulerName") or "default-scheduler") != policy.scheduler_name:
+    if not _ours(pod, policy):
         return [], None  # another scheduler's pod: its GPU sharing is not ours to wire
     gpus = gpushare.requested_gpu_resources(spec)
     conflict = gpushare.hami_conflict(_annotations(pod), gpus)
@@ -242,10 +254,16 @@ def review(request_body: Any, policy: WebhookPolicy) -> JsonDict:
             raise BadReview("request.object: a Pod CREATE carries the pod")
         _check_pod(obj)
         ops, denied = mutate(obj, policy)
+        warnings: list[str] = []
+        if denied is None and ops is not None and _ours(obj, policy):
+            resize, warnings = resize_ops(obj, str(request.get("namespace") or ""), policy.resizes)
+            ops = [*ops, *resize]
         if denied is not None:
             response["allowed"] = False
             response["status"] = {"code": 403, "reason": "Forbidden", "message": denied}
         elif ops:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(_compact(ops).encode()).decode()
+        if warnings:
+            response["warnings"] = warnings
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from gpufleet.admission.lint_settings import LintSettings
+from gpufleet.admission.mig_resize import ResizeSource, no_resizes
 from gpufleet.admission.validating import VALIDATE_PATH, ClusterSource, Validator, no_cluster
 from gpufleet.admission.webhook import MUTATE_PATH, BadReview, WebhookPolicy, review
 from gpufleet.admission.webhook_settings import WebhookSettings
@@ -86,11 +87,12 @@ class WebhookServer(HttpServer):
 
     @classmethod
     def from_settings(cls, settings: WebhookSettings, scheduler_name: str, lint: LintSettings | None = None,
-                      cluster: ClusterSource = no_cluster) -> WebhookServer:
+                      cluster: ClusterSource = no_cluster, resizes: ResizeSource = no_resizes) -> WebhookServer:
         """The server of the scheduler's configuration; ``cluster`` is what the lint rules judge against (the
-        informer cache's nodes and queues in the scheduler)."""
+        informer cache's nodes and queues in the scheduler), ``resizes`` where a new pod's MIG resize comes from
+        (its owners in that cache)."""
         limits = ServingLimits(workers=settings.workers, queue=settings.queue,
                                handshake_timeout=settings.handshake_timeout, read_timeout=settings.read_timeout)
         return cls(settings.bind_address, settings.cert_file, settings.key_file,
-                   WebhookPolicy(scheduler_name, settings.runtime_class_name), limits,
+                   WebhookPolicy(scheduler_name, settings.runtime_class_name, resizes), limits,
                    Validator(lint or LintSettings(), cluster))

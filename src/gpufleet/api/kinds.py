@@ -31,6 +31,7 @@ from gpufleet.api.gpushare import (
     is_fractional,
 )
 from gpufleet.api.kueue_dra_config import parse_device_class_mappings, parse_feature_gates
+from gpufleet.api.mig_resized import RESIZE_ON_OOM_ANNOTATION
 from gpufleet.api.objects import (
     CPU,
     GPU,
@@ -915,7 +916,19 @@ def parse_cluster_queue(r: FieldReader) -> ClusterQueue | None:
         stop_policy=spec.enum("stopPolicy", ("None", "Hold", "HoldAndDrain"), "None"),
         pods_ready=parse_pods_ready(spec.obj("waitForPodsReady")),
         reserve_after_s=_reserve_after(r, meta.annotations),
+        mig_resize_on_oom=_mig_resize_on_oom(r, meta.annotations),
     )
+
+
+def _mig_resize_on_oom(r: FieldReader, annotations: dict[str, str]) -> bool:
+    text = annotations.get(RESIZE_ON_OOM_ANNOTATION)
+    if text is None or text.strip().lower() in ("true", "false"):
+        return text is not None and text.strip().lower() == "true"
+    r.error(f"annotation {RESIZE_ON_OOM_ANNOTATION}: {shown(text)} is neither true nor false",
+            "metadata", "annotations", RESIZE_ON_OOM_ANNOTATION,
+            fix='write "true" to give a workload that ran out of GPU memory on a MIG instance the next larger profile '
+                'the queue covers, "false" (or no annotation) to keep what its pods ask')
+    return False
 
 
 def _reserve_after(r: FieldReader, annotations: dict[str, str]) -> float | None:

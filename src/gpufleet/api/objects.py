@@ -417,6 +417,9 @@ class ClusterQueue:
     # gpufleet's gang reservation (annotation RESERVE_AFTER_ANNOTATION): a workload pending this long holds its
     # quota; only work that fits beside it is admitted meanwhile (backfill). None: off, as in Kueue.
     reserve_after_s: float | None = None
+    # gpufleet's MIG resize (annotation gpufleet.io/mig-resize-on-oom, gpufleet.api.mig_resized): a workload that
+    # ran out of GPU memory on a MIG instance asks the next larger profile the queue covers. False: off, as Kueue.
+    mig_resize_on_oom: bool = False
 
     @property
     def name(self) -> str:

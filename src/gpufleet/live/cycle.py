@@ -63,6 +63,7 @@ from gpufleet.live.increment import (
     release,
     remove_nodes,
 )
+from gpufleet.live.mig_resize import MigResizer
 from gpufleet.live.pending_since import PendingSince
 from gpufleet.live.quarantine import Quarantine, find_culprit
 from gpufleet.live.queuesource import QueueChooser, QueueKinds
@@ -223,6 +224,7 @@ class CycleRunner:
         self.binder = Binder(self.writes, self.recorder, metrics, may_write=may_write, retries=b.retries,
                              backoff=b.retry_backoff, pending=self.pending_since)
         self.evictor = Evictor(self.writes, self.recorder, metrics, may_write=may_write)
+        self.resizer = MigResizer(self.writes, tuple(resources), cache.get)
         self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
         # When the next cycle is worth running (not for our own Bindings landing), and the Bindings in flight.
         self.wakeup = Wakeup(cache, self.assumed)
@@ -324,7 +326,10 @@ class CycleRunner:
             self._await_gone([p for v in victims if v.workload in evicted for p in v.pods], _EVICTED_SEEN_WITHIN)
         if d.ooms and self.may_write():
             for pod, lesson in d.ooms:
-                self.recorder.event(pod, OOM_REASON, lesson.text(), "Scheduling", type="Warning")
+                if lesson.offered and lesson.mig is not None:  # (the event once the resize is written, or not)
+                    self.pool.submit(self._resize_mig, pod, lesson)
+                else:
+                    self.recorder.event(pod, OOM_REASON, lesson.text(), "Scheduling", type="Warning")
         # The fleet's gauges after the writes: the Bindings are on their way while they are worked out.
         self.fleet.observe(world, plan, counts=d.counts, changed=d.changed)
         if not later:
@@ -831,6 +836,16 @@ class CycleRunner:
             self.wakeup.poke()  # the round stopped at its budget or cycle limit: there may be more to admit
         return evictions
 
+    def _resize_mig(self, pod: JsonDict, lesson: OomLesson) -> None:
+        """A MIG resize the core offered after an OOM, written on the workload's object (gpufleet.live.mig_resize);
+        the pod's Warning event says what was written, or why nothing was."""
+        try:
+            text = self.resizer.resize(pod, lesson) if self.may_write() else lesson.text()
+        except Exception:  # a bug here must cost the resize, not the pool's thread or the event
+            log.exception("MIG resize after an OOM failed")
+            text = lesson.text()
+        self.recorder.event(pod, OOM_REASON, text, "Scheduling", type="Warning")
+
     def _finish_writes(self, report: CycleReport, evictions: list[tuple[Victim, Future[EvictResult]]],
                        victims: list[Victim], unschedulable: list[tuple[JsonDict, str]],
                        statuses: list[tuple[Any, JsonDict, JsonDict]], now: float,
@@ -894,3 +909,4 @@ class CycleRunner:
                 log.debug("evicted pods still in the cache after %gs", timeout)
                 return
             version = self.cache.wait_for_change(version, timeout=left)
+

@@ -9,8 +9,9 @@ PyTorch, TensorFlow, JAX/XLA and the CUDA libraries write then.
 What the policy does with it is the core's rule, the simulator's too (``KueuePolicy.oom_at``,
 :class:`gpufleet.scheduling.memory.MemoryBook`): the workload is kept off the shared GPU that ran out and is
 expected to need more than was free there; on a MIG instance, the next larger profile its ClusterQueue covers is
-named. Live the policy does not resize the workload to it (``mig_resize=False``): a Job's next pod asks what its
-template asks, and the kubelet allocates what the pod asks, so the Warning event says which profile to ask for.
+offered where the queue opts in. Live the policy does not resize the workload itself (``mig_resize=False``): a Job's
+next pod asks what its template asks, so the resize is written on the Job and the webhook rewrites its next pods
+(:mod:`gpufleet.live.mig_resize`).
 
 Each termination is told once (by the pod's UID, the container and when it ended), to whichever policy the cycle
 runs, full or carried on. What the policies learnt is kept in the scheduler process (:class:`GpuOomMemory`) and

@@ -49,8 +49,8 @@ def make_policy(world: World, profile: str, shielded: Collection[str], seed: int
     """The policy for one cycle. It places pods on the world's nodes, even when there is none (pods then wait,
     unschedulable); ``quota_only`` (the ``quotaOnly`` setting) gives it no nodes at all: admission by quota."""
     cluster = None if quota_only else world.cluster
-    # (no MIG resize after an OOM: a Job's next pod asks what its template asks, which only the Job's owner can
-    # change; gpufleet.live.gpu_oom names the larger profile in an event instead)
+    # (the policy does not resize a workload after a MIG OOM itself: a Job's next pod asks what its template asks;
+    # the resize is written on the Job for the webhook to rewrite its next pods, gpufleet.live.mig_resize)
     policy = KueuePolicy(world.manifests(), cluster, placer_factory=engine_placer_factory(profile), seed=seed,
                          mig_resize=False)
     for w in world.workloads:

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from gpufleet.admission.mig_resize import CacheResizeSource
 from gpufleet.admission.validating import CacheClusterSource
 from gpufleet.admission.webhook_server import WebhookServer
 from gpufleet.k8s.client import KubeClient
@@ -84,7 +85,8 @@ class Scheduler:
         if settings.webhook.enabled:
             # The lint rules of the validating path judge against this replica's cache (leader or not).
             self.webhook = WebhookServer.from_settings(settings.webhook, settings.scheduler_name, settings.lint,
-                                                       CacheClusterSource(self.cache, self.resources))
+                                                       CacheClusterSource(self.cache, self.resources),
+                                                       CacheResizeSource(self.cache.get, self.resources))
 
     # --- state ------------------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ an OOM taught, so that placement can keep pods off GPUs that cannot hold them:
   model) replaces its hint on the GPUs it holds (``ClusterState.observe_memory``);
 * **after an OOM on a shared GPU** the workload is not placed on that GPU again (``PodRequest.avoid_gpus``);
 * **after an OOM on a MIG instance** the workload is offered the next larger MIG profile of the same GPU that
-  its ClusterQueue covers (:func:`next_larger_profile`), and says so in its admission (``resized``).
+  its ClusterQueue covers (:func:`next_larger_profile`) when the queue opts in (``gpufleet.io/mig-resize-on-oom``),
+  and says so in its admission (``resized``).
 
 A workload's class is its ``gpufleet.io/workload-class`` label, else the simulator's ``sim.gpufleet.io/class``,
 else its namespace and kind: what a platform team would group by.
@@ -23,7 +24,8 @@ import bisect
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpufleet.api.objects import GpuDemand, PodTemplate
+from gpufleet.api.mig_resized import RESIZE_ON_OOM_ANNOTATION, Resize, resized_template
+from gpufleet.api.objects import PodTemplate
 from gpufleet.cluster.state import ClusterState
 from gpufleet.cluster.workloads import Workload
 from gpufleet.gpu.mig import geometry_for, profile_from_resource_name
@@ -68,22 +70,11 @@ class _ClassMemory:
 
 
 @dataclass(frozen=True, slots=True)
-class Resize:
-    """A MIG resource a workload's pods ask for, replaced by a larger profile of the same GPU after an OOM."""
-
-    old: str
-    new: str
-
-    def text(self) -> str:
-        return f"{self.old} → {self.new} (OOM-killed on {self.old})"
-
-
-@dataclass(frozen=True, slots=True)
 class OomLesson:
     """What one OOM taught of a workload: the shared GPUs it is kept off and the memory it is now expected to need
     beyond (0: nothing known to have been free there), or, on a MIG instance, the next larger profile its queue
-    covers (``offered``: the policy resizes the workload's next attempt to it; else only named, where the driver
-    cannot change what the pods ask: live, a Job's next pod asks what its template asks)."""
+    covers (``offered``: the queue opts in, ``gpufleet.io/mig-resize-on-oom``, and its next attempt asks it; else
+    only named)."""
 
     workload: str
     gpus: tuple[str, ...] = ()
@@ -100,8 +91,8 @@ class OomLesson:
             if self.offered:
                 return f"ran out of GPU memory on {self.mig_from}: its next attempt is offered {self.mig.new}"
             return (f"ran out of GPU memory on {self.mig_from}; its ClusterQueue covers {self.mig.new}, the next "
-                    f"larger profile: ask for {self.mig.new} in the pod template (a retried pod asks what its "
-                    "template asks)")
+                    f"larger profile, and does not resize ({RESIZE_ON_OOM_ANNOTATION} is not \"true\"): ask for "
+                    f"{self.mig.new} in the pod template")
         where = ", ".join(self.gpus)
         need = f", and is expected to need more than {self.needs_more_than} MiB" if self.needs_more_than else ""
         return f"ran out of GPU memory on the shared GPU {where}: it is not placed there again{need}"
@@ -195,25 +186,12 @@ def next_larger_profile(resource: str, gpu_model: str, covered: Collection[str])
     return larger[0].resource_name if larger else None
 
 
-def _resized_template(t: PodTemplate, resize: Resize) -> PodTemplate:
-    if resize.old not in t.requests and resize.old not in t.limits:
-        return t
-    profile = profile_from_resource_name(resize.new)
-    requests = {(resize.new if r == resize.old else r): v for r, v in t.requests.items()}
-    limits = {(resize.new if r == resize.old else r): v for r, v in t.limits.items()}
-    gpu: GpuDemand = t.gpu
-    if gpu.resource == resize.old or (gpu.kind == "mig" and f"nvidia.com/mig-{gpu.mig_profile}" == resize.old):
-        gpu = replace(gpu, resource=resize.new, mig_profile=profile)
-    return replace(t, requests=requests, limits=limits, gpu=gpu)
-
-
 def resized(workload: Workload, resizes: Sequence[Resize]) -> Workload:
     """``workload`` with every pod (and pod set) asking the resized MIG resources instead."""
     if not resizes:
         return workload
     pods = list(workload.pods)
     sets = list(workload.pod_sets)
-    for r in resizes:
-        pods = [replace(p, template=_resized_template(p.template, r)) for p in pods]
-        sets = [replace(s, template=_resized_template(s.template, r)) for s in sets]
+    pods = [replace(p, template=resized_template(p.template, resizes)) for p in pods]
+    sets = [replace(s, template=resized_template(s.template, resizes)) for s in sets]
     return replace(workload, pods=pods, pod_sets=sets)

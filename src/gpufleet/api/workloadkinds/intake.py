@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.api.errors import LEFT_OUT
+from gpufleet.api.mig_resized import RESIZED_ANNOTATION, BadResized, parse_resized, resized_template
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document
 from gpufleet.api.workloadkinds import (
@@ -134,7 +135,27 @@ def parse(r: FieldReader, api_version: str, kind: str) -> Any:
     made = parser(r)
     if isinstance(made, WorkloadOwner):
         tas.check_owner(r, made)  # said here, where each annotation's line is known
+        _resize_mig(r, made)
     return made
+
+
+def _resize_mig(r: FieldReader, owner: WorkloadOwner) -> None:
+    """The owner's pod templates as the webhook makes its pods once an OOM resized them
+    (:mod:`gpufleet.api.mig_resized`): what its workloads are charged is what their pods ask."""
+    text = owner.meta.annotations.get(RESIZED_ANNOTATION)
+    if text is None:
+        return
+    try:
+        resizes = parse_resized(text)
+    except BadResized as e:
+        r.warning(f"annotation {RESIZED_ANNOTATION}: {e}; its pods are read (and made) as their templates ask",
+                  "metadata", "annotations", RESIZED_ANNOTATION,
+                  fix="write old=new MIG resource names separated by commas, e.g. "
+                      "nvidia.com/mig-1g.10gb=nvidia.com/mig-2g.20gb, or remove the annotation")
+        return
+    for plan in owner.workloads:
+        for ps in plan.pod_sets:
+            ps.template = resized_template(ps.template, resizes)
 
 
 def keep(obj: Any, objects: ControllerObjects, order: int) -> None:

@@ -57,6 +57,7 @@ class CQSpec:
     stopped: bool
     pods_ready: PodsReadyPolicy
     reserve_after_s: float | None = None  # gang reservation (kueue.reservation); None: off
+    mig_resize_on_oom: bool = False  # a MIG OOM offers the next larger profile (gpufleet.api.mig_resized)
 
     def nominal(self, fr: FR) -> int:
         q = self.quotas.get(fr)
@@ -151,12 +152,13 @@ def _cq_spec(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor], global_rea
         fungibility=cq.flavor_fungibility, fair_weight=cq.fair_weight, stopped=cq.stop_policy != "None",
         pods_ready=cq.pods_ready if cq.pods_ready is not None else global_ready,
         reserve_after_s=cq.reserve_after_s if extensions else None,
+        mig_resize_on_oom=cq.mig_resize_on_oom and extensions,
     )
 
 
 def queue_config(manifests: Manifests, *, extensions: bool = True) -> QueueConfig:
     """The queues, quotas and cohorts of ``manifests``; ``extensions=False`` leaves out what only gpufleet reads
-    on Kueue's objects (the gang reservation), as Kueue itself would."""
+    on Kueue's objects (the gang reservation, the MIG resize), as Kueue itself would."""
     scheduler = manifests.config or SchedulerConfig()
     flavors = {f.name: f for f in manifests.flavors}
     cqs = {cq.name: _cq_spec(cq, flavors, scheduler.pods_ready, extensions) for cq in manifests.cluster_queues}

@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
+from gpufleet.api.mig_resized import Resize
 from gpufleet.api.objects import Topology
 from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState, NodeState
@@ -40,7 +41,7 @@ from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.selection import matches_affinity
 from gpufleet.scheduling.kueue.shields import shield
 from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
-from gpufleet.scheduling.memory import MemoryBook, OomLesson, Resize, next_larger_profile, resized
+from gpufleet.scheduling.memory import MemoryBook, OomLesson, next_larger_profile, resized
 from gpufleet.scheduling.placement import make_placer
 from gpufleet.scheduling.placement.filters import gpu_key
 from gpufleet.scheduling.quota import FR, QuotaTree
@@ -79,9 +80,10 @@ class KueuePolicy:
                  name: str | None = None, extensions: bool = True, mig_resize: bool = True) -> None:
         """``memory_aware``: learn pods' GPU memory (:class:`MemoryBook`: hints and avoided GPUs for placement,
         a larger MIG profile after an OOM on one); False is Kueue as it is, which learns nothing of it.
-        ``mig_resize``: a workload OOM-killed on a MIG instance asks the next larger profile at its next attempt;
-        False (live: a Job's next pod asks what its template asks, which the scheduler cannot change) only names
-        that profile (:meth:`oom_at`).
+        ``mig_resize``: where a workload OOM-killed on a MIG instance is offered the next larger profile (its
+        ClusterQueue opts in: ``gpufleet.io/mig-resize-on-oom``), the policy resizes its next attempt itself; False
+        leaves that to the driver (live: a Job's next pod asks what its template asks, so the scheduler writes the
+        resize on the Job and the webhook rewrites its next pods, :mod:`gpufleet.api.mig_resized`).
         ``extensions``: honour gpufleet's additions to Kueue's objects (the gang reservation,
         ``gpufleet.io/reserve-after``); False reads them as Kueue does, which ignores unknown annotations."""
         if name is not None:
@@ -370,8 +372,9 @@ class KueuePolicy:
                 covered = set(cq.group_of) if cq is not None else set()
                 new = next_larger_profile(old, gpu.model, covered)
                 resize = Resize(old, new) if new is not None else None
-                self.memory.oom_on_mig(info.workload, resize if self.mig_resize else None)
-                return OomLesson(workload, mig=resize, mig_from=old, offered=resize is not None and self.mig_resize)
+                offered = resize is not None and cq is not None and cq.mig_resize_on_oom
+                self.memory.oom_on_mig(info.workload, resize if offered and self.mig_resize else None)
+                return OomLesson(workload, mig=resize, mig_from=old, offered=offered)
         if not shared:
             return None
         # Which of its GPUs ran out is not reported: the least free one bounds what it needed from below.
