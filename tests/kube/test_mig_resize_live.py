@@ -251,3 +251,60 @@ def test_a_pod_made_before_the_resize_reached_the_webhook_runs_as_it_asks(
     apisim.create(r.PODS, controlled(template_pod, owner, "train-b"))
     wait_until(lambda: bound_node(apisim, "train-b") == "m0", what="the unresized pod bound")
     assert devices(apisim, "train-b")[0] in ("MIG-1g-a", "MIG-1g-b")
+
+
+def test_a_busy_job_is_written_after_its_status_changes_under_the_patch(
+        apisim: ApiSim, live_scheduler: Callable[..., Scheduler]) -> None:
+    """The Job controller writes the Job's status as its pod fails: the patch, guarded by the resourceVersion the
+    scheduler read, meets a conflict or two, and is written once it has read the Job again."""
+    import kmock
+
+    _setup(apisim)
+    patches = apisim.kmock[kmock.resource(JOBS.group, JOBS.version, JOBS.plural),
+                           lambda req: str(req.method.value) == "PATCH"]
+    conflict = status(409, "Conflict", "the object has been modified; please apply your changes to the latest version")
+    apisim.harness.call(lambda: patches[:3] << 409 << conflict)
+    live_scheduler()
+    wait_until(lambda: bound_node(apisim, "train-a") == "m0", what="the first pod bound")
+    failed_with(apisim, "train-a", TORCH_OOM)
+    wait_until(lambda: events(apisim, REASON), what="the GPUOutOfMemory event")
+    assert (apisim.get(JOBS, NS, "train") or {})["metadata"]["annotations"][RESIZED_ANNOTATION] == f"{ONE_G}={TWO_G}"
+    assert len(apisim.writes(JOBS, "PATCH")) == 4
+
+
+def test_the_workload_is_named_after_the_highest_owner_and_only_the_job_kinds_are_written() -> None:
+    """A TrainJob's pods: pod -> Job -> JobSet (named as the TrainJob) -> TrainJob. The workload is the TrainJob's,
+    whose pods come from its runtime's templates, so nothing is written; the event says what to do."""
+    from gpufleet.api.mig_resized import Resize
+    from gpufleet.k8s.client import KubeClient
+    from gpufleet.live.mig_resize import MigResizer, owner_of
+    from gpufleet.scheduling.memory import OomLesson
+
+    types = {res.kind: res for res in r.WORKLOAD_RESOURCES if res.group in ("batch", "jobset.x-k8s.io",
+                                                                             "trainer.kubeflow.org")}
+    chain = [("TrainJob", "trainer.kubeflow.org/v1alpha1", "tj", None),
+             ("JobSet", "jobset.x-k8s.io/v1alpha2", "tj", ("trainer.kubeflow.org/v1alpha1", "TrainJob", "tj")),
+             ("Job", "batch/v1", "tj-node-0", ("jobset.x-k8s.io/v1alpha2", "JobSet", "tj"))]
+    store: dict[tuple[str, str], JsonDict] = {}
+    for kind, api_version, name, parent in chain:
+        meta: JsonDict = {"name": name, "namespace": NS, "uid": f"uid-{kind}"}
+        if parent is not None:
+            meta["ownerReferences"] = [{"apiVersion": parent[0], "kind": parent[1], "name": parent[2],
+                                        "uid": f"uid-{parent[1]}", "controller": True}]
+        store[(types[kind].key, f"{NS}/{name}")] = {"apiVersion": api_version, "kind": kind, "metadata": meta}
+    pod = {"metadata": {"name": "tj-node-0-0", "namespace": NS, "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "tj-node-0", "uid": "uid-Job", "controller": True}]}}
+
+    def lookup(res: r.ResourceType, key: str) -> JsonDict | None:
+        return store.get((res.key, key))
+
+    found = owner_of(pod, f"{NS}/tj", list(types.values()), lookup)
+    assert found is not None and found[0].kind == "TrainJob"
+    resizer = MigResizer(KubeClient(host="http://127.0.0.1:9"), list(types.values()), lookup)  # (never called)
+    lesson = OomLesson(f"{NS}/tj", mig=Resize(ONE_G, TWO_G), mig_from=ONE_G, offered=True)
+    text = resizer.resize(pod, lesson)
+    assert f"not made from TrainJob {NS}/tj's own templates" in text and text.endswith(
+        f"ask for {TWO_G} in its pod template")
+    # The Job's own workload (a Job of its own): named after the Job, written there.
+    found = owner_of(pod, f"{NS}/tj-node-0", list(types.values()), lookup)
+    assert found is not None and found[0].kind == "Job"

@@ -1,4 +1,5 @@
-"""deploy/webhook/ (and the chart's webhook.enabled): the fractional-GPU webhook's objects, validated offline.
+"""deploy/webhook/ (and the chart's webhook.enabled): the admission webhook's objects (fractional GPUs, MIG
+resizes), validated offline.
 
 Core kinds go through kubernetes-validate (strict) like deploy/; cert-manager's Issuer and Certificate have no
 schema there, so their structure is checked by hand. Then the wiring: what the API server calls must reach
@@ -35,7 +36,8 @@ def one(kind: str, docs: list[Doc] | None = None) -> Doc:
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("kind", ["Service", "MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding"])
+@pytest.mark.parametrize("kind", ["Service", "MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding",
+                                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
 def test_core_objects_are_valid_for_kubernetes(kind: str, version: str) -> None:
     kubernetes_validate.validate(one(kind), version, strict=True)
 
@@ -123,15 +125,18 @@ def test_chart_with_the_webhook_renders_deploy_webhook() -> None:
 
 
 def _mig_pod(*, scheduler: str = "gpufleet", controlled: bool | None = True, where: str = "limits",
-             resource: str = "nvidia.com/mig-1g.10gb") -> Doc:
+             resource: str = "nvidia.com/mig-1g.10gb", init: bool = False) -> Doc:
     meta: Doc = {"name": "p", "namespace": "team-a"}
     if controlled is not None:
         meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u",
                                     "controller": controlled}]
     containers = [{"name": "side", "image": "x"},
                   {"name": "main", "image": "x", "resources": {where: {resource: "1", "cpu": "1"}}}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"schedulerName": scheduler, "containers": containers}}
+    spec: Doc = {"schedulerName": scheduler, "containers": containers}
+    if init:
+        spec["initContainers"] = [{"name": "warm", "image": "x",
+                                   "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 @pytest.mark.parametrize(("pod", "sent"), [
@@ -141,6 +146,7 @@ def _mig_pod(*, scheduler: str = "gpufleet", controlled: bool | None = True, whe
     (_mig_pod(controlled=None), False),  # a pod of its own: nothing makes it again
     (_mig_pod(controlled=False), False),  # owned, but by no controller
     (_mig_pod(resource="nvidia.com/gpu"), False),  # no MIG instance asked
+    (_mig_pod(resource="nvidia.com/gpu", init=True), True),  # asked by an init container (the charge counts it)
 ])
 def test_the_mig_resize_webhook_gets_exactly_the_controlled_mig_pods_of_this_scheduler_and_fails_open(
         pod: Doc, sent: bool) -> None:
@@ -155,15 +161,57 @@ def test_the_mig_resize_webhook_gets_exactly_the_controlled_mig_pods_of_this_sch
     assert all(results) is sent, results
 
 
+def _resizable() -> set[tuple[str, str]]:
+    """(group, plural) of the kinds gpufleet resizes (gpufleet.api.mig_resized.RESIZABLE_KINDS)."""
+    from gpufleet.api.mig_resized import RESIZABLE_KINDS
+    from gpufleet.k8s import resources as r
+
+    out = {(res.group, res.plural) for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) in RESIZABLE_KINDS}
+    assert len(out) == len(RESIZABLE_KINDS)
+    return out
+
+
 def test_the_mig_resize_grant_patches_only_the_job_kinds_and_goes_to_the_scheduler() -> None:
     role, binding = one("ClusterRole"), one("ClusterRoleBinding")
     verbs = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"]
              for v in rule["verbs"]}
     assert {v for _, _, v in verbs} == {"patch"}
-    assert ("batch", "jobs", "patch") in verbs and not {res for _, res, _ in verbs} & {"pods", "secrets"}
+    assert {(g, res) for g, res, _ in verbs} == _resizable()
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     deployment = next(d for d in deploy_docs() if d["kind"] == "Deployment")
     [subject] = binding["subjects"]
     assert (subject["name"], subject["namespace"]) == (
         deployment["spec"]["template"]["spec"]["serviceAccountName"], deployment["metadata"]["namespace"])
+
+
+def test_only_the_scheduler_changes_a_resize_once_the_object_exists() -> None:
+    from test_policy_manifests import SCHEDULER, Policy
+
+    vap, binding = one("ValidatingAdmissionPolicy"), one("ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+    rules = vap["spec"]["matchConstraints"]["resourceRules"]
+    assert {(g, res) for rule in rules for g in rule["apiGroups"] for res in rule["resources"]} == _resizable()
+    assert {op for rule in rules for op in rule["operations"]} == {"UPDATE"}  # set at creation: pods agree
+    policy = Policy(vap)
+    key = "gpufleet.io/mig-resized"
+
+    def job(**annotations: str) -> Doc:
+        meta: Doc = {"name": "train", "namespace": "ml"}
+        if annotations:
+            meta["annotations"] = annotations
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta}
+
+    one_two = {key: "nvidia.com/mig-1g.10gb=nvidia.com/mig-2g.20gb"}
+    chained = {key: "nvidia.com/mig-1g.10gb=nvidia.com/mig-3g.40gb,nvidia.com/mig-2g.20gb=nvidia.com/mig-3g.40gb"}
+    for case, user, new, old, admitted in [
+        ("the scheduler writes it", SCHEDULER, job(**one_two), job(), True),
+        ("the scheduler adds an entry", SCHEDULER, job(**chained), job(**one_two), True),
+        ("a user removes it", "alice", job(), job(**one_two), False),
+        ("a user changes it", "alice", job(**chained), job(**one_two), False),
+        ("a user adds it later", "alice", job(**one_two), job(), False),
+        ("a user edits another annotation", "alice", job(**one_two, note="x"), job(**one_two), True),
+        ("the Job controller writes status", "system:serviceaccount:kube-system:job-controller", job(**one_two),
+         job(**one_two), True),
+    ]:
+        assert policy.admits("UPDATE", user, new, old) is admitted, case

@@ -42,8 +42,13 @@ def test_a_value_reads_back_as_it_was_written() -> None:
     assert parse_resized(format_resized(chain)) == chain
     assert parse_resized(f" {ONE} = {TWO} ,, ") == (Resize(ONE, TWO),)  # spaces and empty entries pass
     assert resolve(ONE, chain) == THREE and resolve(TWO, chain) == THREE and resolve("cpu", chain) == "cpu"
-    assert with_resize(chain[:1], chain[1]) == chain
+    # Written to its end: the entry that led to 2g leads to 3g now, so one pass takes any pod where it goes.
+    assert with_resize(chain[:1], chain[1]) == (Resize(ONE, THREE), Resize(TWO, THREE))
     assert with_resize(chain, Resize(ONE, THREE)) == chain  # a pod asking 1g is resized already
+    # Written in the other order (a JobSet's 2g pods ran out first, then its 1g pods): followed to its end, so a
+    # webhook called again on a pod it resized changes nothing.
+    other = with_resize((Resize(TWO, THREE),), Resize(ONE, TWO))
+    assert resolve(ONE, other) == THREE and resolve(resolve(ONE, other), other) == THREE
 
 
 @pytest.mark.parametrize(("text", "why"), [
@@ -52,6 +57,8 @@ def test_a_value_reads_back_as_it_was_written() -> None:
     (f"nvidia.com/gpu={TWO}", "'nvidia.com/gpu' is not a MIG resource name"),
     (f"{ONE}={ONE}", "replaces nvidia.com/mig-1g.10gb with itself"),
     (",".join([f"{ONE}={TWO}"] * 17), "17 entries; at most 16"),
+    (f"{ONE}={TWO},{ONE}={THREE}", "nvidia.com/mig-1g.10gb is already replaced by an earlier entry"),
+    (f"{ONE}={TWO},{TWO}={ONE}", "go round in a circle"),
 ])
 def test_a_value_that_does_not_read_says_why(text: str, why: str) -> None:
     with pytest.raises(BadResized, match=why):
@@ -71,6 +78,23 @@ def test_a_resized_map_asks_each_resource_once_and_what_resolve_says(resizes: li
         assert names == list(asked) or len(set(names)) < len(names)
         return
     assert list(out) == names and list(out.values()) == list(asked.values())
+
+
+@given(st.lists(st.tuples(NAMES, NAMES).filter(lambda p: p[0] != p[1]).map(lambda p: Resize(*p)), max_size=6))
+def test_resizes_the_scheduler_writes_always_read_back_and_resolving_twice_changes_nothing(
+        lessons: list[Resize]) -> None:
+    """Whatever order the OOMs come in, what with_resize writes reads back (no resource replaced twice, no cycle)
+    and a pod resized once is where it goes: a webhook called again leaves it."""
+    written: tuple[Resize, ...] = ()
+    for lesson in lessons:
+        if resolve(lesson.new, written) == lesson.old:
+            continue  # (a larger profile never leads back to a smaller one: the core offers only larger ones)
+        written = with_resize(written, lesson)
+    if not written:
+        return
+    assert parse_resized(format_resized(written)) == written
+    for name in (ONE, TWO, THREE, "nvidia.com/mig-4g.40gb", "nvidia.com/mig-7g.80gb"):
+        assert resolve(resolve(name, written), written) == resolve(name, written)
 
 
 def test_a_jobs_templates_are_read_resized_and_its_pods_too() -> None:

@@ -2,7 +2,8 @@
 profile (:mod:`gpufleet.api.mig_resized` says why and how the object carries it).
 
 At pod creation the pod's controllers are looked up in this replica's informer cache (the pod's Job, the JobSet
-above it...); the first that carries ``gpufleet.io/mig-resized`` says which MIG resources its pods ask instead.
+above it...); the first of the kinds resized (``RESIZABLE_KINDS``) that carries ``gpufleet.io/mig-resized`` says
+which MIG resources its pods ask instead.
 Every container's requests and limits are rewritten, and the pod gets the same annotation, which says what was
 changed (``kubectl describe`` shows a pod asking what its template does not). An annotation that does not read
 leaves the pod as it is and comes back as an admission warning naming the object; so does a pod the rewrite
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.api.mig_resized import (
+    RESIZABLE_KINDS,
     RESIZED_ANNOTATION,
     BadResized,
     Resize,
@@ -60,6 +62,8 @@ class CacheResizeSource:
         if not meta.get("namespace"):  # (the API server fills it from the request; a test's review may not)
             pod = {**pod, "metadata": {**meta, "namespace": namespace}}
         for res, obj in controllers(pod, self.resources, self.lookup):
+            if (res.group, res.kind) not in RESIZABLE_KINDS:
+                continue
             annotations = (obj.get("metadata") or {}).get("annotations")
             text = annotations.get(RESIZED_ANNOTATION) if isinstance(annotations, Mapping) else None
             if isinstance(text, str):

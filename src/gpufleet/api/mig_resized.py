@@ -10,9 +10,13 @@ they are, and the mutating webhook rewrites each new pod of that object:
       annotations:
         gpufleet.io/mig-resized: "nvidia.com/mig-1g.10gb=nvidia.com/mig-2g.20gb"
 
-A comma-separated list of ``old=new`` MIG resource names, applied in turn (``1g=2g,2g=3g`` takes a pod asking
-1g to 3g). Every reader of the object reads its templates resized (``plan``, ``simulate``, the live scheduler's
-quota), so what the workload is charged is what its pods ask. A team may write or remove the annotation itself.
+A comma-separated list of ``old=new`` MIG resource names, followed until nothing changes (``1g=2g,2g=3g`` takes a
+pod asking 1g to 3g; the scheduler writes each entry to its end, ``1g=3g,2g=3g``); a resource named twice on the
+left, or a cycle, does not read. Every reader of the object reads its templates resized (``plan``, ``simulate``,
+the live scheduler's quota), so what the workload is charged is what its pods ask. Only the kinds whose controllers
+make a new pod from the object's own templates after one fails are resized (:data:`RESIZABLE_KINDS`). A team may
+set the annotation when it creates the object; once it exists only the scheduler may change it
+(``deploy/webhook/admission-policy.yaml``): removing it would leave the resized pods charged as the smaller profile.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from gpufleet.gpu.mig import profile_from_resource_name
 RESIZE_ON_OOM_ANNOTATION = "gpufleet.io/mig-resize-on-oom"  # on a ClusterQueue: "true" opts its workloads in
 RESIZED_ANNOTATION = "gpufleet.io/mig-resized"  # on the object whose pods are resized (a Job)
 V = TypeVar("V")
+# (group, kind) of the objects resized: their controllers make a failed pod's replacement from their own templates,
+# and the scheduler may patch them (deploy/webhook/rbac.yaml). A TrainJob's pods come from its runtime's templates.
+RESIZABLE_KINDS: frozenset[tuple[str, str]] = frozenset({
+    ("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("batch.volcano.sh", "Job"),
+    *(("kubeflow.org", k) for k in ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "MPIJob"))})
 MAX_RESIZES = 16  # pairs in one annotation: a MIG geometry has at most a handful of profiles to climb
 
 
@@ -48,10 +57,10 @@ class BadResized(ValueError):
 def parse_resized(text: str) -> tuple[Resize, ...]:
     """The resizes an annotation's value lists, in order; :class:`BadResized` says what is wrong with it."""
     out: list[Resize] = []
-    for i, part in enumerate(text.split(",")):
-        part = part.strip()
-        if not part:
-            continue
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) > MAX_RESIZES:  # (before any is read: an annotation may be as long as 256 KiB)
+        raise BadResized(f"{len(parts)} entries; at most {MAX_RESIZES}")
+    for i, part in enumerate(parts):
         old, sep, new = (s.strip() for s in part.partition("="))
         if not sep:
             raise BadResized(f"entry {i + 1} ({part[:80]!r}) is not old=new")
@@ -60,11 +69,19 @@ def parse_resized(text: str) -> tuple[Resize, ...]:
                 raise BadResized(f"entry {i + 1}: {name[:80]!r} is not a MIG resource name (nvidia.com/mig-<profile>)")
         if old == new:
             raise BadResized(f"entry {i + 1} replaces {old} with itself")
+        if any(r.old == old for r in out):
+            raise BadResized(f"entry {i + 1}: {old} is already replaced by an earlier entry")
         out.append(Resize(old, new))
     if not out:
         raise BadResized("no old=new entry")
-    if len(out) > MAX_RESIZES:
-        raise BadResized(f"{len(out)} entries; at most {MAX_RESIZES}")
+    step = {r.old: r.new for r in out}
+    for r in out:
+        seen, at = {r.old}, r.new
+        while at in step:
+            if at in seen:
+                raise BadResized(f"the entries go round in a circle through {at}")
+            seen.add(at)
+            at = step[at]
     return tuple(out)
 
 
@@ -73,17 +90,22 @@ def format_resized(resizes: Iterable[Resize]) -> str:
 
 
 def with_resize(resizes: Sequence[Resize], resize: Resize) -> tuple[Resize, ...]:
-    """``resizes`` with ``resize`` after them, unless a pod asking ``resize.old`` is already taken elsewhere."""
+    """``resizes`` with ``resize`` added, each entry taken to its end (an entry that led to ``resize.old`` leads to
+    ``resize.new`` now), unless a pod asking ``resize.old`` is already taken elsewhere."""
     if any(r.old == resize.old for r in resizes):
         return tuple(resizes)
-    return (*resizes, resize)
+    return (*(Resize(r.old, resize.new) if r.new == resize.old else r for r in resizes), resize)
 
 
 def resolve(resource: str, resizes: Sequence[Resize]) -> str:
-    """What a pod asking ``resource`` asks once ``resizes`` are applied in turn."""
-    for r in resizes:
-        if resource == r.old:
-            resource = r.new
+    """What a pod asking ``resource`` asks once ``resizes`` are followed until nothing changes (as
+    :func:`parse_resized` reads them: no resource replaced twice, no cycle; a cycle given anyway stops after one
+    round)."""
+    step = {r.old: r.new for r in resizes}
+    for _ in range(len(step)):
+        if resource not in step:
+            break
+        resource = step[resource]
     return resource
 
 

@@ -20,7 +20,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.api.mig_resized import RESIZED_ANNOTATION, BadResized, format_resized, parse_resized, with_resize
+from gpufleet.api.mig_resized import (
+    RESIZABLE_KINDS,
+    RESIZED_ANNOTATION,
+    BadResized,
+    format_resized,
+    parse_resized,
+    with_resize,
+)
 from gpufleet.k8s.client import KubeClient
 from gpufleet.k8s.errors import Conflict, Forbidden, KubeError, NotFound
 from gpufleet.k8s.owners import Lookup, controllers
@@ -29,6 +36,7 @@ from gpufleet.scheduling.memory import OomLesson
 
 log = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
+_ATTEMPTS = 5  # writes guarded by the object's resourceVersion, each after reading it again
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -39,11 +47,13 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def owner_of(pod: Mapping[str, Any], workload: str, resources: Sequence[ResourceType],
              lookup: Lookup) -> tuple[ResourceType, Mapping[str, Any]] | None:
     """The object up ``pod``'s controllers that its workload is named after (``namespace/name``: its Job, or the
-    JobSet above the Job), if any; a workload of one group of its owner (a LeaderWorkerSet's) matches none."""
+    JobSet above the Job; the highest of those so named: a TrainJob, not the JobSet of the same name it made), if
+    any; a workload of one group of its owner (a LeaderWorkerSet's) matches none."""
+    found = None
     for res, obj in controllers(pod, resources, lookup):
         if f"{_meta(obj).get('namespace')}/{_meta(obj).get('name')}" == workload:
-            return res, obj
-    return None
+            found = res, obj
+    return found
 
 
 class MigResizer:
@@ -63,7 +73,10 @@ class MigResizer:
                     f"an owner it does not watch): ask for {new}")
         res, obj = found
         name = f"{res.kind} {_meta(obj).get('namespace')}/{_meta(obj).get('name')}"
-        for attempt in (0, 1):
+        if (res.group, res.kind) not in RESIZABLE_KINDS:
+            return (f"{head}, but its pods are not made from {name}'s own templates after a failure (gpufleet "
+                    f"resizes Jobs, JobSets, Kubeflow's and Volcano's jobs): ask for {new} in its pod template")
+        for attempt in range(_ATTEMPTS):
             written = _annotation(obj)
             try:
                 resizes = parse_resized(written) if written is not None else ()
@@ -78,8 +91,8 @@ class MigResizer:
             meta = _meta(obj)
             try:
                 self.client.patch(res, str(meta.get("name")), patch, str(meta.get("namespace")))
-            except Conflict:
-                if attempt:
+            except Conflict:  # (the Job controller writes the Job's status as its pods end: likely, and brief)
+                if attempt == _ATTEMPTS - 1:
                     break
                 try:
                     obj = self.client.get(res, str(meta.get("name")), str(meta.get("namespace")))

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.api.errors import LEFT_OUT
-from gpufleet.api.mig_resized import RESIZED_ANNOTATION, BadResized, parse_resized, resized_template
+from gpufleet.api.mig_resized import (
+    RESIZABLE_KINDS,
+    RESIZED_ANNOTATION,
+    BadResized,
+    parse_resized,
+    resized_template,
+)
 from gpufleet.api.reader import FieldReader
 from gpufleet.api.source import Document
 from gpufleet.api.workloadkinds import (
@@ -143,7 +149,7 @@ def _resize_mig(r: FieldReader, owner: WorkloadOwner) -> None:
     """The owner's pod templates as the webhook makes its pods once an OOM resized them
     (:mod:`gpufleet.api.mig_resized`): what its workloads are charged is what their pods ask."""
     text = owner.meta.annotations.get(RESIZED_ANNOTATION)
-    if text is None:
+    if text is None or (owner.rule.group, owner.rule.kind) not in RESIZABLE_KINDS:
         return
     try:
         resizes = parse_resized(text)
