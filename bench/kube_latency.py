@@ -10,8 +10,10 @@ bound (a kubelet that starts it at once), but with ``--never-ready N`` every Nth
 (an image that never pulls) and is evicted T seconds after its Binding; ``--node-churn C``, a node cordoned C
 times a second meanwhile (and the one cordoned before it uncordoned), as maintenance or an autoscaler's
 scale-down candidates do; ``--nodes-join J``, J new nodes a second meanwhile, as a cluster scaling up;
-``--nodes-lost L``, L nodes a second deleted under their pods meanwhile (a node lost, a spot instance
-reclaimed), whose pods the pod garbage collector deletes ``--gc-after`` seconds later (40:
+``--foreign-churn F``, another scheduler's ReplicaSets (100 of them, web services of the default scheduler)
+scaled F times a second meanwhile, every tenth change deleting one and creating its successor, as rollouts and
+autoscalers of a shared cluster do; ``--nodes-lost L``, L nodes a second deleted under their pods meanwhile (a node
+lost, a spot instance reclaimed), whose pods the pod garbage collector deletes ``--gc-after`` seconds later (40:
 kube-controller-manager's quarantine of a node's orphaned pods); ``--preempt-rate P``, P pods of high priority a
 second meanwhile into a ClusterQueue whose quota low-priority running pods fill (withinClusterQueue:
 LowerPriority), each preempting one of them (the emulator deletes an evicted pod at once); with ``--victim-job-pods
@@ -42,7 +44,8 @@ of that git revision, alternating with the current code, and prints the ratios.
     .venv/bin/python bench/kube_latency.py [--nodes 200] [--backlog 500] [--arrivals 200] [--rate 5]
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
                                            [--never-ready 0]
-                                           [--node-churn 0] [--nodes-join 0] [--preempt-rate 0]
+                                           [--node-churn 0] [--nodes-join 0] [--foreign-churn 0]
+                                           [--preempt-rate 0]
                                            [--victim-job-pods 0] [--grace 1] [--nodes-lost 0] [--gc-after 40]
                                            [--idle 20]
                                            [--within 120] [--repeat 1]
@@ -143,9 +146,10 @@ def emulator_role(args: argparse.Namespace) -> int:
     harness.start()
     sim = TimingSim(harness)
     jobs_res = next(res for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) == ("batch", "Job"))
+    replica_sets = next(res for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) == ("apps", "ReplicaSet"))
     sim.serve(r.NODES, r.PODS, r.NAMESPACES, r.PRIORITY_CLASSES, r.LEASES, r.EVENTS, r.RESOURCE_FLAVORS,
               r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES,
-              *([jobs_res] if args.victim_job_pods else []))
+              *([jobs_res] if args.victim_job_pods else []), *([replica_sets] if args.foreign_churn else []))
     held = 5  # of each node's 8 GPUs
     urgent = int(args.preempt_rate * args.arrivals / args.rate) if args.preempt_rate else 0  # high pods to come
     per_victim = max(1, args.victim_job_pods)  # GPUs a high pod asks, and a victim holds
@@ -200,7 +204,22 @@ def emulator_role(args: argparse.Namespace) -> int:
                 for m in range(per_victim):
                     s._create(r.PODS, job_pod(name, f"{name}-p{m}", where), None)
 
+    def web(name: str, replicas: int) -> JsonDict:
+        """A web service's ReplicaSet, whose pods the default scheduler places."""
+        from live_env import NS
+
+        template = {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx",
+                                             "resources": {"requests": {"cpu": "100m"}}}]}}
+        return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name, "namespace": NS},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}}
+
+    def fill_web(s: ApiSim) -> None:
+        for i in range(100 if args.foreign_churn else 0):
+            s._create(replica_sets, web(f"web-{i:03d}", 2), None)
+
     sim.harness.call(lambda: fill(sim), timeout=600)
+    sim.harness.call(lambda: fill_web(sim), timeout=600)
     # The emulator stands in for the API server, whose (Go) collector runs beside its requests: here a full
     # collection of the filled cluster's objects held the emulator's one loop for 0.15-0.4 s, delaying whichever
     # Binding came then. What is alive after the fill is left out of every later collection.
@@ -241,6 +260,21 @@ def emulator_role(args: argparse.Namespace) -> int:
                 sim._patched(r.NODES, None, back, {"spec": {"unschedulable": False}})
 
         sim.harness.call(flip, timeout=60)
+
+    def foreign(k: int) -> None:
+        """Another scheduler's ReplicaSets changing at --foreign-churn per second: scaled, and every tenth change
+        one replaced by its successor (a rollout)."""
+        i = k % 100
+
+        def change() -> None:
+            names = sorted(n for _, n in sim.objects[replica_sets.key] if n.startswith(f"web-{i:03d}"))
+            if k % 10 == 9:
+                sim._delete(replica_sets, pod_ns, names[-1])
+                sim._create(replica_sets, web(f"web-{i:03d}-r{k}", 2), None)
+            else:
+                sim._patched(replica_sets, pod_ns, names[-1], {"spec": {"replicas": 1 + k % 5}})
+
+        sim.harness.call(change, timeout=60)
 
     def join(k: int) -> None:
         """Nodes joining at --nodes-join per second (a cluster scaling up)."""
@@ -307,6 +341,7 @@ def emulator_role(args: argparse.Namespace) -> int:
             threading.Thread(target=finish, daemon=True).start()
             threading.Thread(target=paced, args=(args.node_churn, churn), daemon=True).start()
             threading.Thread(target=paced, args=(args.nodes_join, join), daemon=True).start()
+            threading.Thread(target=paced, args=(args.foreign_churn, foreign), daemon=True).start()
             threading.Thread(target=preempt, daemon=True).start()
             threading.Thread(target=paced, args=(args.nodes_lost, lose), daemon=True).start()
             _emit({"ok": True})
@@ -426,6 +461,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
                "--never-ready", str(args.never_ready),
                "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
+               "--foreign-churn", str(args.foreign_churn),
                "--preempt-rate", str(args.preempt_rate), "--victim-job-pods", str(args.victim_job_pods),
                "--grace", str(args.grace), "--nodes-lost", str(args.nodes_lost), "--gc-after", str(args.gc_after),
                "--running-gang-size", str(args.running_gang_size), *extra]
@@ -526,6 +562,8 @@ def main() -> int:
                         help="nodes cordoned (and the one before uncordoned) per second while the new pods arrive")
     parser.add_argument("--nodes-join", type=float, default=0.0,
                         help="new 8-GPU nodes created per second while the new pods arrive (a scale-up)")
+    parser.add_argument("--foreign-churn", type=float, default=0.0,
+                        help="another scheduler's ReplicaSets changing per second (rollouts, autoscaling)")
     parser.add_argument("--preempt-rate", type=float, default=0.0,
                         help="high-priority pods a second, each preempting a low-priority running one")
     parser.add_argument("--victim-job-pods", type=int, default=0,
@@ -561,6 +599,8 @@ def main() -> int:
           + (f", running pods ending at {args.finish_rate:g}/s meanwhile" if args.finish_rate else "")
           + (f", a node cordoned at {args.node_churn:g}/s meanwhile" if args.node_churn else "")
           + (f", nodes joining at {args.nodes_join:g}/s meanwhile" if args.nodes_join else "")
+          + (f", another scheduler's ReplicaSets changing at {args.foreign_churn:g}/s meanwhile"
+             if args.foreign_churn else "")
           + (f", nodes lost under their pods at {args.nodes_lost:g}/s meanwhile (collected {args.gc_after:g}s later)"
              if args.nodes_lost else "")
           + (f", high-priority pods preempting at {args.preempt_rate:g}/s meanwhile"

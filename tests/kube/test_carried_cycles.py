@@ -1167,3 +1167,84 @@ def test_block_admission_carried_on_decides_as_a_rebuild_decides(steps: list[lis
         assert outcome(carried)[0] == outcome(rebuilt)[0]
         assert set(outcome(carried)[1]) == set(outcome(rebuilt)[1])
         _finish_cycle(run, snapshot, carried, t)
+
+
+def test_another_schedulers_objects_changing_or_going_are_carried_and_wake_no_cycle() -> None:
+    """Every Deployment and ReplicaSet (and Job...) of the cluster is watched; their rollouts, scaling and deletions
+    concern the scheduler only where their templates name it. Before, each took a full cycle (seconds at 5,000
+    nodes), and woke one."""
+    from gpufleet.live.assumed import AssumedPods
+    from gpufleet.live.wakeup import Wakeup
+
+    c, run, now = started([4, 4], [1, 0], backlog=1)
+    wakeup = Wakeup(c.cache, AssumedPods(30.0), scheduler_name="gpufleet")
+    theirs = job_object("web", pods=2)
+    theirs["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    c.put(JOBS, theirs)
+    scaled = json.loads(json.dumps(theirs))
+    scaled["spec"]["parallelism"] = 5
+    scaled["metadata"]["labels"]["rolled"] = "yes"
+    c.put(JOBS, scaled, "MODIFIED")
+    c.put(JOBS, scaled, "DELETED")
+    assert wakeup.version == 0  # nothing to decide: no cycle
+    c.put(r.PODS, pod("new", queue="lq"))
+    assert wakeup.version == 1
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert f"{NS}/new" in outcome(d)[0]
+    # Ours turning another's (its template's scheduler changed): what the world read of it no longer holds.
+    owner = job_object("train", pods=1, queue="lq")
+    c.put(JOBS, owner)
+    step(run, now + 2)
+    moved = json.loads(json.dumps(owner))
+    moved["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    version = wakeup.version
+    c.put(JOBS, moved, "MODIFIED")
+    assert wakeup.version == version + 1
+    assert run._carry_on(c.cache.snapshot(), now + 3) is None
+    wakeup.close()
+
+
+def test_a_finished_job_deleted_after_its_pods_is_carried_and_forgotten() -> None:
+    """ttlSecondsAfterFinished deletes a finished Job with foreground propagation: the Job marked for deletion,
+    its pods deleted, then the Job gone; each step carried on, the Job read out of the world's owners."""
+    c, run, now = started([4], [0], backlog=0)
+    owner = job_object("train", pods=1, queue="lq")
+    c.put(JOBS, owner)
+    [first] = job_pods(owner)
+    c.put(r.PODS, first)
+    d, carried = step(run, now + 1)
+    assert carried and outcome(d)[0] == {f"{NS}/train"}
+    name = first["metadata"]["name"]
+    land(c, name, "n0")
+    _finish_pod(c, name)
+    step(run, now + 2)
+    marked = json.loads(json.dumps(c.cache.get(JOBS, f"{NS}/train")))
+    marked["metadata"]["deletionTimestamp"] = stamp()
+    marked["metadata"]["finalizers"] = ["foregroundDeletion"]
+    c.put(JOBS, marked, "MODIFIED")
+    _carried_as_rebuilt(run, c, now + 3)
+    # While its pod is still there, the Job's deletion would group the pod otherwise: a full cycle.
+    snapshot_before = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
+    c.put(r.PODS, snapshot_before, "DELETED")
+    _carried_as_rebuilt(run, c, now + 4)
+    c.put(JOBS, marked, "DELETED")
+    _carried_as_rebuilt(run, c, now + 5)
+    assert not [o for o in run.kept.world.queues.controllers.owners if o.meta.name == "train"]  # type: ignore[union-attr]
+    # A pod naming the deleted Job by its labels (its controller is gone: nothing makes one, but a user might) is a
+    # workload of its own, as a rebuild reads it.
+    stray = json.loads(json.dumps(first))
+    stray["metadata"]["name"] = "stray"
+    stray["metadata"].pop("uid", None)
+    c.put(r.PODS, stray)
+    _carried_as_rebuilt(run, c, now + 6)
+
+
+def test_a_job_deleted_while_its_pods_remain_takes_a_full_cycle() -> None:
+    c, run, now = started([4], [0], backlog=0)
+    owner = job_object("train", pods=2, queue="lq")
+    c.put(JOBS, owner)
+    for p in job_pods(owner):
+        c.put(r.PODS, p)
+    assert step(run, now + 1)[1]
+    c.put(JOBS, json.loads(json.dumps(c.cache.get(JOBS, f"{NS}/train"))), "DELETED")  # (background propagation)
+    assert run._carry_on(c.cache.snapshot(), now + 2) is None

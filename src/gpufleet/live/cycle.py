@@ -227,7 +227,7 @@ class CycleRunner:
         self.resizer = MigResizer(self.writes, tuple(resources), cache.get)
         self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
         # When the next cycle is worth running (not for our own Bindings landing), and the Bindings in flight.
-        self.wakeup = Wakeup(cache, self.assumed)
+        self.wakeup = Wakeup(cache, self.assumed, scheduler_name=settings.scheduler_name)
         self.binds = BindQueue(self.binder, self.assumed, workers=b.workers, metrics=metrics,
                                on_release=self._released)
         # What the next cycle may carry on from (gpufleet.live.increment): the last world and policy, the cache's
@@ -380,9 +380,9 @@ class CycleRunner:
                                assumed=self.assumed, require_mutation=s.webhook.require_mutation)
         if carried is None or any(e.problem is not None for e in carried.new):
             return None
-        if carried.owners and not read_owners(kept.world, snapshot, carried.owners, parse=self.parse,
-                                              scheduler_name=s.scheduler_name,
-                                              queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
+        if (carried.owners or carried.owners_gone) and not read_owners(
+                kept.world, snapshot, carried.owners, parse=self.parse, scheduler_name=s.scheduler_name,
+                queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
             return None
         # Nodes cordoned, tainted, relabelled or turning ready: in place, before anything is placed.
         apply_nodes(kept.world, kept.policy, carried.nodes, now)

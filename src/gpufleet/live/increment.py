@@ -70,6 +70,7 @@ from typing import Any
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, Node, Pod
+from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster import grouping
 from gpufleet.cluster.build import build_workloads
 from gpufleet.cluster.state import NodeState, node_state_from
@@ -180,6 +181,9 @@ class Carried:
     # Pod groups on their way out whose first member is gone: key -> the workload a rebuild groups from the members
     # left, admitted again in the group's place (release)
     regroup: dict[str, Workload] = field(default_factory=dict)
+    # Workload-kind objects of ours deleted that nothing in the world refers to any more (a finished Job deleted
+    # after its pods): the world's owners are read again without them
+    owners_gone: bool = False
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -215,13 +219,50 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             out.nodes[c.key] = changed
         elif unread_status_only(c):
             continue
-        elif (res := WORKLOAD_KEYS.get(c.resource)) is not None and c.type == "ADDED" and c.new is not None:
-            if parse.ours(res, c.key, c.new, scheduler_name):
-                out.owners.append((res, c.key, c.new))
+        elif (res := WORKLOAD_KEYS.get(c.resource)) is not None:
+            if c.type == "ADDED" and c.new is not None:
+                if parse.ours(res, c.key, c.new, scheduler_name):
+                    out.owners.append((res, c.key, c.new))
+                continue
+            if not any(o is not None and parse.ours(res, c.key, o, scheduler_name) for o in (c.old, c.new)):
+                continue  # another scheduler's object, before and after: no cycle reads it
+            if c.type == "MODIFIED" and c.old is not None and c.new is not None and deletion_marked(c.old, c.new):
+                continue  # its deletion under way (foreground): each of its pods' deletions is a change of its own
+            if c.type == "DELETED" and c.old is not None and not _referred_to(world, new, res, c.old):
+                out.owners_gone = True
+                continue
+            return None
         else:
             return None
     out.new = list(new.values())
     return out
+
+
+_DELETION_META = ("deletionTimestamp", "deletionGracePeriodSeconds", "finalizers")
+
+
+def deletion_marked(old: JsonDict, new: JsonDict) -> bool:
+    """A workload-kind object whose change is its deletion starting (or its finalizers going), nothing else."""
+    return without_status(old, _DELETION_META) == without_status(new, _DELETION_META)
+
+
+def _referred_to(world: World, new: dict[str, PodEntry], res: r.ResourceType, obj: JsonDict) -> bool:
+    """Whether a pod the world knows (or one created since) belongs to ``obj``: by its owner references, the labels
+    its controller gives it, or its workload's name. Such a pod is grouped otherwise once the object is gone."""
+    meta = obj.get("metadata") or {}
+    uid, name, namespace = meta.get("uid"), meta.get("name"), meta.get("namespace") or ""
+    rule = RULES.get((res.group, res.kind))
+    labels = [ol.name for ol in rule.owner_labels] if rule is not None else []
+    for e in (*world.pods.values(), *world.unjoined.values(), *new.values()):
+        if e.pod is None or e.namespace != namespace:
+            continue
+        pod_meta = e.pod.meta
+        if (uid and uid in pod_meta.owners) or any(
+                pod_meta.labels.get(k) == name or pod_meta.annotations.get(k) == name for k in labels):
+            return True
+        if world.workload_of.get(e.key) == f"{namespace}/{name}":
+            return True
+    return False
 
 
 def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Carried, *, scheduler_name: str,

@@ -13,6 +13,8 @@ therefore waits for *work*, counted here:
     controllers rewrite it as their pods come and go, and the pods' own changes wake the cycle);
   - the status of a pod that holds no node changing but for its phase: our own ``PodScheduled=False``
     conditions on the pods that wait (a backlog of thousands writes as many), which no decision reads;
+  - an object of a workload kind whose pod templates name another scheduler, before and after the change
+    (every Deployment and ReplicaSet of the cluster is watched; their rollouts and scaling decide nothing here);
 * a Binding that failed (:meth:`Wakeup.poke`): the capacity assumed for it is free again;
 * a cycle whose round stopped at its time budget or cycle limit with more to admit (:meth:`Wakeup.poke`).
 
@@ -28,13 +30,16 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.k8s.informer import CacheChange, ObjectCache
+from gpufleet.k8s.parsing import names_scheduler
 from gpufleet.k8s.resources import PODS, WORKLOAD_RESOURCES
 from gpufleet.live.assumed import AssumedPods
 
 
 class Wakeup:
-    def __init__(self, cache: ObjectCache, assumed: AssumedPods, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cache: ObjectCache, assumed: AssumedPods, *, clock: Callable[[], float] = time.time,
+                 scheduler_name: str | None = None) -> None:
         self._assumed = assumed
+        self._scheduler_name = scheduler_name  # None: every workload-kind object's change is work
         self._clock = clock
         self._cond = threading.Condition()
         self._version = 0
@@ -61,10 +66,21 @@ class Wakeup:
         self._unlisten()
 
     def _changed(self, change: CacheChange) -> None:
-        if self._own_bind_landed(change) or unread_status_only(change) or _waiting_pod_status(change):
+        if (self._own_bind_landed(change) or unread_status_only(change) or _waiting_pod_status(change)
+                or self._anothers_object(change)):
             self.skipped += 1
             return
         self.poke()
+
+    def _anothers_object(self, change: CacheChange) -> bool:
+        res = _WORKLOAD_TYPES.get(change.resource)
+        if res is None or self._scheduler_name is None:
+            return False
+        try:
+            return not any(o is not None and names_scheduler(res, o, self._scheduler_name)
+                           for o in (change.old, change.new))
+        except Exception:  # a malformed object: work for a cycle, whose parse says what is wrong
+            return False
 
     def _own_bind_landed(self, change: CacheChange) -> bool:
         if change.resource != PODS.key or change.type != "MODIFIED" or change.old is None or change.new is None:
@@ -79,6 +95,7 @@ class Wakeup:
 
 
 # Kinds whose status no decision reads (Kueue's AdmissionCheck is not among them: beside Kueue its status is ours).
+_WORKLOAD_TYPES = {res.key: res for res in WORKLOAD_RESOURCES}
 _STATUS_UNREAD = frozenset({"ClusterQueue", "LocalQueue", *(
     res.kind for res in WORKLOAD_RESOURCES if res.kind != "AdmissionCheck")})
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
