@@ -1,27 +1,27 @@
 """Live scheduling latency beside a backlog, and the scheduler's CPU while nothing changes (issue 27's scenario).
 
-A platform team's everyday cluster: N nodes × 8 whole A100-80GB, 5 of each node's 8 GPUs held by bound pods
-(62 %), B pending 16-GPU pods that fit on no node (the backlog of big jobs), then A new one-GPU pods created at
-R per second. Options: ``--gang-size G``, each arrival a pod group of G one-GPU pods; ``--finish-rate F``, running
-pods deleted at F per second meanwhile, as Jobs complete; with ``--running-gang-size H`` the bound pods are pod
-groups of H on one node each, whose members finish (``Succeeded``) at F per second instead, as a training job's
-pods end; ``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is
-bound (a kubelet that starts it at once), but with ``--never-ready N`` every Nth new pod, which never gets Ready
-(an image that never pulls) and is evicted T seconds after its Binding; ``--node-churn C``, a node cordoned C
-times a second meanwhile (and the one cordoned before it uncordoned), as maintenance or an autoscaler's
-scale-down candidates do; ``--nodes-join J``, J new nodes a second meanwhile, as a cluster scaling up;
-``--foreign-churn F``, another scheduler's ReplicaSets (100 of them, web services of the default scheduler)
-scaled F times a second meanwhile, every tenth change deleting one and creating its successor, as rollouts and
-autoscalers of a shared cluster do; ``--nodes-lost L``, L nodes a second deleted under their pods meanwhile (a node
-lost, a spot instance reclaimed), whose pods the pod garbage collector deletes ``--gc-after`` seconds later (40:
-kube-controller-manager's quarantine of a node's orphaned pods); ``--preempt-rate P``, P pods of high priority a
-second meanwhile into a ClusterQueue whose quota low-priority running pods fill (withinClusterQueue:
-LowerPriority), each preempting one of them (the emulator deletes an evicted pod at once); with ``--victim-job-pods
-N`` those running are batch/v1 Jobs of N one-GPU pods on one node and each high pod asks N GPUs: an evicted pod is
-marked deleted, the Job controller's replacement is created at once (podReplacementPolicy TerminatingOrFailed, the
-default) and the old pod is gone ``--grace`` seconds later, as a kubelet ends it. The emulator of
-the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the scheduler each run in a process of their own, as
-in ``bench/kube_binding.py``.
+A platform team's everyday cluster: N nodes × 8 whole A100-80GB, 5 of each node's 8 GPUs held by bound pods (62 %),
+B pending 16-GPU pods that fit on no node (the backlog of big jobs), then A new one-GPU pods created at R per
+second. Options: ``--gang-size G``, each arrival a pod group of G one-GPU pods; ``--finish-rate F``, running pods
+deleted at F per second meanwhile, as Jobs complete; with ``--running-gang-size H`` the bound pods are pod groups of
+H on one node each, whose members finish (``Succeeded``) at F per second instead, as a training job's pods end;
+``--pods-ready T``, waitForPodsReady on with a timeout of T seconds, every pod Ready as soon as it is bound (a
+kubelet that starts it at once), but with ``--never-ready N`` every Nth new pod, which never gets Ready (an image
+that never pulls) and is evicted T seconds after its Binding; ``--node-churn C``, a node cordoned C times a second
+meanwhile (and the one cordoned before it uncordoned), as maintenance or an autoscaler's scale-down candidates do;
+``--nodes-join J``, J new nodes a second meanwhile, as a cluster scaling up; ``--foreign-churn F``, another
+scheduler's ReplicaSets (100 of them, web services of the default scheduler) scaled F times a second meanwhile,
+every tenth change deleting one and creating its successor, as rollouts and autoscalers of a shared cluster do;
+``--namespace-churn N``, N namespaces a second created meanwhile (a CI run's or a new team's), the one made before
+it relabelled; ``--nodes-lost L``, L nodes a second deleted under their pods meanwhile (a node lost, a spot instance
+reclaimed), whose pods the pod garbage collector deletes ``--gc-after`` seconds later (40: kube-controller-manager's
+quarantine of a node's orphaned pods); ``--preempt-rate P``, P pods of high priority a second meanwhile into a
+ClusterQueue whose quota low-priority running pods fill (withinClusterQueue: LowerPriority), each preempting one of
+them (the emulator deletes an evicted pod at once); with ``--victim-job-pods N`` those running are batch/v1 Jobs of
+N one-GPU pods on one node and each high pod asks N GPUs: an evicted pod is marked deleted, the Job controller's
+replacement is created at once (podReplacementPolicy TerminatingOrFailed, the default) and the old pod is gone
+``--grace`` seconds later, as a kubelet ends it. The emulator of the tests (kmock + ApiSim over real HTTP on
+127.0.0.1) and the scheduler each run in a process of their own, as in ``bench/kube_binding.py``.
 
 Each run reports:
 
@@ -45,6 +45,7 @@ of that git revision, alternating with the current code, and prints the ratios.
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
                                            [--never-ready 0]
                                            [--node-churn 0] [--nodes-join 0] [--foreign-churn 0]
+                                           [--namespace-churn 0]
                                            [--preempt-rate 0]
                                            [--victim-job-pods 0] [--grace 1] [--nodes-lost 0] [--gc-after 40]
                                            [--idle 20]
@@ -276,6 +277,16 @@ def emulator_role(args: argparse.Namespace) -> int:
 
         sim.harness.call(change, timeout=60)
 
+    def namespaces(k: int) -> None:
+        """Namespaces created at --namespace-churn per second, the one made before relabelled."""
+        def change() -> None:
+            sim._create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": f"ci-{k:05d}", "labels": {"ci": "true"}}}, None)
+            if k > 0:
+                sim._patched(r.NAMESPACES, None, f"ci-{k - 1:05d}", {"metadata": {"labels": {"ci": "done"}}})
+
+        sim.harness.call(change, timeout=60)
+
     def join(k: int) -> None:
         """Nodes joining at --nodes-join per second (a cluster scaling up)."""
         sim.harness.call(lambda: sim._create(r.NODES, node(f"join-{k:05d}", gpus=8), None), timeout=60)
@@ -342,6 +353,7 @@ def emulator_role(args: argparse.Namespace) -> int:
             threading.Thread(target=paced, args=(args.node_churn, churn), daemon=True).start()
             threading.Thread(target=paced, args=(args.nodes_join, join), daemon=True).start()
             threading.Thread(target=paced, args=(args.foreign_churn, foreign), daemon=True).start()
+            threading.Thread(target=paced, args=(args.namespace_churn, namespaces), daemon=True).start()
             threading.Thread(target=preempt, daemon=True).start()
             threading.Thread(target=paced, args=(args.nodes_lost, lose), daemon=True).start()
             _emit({"ok": True})
@@ -461,7 +473,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--finish-rate", str(args.finish_rate), "--pods-ready", str(args.pods_ready),
                "--never-ready", str(args.never_ready),
                "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
-               "--foreign-churn", str(args.foreign_churn),
+               "--foreign-churn", str(args.foreign_churn), "--namespace-churn", str(args.namespace_churn),
                "--preempt-rate", str(args.preempt_rate), "--victim-job-pods", str(args.victim_job_pods),
                "--grace", str(args.grace), "--nodes-lost", str(args.nodes_lost), "--gc-after", str(args.gc_after),
                "--running-gang-size", str(args.running_gang_size), *extra]
@@ -564,6 +576,8 @@ def main() -> int:
                         help="new 8-GPU nodes created per second while the new pods arrive (a scale-up)")
     parser.add_argument("--foreign-churn", type=float, default=0.0,
                         help="another scheduler's ReplicaSets changing per second (rollouts, autoscaling)")
+    parser.add_argument("--namespace-churn", type=float, default=0.0,
+                        help="namespaces created per second (CI runs, teams onboarded), the last one relabelled")
     parser.add_argument("--preempt-rate", type=float, default=0.0,
                         help="high-priority pods a second, each preempting a low-priority running one")
     parser.add_argument("--victim-job-pods", type=int, default=0,
@@ -601,6 +615,7 @@ def main() -> int:
           + (f", nodes joining at {args.nodes_join:g}/s meanwhile" if args.nodes_join else "")
           + (f", another scheduler's ReplicaSets changing at {args.foreign_churn:g}/s meanwhile"
              if args.foreign_churn else "")
+          + (f", namespaces created at {args.namespace_churn:g}/s meanwhile" if args.namespace_churn else "")
           + (f", nodes lost under their pods at {args.nodes_lost:g}/s meanwhile (collected {args.gc_after:g}s later)"
              if args.nodes_lost else "")
           + (f", high-priority pods preempting at {args.preempt_rate:g}/s meanwhile"

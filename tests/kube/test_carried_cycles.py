@@ -1248,3 +1248,39 @@ def test_a_job_deleted_while_its_pods_remain_takes_a_full_cycle() -> None:
     assert step(run, now + 1)[1]
     c.put(JOBS, json.loads(json.dumps(c.cache.get(JOBS, f"{NS}/train"))), "DELETED")  # (background propagation)
     assert run._carry_on(c.cache.snapshot(), now + 2) is None
+
+
+def test_namespaces_created_relabelled_or_deleted_are_carried_as_a_rebuild_judges_them() -> None:
+    """A Namespace is a queue kind (ClusterQueues select namespaces by label): created (a team onboarded, a CI run's
+    namespace), relabelled or deleted, it used to take a full cycle. Now the kept policy judges it anew, and the
+    workloads of it that wait are tried again."""
+    c = build([4], [0], backlog=0)
+    selective = cluster_queue("sel", 8)
+    selective["spec"]["namespaceSelector"] = {"matchLabels": {"team": "a"}}
+    c.put(r.CLUSTER_QUEUES, selective)
+    c.put(r.LOCAL_QUEUES, local_queue("lq-sel", "sel"))
+    c.put(r.PODS, pod("picky", queue="lq-sel"))
+    run = runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    assert f"{NS}/picky" in outcome(d)[1]  # the namespace has no team label: it waits
+    ns = json.loads(json.dumps(c.cache.get(r.NAMESPACES, NS)))
+    ns["metadata"]["labels"] = {"team": "a"}
+    c.put(r.NAMESPACES, ns, "MODIFIED")
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert f"{NS}/picky" in outcome(d)[0]
+    # A namespace created (no pod yet), then a pod in it naming a queue there: judged with its labels.
+    c.put(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ci", "labels": {"team": "b"}}})
+    _carried_as_rebuilt(run, c, now + 2)
+    # The same queue's namespace relabelled away: the admitted workload stays admitted (as in Kueue), a new one waits.
+    ns = json.loads(json.dumps(c.cache.get(r.NAMESPACES, NS)))
+    ns["metadata"]["labels"] = {"team": "b"}
+    c.put(r.NAMESPACES, ns, "MODIFIED")
+    c.put(r.PODS, pod("picky-2", queue="lq-sel"))
+    d = _carried_as_rebuilt(run, c, now + 3)
+    assert f"{NS}/picky-2" in outcome(d)[1]
+    c.put(r.NAMESPACES, c.cache.get(r.NAMESPACES, "ci"), "DELETED")
+    _carried_as_rebuilt(run, c, now + 4)
+    # A queue kind other than namespaces changing still takes a full cycle.
+    c.put(r.LOCAL_QUEUES, local_queue("lq-2", "cq"))
+    assert run._carry_on(c.cache.snapshot(), now + 5) is None

@@ -63,7 +63,7 @@ gpufleet.live.gangs.tell_readiness), which its round acts on as the simulator's 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -184,6 +184,9 @@ class Carried:
     # Workload-kind objects of ours deleted that nothing in the world refers to any more (a finished Job deleted
     # after its pods): the world's owners are read again without them
     owners_gone: bool = False
+    # Namespaces created, relabelled (their labels) or deleted (None) since: the ClusterQueues' namespace selectors
+    # judge them anew (KueuePolicy.namespace_changed)
+    namespaces: dict[str, dict[str, str] | None] = field(default_factory=dict)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -219,6 +222,10 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             out.nodes[c.key] = changed
         elif unread_status_only(c):
             continue
+        elif c.resource == r.NAMESPACES.key:
+            labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
+            out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
+                str(k): str(v) for k, v in (labels.items() if isinstance(labels, dict) else ())}
         elif (res := WORKLOAD_KEYS.get(c.resource)) is not None:
             if c.type == "ADDED" and c.new is not None:
                 if parse.ours(res, c.key, c.new, scheduler_name):
@@ -709,6 +716,19 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
         return False
     parsed = parse.one(r.NODES, key, raw)
     return isinstance(parsed.obj, Node) and parsed.obj == known
+
+
+def read_namespaces(world: World, policy: KueuePolicy, snapshot: CacheSnapshot,
+                    namespaces: Mapping[str, Mapping[str, str] | None], *, parse: ParseCache, scheduler_name: str,
+                    queue_kinds: Sequence[r.ResourceType]) -> None:
+    """Namespaces created, relabelled or deleted since the kept cycle, and no other queue kind changed
+    (:func:`carried_pods` says so): the world's queue objects read again as a full cycle reads them (their
+    generation with them), and the kept policy told (``KueuePolicy.namespace_changed``)."""
+    both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
+    world.queues = both.manifests
+    world.queue_generation = both.generation
+    for name, labels in namespaces.items():
+        policy.namespace_changed(name, labels)
 
 
 def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObject], *, parse: ParseCache,

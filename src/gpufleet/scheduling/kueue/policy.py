@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
@@ -31,11 +31,19 @@ from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.charges import charge, quota_amounts
-from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, QueueConfig, queue_config
+from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, NAMESPACE_NAME_LABEL, QueueConfig, queue_config
 from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.kueue.gangs import GangPlacer
-from gpufleet.scheduling.kueue.info import ADMITTED, FINISHED, AdmissionShape, PodSetAdmission, State, WorkloadInfo
+from gpufleet.scheduling.kueue.info import (
+    ADMITTED,
+    FINISHED,
+    PENDING,
+    AdmissionShape,
+    PodSetAdmission,
+    State,
+    WorkloadInfo,
+)
 from gpufleet.scheduling.kueue.late_members import join, leave
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.selection import matches_affinity
@@ -105,6 +113,23 @@ class KueuePolicy:
     def _gang_placer(self, cluster: ClusterState) -> GangPlacer:
         return GangPlacer(self._placer_factory(cluster, self.rng, list(self.config.topologies.values())),
                           self.config.flavors, self.memory)
+
+    def namespace_changed(self, namespace: str, labels: Mapping[str, str] | None) -> None:
+        """A Namespace created, relabelled (``labels``) or deleted (None) under the policy: the ClusterQueues'
+        namespace selectors judge it anew, and the workloads of it that wait are tried again at the next cycle (a
+        release in their queues' cohort trees), as Kueue requeues a namespace's inadmissible workloads when its
+        labels change. The workloads admitted stay admitted, as in Kueue."""
+        config = self.config
+        if labels is None:
+            config.namespace_labels.pop(namespace, None)
+        else:
+            config.namespace_labels[namespace] = {**labels, NAMESPACE_NAME_LABEL: namespace}
+        state = self.state
+        for matches in state.namespace_matches.values():
+            matches.pop(namespace, None)
+        for info in state.infos.values():
+            if info.namespace == namespace and info.state is PENDING and info.cluster_queue is not None:
+                state.queues.release_in_tree(info.cluster_queue)
 
     def add_nodes(self, nodes: Sequence[NodeState], now: float) -> None:
         """Nodes join the cluster under the policy (a live cluster scaling up): added to its cluster state, the
