@@ -227,6 +227,11 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
                 str(k): str(v) for k, v in (labels.items() if isinstance(labels, dict) else ())}
         elif (res := WORKLOAD_KEYS.get(c.resource)) is not None:
+            if (res.group, res.kind) not in RULES:
+                # A kind other objects refer to (a Volcano or KAI Queue, an AdmissionCheck, a training runtime): a
+                # full cycle reads it into the queues and the policy it builds. (A review found one added or gone
+                # carried on beside what it changed.)
+                return None
             if c.type == "ADDED" and c.new is not None:
                 if parse.ours(res, c.key, c.new, scheduler_name):
                     out.owners.append((res, c.key, c.new))
@@ -254,10 +259,13 @@ def deletion_marked(old: JsonDict, new: JsonDict) -> bool:
 
 
 def _referred_to(world: World, new: dict[str, PodEntry], res: r.ResourceType, obj: JsonDict) -> bool:
-    """Whether a pod the world knows (or one created since) belongs to ``obj``: by its owner references, the labels
-    its controller gives it, or its workload's name. Such a pod is grouped otherwise once the object is gone."""
+    """Whether a pod the world knows (or one created since) belongs to ``obj`` (by its owner references, the labels
+    its controller gives it, or its workload's name), or a workload-kind object of ours it owns: such a pod, or
+    such an object's pods, are grouped otherwise once ``obj`` is gone."""
     meta = obj.get("metadata") or {}
     uid, name, namespace = meta.get("uid"), meta.get("name"), meta.get("namespace") or ""
+    if uid and any(uid in o.meta.owners for o in world.queues.controllers.owners):
+        return True  # an object of ours that it owns (a Deployment's ReplicaSet): grouped otherwise without it
     rule = RULES.get((res.group, res.kind))
     labels = [ol.name for ol in rule.owner_labels] if rule is not None else []
     for e in (*world.pods.values(), *world.unjoined.values(), *new.values()):

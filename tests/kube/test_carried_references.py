@@ -1,0 +1,146 @@
+"""Objects that other objects refer to (a Volcano Queue, a Kueue AdmissionCheck, a training runtime, a Deployment
+above its ReplicaSet), added or deleted: a cycle that carries on decides what a rebuild decides, or rebuilds. A
+review of the carried deletions (21d1425) found each of these carried on beside what it changed: work admitted
+that a missing runtime or an admission check holds back, a Deployment's pods charged to a queue no longer theirs.
+
+In process, as tests/kube/test_carried_cycles.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from live_env import NS, cluster_queue, node, pod
+from test_carried_cycles import Cluster, _finish_pod, first_cycle, outcome, runner
+from workload_env import DEPLOYMENTS, REPLICA_SETS, _pod_from, _template, admission_check, deployment, deployment_pods
+
+from gpufleet.k8s import resources as r
+from gpufleet.live.cycle import CycleRunner
+
+JsonDict = dict[str, Any]
+KINDS = {(res.group, res.kind): res for res in r.WORKLOAD_RESOURCES}
+VOLCANO_QUEUES = KINDS[("scheduling.volcano.sh", "Queue")]
+RUNTIMES = KINDS[("trainer.kubeflow.org", "ClusterTrainingRuntime")]
+TRAIN_JOBS = KINDS[("trainer.kubeflow.org", "TrainJob")]
+
+
+def decided_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> bool:
+    """The next cycle decides what a rebuild on the same snapshot decides; whether it carried on."""
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now)
+    fresh = runner(c, run.settings)
+    fresh.assumed = run.assumed.copy()
+    rebuilt = fresh._decide_isolating(snapshot, now)
+    if carried is not None:
+        assert outcome(carried)[0] == outcome(rebuilt)[0]
+        assert {w.key: (w.kind, w.queue) for w in carried.world.workloads} == {
+            w.key: (w.kind, w.queue) for w in rebuilt.world.workloads}
+    return carried is not None
+
+
+def _full_node_and_a_waiting_pod(c: Cluster, **labels: Any) -> None:
+    """One 4-GPU node held by ``run``, ``wait`` asking for all of it: ``run`` finishing lets ``wait`` in."""
+    c.put(r.NODES, node("n0", gpus=4))
+    c.put(r.PODS, pod("run", gpus=4, node_name="n0", **labels))
+    c.put(r.PODS, pod("wait", gpus=4, **labels))
+
+
+def _checked_queue(c: Cluster) -> None:
+    cq = cluster_queue("cq", 10_000, cpu="100000")
+    cq["spec"]["admissionChecks"] = ["ac"]
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+
+
+@pytest.mark.parametrize("change", ["deleted", "added"])
+def test_an_admission_check_added_or_deleted(change: str) -> None:
+    c = Cluster()
+    _checked_queue(c)
+    if change == "deleted":
+        c.put(r.KUEUE_ADMISSION_CHECKS, admission_check("ac", "gpufleet.io/placement"))
+    _full_node_and_a_waiting_pod(c, queue="lq")
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    if change == "deleted":
+        c.put(r.KUEUE_ADMISSION_CHECKS, json.loads(json.dumps(c.cache.get(r.KUEUE_ADMISSION_CHECKS, "ac"))),
+              "DELETED")
+    else:
+        c.put(r.KUEUE_ADMISSION_CHECKS, admission_check("ac", "gpufleet.io/placement"))
+    _finish_pod(c, "run")
+    assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_volcano_queue_deleted() -> None:
+    c = Cluster()
+    c.put(VOLCANO_QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q1"},
+                           "spec": {"weight": 1, "capability": {"cpu": "100", "memory": "100Gi",
+                                                                "nvidia.com/gpu": "8"}}})
+    _full_node_and_a_waiting_pod(c, annotations={"scheduling.volcano.sh/queue-name": "q1"})
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(VOLCANO_QUEUES, json.loads(json.dumps(c.cache.get(VOLCANO_QUEUES, "q1"))), "DELETED")
+    _finish_pod(c, "run")
+    assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_training_runtime_deleted_under_a_train_job() -> None:
+    template = _template(1)
+    c = Cluster()
+    c.put(RUNTIMES, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+                     "metadata": {"name": "torch"},
+                     "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [
+                         {"name": "node", "template": {"spec": {"template": template}}}]}}}})
+    c.put(TRAIN_JOBS, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                       "metadata": {"name": "llm", "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+                                    "creationTimestamp": "2026-01-01T00:00:00Z"},
+                       "spec": {"runtimeRef": {"name": "torch"}, "trainer": {"numNodes": 2}}})
+    c.put(r.NODES, node("n0", gpus=2))
+    c.put(r.PODS, pod("run", gpus=2, queue="lq", node_name="n0"))
+    for i in range(2):
+        c.put(r.PODS, _pod_from(template, f"llm-node-0-{i}-abcde", NS, {
+            "jobset.sigs.k8s.io/jobset-name": "llm", "jobset.sigs.k8s.io/replicatedjob-name": "node",
+            "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-name": "llm-node-0",
+            "batch.kubernetes.io/job-completion-index": str(i)}))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(RUNTIMES, json.loads(json.dumps(c.cache.get(RUNTIMES, "torch"))), "DELETED")
+    _finish_pod(c, "run")
+    assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def _deployment_with_its_replica_set(c: Cluster) -> None:
+    """A Deployment in queue ``lq`` (4 GPUs of quota) whose ReplicaSet made two 4-GPU pods: one fits the quota."""
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000"), "MODIFIED")
+    c.put(r.NODES, node("n0", gpus=8))
+    dep = deployment("web", replicas=2, gpus=4)
+    dep["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    c.put(DEPLOYMENTS, dep)
+    rs = json.loads(json.dumps(dep))
+    rs["kind"] = "ReplicaSet"
+    rs["metadata"].update(name="web-5d8f7c9b6", uid="rs-web", labels={"app": "web", "pod-template-hash": "5d8f7c9b6"},
+                          ownerReferences=[{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                            "uid": c.cache.get(DEPLOYMENTS, f"{NS}/web")["metadata"]["uid"],
+                                            "controller": True}])
+    rs["spec"] = {"replicas": 2, "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5d8f7c9b6"}},
+                  "template": json.loads(json.dumps(dep["spec"]["template"]))}
+    rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"] = "5d8f7c9b6"
+    c.put(REPLICA_SETS, rs)
+    for p in deployment_pods(dep):
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f7c9b6",
+                                             "uid": "rs-web", "controller": True}]
+        c.put(r.PODS, p)
+
+
+def test_a_deployment_deleted_while_its_replica_set_remains() -> None:
+    """Background deletion (the ReplicaSet and its pods go after the Deployment), or --cascade=orphan."""
+    c = Cluster()
+    _deployment_with_its_replica_set(c)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(DEPLOYMENTS, json.loads(json.dumps(c.cache.get(DEPLOYMENTS, f"{NS}/web"))), "DELETED")
+    assert not decided_as_rebuilt(run, c, now + 1)
