@@ -144,3 +144,62 @@ def test_a_deployment_deleted_while_its_replica_set_remains() -> None:
     first_cycle(run, now)
     c.put(DEPLOYMENTS, json.loads(json.dumps(c.cache.get(DEPLOYMENTS, f"{NS}/web"))), "DELETED")
     assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_deployment_and_its_replica_set_scaled_are_carried_as_a_rebuild_reads_them() -> None:
+    """An autoscaler's step: the Deployment's spec.replicas, then its ReplicaSet's (with the desired-replicas
+    annotation the Deployment's controller writes), then the new pod. Each pod of theirs is a workload of its own,
+    so a scale changes none of them; before, each step took a full cycle."""
+    from test_carried_cycles import _carried_as_rebuilt
+
+    c = Cluster()
+    _deployment_with_its_replica_set(c)
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 12, cpu="100000"), "MODIFIED")
+    c.put(r.NODES, node("n1", gpus=4))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    dep = json.loads(json.dumps(c.cache.get(DEPLOYMENTS, f"{NS}/web")))
+    dep["spec"]["replicas"] = 3
+    c.put(DEPLOYMENTS, dep, "MODIFIED")
+    rs = json.loads(json.dumps(c.cache.get(REPLICA_SETS, f"{NS}/web-5d8f7c9b6")))
+    rs["spec"]["replicas"] = 3
+    rs["metadata"]["annotations"] = {"deployment.kubernetes.io/desired-replicas": "3"}
+    c.put(REPLICA_SETS, rs, "MODIFIED")
+    _carried_as_rebuilt(run, c, now + 1)
+    [third] = [p for p in deployment_pods(deployment("web", replicas=3, gpus=4))[2:]]
+    third["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f7c9b6",
+                                             "uid": "rs-web", "controller": True}]
+    c.put(r.PODS, third)
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert outcome(d)[0] == {f"{NS}/{third['metadata']['name']}"}  # the third pod, on the node left
+    # Scaled down below its live pods: they are kept, counted, until they go.
+    rs = json.loads(json.dumps(c.cache.get(REPLICA_SETS, f"{NS}/web-5d8f7c9b6")))
+    rs["spec"]["replicas"] = 1
+    c.put(REPLICA_SETS, rs, "MODIFIED")
+    _carried_as_rebuilt(run, c, now + 3)
+    # Anything else changed with the count (the queue label here) still takes a full cycle.
+    dep = json.loads(json.dumps(c.cache.get(DEPLOYMENTS, f"{NS}/web")))
+    dep["spec"]["replicas"] = 1
+    dep["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "other"}
+    c.put(DEPLOYMENTS, dep, "MODIFIED")
+    assert run._carry_on(c.cache.snapshot(), now + 4) is None
+
+
+def test_a_gang_kind_scaled_takes_a_full_cycle() -> None:
+    """A StatefulSet's pods are one gang of its replicas: a scale changes what the gang is."""
+    from workload_env import STATEFUL_SETS, stateful_set, stateful_set_pod
+
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=8))
+    owner = stateful_set("db", replicas=2, gpus=1, queue="lq")
+    c.put(STATEFUL_SETS, owner)
+    for i in range(2):
+        c.put(r.PODS, stateful_set_pod(owner, i))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    scaled = json.loads(json.dumps(c.cache.get(STATEFUL_SETS, f"{NS}/db")))
+    scaled["spec"]["replicas"] = 3
+    c.put(STATEFUL_SETS, scaled, "MODIFIED")
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None

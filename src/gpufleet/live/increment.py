@@ -182,7 +182,7 @@ class Carried:
     # left, admitted again in the group's place (release)
     regroup: dict[str, Workload] = field(default_factory=dict)
     # Workload-kind objects of ours deleted that nothing in the world refers to any more (a finished Job deleted
-    # after its pods): the world's owners are read again without them
+    # after its pods), or scaled where each pod is a workload of its own: the world's owners are read again
     owners_gone: bool = False
     # Namespaces created, relabelled (their labels) or deleted (None) since: the ClusterQueues' namespace selectors
     # judge them anew (KueuePolicy.namespace_changed)
@@ -240,6 +240,9 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
                 continue  # another scheduler's object, before and after: no cycle reads it
             if c.type == "MODIFIED" and c.old is not None and c.new is not None and deletion_marked(c.old, c.new):
                 continue  # its deletion under way (foreground): each of its pods' deletions is a change of its own
+            if c.type == "MODIFIED" and c.old is not None and c.new is not None and only_scaled(res, c.old, c.new):
+                out.owners_gone = True  # (the world's owners read again: their plans' counts)
+                continue
             if c.type == "DELETED" and c.old is not None and not _referred_to(world, new, res, c.old):
                 out.owners_gone = True
                 continue
@@ -256,6 +259,36 @@ _DELETION_META = ("deletionTimestamp", "deletionGracePeriodSeconds", "finalizers
 def deletion_marked(old: JsonDict, new: JsonDict) -> bool:
     """A workload-kind object whose change is its deletion starting (or its finalizers going), nothing else."""
     return without_status(old, _DELETION_META) == without_status(new, _DELETION_META)
+
+
+# What a Deployment's controller writes on its ReplicaSets as it scales them, beside spec.replicas.
+_SCALE_ANNOTATIONS = ("deployment.kubernetes.io/desired-replicas", "deployment.kubernetes.io/max-replicas")
+
+
+def only_scaled(res: r.ResourceType, old: JsonDict, new: JsonDict) -> bool:
+    """An object of a kind whose pods are workloads of their own (a Deployment's, a ReplicaSet's) scaled, nothing
+    else changed: each live pod stays the workload it was (a pod's own template is what it asks, its owner's labels
+    its queue and priority), and pods beyond the new count are kept, counted, until they go, as a rebuild reads
+    them (``grouping._slots``). An autoscaler's every step, on the Deployment and on its ReplicaSet."""
+    rule = RULES.get((res.group, res.kind))
+    if rule is None or rule.grouping != "per-pod":
+        return False
+
+    def unscaled(obj: JsonDict) -> JsonDict:
+        out = without_status(obj)
+        spec = out.get("spec")
+        if isinstance(spec, dict):
+            out["spec"] = {k: v for k, v in spec.items() if k != "replicas"}
+        meta = dict(out["metadata"])
+        annotations = meta.pop("annotations", None)
+        if isinstance(annotations, dict):
+            annotations = {k: v for k, v in annotations.items() if k not in _SCALE_ANNOTATIONS}
+        if annotations:
+            meta["annotations"] = annotations
+        out["metadata"] = meta
+        return out
+
+    return unscaled(old) == unscaled(new)
 
 
 def _referred_to(world: World, new: dict[str, PodEntry], res: r.ResourceType, obj: JsonDict) -> bool:
