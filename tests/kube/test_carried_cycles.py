@@ -726,8 +726,8 @@ def test_a_deadline_falling_due_evicts_its_own_workload_and_keeps_the_others_dea
     assert late.wake == pytest.approx(now + 302, abs=1e-3)  # b's
 
 
-def _finish_pod(c: Cluster, name: str, phase: str = "Succeeded") -> None:
-    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{NS}/{name}")))
+def _finish_pod(c: Cluster, name: str, phase: str = "Succeeded", ns: str = NS) -> None:
+    obj = json.loads(json.dumps(c.cache.get(r.PODS, f"{ns}/{name}")))
     obj["status"] = {"phase": phase}
     c.put(r.PODS, obj, "MODIFIED")
 

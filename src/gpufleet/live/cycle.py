@@ -381,9 +381,11 @@ class CycleRunner:
                                assumed=self.assumed, require_mutation=s.webhook.require_mutation)
         if carried is None or any(e.problem is not None for e in carried.new):
             return None
-        if carried.namespaces:  # (before the owners: their read holds the world's queue generation to the cache's)
-            read_namespaces(kept.world, kept.policy, snapshot, carried.namespaces, parse=self.parse,
-                            scheduler_name=s.scheduler_name, queue_kinds=queue_kinds_read(self.queue_kinds.resources))
+        # (before the owners: their read holds the world's queue generation to the cache's)
+        if carried.namespaces and not read_namespaces(
+                kept.world, kept.policy, snapshot, carried.namespaces, parse=self.parse,
+                scheduler_name=s.scheduler_name, queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
+            return None
         if (carried.owners or carried.owners_gone) and not read_owners(
                 kept.world, snapshot, carried.owners, parse=self.parse, scheduler_name=s.scheduler_name,
                 queue_kinds=queue_kinds_read(self.queue_kinds.resources)):

@@ -185,7 +185,7 @@ class Carried:
     # after its pods), or scaled where each pod is a workload of its own: the world's owners are read again
     owners_gone: bool = False
     # Namespaces created, relabelled (their labels) or deleted (None) since: the ClusterQueues' namespace selectors
-    # judge them anew (KueuePolicy.namespace_changed)
+    # judge them anew (KueuePolicy.namespaces_changed)
     namespaces: dict[str, dict[str, str] | None] = field(default_factory=dict)
 
 
@@ -761,15 +761,23 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
 
 def read_namespaces(world: World, policy: KueuePolicy, snapshot: CacheSnapshot,
                     namespaces: Mapping[str, Mapping[str, str] | None], *, parse: ParseCache, scheduler_name: str,
-                    queue_kinds: Sequence[r.ResourceType]) -> None:
+                    queue_kinds: Sequence[r.ResourceType]) -> bool:
     """Namespaces created, relabelled or deleted since the kept cycle, and no other queue kind changed
     (:func:`carried_pods` says so): the world's queue objects read again as a full cycle reads them (their
-    generation with them), and the kept policy told (``KueuePolicy.namespace_changed``)."""
+    generation with them), and the kept policy told (``KueuePolicy.namespaces_changed``). False (a full cycle) when
+    the queues themselves changed with them: Volcano's and KAI's queues are a LocalQueue in every namespace."""
     both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
+    if _queues_shape(both.manifests) != _queues_shape(world.queues):
+        return False
     world.queues = both.manifests
     world.queue_generation = both.generation
-    for name, labels in namespaces.items():
-        policy.namespace_changed(name, labels)
+    policy.namespaces_changed(namespaces)
+    return True
+
+
+def _queues_shape(m: Manifests) -> tuple[list[tuple[str, str, str]], list[str], list[str]]:
+    return (sorted((lq.meta.namespace or "", lq.meta.name, lq.cluster_queue) for lq in m.local_queues),
+            sorted(cq.name for cq in m.cluster_queues), sorted(c.name for c in m.cohorts))
 
 
 def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObject], *, parse: ParseCache,

@@ -114,21 +114,23 @@ class KueuePolicy:
         return GangPlacer(self._placer_factory(cluster, self.rng, list(self.config.topologies.values())),
                           self.config.flavors, self.memory)
 
-    def namespace_changed(self, namespace: str, labels: Mapping[str, str] | None) -> None:
-        """A Namespace created, relabelled (``labels``) or deleted (None) under the policy: the ClusterQueues'
-        namespace selectors judge it anew, and the workloads of it that wait are tried again at the next cycle (a
-        release in their queues' cohort trees), as Kueue requeues a namespace's inadmissible workloads when its
+    def namespaces_changed(self, changed: Mapping[str, Mapping[str, str] | None]) -> None:
+        """Namespaces created, relabelled (their labels) or deleted (None) under the policy: the ClusterQueues'
+        namespace selectors judge them anew, and the workloads of them that wait are tried again at the next cycle
+        (a release in their queues' cohort trees), as Kueue requeues a namespace's inadmissible workloads when its
         labels change. The workloads admitted stay admitted, as in Kueue."""
         config = self.config
-        if labels is None:
-            config.namespace_labels.pop(namespace, None)
-        else:
-            config.namespace_labels[namespace] = {**labels, NAMESPACE_NAME_LABEL: namespace}
+        for namespace, labels in changed.items():
+            if labels is None:
+                config.namespace_labels.pop(namespace, None)
+            else:
+                config.namespace_labels[namespace] = {**labels, NAMESPACE_NAME_LABEL: namespace}
         state = self.state
         for matches in state.namespace_matches.values():
-            matches.pop(namespace, None)
+            for namespace in changed:
+                matches.pop(namespace, None)
         for info in state.infos.values():
-            if info.namespace == namespace and info.state is PENDING and info.cluster_queue is not None:
+            if info.namespace in changed and info.state is PENDING and info.cluster_queue is not None:
                 state.queues.release_in_tree(info.cluster_queue)
 
     def add_nodes(self, nodes: Sequence[NodeState], now: float) -> None:
