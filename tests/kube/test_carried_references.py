@@ -12,7 +12,9 @@ import time
 from typing import Any
 
 import pytest
-from live_env import NS, cluster_queue, node, pod
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from live_env import NS, cluster_queue, local_queue, node, pod
 from test_carried_cycles import Cluster, _finish_pod, first_cycle, outcome, runner
 from workload_env import DEPLOYMENTS, REPLICA_SETS, _pod_from, _template, admission_check, deployment, deployment_pods
 
@@ -249,3 +251,58 @@ def test_a_namespace_relabelled_beside_volcano_queues_is_carried() -> None:
     c.put(r.NAMESPACES, ns, "MODIFIED")
     _finish_pod(c, "run")
     assert decided_as_rebuilt(run, c, now + 1)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(st.one_of(
+    st.tuples(st.just("relabel"), st.sampled_from([None, "a", "b"])),
+    st.tuples(st.just("pod"), st.sampled_from(["a", "b"])),
+    st.tuples(st.just("finish"), st.integers(0, 7)),
+    st.tuples(st.just("other"), st.sampled_from(["create", "delete"]))), min_size=1, max_size=8))
+def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_rebuilt(
+        actions: list[tuple[str, Any]]) -> None:
+    """Two ClusterQueues selecting a team label, a LocalQueue of each in the one namespace whose label moves; pods
+    arriving in either queue, bound ones finishing, another namespace coming and going. Each cycle decides what a
+    rebuild decides, carried on or not."""
+    from test_carried_cycles import _finish_cycle
+
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    for team in ("a", "b"):
+        cq = cluster_queue(f"cq-{team}", 3)
+        cq["spec"]["namespaceSelector"] = {"matchLabels": {"team": team}}
+        c.put(r.CLUSTER_QUEUES, cq)
+        c.put(r.LOCAL_QUEUES, local_queue(f"lq-{team}", f"cq-{team}"))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    made: list[str] = []
+    for step_no, (kind, arg) in enumerate(actions, 1):
+        if kind == "relabel":
+            ns = json.loads(json.dumps(c.cache.get(r.NAMESPACES, NS)))
+            ns["metadata"]["labels"] = {} if arg is None else {"team": arg}
+            c.put(r.NAMESPACES, ns, "MODIFIED")
+        elif kind == "pod":
+            name = f"p{step_no}"
+            c.put(r.PODS, pod(name, gpus=1, queue=f"lq-{arg}"))
+            made.append(name)
+        elif kind == "finish":
+            bound = [n for n in made if (c.cache.get(r.PODS, f"{NS}/{n}") or {}).get("spec", {}).get("nodeName")
+                     and (c.cache.get(r.PODS, f"{NS}/{n}") or {}).get("status", {}).get("phase") == "Running"]
+            if bound:
+                _finish_pod(c, bound[arg % len(bound)])
+        elif arg == "create" and c.cache.get(r.NAMESPACES, "x") is None:
+            c.put(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x",
+                                                                                     "labels": {"team": "a"}}})
+        elif arg == "delete" and c.cache.get(r.NAMESPACES, "x") is not None:
+            c.put(r.NAMESPACES, json.loads(json.dumps(c.cache.get(r.NAMESPACES, "x"))), "DELETED")
+        at = now + step_no
+        decided_as_rebuilt(run, c, at)
+        snapshot = c.cache.snapshot()
+        d = _finish_cycle(run, snapshot, run._carry_on(snapshot, at), at)
+        for job in d.jobs:  # the Bindings land
+            for p in job.pods:
+                obj = json.loads(json.dumps(c.cache.get(r.PODS, p.key)))
+                obj["spec"]["nodeName"] = p.node
+                obj["status"] = {"phase": "Running"}
+                c.put(r.PODS, obj, "MODIFIED")
