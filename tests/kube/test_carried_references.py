@@ -306,3 +306,85 @@ def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_reb
                 obj["spec"]["nodeName"] = p.node
                 obj["status"] = {"phase": "Running"}
                 c.put(r.PODS, obj, "MODIFIED")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(st.one_of(
+    st.tuples(st.just("job"), st.integers(1, 2)),  # a Job of ours and its pods
+    st.tuples(st.just("finish"), st.integers(0, 9)),  # a running pod of ours succeeds
+    st.tuples(st.just("mark"), st.integers(0, 9)),  # a Job marked for deletion (foreground)
+    st.tuples(st.just("drop-pods"), st.integers(0, 9)),  # a Job's pods deleted
+    st.tuples(st.just("drop-job"), st.integers(0, 9)),  # a Job deleted (its pods may remain)
+    st.tuples(st.just("theirs"), st.sampled_from(["add", "scale", "delete"]))), min_size=1, max_size=10))
+def test_jobs_deleted_and_another_schedulers_churn_are_decided_as_rebuilt(actions: list[tuple[str, Any]]) -> None:
+    """Jobs of ours arriving, finishing, marked for deletion, their pods and themselves deleted in any order; another
+    scheduler's Job added, scaled and deleted meanwhile. Each cycle decides what a rebuild decides, carried on or
+    not."""
+    from test_carried_cycles import JOBS, _finish_cycle
+    from workload_env import job as job_object
+    from workload_env import job_pods
+
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    jobs: list[str] = []
+
+    def current(name: str) -> JsonDict | None:
+        found = c.cache.get(JOBS, f"{NS}/{name}")
+        return None if found is None else json.loads(json.dumps(found))
+
+    for step_no, (kind, arg) in enumerate(actions, 1):
+        if kind == "job":
+            name = f"j{step_no}"
+            owner = job_object(name, pods=arg, gpus=1, queue="lq")
+            c.put(JOBS, owner)
+            for p in job_pods(owner):
+                c.put(r.PODS, p)
+            jobs.append(name)
+        elif kind == "theirs":
+            theirs = job_object("web", pods=1)
+            theirs["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+            had = current("web")
+            if arg == "add" and had is None:
+                c.put(JOBS, theirs)
+            elif arg == "scale" and had is not None:
+                had["spec"]["parallelism"] += 1
+                c.put(JOBS, had, "MODIFIED")
+            elif arg == "delete" and had is not None:
+                c.put(JOBS, had, "DELETED")
+        elif jobs:
+            name = jobs[arg % len(jobs)]
+            pods = [c.cache.get(r.PODS, k) for k in sorted(c.cache.keys(r.PODS))]
+            mine = [json.loads(json.dumps(p)) for p in pods if p is not None
+                    and p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == name]
+            owner_now = current(name)
+            if kind == "finish":
+                for p in mine:
+                    if p.get("spec", {}).get("nodeName") and p.get("status", {}).get("phase") == "Running":
+                        p["status"] = {"phase": "Succeeded"}
+                        c.put(r.PODS, p, "MODIFIED")
+                        break
+            elif kind == "mark" and owner_now is not None:
+                owner_now["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+                owner_now["metadata"]["finalizers"] = ["foregroundDeletion"]
+                c.put(JOBS, owner_now, "MODIFIED")
+            elif kind == "drop-pods":
+                for p in mine:
+                    c.put(r.PODS, p, "DELETED")
+            elif kind == "drop-job" and owner_now is not None:
+                c.put(JOBS, owner_now, "DELETED")
+        at = now + step_no
+        decided_as_rebuilt(run, c, at)
+        snapshot = c.cache.snapshot()
+        d = _finish_cycle(run, snapshot, run._carry_on(snapshot, at), at)
+        for job in d.jobs:  # the Bindings land, the pods run
+            for p in job.pods:
+                obj = c.cache.get(r.PODS, p.key)
+                if obj is None:
+                    continue
+                obj = json.loads(json.dumps(obj))
+                obj["spec"]["nodeName"] = p.node
+                obj["status"] = {"phase": "Running"}
+                c.put(r.PODS, obj, "MODIFIED")
