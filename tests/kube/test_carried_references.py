@@ -256,14 +256,15 @@ def test_a_namespace_relabelled_beside_volcano_queues_is_carried() -> None:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=st.lists(st.one_of(
     st.tuples(st.just("relabel"), st.sampled_from([None, "a", "b"])),
-    st.tuples(st.just("pod"), st.sampled_from(["a", "b"])),
+    st.tuples(st.just("pod"), st.sampled_from(["a", "b", "c"])),  # lq-c: created by the "lq" action
     st.tuples(st.just("finish"), st.integers(0, 7)),
+    st.tuples(st.just("lq"), st.none()),
     st.tuples(st.just("other"), st.sampled_from(["create", "delete"]))), min_size=1, max_size=8))
 def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_rebuilt(
         actions: list[tuple[str, Any]]) -> None:
     """Two ClusterQueues selecting a team label, a LocalQueue of each in the one namespace whose label moves; pods
-    arriving in either queue, bound ones finishing, another namespace coming and going. Each cycle decides what a
-    rebuild decides, carried on or not."""
+    arriving in either queue, or in a third LocalQueue created meanwhile, bound ones finishing, another namespace
+    coming and going. Each cycle decides what a rebuild decides, carried on or not."""
     from test_carried_cycles import _finish_cycle
 
     c = Cluster()
@@ -286,6 +287,9 @@ def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_reb
             name = f"p{step_no}"
             c.put(r.PODS, pod(name, gpus=1, queue=f"lq-{arg}"))
             made.append(name)
+        elif kind == "lq":
+            if c.cache.get(r.LOCAL_QUEUES, f"{NS}/lq-c") is None:
+                c.put(r.LOCAL_QUEUES, local_queue("lq-c", "cq-a"))
         elif kind == "finish":
             bound = [n for n in made if (c.cache.get(r.PODS, f"{NS}/{n}") or {}).get("spec", {}).get("nodeName")
                      and (c.cache.get(r.PODS, f"{NS}/{n}") or {}).get("status", {}).get("phase") == "Running"]
@@ -388,3 +392,47 @@ def test_jobs_deleted_and_another_schedulers_churn_are_decided_as_rebuilt(action
                 obj["spec"]["nodeName"] = p.node
                 obj["status"] = {"phase": "Running"}
                 c.put(r.PODS, obj, "MODIFIED")
+
+
+def test_a_local_queue_created_routes_the_workloads_naming_it_as_a_rebuild_does() -> None:
+    """A team's LocalQueue created after its pods (or a ``default`` one, for the pods that name none): they were
+    waiting for it, and go to its ClusterQueue in the cycle that carries on, as a rebuild routes them."""
+    from test_carried_cycles import _carried_as_rebuilt
+
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    c.put(r.PODS, pod("run", gpus=4, node_name="n0", queue="lq"))
+    c.put(r.PODS, pod("early", gpus=1, queue="lq-new"))
+    run = runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    assert outcome(d)[1][f"{NS}/early"] == "LocalQueue lq-new doesn't exist"
+    c.put(r.LOCAL_QUEUES, local_queue("lq-new", "cq"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert "LocalQueue" not in outcome(d)[1][f"{NS}/early"]  # in its queue now, waiting for the node
+    _finish_pod(c, "run")
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert f"{NS}/early" in outcome(d)[0]
+    # A pod naming no queue, waiting without quota; then the namespace's ``default`` LocalQueue created.
+    c.put(r.PODS, pod("plain", gpus=8))
+    _carried_as_rebuilt(run, c, now + 3)
+    c.put(r.LOCAL_QUEUES, local_queue("default", "cq"))
+    _carried_as_rebuilt(run, c, now + 4)
+
+
+def test_a_local_queue_created_for_an_admitted_workload_or_deleted_takes_a_full_cycle() -> None:
+    """A workload admitted without quota (it names no queue) that a ``default`` LocalQueue would take: a rebuild
+    charges it to that queue, which the kept policy cannot do in place. And a LocalQueue deleted."""
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    c.put(r.PODS, pod("free", gpus=1, node_name="n0"))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.LOCAL_QUEUES, local_queue("default", "cq"))
+    assert not decided_as_rebuilt(run, c, now + 1)
+    c2 = Cluster()
+    run2 = runner(c2)
+    first_cycle(run2, now)
+    c2.put(r.LOCAL_QUEUES, json.loads(json.dumps(c2.cache.get(r.LOCAL_QUEUES, f"{NS}/lq"))), "DELETED")
+    assert run2._carry_on(c2.cache.snapshot(), now + 1) is None

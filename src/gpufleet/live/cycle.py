@@ -59,8 +59,8 @@ from gpufleet.live.increment import (
     apply_nodes,
     carried_pods,
     extend,
-    read_namespaces,
     read_owners,
+    read_queue_changes,
     release,
     remove_nodes,
 )
@@ -382,9 +382,9 @@ class CycleRunner:
         if carried is None or any(e.problem is not None for e in carried.new):
             return None
         # (before the owners: their read holds the world's queue generation to the cache's)
-        if carried.namespaces and not read_namespaces(
-                kept.world, kept.policy, snapshot, carried.namespaces, parse=self.parse,
-                scheduler_name=s.scheduler_name, queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
+        if (carried.namespaces or carried.local_queues) and not read_queue_changes(
+                kept, snapshot, carried, now, parse=self.parse, scheduler_name=s.scheduler_name,
+                queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
             return None
         if (carried.owners or carried.owners_gone) and not read_owners(
                 kept.world, snapshot, carried.owners, parse=self.parse, scheduler_name=s.scheduler_name,

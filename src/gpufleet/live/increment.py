@@ -63,7 +63,7 @@ gpufleet.live.gangs.tell_readiness), which its round acts on as the simulator's 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -187,6 +187,9 @@ class Carried:
     # Namespaces created, relabelled (their labels) or deleted (None) since: the ClusterQueues' namespace selectors
     # judge them anew (KueuePolicy.namespaces_changed)
     namespaces: dict[str, dict[str, str] | None] = field(default_factory=dict)
+    # LocalQueues created since, by namespace/name: the workloads naming them routed again
+    # (KueuePolicy.local_queues_added)
+    local_queues: set[str] = field(default_factory=set)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -222,6 +225,8 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             out.nodes[c.key] = changed
         elif unread_status_only(c):
             continue
+        elif c.resource == r.LOCAL_QUEUES.key and c.type == "ADDED" and c.new is not None:
+            out.local_queues.add(c.key)
         elif c.resource == r.NAMESPACES.key:
             labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
             out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
@@ -759,25 +764,40 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
     return isinstance(parsed.obj, Node) and parsed.obj == known
 
 
-def read_namespaces(world: World, policy: KueuePolicy, snapshot: CacheSnapshot,
-                    namespaces: Mapping[str, Mapping[str, str] | None], *, parse: ParseCache, scheduler_name: str,
-                    queue_kinds: Sequence[r.ResourceType]) -> bool:
-    """Namespaces created, relabelled or deleted since the kept cycle, and no other queue kind changed
-    (:func:`carried_pods` says so): the world's queue objects read again as a full cycle reads them (their
-    generation with them), and the kept policy told (``KueuePolicy.namespaces_changed``). False (a full cycle) when
-    the queues themselves changed with them: Volcano's and KAI's queues are a LocalQueue in every namespace."""
+def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, now: float, *, parse: ParseCache,
+                       scheduler_name: str, queue_kinds: Sequence[r.ResourceType]) -> bool:
+    """Namespaces created, relabelled or deleted, and LocalQueues created, since the kept cycle, and no other queue
+    kind changed (:func:`carried_pods` says so): the world's queue objects read again as a full cycle reads them
+    (their generation with them), and the kept policy told (``KueuePolicy.namespaces_changed``,
+    ``local_queues_added``). False (a full cycle) when the queues changed otherwise (Volcano's and KAI's queues are
+    a LocalQueue in every namespace), or a workload admitted would go to a LocalQueue created."""
+    world, policy = kept.world, kept.policy
     both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
-    if _queues_shape(both.manifests) != _queues_shape(world.queues):
+    old_lqs, old_rest = _queues_shape(world.queues)
+    new_lqs, new_rest = _queues_shape(both.manifests)
+    created = {(lq.meta.namespace or "", lq.meta.name): lq.cluster_queue for lq in both.manifests.local_queues
+               if f"{lq.meta.namespace}/{lq.meta.name}" in carried.local_queues}
+    if new_rest != old_rest or set(new_lqs) != set(old_lqs) | {(ns, n, cq) for (ns, n), cq in created.items()}:
         return False
+    if created:
+        moved = policy.local_queues_added(created, now)
+        if moved is None:
+            return False
+        if kept.counts is not None:
+            for before, after in moved:
+                kept.counts.add(before, -1)
+                kept.counts.add(after, 1)
     world.queues = both.manifests
     world.queue_generation = both.generation
-    policy.namespaces_changed(namespaces)
+    if carried.namespaces:
+        policy.namespaces_changed(carried.namespaces)
     return True
 
 
-def _queues_shape(m: Manifests) -> tuple[list[tuple[str, str, str]], list[str], list[str]]:
+def _queues_shape(m: Manifests) -> tuple[list[tuple[str, str, str]], tuple[list[str], list[str]]]:
+    """The LocalQueues of a parse, and its ClusterQueues' and cohorts' names."""
     return (sorted((lq.meta.namespace or "", lq.meta.name, lq.cluster_queue) for lq in m.local_queues),
-            sorted(cq.name for cq in m.cluster_queues), sorted(c.name for c in m.cohorts))
+            (sorted(cq.name for cq in m.cluster_queues), sorted(c.name for c in m.cohorts)))
 
 
 def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObject], *, parse: ParseCache,

@@ -114,6 +114,32 @@ class KueuePolicy:
         return GangPlacer(self._placer_factory(cluster, self.rng, list(self.config.topologies.values())),
                           self.config.flavors, self.memory)
 
+    def local_queues_added(self, added: Mapping[tuple[str, str], str],
+                           now: float) -> list[tuple[WorkloadInfo, WorkloadInfo]] | None:
+        """LocalQueues created under the policy, (namespace, name) -> ClusterQueue: the workloads that name one (or,
+        for a ``default`` one, name none) are routed to it again, as a new policy routes them; each one submitted
+        again, as it was and as it is. None, changing nothing, when a workload admitted would route to one: a new
+        policy charges it to that queue, which this one cannot do to a workload in place."""
+        state, config = self.state, self.config
+        moved = []
+        for info in state.infos.values():
+            wl = info.workload
+            name = wl.queue if wl.queue is not None else DEFAULT_LOCAL_QUEUE
+            if (wl.namespace, name) not in added or info.state is FINISHED:
+                continue
+            if info.state is ADMITTED:
+                return None
+            moved.append(info)
+        config.local_queues.update(added)
+        for (namespace, _), cq in added.items():
+            if cq in config.cluster_queues:
+                state.namespace_matches.setdefault(cq, {}).pop(namespace, None)
+        out = []
+        for info in moved:
+            self.submit(info.workload, now)
+            out.append((info, state.infos[info.key]))
+        return out
+
     def namespaces_changed(self, changed: Mapping[str, Mapping[str, str] | None]) -> None:
         """Namespaces created, relabelled (their labels) or deleted (None) under the policy: the ClusterQueues'
         namespace selectors judge them anew, and the workloads of them that wait are tried again at the next cycle
