@@ -436,3 +436,18 @@ def test_a_local_queue_created_for_an_admitted_workload_or_deleted_takes_a_full_
     first_cycle(run2, now)
     c2.put(r.LOCAL_QUEUES, json.loads(json.dumps(c2.cache.get(r.LOCAL_QUEUES, f"{NS}/lq"))), "DELETED")
     assert run2._carry_on(c2.cache.snapshot(), now + 1) is None
+
+
+def test_a_deployment_scaled_past_what_a_workload_may_hold_takes_a_full_cycle() -> None:
+    """Scaled beyond the parse's bound (10,000 pods: a typo, an autoscaler's large maxReplicas), the Deployment is
+    left out, which a rebuild says in an event and groups its pods without; a review found it carried on instead,
+    its pods still charged to its queue."""
+    c = Cluster()
+    _deployment_with_its_replica_set(c)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    dep = json.loads(json.dumps(c.cache.get(DEPLOYMENTS, f"{NS}/web")))
+    dep["spec"]["replicas"] = 10_001
+    c.put(DEPLOYMENTS, dep, "MODIFIED")
+    assert not decided_as_rebuilt(run, c, now + 1)

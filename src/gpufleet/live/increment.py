@@ -42,8 +42,13 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   takes a full cycle;
 * a workload kind's object created (a Job, a JobSet...): one of another scheduler's is passed over, as a full
   cycle passes it over; one of ours is read into the kept world's workload objects (:func:`read_owners`), so its
-  pods, arriving with it or later, are grouped as a full cycle groups them. A change to one's spec, or its
-  deletion, takes a full cycle.
+  pods, arriving with it or later, are grouped as a full cycle groups them. Another scheduler's changed or
+  deleted is passed over too; ours marked for deletion, ours deleted once nothing the world knows refers to it, and
+  ours of a per-pod kind only scaled (:func:`only_scaled`) are read again; any other change to one of ours takes a
+  full cycle, as does any change to a kind other objects refer to (Volcano's and KAI's Queues, AdmissionChecks,
+  training runtimes) or an object left out by the parse;
+* a Namespace created, relabelled or deleted, and a LocalQueue created (:func:`read_queue_changes`): the queue
+  objects read again and the kept policy told; any other queue kind's change takes a full cycle.
 
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
@@ -773,6 +778,8 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     a LocalQueue in every namespace), or a workload admitted would go to a LocalQueue created."""
     world, policy = kept.world, kept.policy
     both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
+    if both.rejected:
+        return False  # (the full cycle says why, in an event)
     old_lqs, old_rest = _queues_shape(world.queues)
     new_lqs, new_rest = _queues_shape(both.manifests)
     created = {(lq.meta.namespace or "", lq.meta.name): lq.cluster_queue for lq in both.manifests.local_queues
@@ -807,8 +814,9 @@ def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObje
     kinds' parse is not the kept one's (a queue changed meanwhile) or one of ``owners`` does not parse (the full
     cycle tells why, in an event)."""
     both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
-    created = {(res.key, key) for res, key, _ in owners}
-    if both.generation != world.queue_generation or any((res.key, key) in created for res, key, *_ in both.rejected):
+    # Any object left out now is new to the kept world, which holds none (a cycle with one is never kept): one
+    # created since, or scaled past what a workload may hold (a review found the latter carried on, owner lost).
+    if both.generation != world.queue_generation or both.rejected:
         return False
     # Pods the world knows that a new owner takes (its pods seen before it: a Job's pods can come through their
     # watch first, a Volcano PodGroup named before it exists): a full cycle groups them into its workload.
