@@ -201,3 +201,17 @@ def test_what_ooms_taught_one_book_another_learns() -> None:
     assert second.hint(a, a.pods[0].template) == 20 * GI + 1  # the larger floor of the two
     assert second.resizes(b.key) == (Resize("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"),)
     assert second.hint(b, b.pods[0].template) == 0
+
+
+def test_a_job_resized_by_its_annotation_is_admitted_at_the_larger_profile_and_says_so() -> None:
+    """``gpufleet.io/mig-resized`` on a Job (written by the live scheduler after an OOM, or set by its team at
+    creation): its pods ask the larger profile everywhere the Job is read, and the admission says why."""
+    m = _mig(("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"), resize=None)
+    (emb,) = jobs_of(job("emb", resource="nvidia.com/mig-1g.10gb", labels="kueue.x-k8s.io/queue-name: q",
+                         annotations='    gpufleet.io/mig-resized: "nvidia.com/mig-1g.10gb=nvidia.com/mig-2g.20gb"'))
+    policy = make_policy("gpufleet", m)
+    policy.submit(emb.workload, 0.0)
+    (admitted,) = policy.cycle(0.0).admitted
+    assert admitted.usage.get("nvidia.com/mig-2g.20gb") == 1 and "nvidia.com/mig-1g.10gb" not in admitted.usage
+    assert admitted.notes == ["its pods ask the MIG profiles its Job names after an out-of-memory (gpufleet.io/mig-"
+                              "resized: nvidia.com/mig-1g.10gb=nvidia.com/mig-2g.20gb)"]

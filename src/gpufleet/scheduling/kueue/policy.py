@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
-from gpufleet.api.mig_resized import Resize
+from gpufleet.api.mig_resized import RESIZED_ANNOTATION, Resize
 from gpufleet.api.objects import Topology
 from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState, NodeState
@@ -378,9 +378,14 @@ class KueuePolicy:
 
     def cycle(self, now: float) -> Decisions:
         decisions = Cycle(self.state, now).run()
-        if self.memory is not None:
-            for a in decisions.admitted:
+        infos = self.state.infos
+        for a in decisions.admitted:
+            if self.memory is not None:
                 a.notes.extend(r.text() for r in self.memory.resizes(a.workload))
+            info = infos.get(a.workload)
+            if info is not None and RESIZED_ANNOTATION in info.workload.annotations:  # (read resized: intake)
+                a.notes.append(f"its pods ask the MIG profiles its {info.workload.kind} names after an out-of-memory "
+                               f"({RESIZED_ANNOTATION}: {info.workload.annotations[RESIZED_ANNOTATION]})")
         return decisions
 
     # ---- MemoryFeedback ------------------------------------------------------------------------------------------
