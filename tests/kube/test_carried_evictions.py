@@ -620,3 +620,49 @@ def test_a_workload_seen_ready_is_not_timed_out_when_a_pod_stops_being_ready() -
     marked["status"]["conditions"].append({"type": gangs.WAS_READY_CONDITION, "status": "True"})
     c.put(r.PODS, marked, "MODIFIED")
     assert _timed_out(runner(c, run.settings)._decide_isolating(c.cache.snapshot(), now + 36_002)) == [f"{NS}/b"]
+
+
+def test_a_local_queue_created_for_a_workload_backing_off_keeps_its_backoff() -> None:
+    """A Job naming no queue, timed out (waitForPodsReady) and made again by its controller, backs off; a ``default``
+    LocalQueue created then routes it to a ClusterQueue in the cycle that carries on. Kueue keeps its requeue
+    state, as a rebuild reads it from what the scheduler remembers; a review found the carried cycle forgetting it
+    (the Job admitted at once, its backoff lost)."""
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=2))
+    now = time.time()
+    owner = job_object("train", pods=1, gpus=1)
+    c.put(JOBS, owner)
+    [first] = job_pods(owner)
+    first["metadata"]["creationTimestamp"] = stamp(now)
+    c.put(r.PODS, first)
+    run = runner(c, fast_settings(cycle_period=3600.0, kueue=TIMEOUT_ONLY))
+    d = first_cycle(run, now)
+    key = f"{NS}/{first['metadata']['name']}"
+    land(c, first["metadata"]["name"], d.world.cluster.placements[key].node)
+    _step(run, now + 1)
+
+    def step(at: float, *, carry: bool = True) -> _Decided:
+        rebuilt = _rebuilt(c, run, at)
+        d, carried = _step(run, at)
+        assert carried or not carry, "a full cycle"
+        assert outcome(d)[0] == outcome(rebuilt)[0] and set(outcome(d)[1]) == set(outcome(rebuilt)[1])
+        assert d.counts is not None and _nonzero(d.counts) == _nonzero(QueueCounts(rebuilt.plan.policy))
+        return d
+
+    d = step(now + 301)
+    assert _timed_out(d) == [f"{NS}/train"]
+    _deleting(c, key)
+    step(now + 302)
+    again = job_pods(owner)[0]
+    again["metadata"]["name"] = "train-again"
+    again["metadata"]["creationTimestamp"] = stamp(now + 303)
+    c.put(r.PODS, again)
+    c.put(r.PODS, c.cache.get(r.PODS, key), "DELETED")
+    d = step(now + 303, carry=False)  # (its last pod gone as the next comes: a full cycle groups them)
+    assert f"{NS}/train" in outcome(d)[1]  # backing off
+    step(now + 303.5)  # (kept: the next carries on)
+    c.put(r.LOCAL_QUEUES, local_queue("default", "cq"))
+    d = step(now + 304)
+    assert f"{NS}/train" in outcome(d)[1]
+    info = d.plan.policy.info(f"{NS}/train")
+    assert info is not None and info.cluster_queue == "cq" and info.requeue_count == 1

@@ -7,6 +7,7 @@ In process, as tests/kube/test_carried_cycles.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from typing import Any
@@ -15,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_env import NS, cluster_queue, local_queue, node, pod
-from test_carried_cycles import Cluster, _finish_pod, first_cycle, outcome, runner
+from test_carried_cycles import Cluster, _finish_cycle, _finish_pod, _nonzero, first_cycle, outcome, runner
 from workload_env import DEPLOYMENTS, REPLICA_SETS, _pod_from, _template, admission_check, deployment, deployment_pods
 
 from gpufleet.k8s import resources as r
 from gpufleet.live.cycle import CycleRunner
+from gpufleet.live.queuestatus import QueueCounts
 
 JsonDict = dict[str, Any]
 KINDS = {(res.group, res.kind): res for res in r.WORKLOAD_RESOURCES}
@@ -29,11 +31,13 @@ TRAIN_JOBS = KINDS[("trainer.kubeflow.org", "TrainJob")]
 
 
 def decided_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> bool:
-    """The next cycle decides what a rebuild on the same snapshot decides; whether it carried on."""
+    """The next cycle decides what a rebuild on the same snapshot decides, and is kept as run() keeps it (so that
+    cycles carried on chain); whether it carried on."""
     snapshot = c.cache.snapshot()
     carried = run._carry_on(snapshot, now)
     fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
+    fresh.requeues = copy.deepcopy(run.requeues)
     rebuilt = fresh._decide_isolating(snapshot, now)
     if carried is not None:
         assert outcome(carried)[0] == outcome(rebuilt)[0]
@@ -42,7 +46,24 @@ def decided_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> bool:
         deciding = outcome(rebuilt)[0] | set(outcome(rebuilt)[1])
         assert {w.key: (w.kind, w.queue) for w in carried.world.workloads if w.key in deciding} == {
             w.key: (w.kind, w.queue) for w in rebuilt.world.workloads if w.key in deciding}
+        assert carried.counts is not None
+        assert _nonzero(carried.counts) == _nonzero(QueueCounts(rebuilt.plan.policy))
+        carried.world.cluster.check_invariants()
+    _finish_cycle(run, snapshot, carried, now)
     return carried is not None
+
+
+def _land_assumed(run: CycleRunner, c: Cluster) -> None:
+    """The Bindings the runner assumed land, and their pods run."""
+    for key in sorted(run.assumed.keys()):
+        obj = c.cache.get(r.PODS, key)
+        intent = run.assumed.get(key, (obj or {}).get("metadata", {}).get("uid"), time.time())
+        if obj is None or intent is None or (obj.get("spec") or {}).get("nodeName"):
+            continue
+        obj = json.loads(json.dumps(obj))
+        obj["spec"]["nodeName"] = intent.node
+        obj["status"] = {"phase": "Running"}
+        c.put(r.PODS, obj, "MODIFIED")
 
 
 def _full_node_and_a_waiting_pod(c: Cluster, **labels: Any) -> None:
@@ -265,8 +286,6 @@ def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_reb
     """Two ClusterQueues selecting a team label, a LocalQueue of each in the one namespace whose label moves; pods
     arriving in either queue, or in a third LocalQueue created meanwhile, bound ones finishing, another namespace
     coming and going. Each cycle decides what a rebuild decides, carried on or not."""
-    from test_carried_cycles import _finish_cycle
-
     c = Cluster()
     c.put(r.NODES, node("n0", gpus=4))
     for team in ("a", "b"):
@@ -302,14 +321,7 @@ def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_reb
             c.put(r.NAMESPACES, json.loads(json.dumps(c.cache.get(r.NAMESPACES, "x"))), "DELETED")
         at = now + step_no
         decided_as_rebuilt(run, c, at)
-        snapshot = c.cache.snapshot()
-        d = _finish_cycle(run, snapshot, run._carry_on(snapshot, at), at)
-        for job in d.jobs:  # the Bindings land
-            for p in job.pods:
-                obj = json.loads(json.dumps(c.cache.get(r.PODS, p.key)))
-                obj["spec"]["nodeName"] = p.node
-                obj["status"] = {"phase": "Running"}
-                c.put(r.PODS, obj, "MODIFIED")
+        _land_assumed(run, c)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -324,7 +336,7 @@ def test_jobs_deleted_and_another_schedulers_churn_are_decided_as_rebuilt(action
     """Jobs of ours arriving, finishing, marked for deletion, their pods and themselves deleted in any order; another
     scheduler's Job added, scaled and deleted meanwhile. Each cycle decides what a rebuild decides, carried on or
     not."""
-    from test_carried_cycles import JOBS, _finish_cycle
+    from test_carried_cycles import JOBS
     from workload_env import job as job_object
     from workload_env import job_pods
 
@@ -381,17 +393,7 @@ def test_jobs_deleted_and_another_schedulers_churn_are_decided_as_rebuilt(action
                 c.put(JOBS, owner_now, "DELETED")
         at = now + step_no
         decided_as_rebuilt(run, c, at)
-        snapshot = c.cache.snapshot()
-        d = _finish_cycle(run, snapshot, run._carry_on(snapshot, at), at)
-        for job in d.jobs:  # the Bindings land, the pods run
-            for p in job.pods:
-                obj = c.cache.get(r.PODS, p.key)
-                if obj is None:
-                    continue
-                obj = json.loads(json.dumps(obj))
-                obj["spec"]["nodeName"] = p.node
-                obj["status"] = {"phase": "Running"}
-                c.put(r.PODS, obj, "MODIFIED")
+        _land_assumed(run, c)
 
 
 def test_a_local_queue_created_routes_the_workloads_naming_it_as_a_rebuild_does() -> None:
@@ -451,3 +453,16 @@ def test_a_deployment_scaled_past_what_a_workload_may_hold_takes_a_full_cycle() 
     dep["spec"]["replicas"] = 10_001
     c.put(DEPLOYMENTS, dep, "MODIFIED")
     assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_local_queue_created_without_a_cluster_queue_takes_a_full_cycle() -> None:
+    """A full cycle sets it aside and says why (a Warning event, the rejected-objects metric); a review found it
+    carried on, said nowhere until the resync."""
+    c = Cluster()
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    broken = local_queue("lq-broken", "cq")
+    del broken["spec"]["clusterQueue"]
+    c.put(r.LOCAL_QUEUES, broken)
+    assert run._carry_on(c.cache.snapshot(), now + 1) is None

@@ -68,7 +68,7 @@ gpufleet.live.gangs.tell_readiness), which its round acts on as the simulator's 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -230,7 +230,7 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             out.nodes[c.key] = changed
         elif unread_status_only(c):
             continue
-        elif c.resource == r.LOCAL_QUEUES.key and c.type == "ADDED" and c.new is not None:
+        elif c.resource in _LOCAL_QUEUE_KEYS and c.type == "ADDED" and c.new is not None:
             out.local_queues.add(c.key)
         elif c.resource == r.NAMESPACES.key:
             labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
@@ -270,6 +270,8 @@ def deletion_marked(old: JsonDict, new: JsonDict) -> bool:
     """A workload-kind object whose change is its deletion starting (or its finalizers going), nothing else."""
     return without_status(old, _DELETION_META) == without_status(new, _DELETION_META)
 
+
+_LOCAL_QUEUE_KEYS = frozenset({r.LOCAL_QUEUES.key, r.KUEUE_LOCAL_QUEUES.key})  # gpufleet's, or Kueue's own
 
 # What a Deployment's controller writes on its ReplicaSets as it scales them, beside spec.replicas.
 _SCALE_ANNOTATIONS = ("deployment.kubernetes.io/desired-replicas", "deployment.kubernetes.io/max-replicas")
@@ -770,16 +772,20 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
 
 
 def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, now: float, *, parse: ParseCache,
-                       scheduler_name: str, queue_kinds: Sequence[r.ResourceType]) -> bool:
+                       scheduler_name: str, queue_kinds: Sequence[r.ResourceType],
+                       requeue: Callable[[list[str]], object]) -> bool:
     """Namespaces created, relabelled or deleted, and LocalQueues created, since the kept cycle, and no other queue
     kind changed (:func:`carried_pods` says so): the world's queue objects read again as a full cycle reads them
     (their generation with them), and the kept policy told (``KueuePolicy.namespaces_changed``,
-    ``local_queues_added``). False (a full cycle) when the queues changed otherwise (Volcano's and KAI's queues are
-    a LocalQueue in every namespace), or a workload admitted would go to a LocalQueue created."""
+    ``local_queues_added``; the workloads routed again are given back what Kueue kept of their requeues:
+    ``requeue``). False (a full cycle) when the queues changed otherwise (Volcano's and KAI's queues are a
+    LocalQueue in every namespace), the read finds an error the kept one did not (a LocalQueue with no
+    ClusterQueue: a full cycle sets it aside and says so), or a workload admitted would go to a LocalQueue
+    created."""
     world, policy = kept.world, kept.policy
     both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
-    if both.rejected:
-        return False  # (the full cycle says why, in an event)
+    if both.rejected or len(both.manifests.problems.errors) > len(world.queues.problems.errors):
+        return False
     old_lqs, old_rest = _queues_shape(world.queues)
     new_lqs, new_rest = _queues_shape(both.manifests)
     created = {(lq.meta.namespace or "", lq.meta.name): lq.cluster_queue for lq in both.manifests.local_queues
@@ -790,10 +796,12 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
         moved = policy.local_queues_added(created, now)
         if moved is None:
             return False
+        requeue([before.key for before, _ in moved])
         if kept.counts is not None:
-            for before, after in moved:
+            for before, _ in moved:
                 kept.counts.add(before, -1)
-                kept.counts.add(after, 1)
+                if (after := policy.info(before.key)) is not None:
+                    kept.counts.add(after, 1)  # (as the requeue memory left it: pending, or deactivated)
     world.queues = both.manifests
     world.queue_generation = both.generation
     if carried.namespaces:
