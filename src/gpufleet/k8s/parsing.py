@@ -217,7 +217,7 @@ class ParseCache:
         if queue_stamp != self._queue_stamp or not known:
             self._queue_stamp = queue_stamp
             self._generation = next(_GENERATIONS)
-        builder = ManifestBuilder(Problems())
+        builder = ManifestBuilder(Problems(), field_warnings=False)  # (warnings: read by no one live)
         for i, o in enumerate(docs):
             builder.add(document(o, i))
         self.parses += len(docs)
@@ -271,7 +271,7 @@ class ParseCache:
         if hit is not None and rv and hit[0] == rv:
             return hit[1]
         self.parses += 1
-        builder = ManifestBuilder(Problems())
+        builder = ManifestBuilder(Problems(), field_warnings=False)  # (warnings: read by no one live)
         try:
             builder.add(document(obj))
         except Exception as exc:  # a parser bug must cost this object only, never the cycle
