@@ -75,3 +75,67 @@ def test_the_inline_check_of_a_plain_gpu_says_what_the_full_checks_say(gpus: lis
     plain = {"model": "A100-SXM4-80GB", "memoryMiB": 81920, "gpus": gpus}
     marked = {**plain, "gpus": [{**g, "health": "Healthy"} for g in gpus]}
     assert read(plain) == read(marked)
+
+
+_QUEUE_EDITS = st.lists(st.tuples(
+    st.sampled_from(["ns-add", "ns-label", "ns-drop", "lq-add", "lq-drop", "lq-broken", "cq-quota", "cq-checks"]),
+    st.integers(0, 3)), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_QUEUE_EDITS)
+def test_queue_objects_parsed_one_by_one_read_as_a_fresh_parse_reads_them(edits: list[tuple[str, int]]) -> None:
+    """The queue kinds' parse is memoised object by object (a namespace created among thousands re-parses that
+    one): after any run of changes it reads what a parse with no memory reads, objects, order and errors alike."""
+    from live_env import cluster_queue, flavor, local_queue
+
+    from gpufleet.k8s.informer import ObjectCache
+    from gpufleet.live.decide import queue_kinds_read
+    from gpufleet.live.world import read_world_objects
+
+    cache, version = ObjectCache(), [0]
+
+    def put(res: r.ResourceType, obj: JsonDict, event: str = "ADDED") -> None:
+        version[0] += 1
+        obj["metadata"]["resourceVersion"] = str(version[0])
+        obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}-{version[0]}")
+        cache.apply(res, event, obj)
+
+    put(r.RESOURCE_FLAVORS, flavor())
+    put(r.CLUSTER_QUEUES, cluster_queue("cq", 4))
+    kinds = queue_kinds_read([res for res in r.SCHEDULER_RESOURCES if res.group == r.GROUP])
+    memo = ParseCache()
+
+    def read(parse: ParseCache) -> Any:
+        return read_world_objects(cache.snapshot(), parse=parse, scheduler_name="gpufleet", queue_kinds=kinds)
+
+    read(memo)
+    for edit, i in edits:
+        ns = f"ns{i}"
+        if edit == "ns-add" and cache.get(r.NAMESPACES, ns) is None:
+            put(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        elif edit == "ns-label" and (old := cache.get(r.NAMESPACES, ns)) is not None:
+            new = copy.deepcopy(old)
+            new["metadata"]["labels"] = {"team": str(version[0] % 3)}
+            put(r.NAMESPACES, new, "MODIFIED")
+        elif edit == "ns-drop" and (old := cache.get(r.NAMESPACES, ns)) is not None:
+            put(r.NAMESPACES, copy.deepcopy(old), "DELETED")
+        elif edit in ("lq-add", "lq-broken") and cache.get(r.LOCAL_QUEUES, f"{ns}/lq") is None:
+            lq = local_queue("lq", "cq", ns=ns)
+            if edit == "lq-broken":
+                lq["spec"] = {}
+            put(r.LOCAL_QUEUES, lq)
+        elif edit == "lq-drop" and (old := cache.get(r.LOCAL_QUEUES, f"{ns}/lq")) is not None:
+            put(r.LOCAL_QUEUES, copy.deepcopy(old), "DELETED")
+        elif edit == "cq-quota":
+            put(r.CLUSTER_QUEUES, cluster_queue("cq", 4 + i), "MODIFIED")
+        elif edit == "cq-checks":
+            cq = cluster_queue("cq", 4)
+            cq["spec"]["admissionChecks"] = [f"check-{i}"]
+            put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+        got, want = read(memo).manifests, read(ParseCache()).manifests
+        for attr in ("namespaces", "local_queues", "cluster_queues", "flavors", "cohorts"):
+            assert getattr(got, attr) == getattr(want, attr), attr
+        assert got.controllers.cluster_queue_checks == want.controllers.cluster_queue_checks
+        assert [(e.kind, e.name, e.field, e.message) for e in got.problems.all] == [
+            (e.kind, e.name, e.field, e.message) for e in want.problems.all]

@@ -65,14 +65,16 @@ def test_workload_objects_of_ours_are_read_alone_once_per_version_with_the_queue
     again = world_of(snapshot(objects), parse)
     assert again.queues is first.queues and parse.parses == 5  # nothing changed: nothing parsed
 
-    # A's controller writes its status: A alone is read again (the queue kinds with it, they are few), and the
-    # queues count as unchanged for the parked-workload memory.
+    # A's controller writes its status: A alone is read again (each queue object's parse is memoised by its
+    # resourceVersion too), and the queues count as unchanged for the parked-workload memory.
     objects[JOBSETS.key] = [bumped(a, "77", replicatedJobsStatus=[{"name": "workers", "active": 2}]), b]
     after_status = world_of(snapshot(objects), parse)
-    assert parse.parses == 5 + 3 + 1
+    assert parse.parses == 5 + 1
     assert after_status.queue_generation == first.queue_generation
     objects["clusterqueues.gpufleet.io"] = [bumped(cluster_queue("team", gpus=4), "78")]
     assert world_of(snapshot(objects), parse).queue_generation != first.queue_generation
+    assert parse.parses == 6 + 1  # the ClusterQueue changed, and it alone
+
 
 
 def test_an_invalid_jobset_is_left_out_told_and_its_pods_wait_while_the_valid_one_is_grouped() -> None:

@@ -22,7 +22,7 @@ import itertools
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.api.dra_objects import DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
@@ -31,6 +31,7 @@ from gpufleet.api.manifests import ManifestBuilder, Manifests, build
 from gpufleet.api.objects import Node, Pod
 from gpufleet.api.source import Document
 from gpufleet.api.workloadkinds import intake
+from gpufleet.api.workloadkinds.model import ControllerObjects
 from gpufleet.api.workloadkinds.templates import raw_templates, template_paths
 from gpufleet.k8s.resources import ResourceType
 
@@ -90,6 +91,10 @@ WorkloadObject = tuple[ResourceType, str, Mapping[str, Any]]
 # One left out: its type, key, object and why (the world's ``invalid`` entries).
 Rejected = tuple[ResourceType, str, Mapping[str, Any], str]
 
+# The Manifests lists a queue kind's object goes in, memoised one by one (ParseCache._add_queue_object).
+_QUEUE_TARGETS = ("namespaces", "priority_classes", "flavors", "cluster_queues", "local_queues", "cohorts",
+                  "workload_priority_classes", "topologies")
+
 # Queue generations, unique across parse caches: equal generations mean the same queue objects.
 _GENERATIONS = itertools.count(1)
 
@@ -127,6 +132,8 @@ class ParseCache:
         self._ours: dict[tuple[str, str], tuple[str, bool]] = {}
         self._queue_stamp: tuple[tuple[str, str, str], ...] | None = None
         self._contents: dict[tuple[str, str], tuple[str, str]] = {}  # queue object -> (resourceVersion, _content)
+        # queue object -> (resourceVersion, the Manifests list it goes in, its typed object, its problems)
+        self._queue_docs: dict[tuple[str, str], tuple[str, str, Any, tuple[ManifestError, ...]]] = {}
         self._generation = 0
         self.parses = 0  # objects parsed (not served from the memo), for the benchmark and tests
 
@@ -218,10 +225,13 @@ class ParseCache:
             self._queue_stamp = queue_stamp
             self._generation = next(_GENERATIONS)
         builder = ManifestBuilder(Problems(), field_warnings=False)  # (warnings: read by no one live)
-        for i, o in enumerate(docs):
-            builder.add(document(o, i))
-        self.parses += len(docs)
         out = builder.out
+        for i, o in enumerate(docs):
+            self._add_queue_object(builder, o, i)
+        live_docs = {(str(o.get("kind")), _key(o)) for o in docs}
+        if len(self._queue_docs) > len(live_docs):
+            for gone in [k for k in self._queue_docs if k not in live_docs]:
+                del self._queue_docs[gone]
         rejected: list[Rejected] = []
         linked: dict[tuple[str, str], tuple[ResourceType, Mapping[str, Any]]] = {}
         for res, key, obj in owned:
@@ -253,6 +263,29 @@ class ParseCache:
             del self._alone[gone]
         self._queues = QueueParse(manifests, tuple(rejected), self._generation, stamp)
         return self._queues
+
+    def _add_queue_object(self, builder: ManifestBuilder, obj: Mapping[str, Any], position: int) -> None:
+        """Add one queue-kind object to ``builder``, its parse memoised by resourceVersion: a Namespace created
+        among thousands re-parses that one, not all of them (the cross-checks of ``finish`` still see all). An
+        object that does not parse into exactly one typed object is added as it is, unmemoised."""
+        rv, memo_key = _rv(obj), (str(obj.get("kind")), _key(obj))
+        hit = self._queue_docs.get(memo_key)
+        if hit is None or not rv or hit[0] != rv:
+            self.parses += 1
+            scratch = ManifestBuilder(Problems(), field_warnings=False)
+            scratch.add(document(obj, position))
+            made = [(attr, o) for attr in _QUEUE_TARGETS for o in getattr(scratch.out, attr)]
+            # (what a parse records beside the object, a ClusterQueue's admission checks say, is not memoised)
+            if len(made) != 1 or scratch.out.config is not None or scratch.out.controllers != ControllerObjects():
+                builder.add(document(obj, position))
+                return
+            hit = (rv, made[0][0], made[0][1], tuple(scratch.out.problems.all))
+            if rv:
+                self._queue_docs[memo_key] = hit
+        _, attr, typed, problems = hit
+        getattr(builder.out, attr).append(replace(typed, meta=replace(typed.meta, order=position)))
+        builder.out.problems.extend(problems)
+        builder.out.documents += 1
 
     def _content_of(self, obj: Mapping[str, Any]) -> str:
         """:func:`_content`, worked out once per object and resourceVersion."""
