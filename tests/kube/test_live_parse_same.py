@@ -139,3 +139,31 @@ def test_queue_objects_parsed_one_by_one_read_as_a_fresh_parse_reads_them(edits:
         assert got.controllers.cluster_queue_checks == want.controllers.cluster_queue_checks
         assert [(e.kind, e.name, e.field, e.message) for e in got.problems.all] == [
             (e.kind, e.name, e.field, e.message) for e in want.problems.all]
+
+
+def test_a_cluster_queue_naming_admission_checks_is_memoised_with_them() -> None:
+    """Beside Kueue every ClusterQueue names gpufleet's admission check (docs/beside-kueue.md): its parse, and the
+    checks it records, are memoised like any other (a review found each parsed twice on every read)."""
+    from live_env import cluster_queue, flavor
+
+    from gpufleet.k8s.informer import ObjectCache
+    from gpufleet.live.decide import queue_kinds_read
+    from gpufleet.live.world import read_world_objects
+
+    cache = ObjectCache()
+    for i, (res, obj) in enumerate([(r.RESOURCE_FLAVORS, flavor()), (r.CLUSTER_QUEUES, cluster_queue("cq", 4))]):
+        obj["metadata"].update(resourceVersion=str(i + 1), uid=f"u{i}")
+        if res is r.CLUSTER_QUEUES:
+            obj["spec"]["admissionChecks"] = ["gpufleet-placement"]
+        cache.apply(res, "ADDED", obj)
+    kinds = queue_kinds_read([res for res in r.SCHEDULER_RESOURCES if res.group == r.GROUP])
+    parse = ParseCache()
+    first = read_world_objects(cache.snapshot(), parse=parse, scheduler_name="gpufleet", queue_kinds=kinds)
+    assert first.manifests.controllers.cluster_queue_checks == {"cq": ("gpufleet-placement",)}
+    before = parse.parses
+    cache.apply(r.NAMESPACES, "ADDED", {"apiVersion": "v1", "kind": "Namespace",
+                                        "metadata": {"name": "ci", "resourceVersion": "9", "uid": "u9"}})
+    again = read_world_objects(cache.snapshot(), parse=parse, scheduler_name="gpufleet", queue_kinds=kinds)
+    assert parse.parses == before + 1  # the namespace alone
+    assert again.manifests.controllers.cluster_queue_checks == {"cq": ("gpufleet-placement",)}
+    assert again.manifests.cluster_queues == first.manifests.cluster_queues

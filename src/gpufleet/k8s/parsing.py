@@ -132,8 +132,10 @@ class ParseCache:
         self._ours: dict[tuple[str, str], tuple[str, bool]] = {}
         self._queue_stamp: tuple[tuple[str, str, str], ...] | None = None
         self._contents: dict[tuple[str, str], tuple[str, str]] = {}  # queue object -> (resourceVersion, _content)
-        # queue object -> (resourceVersion, the Manifests list it goes in, its typed object, its problems)
-        self._queue_docs: dict[tuple[str, str], tuple[str, str, Any, tuple[ManifestError, ...]]] = {}
+        # queue object -> (resourceVersion, the Manifests list it goes in ("": parsed straight in each time), its typed
+        # object, its problems, the admission checks it names)
+        self._queue_docs: dict[tuple[str, str, str], tuple[str, str, Any, tuple[ManifestError, ...],
+                                                            dict[str, tuple[str, ...]]]] = {}
         self._generation = 0
         self.parses = 0  # objects parsed (not served from the memo), for the benchmark and tests
 
@@ -228,10 +230,9 @@ class ParseCache:
         out = builder.out
         for i, o in enumerate(docs):
             self._add_queue_object(builder, o, i)
-        live_docs = {(str(o.get("kind")), _key(o)) for o in docs}
-        if len(self._queue_docs) > len(live_docs):
-            for gone in [k for k in self._queue_docs if k not in live_docs]:
-                del self._queue_docs[gone]
+        live_docs = {_doc_key(o) for o in docs}
+        for stale in [k for k in self._queue_docs if k not in live_docs]:
+            del self._queue_docs[stale]
         rejected: list[Rejected] = []
         linked: dict[tuple[str, str], tuple[ResourceType, Mapping[str, Any]]] = {}
         for res, key, obj in owned:
@@ -266,25 +267,33 @@ class ParseCache:
 
     def _add_queue_object(self, builder: ManifestBuilder, obj: Mapping[str, Any], position: int) -> None:
         """Add one queue-kind object to ``builder``, its parse memoised by resourceVersion: a Namespace created
-        among thousands re-parses that one, not all of them (the cross-checks of ``finish`` still see all). An
-        object that does not parse into exactly one typed object is added as it is, unmemoised."""
-        rv, memo_key = _rv(obj), (str(obj.get("kind")), _key(obj))
+        among thousands re-parses that one, not all of them (the cross-checks of ``finish`` still see all). What a
+        parse records beside the object (the admission checks a ClusterQueue names) is memoised with it; an object
+        that does not parse into exactly one typed object is remembered as such and parsed straight into the
+        builder each time."""
+        rv, memo_key = _rv(obj), _doc_key(obj)
         hit = self._queue_docs.get(memo_key)
         if hit is None or not rv or hit[0] != rv:
             self.parses += 1
             scratch = ManifestBuilder(Problems(), field_warnings=False)
             scratch.add(document(obj, position))
             made = [(attr, o) for attr in _QUEUE_TARGETS for o in getattr(scratch.out, attr)]
-            # (what a parse records beside the object, a ClusterQueue's admission checks say, is not memoised)
-            if len(made) != 1 or scratch.out.config is not None or scratch.out.controllers != ControllerObjects():
-                builder.add(document(obj, position))
-                return
-            hit = (rv, made[0][0], made[0][1], tuple(scratch.out.problems.all))
+            checks = scratch.out.controllers.cluster_queue_checks
+            alone = len(made) == 1 and scratch.out.config is None and replace(
+                scratch.out.controllers, cluster_queue_checks={}) == ControllerObjects()
+            hit = (rv, made[0][0], made[0][1], tuple(scratch.out.problems.all), dict(checks)) if alone else (
+                rv, "", None, (), {})
             if rv:
                 self._queue_docs[memo_key] = hit
-        _, attr, typed, problems = hit
+        if not hit[1]:  # (the first time it was parsed twice: its scratch parse said it cannot be memoised)
+            builder.add(document(obj, position))
+            return
+        _, attr, made_once, problems, checks = hit
+        typed: Any = made_once
         getattr(builder.out, attr).append(replace(typed, meta=replace(typed.meta, order=position)))
         builder.out.problems.extend(problems)
+        if checks:
+            builder.out.controllers.cluster_queue_checks.update(checks)
         builder.out.documents += 1
 
     def _content_of(self, obj: Mapping[str, Any]) -> str:
@@ -342,6 +351,11 @@ class ParseCache:
         keep = set(live)
         for gone in [k for k in self._ours if k not in keep]:
             del self._ours[gone]
+
+
+def _doc_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A queue object's memo key: its apiVersion too (gpufleet's and Kueue's ClusterQueue may share a name)."""
+    return str(obj.get("apiVersion")), str(obj.get("kind")), _key(obj)
 
 
 def _key(obj: Mapping[str, Any]) -> str:
