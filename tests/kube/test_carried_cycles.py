@@ -1269,6 +1269,17 @@ def test_namespaces_created_relabelled_or_deleted_are_carried_as_a_rebuild_judge
     c.put(r.NAMESPACES, ns, "MODIFIED")
     d = _carried_as_rebuilt(run, c, now + 1)
     assert f"{NS}/picky" in outcome(d)[0]
+    # What the carried round left parked holds against the queue objects it read: the next full cycle parks it
+    # again instead of trying the whole backlog afresh, and decides as a rebuild with no memory does.
+    assert run.parked.seen is not None and run.kept is not None
+    assert run.parked.seen.queues == run.kept.world.queue_generation
+    c.put(r.PODS, pod("big", gpus=16, queue="lq"))  # (parked for nodes, as no node has 16 GPUs)
+    _carried_as_rebuilt(run, c, now + 1.2)
+    snapshot = c.cache.snapshot()
+    full = _finish_cycle(run, snapshot, None, now + 1.5)
+    fresh = runner(c)
+    fresh.assumed = run.assumed.copy()
+    assert outcome(full)[0] == outcome(fresh._decide_isolating(snapshot, now + 1.5))[0]
     # A namespace created (no pod yet), then a pod in it naming a queue there: judged with its labels.
     c.put(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ci", "labels": {"team": "b"}}})
     _carried_as_rebuilt(run, c, now + 2)

@@ -437,6 +437,8 @@ class CycleRunner:
         self._timed_out = self._timeout_policies(world, plan)
         planner.ready_as_bound(policy, plan, now)
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
+        if carried.namespaces or carried.local_queues:  # (taken in place: what this round leaves parked holds)
+            self.parked.queues_changed(world.queue_generation)
         policy_s = time.perf_counter() - started - world_s
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
         if oom_memory is not None:

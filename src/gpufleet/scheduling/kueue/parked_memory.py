@@ -97,6 +97,13 @@ class ParkedMemory:
         longer says what the next rebuild will see, so that one evaluates the parked workloads afresh."""
         self.seen = None
 
+    def queues_changed(self, generation: int) -> None:
+        """The queue objects changed outside a rebuild, and the policy that lives on took the change in place and
+        tried again the workloads it could concern (a Namespace relabelled, a LocalQueue created): what it leaves
+        parked is judged against the queue objects of ``generation``."""
+        if self.seen is not None:
+            self.seen = Releases(generation, self.seen.nodes, self.seen.holders)
+
     def remember_parked(self, policy: KueuePolicy) -> None:
         """What the round just run left parked."""
         self.parked = parked_in(policy.state)
