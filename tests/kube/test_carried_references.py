@@ -66,6 +66,11 @@ def _land_assumed(run: CycleRunner, c: Cluster) -> None:
         c.put(r.PODS, obj, "MODIFIED")
 
 
+def volcano_queue(name: str) -> JsonDict:
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
+            "spec": {"weight": 1, "capability": {"cpu": "100", "memory": "100Gi", "nvidia.com/gpu": "8"}}}
+
+
 def _full_node_and_a_waiting_pod(c: Cluster, **labels: Any) -> None:
     """One 4-GPU node held by ``run``, ``wait`` asking for all of it: ``run`` finishing lets ``wait`` in."""
     c.put(r.NODES, node("n0", gpus=4))
@@ -100,9 +105,7 @@ def test_an_admission_check_added_or_deleted(change: str) -> None:
 
 def test_a_volcano_queue_deleted() -> None:
     c = Cluster()
-    c.put(VOLCANO_QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q1"},
-                           "spec": {"weight": 1, "capability": {"cpu": "100", "memory": "100Gi",
-                                                                "nvidia.com/gpu": "8"}}})
+    c.put(VOLCANO_QUEUES, volcano_queue("q1"))
     _full_node_and_a_waiting_pod(c, annotations={"scheduling.volcano.sh/queue-name": "q1"})
     run = runner(c)
     now = time.time()
@@ -237,9 +240,7 @@ def test_a_namespace_created_or_deleted_beside_volcano_queues_is_decided_as_rebu
     changes the queues themselves, which a cycle that carries on does not rebuild (a review found a pod in a new
     namespace left waiting for "LocalQueue volcano:q1", and one in a deleted namespace admitted)."""
     c = Cluster()
-    c.put(VOLCANO_QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q1"},
-                           "spec": {"weight": 1, "capability": {"cpu": "100", "memory": "100Gi",
-                                                                "nvidia.com/gpu": "8"}}})
+    c.put(VOLCANO_QUEUES, volcano_queue("q1"))
     c.put(r.NODES, node("n0", gpus=4))
     note = {"scheduling.volcano.sh/queue-name": "q1"}
     if change == "deleted":
@@ -260,9 +261,7 @@ def test_a_namespace_created_or_deleted_beside_volcano_queues_is_decided_as_rebu
 
 def test_a_namespace_relabelled_beside_volcano_queues_is_carried() -> None:
     c = Cluster()
-    c.put(VOLCANO_QUEUES, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q1"},
-                           "spec": {"weight": 1, "capability": {"cpu": "100", "memory": "100Gi",
-                                                                "nvidia.com/gpu": "8"}}})
+    c.put(VOLCANO_QUEUES, volcano_queue("q1"))
     _full_node_and_a_waiting_pod(c, annotations={"scheduling.volcano.sh/queue-name": "q1"})
     run = runner(c)
     now = time.time()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.api.gpushare import requested_gpu_resources, spec_containers
 from gpufleet.api.mig_resized import (
     RESIZABLE_KINDS,
     RESIZED_ANNOTATION,
@@ -23,6 +24,7 @@ from gpufleet.api.mig_resized import (
     Resize,
     format_resized,
     parse_resized,
+    resized_on,
     resized_resources,
     resolve,
 )
@@ -64,34 +66,16 @@ class CacheResizeSource:
         for res, obj in controllers(pod, self.resources, self.lookup):
             if (res.group, res.kind) not in RESIZABLE_KINDS:
                 continue
-            annotations = (obj.get("metadata") or {}).get("annotations")
-            text = annotations.get(RESIZED_ANNOTATION) if isinstance(annotations, Mapping) else None
-            if isinstance(text, str):
+            text = resized_on(obj)
+            if text is not None:
                 meta_o = obj.get("metadata") or {}
                 return Resized(f"{res.kind} {meta_o.get('namespace')}/{meta_o.get('name')}", text)
         return None
 
 
-def _sections(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
-    out = []
-    for section in ("initContainers", "containers"):
-        items = spec.get(section)
-        for i, c in enumerate(items if isinstance(items, list) else ()):
-            if isinstance(c, Mapping):
-                out.append((section, i, c))
-    return out
-
-
 def asks_mig(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec")
-    for _, _, c in _sections(spec if isinstance(spec, Mapping) else {}):
-        resources = c.get("resources")
-        if isinstance(resources, Mapping):
-            for part in ("requests", "limits"):
-                values = resources.get(part)
-                if isinstance(values, Mapping) and any(str(k).startswith(MIG_PREFIX) for k in values):
-                    return True
-    return False
+    return any(name.startswith(MIG_PREFIX) for name in requested_gpu_resources(spec if isinstance(spec, dict) else {}))
 
 
 def resize_ops(pod: Mapping[str, Any], namespace: str, source: ResizeSource) -> tuple[list[JsonDict], list[str]]:
@@ -110,7 +94,7 @@ def resize_ops(pod: Mapping[str, Any], namespace: str, source: ResizeSource) -> 
     spec = pod.get("spec")
     ops: list[JsonDict] = []
     applied: list[Resize] = []
-    for section, i, c in _sections(spec if isinstance(spec, Mapping) else {}):
+    for section, i, c in spec_containers(spec if isinstance(spec, dict) else {}):
         resources = c.get("resources")
         if not isinstance(resources, Mapping):
             continue

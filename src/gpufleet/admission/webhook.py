@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.admission.mig_resize import ResizeSource, no_resizes, resize_ops
 from gpufleet.api import gpushare
+from gpufleet.api.gpushare import spec_containers
 from gpufleet.api.objects import VISIBLE_DEVICES_ENV, VISIBLE_DEVICES_FIELD_PATH
 
 ENV_NAME = VISIBLE_DEVICES_ENV
@@ -74,16 +75,6 @@ def _env_entry() -> JsonDict:
     return {"name": ENV_NAME, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": FIELD_PATH}}}
 
 
-def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, JsonDict]]:
-    for section in ("initContainers", "containers"):
-        items = spec.get(section)
-        if type(items) is not list:
-            continue
-        for i, c in enumerate(items):
-            if type(c) is dict:
-                yield section, i, c
-
-
 def _env(container: Mapping[str, Any]) -> list[Any]:
     env = container.get("env")
     return env if isinstance(env, list) else []
@@ -91,7 +82,7 @@ def _env(container: Mapping[str, Any]) -> list[Any]:
 
 def is_mutated(pod: Mapping[str, Any]) -> bool:
     """Every container reads NVIDIA_VISIBLE_DEVICES from our annotation (what :func:`mutate` writes)."""
-    containers = list(_containers(_mapping(pod.get("spec"))))
+    containers = list(spec_containers(_mapping(pod.get("spec"))))
     if not containers:
         return False
     for _, _, c in containers:
@@ -145,7 +136,7 @@ def mutate(pod: Mapping[str, Any], policy: WebhookPolicy) -> tuple[list[JsonDict
                       "give it whole GPUs of its own choosing; drop the request and keep the fraction annotation")
     patch = _Patch()
     try:
-        for section, i, c in _containers(spec):
+        for section, i, c in spec_containers(spec):
             env = _env(c)
             base = f"/spec/{section}/{i}/env"
             if not env:
@@ -161,7 +152,7 @@ def mutate(pod: Mapping[str, Any], policy: WebhookPolicy) -> tuple[list[JsonDict
         if policy.runtime_class_name and not spec.get("runtimeClassName"):
             patch.add({"op": "add", "path": "/spec/runtimeClassName", "value": policy.runtime_class_name})
     except PatchTooLarge:
-        containers = list(_containers(spec))
+        containers = list(spec_containers(spec))
         duplicates = sum(1 for _, _, c in containers for e in _env(c)
                          if isinstance(e, dict) and e.get("name") == ENV_NAME)
         return None, (f"mutating this pod ({len(containers):,} containers, {duplicates:,} {ENV_NAME} entries) "

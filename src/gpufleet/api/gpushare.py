@@ -14,7 +14,7 @@ mutating webhook (:mod:`gpufleet.admission.webhook`) both call.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,22 +64,30 @@ def is_fractional(annotations: Mapping[str, object], gpu_devices: Collection[str
         r.startswith(GPU_PREFIX) and r not in HAMI_RESOURCES for r in gpu_devices)
 
 
-def requested_gpu_resources(spec: Mapping[str, Any]) -> list[str]:
-    """The ``nvidia.com/`` resources the containers (init containers included) of a pod spec as written request or
-    limit, sorted; malformed parts are passed over (the webhook and the node agent read pods nobody validated)."""
-    found: set[str] = set()
+def spec_containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """The init containers and containers of a pod spec as written, with their section and index; what is not shaped
+    as the API shapes it is passed over."""
     for section in ("initContainers", "containers"):
         items = spec.get(section)
         if type(items) is not list:
             continue
-        for c in items:
-            resources = c.get("resources") if type(c) is dict else None
-            if type(resources) is not dict:
-                continue
-            for kind in ("requests", "limits"):
-                amounts = resources.get(kind)
-                if type(amounts) is dict:
-                    found.update(name for name in amounts if str(name).startswith(GPU_PREFIX))
+        for i, c in enumerate(items):
+            if type(c) is dict:
+                yield section, i, c
+
+
+def requested_gpu_resources(spec: Mapping[str, Any]) -> list[str]:
+    """The ``nvidia.com/`` resources the containers (init containers included) of a pod spec as written request or
+    limit, sorted; malformed parts are passed over (the webhook and the node agent read pods nobody validated)."""
+    found: set[str] = set()
+    for _, _, c in spec_containers(spec):
+        resources = c.get("resources")
+        if type(resources) is not dict:
+            continue
+        for kind in ("requests", "limits"):
+            amounts = resources.get(kind)
+            if type(amounts) is dict:
+                found.update(name for name in amounts if str(name).startswith(GPU_PREFIX))
     return sorted(found)
 
 

@@ -85,6 +85,14 @@ def parse_resized(text: str) -> tuple[Resize, ...]:
     return tuple(out)
 
 
+def resized_on(obj: Mapping[str, object]) -> str | None:
+    """The annotation's value on an object as the API returns it (a Job), if it carries one."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    value = annotations.get(RESIZED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
 def format_resized(resizes: Iterable[Resize]) -> str:
     return ",".join(f"{r.old}={r.new}" for r in resizes)
 

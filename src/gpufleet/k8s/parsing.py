@@ -339,10 +339,7 @@ class ParseCache:
         hit = self._ours.get((res.key, key))
         if hit is not None and rv and hit[0] == rv:
             return hit[1]
-        try:
-            answer = names_scheduler(res, obj, scheduler_name)
-        except Exception:  # a malformed object: read it, so that its parse says what is wrong
-            answer = True
+        answer = concerns(res, obj, scheduler_name)
         self._ours[(res.key, key)] = (rv, answer)
         return answer
 
@@ -367,6 +364,15 @@ def has_templates(res: ResourceType) -> bool:
     """Whether objects of ``res`` carry pod templates of their own (a JobSet does; a PodGroup, a TrainJob and the
     kinds workloads refer to do not)."""
     return bool(template_paths(res.group, res.kind))
+
+
+def concerns(res: ResourceType, obj: Mapping[str, Any], scheduler_name: str) -> bool:
+    """:func:`names_scheduler`, and True for an object too malformed to tell: it is read, so that its parse says
+    what is wrong."""
+    try:
+        return names_scheduler(res, obj, scheduler_name)
+    except Exception:
+        return True
 
 
 def names_scheduler(res: ResourceType, obj: Mapping[str, Any], scheduler_name: str) -> bool:

@@ -381,16 +381,17 @@ class CycleRunner:
                                assumed=self.assumed, require_mutation=s.webhook.require_mutation)
         if carried is None or any(e.problem is not None for e in carried.new):
             return None
+        queue_kinds = queue_kinds_read(self.queue_kinds.resources)
         # (before the owners: their read holds the world's queue generation to the cache's)
         if (carried.namespaces or carried.local_queues) and not read_queue_changes(
                 kept, snapshot, carried, now, parse=self.parse, scheduler_name=s.scheduler_name,
-                queue_kinds=queue_kinds_read(self.queue_kinds.resources),
+                queue_kinds=queue_kinds,
                 requeue=lambda keys: self.requeues.apply(kept.policy, now, functools.partial(owners_of, kept.world),
                                                          only=keys)):
             return None
         if (carried.owners or carried.owners_gone) and not read_owners(
                 kept.world, snapshot, carried.owners, parse=self.parse, scheduler_name=s.scheduler_name,
-                queue_kinds=queue_kinds_read(self.queue_kinds.resources)):
+                queue_kinds=queue_kinds):
             return None
         # Nodes cordoned, tainted, relabelled or turning ready: in place, before anything is placed.
         apply_nodes(kept.world, kept.policy, carried.nodes, now)

@@ -796,9 +796,9 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
         moved = policy.local_queues_added(created, now)
         if moved is None:
             return False
-        requeue([before.key for before, _ in moved])
+        requeue([before.key for before in moved])
         if kept.counts is not None:
-            for before, _ in moved:
+            for before in moved:
                 kept.counts.add(before, -1)
                 if (after := policy.info(before.key)) is not None:
                     kept.counts.add(after, 1)  # (as the requeue memory left it: pending, or deactivated)

@@ -26,6 +26,7 @@ from gpufleet.api.mig_resized import (
     BadResized,
     format_resized,
     parse_resized,
+    resized_on,
     with_resize,
 )
 from gpufleet.k8s.client import KubeClient
@@ -77,7 +78,7 @@ class MigResizer:
             return (f"{head}, but its pods are not made from {name}'s own templates after a failure (gpufleet "
                     f"resizes Jobs, JobSets, Kubeflow's and Volcano's jobs): ask for {new} in its pod template")
         for attempt in range(_ATTEMPTS):
-            written = _annotation(obj)
+            written = resized_on(obj)
             try:
                 resizes = parse_resized(written) if written is not None else ()
             except BadResized as e:
@@ -112,8 +113,3 @@ class MigResizer:
                     "written on it; the webhook rewrites each new pod)")
         return f"{head}; {name} kept changing while it was written: ask for {new} in the pod template"
 
-
-def _annotation(obj: Mapping[str, Any]) -> str | None:
-    annotations = _meta(obj).get("annotations")
-    value = annotations.get(RESIZED_ANNOTATION) if isinstance(annotations, Mapping) else None
-    return value if isinstance(value, str) else None

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.k8s.informer import CacheChange, ObjectCache
-from gpufleet.k8s.parsing import names_scheduler
+from gpufleet.k8s.parsing import concerns
 from gpufleet.k8s.resources import PODS, WORKLOAD_RESOURCES
 from gpufleet.live.assumed import AssumedPods
 
@@ -76,11 +76,7 @@ class Wakeup:
         res = _WORKLOAD_TYPES.get(change.resource)
         if res is None or self._scheduler_name is None:
             return False
-        try:
-            return not any(o is not None and names_scheduler(res, o, self._scheduler_name)
-                           for o in (change.old, change.new))
-        except Exception:  # a malformed object: work for a cycle, whose parse says what is wrong
-            return False
+        return not any(o is not None and concerns(res, o, self._scheduler_name) for o in (change.old, change.new))
 
     def _own_bind_landed(self, change: CacheChange) -> bool:
         if change.resource != PODS.key or change.type != "MODIFIED" or change.old is None or change.new is None:

@@ -114,12 +114,11 @@ class KueuePolicy:
         return GangPlacer(self._placer_factory(cluster, self.rng, list(self.config.topologies.values())),
                           self.config.flavors, self.memory)
 
-    def local_queues_added(self, added: Mapping[tuple[str, str], str],
-                           now: float) -> list[tuple[WorkloadInfo, WorkloadInfo]] | None:
+    def local_queues_added(self, added: Mapping[tuple[str, str], str], now: float) -> list[WorkloadInfo] | None:
         """LocalQueues created under the policy, (namespace, name) -> ClusterQueue: the workloads that name one (or,
-        for a ``default`` one, name none) are routed to it again, as a new policy routes them; each one submitted
-        again, as it was and as it is. None, changing nothing, when a workload admitted would route to one: a new
-        policy charges it to that queue, which this one cannot do to a workload in place."""
+        for a ``default`` one, name none) are routed to it again, as a new policy routes them, each submitted again;
+        their records as they were before. None, changing nothing, when a workload admitted would route to one: a
+        new policy charges it to that queue, which this one cannot do to a workload in place."""
         state, config = self.state, self.config
         moved = []
         for info in state.infos.values():
@@ -134,11 +133,9 @@ class KueuePolicy:
         for (namespace, _), cq in added.items():
             if cq in config.cluster_queues:
                 state.namespace_matches.setdefault(cq, {}).pop(namespace, None)
-        out = []
         for info in moved:
             self.submit(info.workload, now)
-            out.append((info, state.infos[info.key]))
-        return out
+        return moved
 
     def namespaces_changed(self, changed: Mapping[str, Mapping[str, str] | None]) -> None:
         """Namespaces created, relabelled (their labels) or deleted (None) under the policy: the ClusterQueues'
