@@ -13,15 +13,20 @@ meanwhile (and the one cordoned before it uncordoned), as maintenance or an auto
 scheduler's ReplicaSets (100 of them, web services of the default scheduler) scaled F times a second meanwhile,
 every tenth change deleting one and creating its successor, as rollouts and autoscalers of a shared cluster do;
 ``--namespace-churn N``, N namespaces a second created meanwhile (a CI run's or a new team's), the one made before
-it relabelled; ``--nodes-lost L``, L nodes a second deleted under their pods meanwhile (a node lost, a spot instance
-reclaimed), whose pods the pod garbage collector deletes ``--gc-after`` seconds later (40: kube-controller-manager's
-quarantine of a node's orphaned pods); ``--preempt-rate P``, P pods of high priority a second meanwhile into a
-ClusterQueue whose quota low-priority running pods fill (withinClusterQueue: LowerPriority), each preempting one of
-them (the emulator deletes an evicted pod at once); with ``--victim-job-pods N`` those running are batch/v1 Jobs of
-N one-GPU pods on one node and each high pod asks N GPUs: an evicted pod is marked deleted, the Job controller's
-replacement is created at once (podReplacementPolicy TerminatingOrFailed, the default) and the old pod is gone
-``--grace`` seconds later, as a kubelet ends it. The emulator of the tests (kmock + ApiSim over real HTTP on
-127.0.0.1) and the scheduler each run in a process of their own, as in ``bench/kube_binding.py``.
+it relabelled; ``--rollouts R``, 100 inference services of ours (a Deployment, its ReplicaSet and two bound one-GPU
+pods each) rolled out R times a second meanwhile, as ``kubectl rollout restart`` and the Deployment's controller
+change them (the restart annotation in the pod template, then the revision on the Deployment and its ReplicaSet; the
+new ReplicaSet's pods are left out, so the GPUs held stay as they are); ``--quota-changes Q``, the ClusterQueue's
+GPU quota changed Q times a second meanwhile (one GPU more, then back: an administrator or a quota controller);
+``--nodes-lost L``, L nodes a second deleted under their pods meanwhile (a node lost, a spot instance reclaimed),
+whose pods the pod garbage collector deletes ``--gc-after`` seconds later (40: kube-controller-manager's quarantine
+of a node's orphaned pods); ``--preempt-rate P``, P pods of high priority a second meanwhile into a ClusterQueue
+whose quota low-priority running pods fill (withinClusterQueue: LowerPriority), each preempting one of them (the
+emulator deletes an evicted pod at once); with ``--victim-job-pods N`` those running are batch/v1 Jobs of N one-GPU
+pods on one node and each high pod asks N GPUs: an evicted pod is marked deleted, the Job controller's replacement
+is created at once (podReplacementPolicy TerminatingOrFailed, the default) and the old pod is gone ``--grace``
+seconds later, as a kubelet ends it. The emulator of the tests (kmock + ApiSim over real HTTP on 127.0.0.1) and the
+scheduler each run in a process of their own, as in ``bench/kube_binding.py``.
 
 Each run reports:
 
@@ -45,7 +50,7 @@ of that git revision, alternating with the current code, and prints the ratios.
                                            [--gang-size 1] [--finish-rate 0] [--running-gang-size 1] [--pods-ready 0]
                                            [--never-ready 0]
                                            [--node-churn 0] [--nodes-join 0] [--foreign-churn 0]
-                                           [--namespace-churn 0]
+                                           [--namespace-churn 0] [--rollouts 0] [--quota-changes 0]
                                            [--preempt-rate 0]
                                            [--victim-job-pods 0] [--grace 1] [--nodes-lost 0] [--gc-after 40]
                                            [--idle 20]
@@ -57,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import dataclasses
 import gc
 import os
@@ -148,10 +154,14 @@ def emulator_role(args: argparse.Namespace) -> int:
     sim = TimingSim(harness)
     jobs_res = next(res for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) == ("batch", "Job"))
     replica_sets = next(res for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) == ("apps", "ReplicaSet"))
+    deployments = next(res for res in r.WORKLOAD_RESOURCES if (res.group, res.kind) == ("apps", "Deployment"))
     sim.serve(r.NODES, r.PODS, r.NAMESPACES, r.PRIORITY_CLASSES, r.LEASES, r.EVENTS, r.RESOURCE_FLAVORS,
               r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES,
-              *([jobs_res] if args.victim_job_pods else []), *([replica_sets] if args.foreign_churn else []))
+              *([jobs_res] if args.victim_job_pods else []),
+              *([replica_sets] if args.foreign_churn or args.rollouts else []),
+              *([deployments] if args.rollouts else []))
     held = 5  # of each node's 8 GPUs
+    total_gpus = args.nodes * 8 + 16 * args.backlog + args.arrivals * args.gang_size  # the queue's quota
     urgent = int(args.preempt_rate * args.arrivals / args.rate) if args.preempt_rate else 0  # high pods to come
     per_victim = max(1, args.victim_job_pods)  # GPUs a high pod asks, and a victim holds
     jobs: dict[str, JsonDict] = {}  # the victims' Jobs, by name
@@ -175,7 +185,7 @@ def emulator_role(args: argparse.Namespace) -> int:
                     running["status"] = READY
                 s._create(r.PODS, running, None)
         s._create(r.RESOURCE_FLAVORS, flavor(), None)
-        total = args.nodes * 8 + 16 * args.backlog + args.arrivals * args.gang_size
+        total = total_gpus
         queue = cluster_queue("all", gpus=total, cpu=str(total * 2))
         for quota in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
             if quota["name"] == "memory":
@@ -219,8 +229,39 @@ def emulator_role(args: argparse.Namespace) -> int:
         for i in range(100 if args.foreign_churn else 0):
             s._create(replica_sets, web(f"web-{i:03d}", 2), None)
 
+    def fill_services(s: ApiSim) -> None:
+        """--rollouts: 100 inference services of ours, each a Deployment whose ReplicaSet has two bound pods (on the
+        first nodes, beside the pods held there)."""
+        from live_env import NS
+
+        for i in range(100 if args.rollouts else 0):
+            name, rs_name = f"svc-{i:03d}", f"svc-{i:03d}-6c8d7f9b5"
+            labels = {"app": name, "kueue.x-k8s.io/queue-name": "team"}
+            template = {"metadata": {"labels": dict(labels)},
+                        "spec": {"schedulerName": "gpufleet", "containers": [{"name": "serve", "image": "vllm",
+                                 "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                                               "limits": {"nvidia.com/gpu": "1"}}}]}}
+            dep = s._create(deployments, {
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": NS, "generation": 1, "labels": dict(labels)},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template}}, None)
+            rs = s._create(replica_sets, {
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": rs_name, "namespace": NS, "labels": {**labels, "pod-template-hash": "6c8d7f9b5"},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                                                  "uid": dep["metadata"]["uid"], "controller": True}]},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template}}, None)
+            for suffix in ("x7k2p", "q9m4z"):
+                served = pod(f"{rs_name}-{suffix}", gpus=1, queue="team", node_name=f"node-{i % args.nodes:05d}")
+                served["metadata"]["labels"].update(app=name, **{"pod-template-hash": "6c8d7f9b5"})
+                served["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                          "name": rs_name, "uid": rs["metadata"]["uid"],
+                                                          "controller": True}]
+                s._create(r.PODS, served, None)
+
     sim.harness.call(lambda: fill(sim), timeout=600)
     sim.harness.call(lambda: fill_web(sim), timeout=600)
+    sim.harness.call(lambda: fill_services(sim), timeout=600)
     # The emulator stands in for the API server, whose (Go) collector runs beside its requests: here a full
     # collection of the filled cluster's objects held the emulator's one loop for 0.15-0.4 s, delaying whichever
     # Binding came then. What is alive after the fill is left out of every later collection.
@@ -274,6 +315,33 @@ def emulator_role(args: argparse.Namespace) -> int:
                 sim._create(replica_sets, web(f"web-{i:03d}-r{k}", 2), None)
             else:
                 sim._patched(replica_sets, pod_ns, names[-1], {"spec": {"replicas": 1 + k % 5}})
+
+        sim.harness.call(change, timeout=60)
+
+    def rollout(k: int) -> None:
+        """A service of ours rolled out at --rollouts per second: ``kubectl rollout restart`` writes the restart
+        annotation into its template, then its controller records the revision on it and on its ReplicaSet."""
+        name = f"svc-{k % 100:03d}"
+
+        def change() -> None:
+            sim._patched(deployments, pod_ns, name, {
+                "metadata": {"generation": k + 2},
+                "spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": f"r{k}"}}}}})
+            revision = {"metadata": {"annotations": {"deployment.kubernetes.io/revision": str(k + 2)}}}
+            sim._patched(deployments, pod_ns, name, revision)
+            sim._patched(replica_sets, pod_ns, f"{name}-6c8d7f9b5", revision)
+
+        sim.harness.call(change, timeout=60)
+
+    def requota(k: int) -> None:
+        """The ClusterQueue's GPU quota changed at --quota-changes per second (one more GPU, then back), as an
+        administrator or a quota controller changes a team's share."""
+        def change() -> None:
+            groups = copy.deepcopy(sim.objects[r.CLUSTER_QUEUES.key][(None, "all")]["spec"]["resourceGroups"])
+            for quota in groups[0]["flavors"][0]["resources"]:
+                if quota["name"] == "nvidia.com/gpu":
+                    quota["nominalQuota"] = total_gpus + k % 2
+            sim._patched(r.CLUSTER_QUEUES, None, "all", {"spec": {"resourceGroups": groups}})
 
         sim.harness.call(change, timeout=60)
 
@@ -354,6 +422,8 @@ def emulator_role(args: argparse.Namespace) -> int:
             threading.Thread(target=paced, args=(args.nodes_join, join), daemon=True).start()
             threading.Thread(target=paced, args=(args.foreign_churn, foreign), daemon=True).start()
             threading.Thread(target=paced, args=(args.namespace_churn, namespaces), daemon=True).start()
+            threading.Thread(target=paced, args=(args.rollouts, rollout), daemon=True).start()
+            threading.Thread(target=paced, args=(args.quota_changes, requota), daemon=True).start()
             threading.Thread(target=preempt, daemon=True).start()
             threading.Thread(target=paced, args=(args.nodes_lost, lose), daemon=True).start()
             _emit({"ok": True})
@@ -474,6 +544,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--never-ready", str(args.never_ready),
                "--node-churn", str(args.node_churn), "--nodes-join", str(args.nodes_join),
                "--foreign-churn", str(args.foreign_churn), "--namespace-churn", str(args.namespace_churn),
+               "--rollouts", str(args.rollouts), "--quota-changes", str(args.quota_changes),
                "--preempt-rate", str(args.preempt_rate), "--victim-job-pods", str(args.victim_job_pods),
                "--grace", str(args.grace), "--nodes-lost", str(args.nodes_lost), "--gc-after", str(args.gc_after),
                "--running-gang-size", str(args.running_gang_size), *extra]
@@ -578,6 +649,10 @@ def main() -> int:
                         help="another scheduler's ReplicaSets changing per second (rollouts, autoscaling)")
     parser.add_argument("--namespace-churn", type=float, default=0.0,
                         help="namespaces created per second (CI runs, teams onboarded), the last one relabelled")
+    parser.add_argument("--rollouts", type=float, default=0.0,
+                        help="rollouts of our own inference services (Deployments) per second meanwhile")
+    parser.add_argument("--quota-changes", type=float, default=0.0,
+                        help="changes per second of the ClusterQueue's GPU quota (one more, then back) meanwhile")
     parser.add_argument("--preempt-rate", type=float, default=0.0,
                         help="high-priority pods a second, each preempting a low-priority running one")
     parser.add_argument("--victim-job-pods", type=int, default=0,
@@ -616,6 +691,8 @@ def main() -> int:
           + (f", another scheduler's ReplicaSets changing at {args.foreign_churn:g}/s meanwhile"
              if args.foreign_churn else "")
           + (f", namespaces created at {args.namespace_churn:g}/s meanwhile" if args.namespace_churn else "")
+          + (f", our services rolled out at {args.rollouts:g}/s meanwhile" if args.rollouts else "")
+          + (f", the queue's quota changed at {args.quota_changes:g}/s meanwhile" if args.quota_changes else "")
           + (f", nodes lost under their pods at {args.nodes_lost:g}/s meanwhile (collected {args.gc_after:g}s later)"
              if args.nodes_lost else "")
           + (f", high-priority pods preempting at {args.preempt_rate:g}/s meanwhile"

@@ -328,7 +328,7 @@ def test_a_job_whose_pods_came_first_takes_a_full_cycle_that_groups_them() -> No
     assert f"{NS}/train" in rebuilt.plan.pending  # a gang of 3 with 2 pods: it waits for the third
 
 
-def test_a_job_that_does_not_parse_or_changes_its_spec_takes_a_full_cycle() -> None:
+def test_a_job_that_does_not_parse_takes_a_full_cycle_and_one_changed_is_judged_by_its_pods() -> None:
     c, run, now = started([4], [0], backlog=0)
     broken = job_object("broken", pods=2, queue="lq")
     broken["spec"]["parallelism"] = "many"  # the full cycle sets it aside and says why
@@ -344,7 +344,16 @@ def test_a_job_that_does_not_parse_or_changes_its_spec_takes_a_full_cycle() -> N
     changed = json.loads(json.dumps(owner))
     changed["spec"]["parallelism"] = 1
     c.put(JOBS, changed, "MODIFIED")
-    assert run._carry_on(c.cache.snapshot(), now + 3) is None
+    # No pod of it yet, so no workload: a rebuild groups nothing otherwise (gpufleet.live.owner_changes).
+    _carried_as_rebuilt(run, c, now + 3)
+    [first] = job_pods(changed)
+    c.put(r.PODS, first)
+    _carried_as_rebuilt(run, c, now + 4)
+    # Its one pod placed, the Job asks two again: the workload a rebuild groups asks two pods' quota.
+    again = json.loads(json.dumps(c.cache.get(JOBS, f"{NS}/train")))
+    again["spec"]["parallelism"] = 2
+    c.put(JOBS, again, "MODIFIED")
+    assert run._carry_on(c.cache.snapshot(), now + 5) is None
 
 
 def test_a_timer_due_or_the_resync_makes_the_cycle_a_full_one() -> None:

@@ -40,7 +40,7 @@ from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache
 from gpufleet.k8s.ratelimit import TokenBucket
 from gpufleet.k8s.resources import SCHEDULER_RESOURCES, ResourceType
-from gpufleet.live import beside, bindstream, gangs, observed_memory, planner
+from gpufleet.live import beside, bindstream, gangs, observed_memory, owner_changes, planner
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.binder import Binder, BindJob, ClaimWrite, PodBind
 from gpufleet.live.bindqueue import BindQueue
@@ -54,6 +54,7 @@ from gpufleet.live.gpu_oom import GpuOomMemory
 from gpufleet.live.grants import visible_devices
 from gpufleet.live.increment import (
     UNJOINED_WAIT,
+    Carried,
     ChangeLog,
     Kept,
     apply_nodes,
@@ -61,6 +62,7 @@ from gpufleet.live.increment import (
     extend,
     read_owners,
     read_queue_changes,
+    regrouped,
     release,
     remove_nodes,
 )
@@ -383,15 +385,22 @@ class CycleRunner:
             return None
         queue_kinds = queue_kinds_read(self.queue_kinds.resources)
         # (before the owners: their read holds the world's queue generation to the cache's)
-        if (carried.namespaces or carried.local_queues) and not read_queue_changes(
+        if (carried.namespaces or carried.local_queues or carried.quotas) and not read_queue_changes(
                 kept, snapshot, carried, now, parse=self.parse, scheduler_name=s.scheduler_name,
                 queue_kinds=queue_kinds,
                 requeue=lambda keys: self.requeues.apply(kept.policy, now, functools.partial(owners_of, kept.world),
                                                          only=keys)):
             return None
+        # Objects of ours changed in place: their workloads grouped before and after the read, to compare.
+        before = self._changed_owners(kept, carried)
+        if before is None:
+            return None
         if (carried.owners or carried.owners_gone) and not read_owners(
                 kept.world, snapshot, carried.owners, parse=self.parse, scheduler_name=s.scheduler_name,
                 queue_kinds=queue_kinds):
+            return None
+        if before and not owner_changes.read_same(kept.world, kept.policy, before,
+                                                  {key: regrouped(kept.world, key) for key in before}):
             return None
         # Nodes cordoned, tainted, relabelled or turning ready: in place, before anything is placed.
         apply_nodes(kept.world, kept.policy, carried.nodes, now)
@@ -438,7 +447,7 @@ class CycleRunner:
         self._timed_out = self._timeout_policies(world, plan)
         planner.ready_as_bound(policy, plan, now)
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
-        if carried.namespaces or carried.local_queues:  # (taken in place: what this round leaves parked holds)
+        if carried.namespaces or carried.local_queues or carried.quotas:  # (in place: what this round parks holds)
             self.parked.queues_changed(world.queue_generation)
         policy_s = time.perf_counter() - started - world_s
         counts = self._carried_counts(kept.counts, policy, submitted, plan)
@@ -448,6 +457,19 @@ class CycleRunner:
         return _Decided(world, repairs, plan, self._jobs(world, plan, repairs), self._victims(world, plan, repairs),
                         None, self._carried_statuses(snapshot, world, policy, counts, now), world_s, policy_s, due,
                         counts, changed, placed(plan), ooms, policy.next_wakeup(now), marks)
+
+    @staticmethod
+    def _changed_owners(kept: Kept, carried: Carried) -> dict[str, Workload | None] | None:
+        """The workloads the objects of ours changed in place claim, as their pods group now (before the objects
+        are read again); None (a full cycle) when one of them is made again in this cycle from its pods otherwise
+        (a member finished, the workload ended or on its way out)."""
+        if not carried.changed:
+            return {}
+        keys = owner_changes.affected(kept.world, carried.changed)
+        busy = {*carried.regrouped, *carried.regroup, *carried.ended, *(w for w, _ in carried.left)}
+        if keys is None or keys & busy:
+            return None
+        return {key: regrouped(kept.world, key) for key in keys}
 
     def _after_hand_off(self, d: _Decided) -> None:
         """What a carried cycle leaves until its Bindings are handed off, each of which looks at every pod of the

@@ -44,11 +44,15 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   cycle passes it over; one of ours is read into the kept world's workload objects (:func:`read_owners`), so its
   pods, arriving with it or later, are grouped as a full cycle groups them. Another scheduler's changed or
   deleted is passed over too; ours marked for deletion, ours deleted once nothing the world knows refers to it, and
-  ours of a per-pod kind only scaled (:func:`only_scaled`) are read again; any other change to one of ours takes a
-  full cycle, as does any change to a kind other objects refer to (Volcano's and KAI's Queues, AdmissionChecks,
-  training runtimes) or an object left out by the parse;
-* a Namespace created, relabelled or deleted, and a LocalQueue created (:func:`read_queue_changes`): the queue
-  objects read again and the kept policy told; any other queue kind's change takes a full cycle.
+  ours of a per-pod kind only scaled (:func:`only_scaled`) are read again; ours changed otherwise (a Deployment's
+  rollout) are read again too, and carried when the workloads of their pods group the same
+  (:mod:`gpufleet.live.owner_changes`, judged by the cycle); any other change to one of ours (one that becomes or
+  stops being ours, a CronJob's) takes a full cycle, as does any change to a kind other objects refer to
+  (Volcano's and KAI's Queues, AdmissionChecks, training runtimes) or an object left out by the parse;
+* a Namespace created, relabelled or deleted, a LocalQueue created, and ClusterQueues' and Cohorts' quotas changed
+  (:func:`read_queue_changes`): the queue objects read again and the kept policy told; any other queue kind's change
+  (a ClusterQueue's or Cohort's beside its quotas, one added or deleted, a LocalQueue changed or deleted, a flavor)
+  takes a full cycle.
 
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
@@ -83,7 +87,7 @@ from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache, WorkloadObject
-from gpufleet.live import observed_memory, planner
+from gpufleet.live import observed_memory, owner_changes, planner
 from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.gpu_oom import ended, gpu_ooms
 from gpufleet.live.queuestatus import QueueCounts
@@ -195,6 +199,11 @@ class Carried:
     # LocalQueues created since, by namespace/name: the workloads naming them routed again
     # (KueuePolicy.local_queues_added)
     local_queues: set[str] = field(default_factory=set)
+    # A ClusterQueue or Cohort changed beside its status: carried if only their quotas did (KueuePolicy.quotas_changed)
+    quotas: bool = False
+    # Workload-kind objects of ours changed otherwise (a Deployment's rollout): carried if the workloads their pods
+    # make read the same (gpufleet.live.owner_changes)
+    changed: list[tuple[r.ResourceType, JsonDict]] = field(default_factory=list)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -232,6 +241,8 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             continue
         elif c.resource in _LOCAL_QUEUE_KEYS and c.type == "ADDED" and c.new is not None:
             out.local_queues.add(c.key)
+        elif c.resource in _QUOTA_KEYS and c.type == "MODIFIED" and c.new is not None:
+            out.quotas = True  # (carried if only quotas changed: KueuePolicy.quotas_changed)
         elif c.resource == r.NAMESPACES.key:
             labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
             out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
@@ -256,6 +267,12 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             if c.type == "DELETED" and c.old is not None and not _referred_to(world, new, res, c.old):
                 out.owners_gone = True
                 continue
+            if c.type == "MODIFIED" and c.old is not None and c.new is not None and (
+                    res.group, res.kind) not in owner_changes.NOT_CARRIED and all(
+                    parse.ours(res, c.key, o, scheduler_name) for o in (c.old, c.new)):
+                out.owners_gone = True  # (read again; carried if its workloads read the same: cycle.py)
+                out.changed.append((res, c.new))
+                continue
             return None
         else:
             return None
@@ -272,6 +289,7 @@ def deletion_marked(old: JsonDict, new: JsonDict) -> bool:
 
 
 _LOCAL_QUEUE_KEYS = frozenset({r.LOCAL_QUEUES.key, r.KUEUE_LOCAL_QUEUES.key})  # gpufleet's, or Kueue's own
+_QUOTA_KEYS = frozenset({r.CLUSTER_QUEUES.key, r.KUEUE_CLUSTER_QUEUES.key, r.COHORTS.key, r.KUEUE_COHORTS.key})
 
 # What a Deployment's controller writes on its ReplicaSets as it scales them, beside spec.replicas.
 _SCALE_ANNOTATIONS = ("deployment.kubernetes.io/desired-replicas", "deployment.kubernetes.io/max-replicas")
@@ -307,22 +325,11 @@ def _referred_to(world: World, new: dict[str, PodEntry], res: r.ResourceType, ob
     """Whether a pod the world knows (or one created since) belongs to ``obj`` (by its owner references, the labels
     its controller gives it, or its workload's name), or a workload-kind object of ours it owns: such a pod, or
     such an object's pods, are grouped otherwise once ``obj`` is gone."""
-    meta = obj.get("metadata") or {}
-    uid, name, namespace = meta.get("uid"), meta.get("name"), meta.get("namespace") or ""
+    uid = (obj.get("metadata") or {}).get("uid")
     if uid and any(uid in o.meta.owners for o in world.queues.controllers.owners):
         return True  # an object of ours that it owns (a Deployment's ReplicaSet): grouped otherwise without it
-    rule = RULES.get((res.group, res.kind))
-    labels = [ol.name for ol in rule.owner_labels] if rule is not None else []
-    for e in (*world.pods.values(), *world.unjoined.values(), *new.values()):
-        if e.pod is None or e.namespace != namespace:
-            continue
-        pod_meta = e.pod.meta
-        if (uid and uid in pod_meta.owners) or any(
-                pod_meta.labels.get(k) == name or pod_meta.annotations.get(k) == name for k in labels):
-            return True
-        if world.workload_of.get(e.key) == f"{namespace}/{name}":
-            return True
-    return False
+    entries = (*world.pods.values(), *world.unjoined.values(), *new.values())
+    return next(owner_changes.referrers(world, entries, (res.group, res.kind), obj), None) is not None
 
 
 def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Carried, *, scheduler_name: str,
@@ -490,7 +497,7 @@ def _leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload: str,
         # Being deleted, on its node: a rebuild charges it there and keeps it in its workload, as before.
         was = entry.raw, entry.deleting
         entry.raw, entry.deleting = raw, True
-        if known is not None and ((as_now := _regrouped(world, workload)) is None
+        if known is not None and ((as_now := regrouped(world, workload)) is None
                                   or as_now.pod_sets != known.pod_sets):
             entry.raw, entry.deleting = was  # (a rebuild groups it otherwise: it judges it)
             return None
@@ -510,14 +517,14 @@ def _leaving(world: World, entry: PodEntry, raw: JsonDict | None, workload: str,
             return None  # a pod group's member waiting for a node: the gang's repair is a full cycle's
         others.append(o)  # (a Job's replacement pod waits for its workload's old pods to be gone: gangs.join)
     left = [p for o in others if (p := _current(o)) is not None]
-    regrouped = _grouped(world, left) if left else []
-    if regrouped is None or len(regrouped) > 1 or (regrouped and regrouped[0].key != workload):
+    from_left = _grouped(world, left) if left else []
+    if from_left is None or len(from_left) > 1 or (from_left and from_left[0].key != workload):
         return None
     if entry.holds_capacity:
         out.freed.append(entry.key)
     del world.pods[entry.key]
-    if regrouped:
-        out.regroup[workload] = regrouped[0]
+    if from_left:
+        out.regroup[workload] = from_left[0]
     else:  # (its last member gone: the workload ends, as a single pod's workload does)
         out.regroup.pop(workload, None)
         out.ended.append(workload)
@@ -550,11 +557,11 @@ def _member_finished(world: World, entry: PodEntry, raw: JsonDict | None, worklo
     was = entry.raw, entry.terminal, entry.deleting
     held = entry.holds_capacity
     _finished(entry, raw)
-    regrouped = _regrouped(world, workload)
-    if known is None or regrouped is None or regrouped.pod_sets != known.pod_sets:
+    as_now = regrouped(world, workload)
+    if known is None or as_now is None or as_now.pod_sets != known.pod_sets:
         entry.raw, entry.terminal, entry.deleting = was
         return False
-    out.regrouped[workload] = regrouped
+    out.regrouped[workload] = as_now
     if held:
         out.left.append((workload, entry.key))
     # (the members left may all be leaving now: the workload is then on its way out, as a rebuild reads it)
@@ -583,7 +590,7 @@ def _current(entry: PodEntry) -> Pod | None:
     return pod
 
 
-def _regrouped(world: World, key: str, extra: Sequence[Pod] = ()) -> Workload | None:
+def regrouped(world: World, key: str, extra: Sequence[Pod] = ()) -> Workload | None:
     """The workload ``key`` as a full cycle groups it from its pods as they now stand, and ``extra`` (pods created
     since); None when they make no workload of that key alone."""
     pods = [p for k in world.pods_of.get(key, []) if (e := world.pods.get(k)) is not None
@@ -774,11 +781,12 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
 def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, now: float, *, parse: ParseCache,
                        scheduler_name: str, queue_kinds: Sequence[r.ResourceType],
                        requeue: Callable[[list[str]], object]) -> bool:
-    """Namespaces created, relabelled or deleted, and LocalQueues created, since the kept cycle, and no other queue
-    kind changed (:func:`carried_pods` says so): the world's queue objects read again as a full cycle reads them
-    (their generation with them), and the kept policy told (``KueuePolicy.namespaces_changed``,
-    ``local_queues_added``; the workloads routed again are given back what Kueue kept of their requeues:
-    ``requeue``). False (a full cycle) when the queues changed otherwise (Volcano's and KAI's queues are a
+    """Namespaces created, relabelled or deleted, LocalQueues created, and ClusterQueues or Cohorts changed, since
+    the kept cycle, and no other queue kind changed (:func:`carried_pods` says so): the world's queue objects read
+    again as a full cycle reads them (their generation with them), and the kept policy told
+    (``KueuePolicy.namespaces_changed``, ``local_queues_added``, ``quotas_changed``; the workloads routed again are
+    given back what Kueue kept of their requeues: ``requeue``). False (a full cycle) when the queues changed
+    otherwise (a ClusterQueue or Cohort beside its quotas) (Volcano's and KAI's queues are a
     LocalQueue in every namespace), the read finds an error the kept one did not (a LocalQueue with no
     ClusterQueue: a full cycle sets it aside and says so), or a workload admitted would go to a LocalQueue
     created."""
@@ -791,6 +799,8 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     created = {(lq.meta.namespace or "", lq.meta.name): lq.cluster_queue for lq in both.manifests.local_queues
                if f"{lq.meta.namespace}/{lq.meta.name}" in carried.local_queues}
     if new_rest != old_rest or set(new_lqs) != set(old_lqs) | {(ns, n, cq) for (ns, n), cq in created.items()}:
+        return False
+    if carried.quotas and not policy.quotas_changed(both.manifests):
         return False
     if created:
         moved = policy.local_queues_added(created, now)
@@ -833,7 +843,7 @@ def read_owners(world: World, snapshot: CacheSnapshot, owners: list[WorkloadObje
                   if (o.rule.group, o.kind, f"{o.namespace}/{o.meta.name}") in by_kind]
     namespaces = {o.namespace for o in new_owners}
     known = [e.pod for e in (*world.pods.values(), *world.unjoined.values())
-             if e.ours and e.pod is not None and e.namespace in namespaces]
+             if e.ours and e.pod is not None and e.namespace in namespaces] if namespaces else []
     if known and len(grouping.adopt(known, new_owners).unclaimed) < len(known):
         return False
     world.queues = both.manifests
@@ -913,7 +923,7 @@ def _joinable(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:
     info = kept.policy.info(new.key)
     if known is None or info is None or info.state is not ADMITTED or not joins_late(known):
         return None
-    merged = _regrouped(world, new.key, pods)
+    merged = regrouped(world, new.key, pods)
     if merged is None or merged.pod_sets != known.pod_sets or not {p.key for p in new.pods} <= {
             p.key for p in merged.pods}:
         return None
@@ -932,7 +942,7 @@ def _replacing(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:
                and e.holds_capacity]
     if not holding or not all(e.deleting for e in holding):
         return None
-    merged = _regrouped(world, new.key, pods)
+    merged = regrouped(world, new.key, pods)
     if merged is None or not {p.key for p in new.pods} <= {p.key for p in merged.pods}:
         return None
     return merged

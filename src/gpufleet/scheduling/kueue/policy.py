@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpufleet.api.manifests import Manifests
@@ -31,7 +32,13 @@ from gpufleet.cluster.devices import DeviceGrant
 from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.charges import charge, quota_amounts
-from gpufleet.scheduling.kueue.config import DEFAULT_LOCAL_QUEUE, NAMESPACE_NAME_LABEL, QueueConfig, queue_config
+from gpufleet.scheduling.kueue.config import (
+    DEFAULT_LOCAL_QUEUE,
+    NAMESPACE_NAME_LABEL,
+    CQSpec,
+    QueueConfig,
+    queue_config,
+)
 from gpufleet.scheduling.kueue.cycle import Cycle
 from gpufleet.scheduling.kueue.firstfit import FirstFitPlacer
 from gpufleet.scheduling.kueue.gangs import GangPlacer
@@ -97,6 +104,7 @@ class KueuePolicy:
         if name is not None:
             self.name = name
         self.config: QueueConfig = queue_config(manifests, extensions=extensions)
+        self._extensions = extensions
         self.cluster = cluster
         self.rng = random.Random(seed)
         self.memory = MemoryBook(cluster) if memory_aware else None
@@ -155,6 +163,32 @@ class KueuePolicy:
         for info in state.infos.values():
             if info.namespace in changed and info.state is PENDING and info.cluster_queue is not None:
                 state.queues.release_in_tree(info.cluster_queue)
+
+    def quotas_changed(self, manifests: Manifests) -> bool:
+        """The ClusterQueues and Cohorts of ``manifests`` as they are now, under the policy: where only their quotas
+        changed (nominal quotas, borrowing and lending limits: an administrator giving a team more), the quota tree
+        takes them in place, usage kept, and the workloads of the trees they are in are tried again at the next
+        cycle, as Kueue requeues a ClusterQueue's inadmissible workloads when the queue is updated. Workloads
+        admitted stay admitted, over a lowered quota too, as in Kueue (and as a new policy re-admits them from
+        their pods). False, changing nothing, when anything else of them differs (one added or gone, a flavor, a
+        cohort, a preemption policy): a new policy is made then."""
+        new, old = queue_config(manifests, extensions=self._extensions), self.config
+        if (set(new.cluster_queues) != set(old.cluster_queues) or new.cohort_parents != old.cohort_parents
+                or new.cohort_weights != old.cohort_weights or set(new.cohort_quotas) != set(old.cohort_quotas)):
+            return False
+        queues: dict[str, CQSpec] = {}
+        for name, spec in new.cluster_queues.items():
+            was = old.cluster_queues[name]
+            if spec.quotas != was.quotas:
+                if replace(spec, quotas=was.quotas) != was:
+                    return False
+                queues[name] = spec
+            elif spec != was:
+                return False
+        cohorts = {name: q for name, q in new.cohort_quotas.items() if q != old.cohort_quotas[name]}
+        if queues or cohorts:
+            self.state.quotas_changed(queues, cohorts)
+        return True
 
     def add_nodes(self, nodes: Sequence[NodeState], now: float) -> None:
         """Nodes join the cluster under the policy (a live cluster scaling up): added to its cluster state, the

@@ -20,7 +20,7 @@ from gpufleet.scheduling.kueue.memo import NominationMemo
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.preemption import Preemptor
 from gpufleet.scheduling.kueue.queues import QueueManager
-from gpufleet.scheduling.quota import QuotaTree
+from gpufleet.scheduling.quota import FR, QuotaTree, ResourceQuota
 from gpufleet.scheduling.types import AdmittedWorkload, PodAssignment
 
 if TYPE_CHECKING:
@@ -77,6 +77,33 @@ class SchedulerState:
         self.reservations: dict[str, str] = {}
         self.reserve = any(cq.reserve_after_s is not None for cq in config.cluster_queues.values())
         self.block_admission = any(cq.pods_ready.block_admission for cq in config.cluster_queues.values())
+
+    def quotas_changed(self, queues: Mapping[str, CQSpec], cohorts: Mapping[str, dict[FR, ResourceQuota]]) -> None:
+        """New quotas for ``queues`` (their specs otherwise as they were) and ``cohorts``: the tree takes them, usage
+        kept; what was worked out from the old ones is worked out again (flavor assigners, the nomination memo, the
+        preemptor's searches), and the workloads parked in their cohort trees are woken."""
+        config, tree = self.config, self.tree
+        for name, quotas in cohorts.items():
+            config.cohort_quotas[name] = quotas
+            tree.add_cohort(name, config.cohort_parents.get(name), quotas, config.cohort_weights.get(name, 1.0))
+        for name, spec in queues.items():
+            config.cluster_queues[name] = spec
+            tree.add_cluster_queue(name, spec.cohort, spec.quotas, spec.fair_weight)
+            self._assigners.pop(name, None)
+        tree.finalize()
+        self.preemptor = Preemptor(tree, config.cluster_queues, self.admitted, config.fair_sharing,
+                                   config.scheduler.fair_sharing_strategies)
+        if self.memo is not None:
+            self.memo = NominationMemo(tree, config.cluster_queues, self.admitted, config.fair_sharing)
+        roots = {self.queues.tree_of.get(name, name) for name in queues}
+        for name in cohorts:
+            node = tree.cohort(name)
+            while node.parent is not None:
+                node = node.parent
+            roots.add("cohort:" + node.name)
+        for name in config.cluster_queues:
+            if self.queues.tree_of.get(name, name) in roots:
+                self.queues.release_in_tree(name)
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
         """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""

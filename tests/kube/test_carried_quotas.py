@@ -1,0 +1,187 @@
+"""ClusterQueues' and Cohorts' quotas changed (an administrator giving a team more, or less), taken by a cycle that
+carries on (KueuePolicy.quotas_changed): each cycle decides what a rebuild on the same snapshot decides. Anything
+else of a ClusterQueue or Cohort changed takes a full cycle.
+
+In process, as tests/kube/test_carried_cycles.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from live_env import NS, cluster_queue, local_queue, node, pod
+from test_carried_cycles import Cluster, _carried_as_rebuilt, first_cycle, outcome, runner
+from test_carried_references import _land_assumed, decided_as_rebuilt
+
+from gpufleet.k8s import resources as r
+from gpufleet.live.cycle import CycleRunner
+
+JsonDict = dict[str, Any]
+
+
+def _gpu_quota(cq: JsonDict) -> JsonDict:
+    [gpu] = [q for q in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] if q["name"] == "nvidia.com/gpu"]
+    return dict(gpu)
+
+
+def _set_gpu_quota(c: Cluster, name: str, **fields: Any) -> None:
+    """The ClusterQueue ``name``'s GPU quota given ``fields`` (nominalQuota, borrowingLimit, lendingLimit; None
+    removes one)."""
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, name)))
+    for q in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
+        if q["name"] == "nvidia.com/gpu":
+            for k, v in fields.items():
+                if v is None:
+                    q.pop(k, None)
+                else:
+                    q[k] = v
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+
+
+def _cohort(name: str, gpus: int) -> JsonDict:
+    return {"apiVersion": "gpufleet.io/v1alpha1", "kind": "Cohort", "metadata": {"name": name},
+            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}}
+
+
+def _one_queue_full() -> tuple[Cluster, CycleRunner, float]:
+    """``cq`` has 4 GPUs of quota, held by ``run``; ``wait`` asks 4 more, on an 8-GPU node."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000"), "MODIFIED")
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("run", gpus=4, queue="lq", node_name="n0"))
+    c.put(r.PODS, pod("wait", gpus=4, queue="lq"))
+    run = runner(c)
+    now = time.time()
+    first = first_cycle(run, now)
+    assert f"{NS}/wait" in outcome(first)[1]
+    return c, run, now
+
+
+def test_a_quota_raised_admits_what_waited_for_it_carried_on() -> None:
+    c, run, now = _one_queue_full()
+    _set_gpu_quota(c, "cq", nominalQuota=8)
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert outcome(d)[0] == {f"{NS}/wait"}
+
+
+def test_a_quota_lowered_keeps_what_runs_and_holds_back_what_comes() -> None:
+    """Kueue keeps a workload admitted over a lowered quota; a new one waits for the usage to come down."""
+    c, run, now = _one_queue_full()
+    _set_gpu_quota(c, "cq", nominalQuota=2)
+    c.put(r.PODS, pod("small", gpus=1, queue="lq"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert not outcome(d)[0] and f"{NS}/small" in outcome(d)[1]
+    kept = run.kept
+    assert kept is not None and kept.policy.info(f"{NS}/run") is not None
+    assert kept.policy.info(f"{NS}/run").admission is not None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("change", ["preemption", "added", "flavor", "deleted", "cohort"])
+def test_anything_else_of_the_queues_takes_a_full_cycle(change: str) -> None:
+    c, run, now = _one_queue_full()
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    if change == "preemption":
+        cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+        c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    elif change == "added":
+        c.put(r.CLUSTER_QUEUES, cluster_queue("other", 4))
+    elif change == "flavor":
+        c.put(r.RESOURCE_FLAVORS, {**json.loads(json.dumps(c.cache.get(r.RESOURCE_FLAVORS, "gpu"))),
+                                   "spec": {"nodeLabels": {"pool": "a"}}}, "MODIFIED")
+    elif change == "deleted":
+        c.put(r.CLUSTER_QUEUES, cq, "DELETED")
+    else:
+        cq["spec"]["cohort"] = "company"
+        c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_status_write_and_a_label_change_change_nothing() -> None:
+    c, run, now = _one_queue_full()
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    cq["metadata"]["labels"] = {"team": "ml"}
+    cq["status"] = {"pendingWorkloads": 1}
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert not outcome(d)[0]
+
+
+def test_a_cohorts_quota_raised_lets_its_members_borrow_carried_on() -> None:
+    """Two teams in cohort ``company``, whose own Cohort object lends 4 GPUs more once raised."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", cohort="company"), "MODIFIED")
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 0, cpu="100000", cohort="company"))
+    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    c.put(r.COHORTS, _cohort("company", 0))
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("run", gpus=4, queue="lq", node_name="n0"))
+    c.put(r.PODS, pod("wait", gpus=4, queue="lq2"))
+    run = runner(c)
+    now = time.time()
+    assert f"{NS}/wait" in outcome(first_cycle(run, now))[1]
+    cohort = _cohort("company", 4)
+    cohort["metadata"]["uid"] = c.cache.get(r.COHORTS, "company")["metadata"]["uid"]  # type: ignore[index]
+    c.put(r.COHORTS, cohort, "MODIFIED")
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert outcome(d)[0] == {f"{NS}/wait"}
+
+
+QUOTA = st.sampled_from([0, 1, 2, 4, 8])
+LIMIT = st.one_of(st.none(), st.sampled_from([0, 1, 2, 4]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=st.lists(st.one_of(
+    st.tuples(st.just("quota"), st.tuples(st.sampled_from(["cq", "cq2"]), QUOTA, LIMIT, LIMIT)),
+    st.tuples(st.just("cohort"), QUOTA),
+    st.tuples(st.just("preemption"), st.sampled_from(["cq", "cq2"])),
+    st.tuples(st.just("pod"), st.tuples(st.sampled_from(["lq", "lq2"]), st.integers(1, 4))),
+    st.tuples(st.just("finish"), st.integers(0, 9))), min_size=1, max_size=10))
+def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
+        actions: list[tuple[str, Any]]) -> None:
+    """Two ClusterQueues in a cohort with a Cohort object of its own, their quotas, borrowing and lending limits and
+    the cohort's quota changed in any order among pods arriving and ending; each cycle decides what a rebuild
+    decides, carried on or not."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", cohort="company"), "MODIFIED")
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 2, cpu="100000", cohort="company"))
+    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    c.put(r.COHORTS, _cohort("company", 2))
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.NODES, node("n1", gpus=4))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    made = 0
+    for step_no, (kind, arg) in enumerate(actions, 1):
+        if kind == "quota":
+            name, nominal, borrowing, lending = arg
+            _set_gpu_quota(c, name, nominalQuota=nominal, borrowingLimit=borrowing, lendingLimit=lending)
+        elif kind == "cohort":
+            cohort = _cohort("company", arg)
+            cohort["metadata"]["uid"] = c.cache.get(r.COHORTS, "company")["metadata"]["uid"]  # type: ignore[index]
+            c.put(r.COHORTS, cohort, "MODIFIED")
+        elif kind == "preemption":
+            cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, arg)))
+            was = (cq["spec"].get("preemption") or {}).get("reclaimWithinCohort")
+            cq["spec"]["preemption"] = {"reclaimWithinCohort": "Never" if was == "Any" else "Any"}
+            c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+        elif kind == "pod":
+            queue, gpus = arg
+            c.put(r.PODS, pod(f"p{made}", gpus=gpus, queue=queue))
+            made += 1
+        else:
+            running = [k for k in sorted(c.cache.keys(r.PODS))
+                       if (o := c.cache.get(r.PODS, k)) is not None and (o.get("status") or {}).get("phase")
+                       == "Running"]
+            if running:
+                obj = json.loads(json.dumps(c.cache.get(r.PODS, running[arg % len(running)])))
+                obj["status"] = {"phase": "Succeeded"}
+                c.put(r.PODS, obj, "MODIFIED")
+        decided_as_rebuilt(run, c, now + step_no)
+        _land_assumed(run, c)
