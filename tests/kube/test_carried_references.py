@@ -278,13 +278,14 @@ def test_a_namespace_relabelled_beside_volcano_queues_is_carried() -> None:
     st.tuples(st.just("relabel"), st.sampled_from([None, "a", "b"])),
     st.tuples(st.just("pod"), st.sampled_from(["a", "b", "c"])),  # lq-c: created by the "lq" action
     st.tuples(st.just("finish"), st.integers(0, 7)),
-    st.tuples(st.just("lq"), st.none()),
+    st.tuples(st.just("lq"), st.sampled_from(["create", "delete", "repoint"])),
     st.tuples(st.just("other"), st.sampled_from(["create", "delete"]))), min_size=1, max_size=8))
 def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_rebuilt(
         actions: list[tuple[str, Any]]) -> None:
     """Two ClusterQueues selecting a team label, a LocalQueue of each in the one namespace whose label moves; pods
-    arriving in either queue, or in a third LocalQueue created meanwhile, bound ones finishing, another namespace
-    coming and going. Each cycle decides what a rebuild decides, carried on or not."""
+    arriving in either queue, or in a third LocalQueue created, pointed at the other ClusterQueue and deleted
+    meanwhile, bound ones finishing, another namespace coming and going. Each cycle decides what a rebuild decides,
+    carried on or not."""
     c = Cluster()
     c.put(r.NODES, node("n0", gpus=4))
     for team in ("a", "b"):
@@ -306,8 +307,15 @@ def test_namespaces_relabelled_among_pods_arriving_and_ending_are_decided_as_reb
             c.put(r.PODS, pod(name, gpus=1, queue=f"lq-{arg}"))
             made.append(name)
         elif kind == "lq":
-            if c.cache.get(r.LOCAL_QUEUES, f"{NS}/lq-c") is None:
+            had = c.cache.get(r.LOCAL_QUEUES, f"{NS}/lq-c")
+            if arg == "create" and had is None:
                 c.put(r.LOCAL_QUEUES, local_queue("lq-c", "cq-a"))
+            elif arg == "delete" and had is not None:
+                c.put(r.LOCAL_QUEUES, json.loads(json.dumps(had)), "DELETED")
+            elif arg == "repoint" and had is not None:
+                moved = json.loads(json.dumps(had))
+                moved["spec"]["clusterQueue"] = "cq-b" if had["spec"]["clusterQueue"] == "cq-a" else "cq-a"
+                c.put(r.LOCAL_QUEUES, moved, "MODIFIED")
         elif kind == "finish":
             bound = [n for n in made if (c.cache.get(r.PODS, f"{NS}/{n}") or {}).get("spec", {}).get("nodeName")
                      and (c.cache.get(r.PODS, f"{NS}/{n}") or {}).get("status", {}).get("phase") == "Running"]
@@ -421,9 +429,10 @@ def test_a_local_queue_created_routes_the_workloads_naming_it_as_a_rebuild_does(
     _carried_as_rebuilt(run, c, now + 4)
 
 
-def test_a_local_queue_created_for_an_admitted_workload_or_deleted_takes_a_full_cycle() -> None:
+def test_a_local_queue_created_or_deleted_under_an_admitted_workload_takes_a_full_cycle() -> None:
     """A workload admitted without quota (it names no queue) that a ``default`` LocalQueue would take: a rebuild
-    charges it to that queue, which the kept policy cannot do in place. And a LocalQueue deleted."""
+    charges it to that queue, which the kept policy cannot do in place. And a LocalQueue deleted under a workload
+    admitted through it (a rebuild no longer charges it to the ClusterQueue); with none, a deletion is carried."""
     c = Cluster()
     c.put(r.NODES, node("n0", gpus=4))
     c.put(r.PODS, pod("free", gpus=1, node_name="n0"))
@@ -433,10 +442,55 @@ def test_a_local_queue_created_for_an_admitted_workload_or_deleted_takes_a_full_
     c.put(r.LOCAL_QUEUES, local_queue("default", "cq"))
     assert not decided_as_rebuilt(run, c, now + 1)
     c2 = Cluster()
+    c2.put(r.NODES, node("n0", gpus=4))
+    c2.put(r.PODS, pod("run", gpus=1, node_name="n0", queue="lq"))
     run2 = runner(c2)
     first_cycle(run2, now)
     c2.put(r.LOCAL_QUEUES, json.loads(json.dumps(c2.cache.get(r.LOCAL_QUEUES, f"{NS}/lq"))), "DELETED")
     assert run2._carry_on(c2.cache.snapshot(), now + 1) is None
+    c3 = Cluster()
+    run3 = runner(c3)
+    first_cycle(run3, now)
+    c3.put(r.LOCAL_QUEUES, json.loads(json.dumps(c3.cache.get(r.LOCAL_QUEUES, f"{NS}/lq"))), "DELETED")
+    assert decided_as_rebuilt(run3, c3, now + 1)
+
+
+def test_a_local_queue_deleted_or_pointed_elsewhere_routes_what_waits_as_a_rebuild_does() -> None:
+    """A team offboarded: what waits in its LocalQueue waits for a queue that no longer exists, as in Kueue; the
+    queue pointed at another ClusterQueue: what waits goes there; the namespace's ``default`` one deleted: what names
+    no queue runs without quota, as a rebuild reads it."""
+    from test_carried_cycles import _carried_as_rebuilt
+
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 0, cpu="100000"), "MODIFIED")
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 4, cpu="100000"))
+    c.put(r.LOCAL_QUEUES, local_queue("default", "cq"))
+    c.put(r.NODES, node("n0", gpus=4))
+    c.put(r.PODS, pod("wait", gpus=1, queue="lq"))
+    c.put(r.PODS, pod("plain", gpus=1))
+    run = runner(c)
+    now = time.time()
+    d = first_cycle(run, now)
+    assert not outcome(d)[0]  # no quota in cq
+    moved = json.loads(json.dumps(c.cache.get(r.LOCAL_QUEUES, f"{NS}/lq")))
+    moved["spec"]["clusterQueue"] = "cq2"
+    c.put(r.LOCAL_QUEUES, moved, "MODIFIED")
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert outcome(d)[0] == {f"{NS}/wait"}
+    c.put(r.LOCAL_QUEUES, json.loads(json.dumps(c.cache.get(r.LOCAL_QUEUES, f"{NS}/default"))), "DELETED")
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert outcome(d)[0] == {f"{NS}/plain"}  # no queue at all now: only the node gates it
+    # A pod waiting in a LocalQueue of a ClusterQueue without quota, then the LocalQueue deleted.
+    c.put(r.LOCAL_QUEUES, local_queue("lq-x", "cq"))
+    c.put(r.PODS, pod("late", gpus=1, queue="lq-x"))
+    d = _carried_as_rebuilt(run, c, now + 3)
+    assert "LocalQueue" not in outcome(d)[1][f"{NS}/late"]
+    c.put(r.LOCAL_QUEUES, json.loads(json.dumps(c.cache.get(r.LOCAL_QUEUES, f"{NS}/lq-x"))), "DELETED")
+    d = _carried_as_rebuilt(run, c, now + 4)
+    assert outcome(d)[1][f"{NS}/late"] == "LocalQueue lq-x doesn't exist"
+    # Deleted under the workload admitted through it: a rebuild no longer charges that one to cq2.
+    c.put(r.LOCAL_QUEUES, moved, "DELETED")
+    assert run._carry_on(c.cache.snapshot(), now + 5) is None
 
 
 def test_a_deployment_scaled_past_what_a_workload_may_hold_takes_a_full_cycle() -> None:

@@ -49,10 +49,10 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   (:mod:`gpufleet.live.owner_changes`, judged by the cycle); any other change to one of ours (one that becomes or
   stops being ours, a CronJob's) takes a full cycle, as does any change to a kind other objects refer to
   (Volcano's and KAI's Queues, AdmissionChecks, training runtimes) or an object left out by the parse;
-* a Namespace created, relabelled or deleted, a LocalQueue created, and ClusterQueues' and Cohorts' quotas changed
-  (:func:`read_queue_changes`): the queue objects read again and the kept policy told; any other queue kind's change
-  (a ClusterQueue's or Cohort's beside its quotas, one added or deleted, a LocalQueue changed or deleted, a flavor)
-  takes a full cycle.
+* a Namespace created, relabelled or deleted, a LocalQueue created, changed or deleted, and ClusterQueues' and
+  Cohorts' quotas changed (:func:`read_queue_changes`): the queue objects read again and the kept policy told; any
+  other queue kind's change (a ClusterQueue's or Cohort's beside its quotas, one added or deleted, a flavor) takes a
+  full cycle.
 
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
@@ -196,8 +196,8 @@ class Carried:
     # Namespaces created, relabelled (their labels) or deleted (None) since: the ClusterQueues' namespace selectors
     # judge them anew (KueuePolicy.namespaces_changed)
     namespaces: dict[str, dict[str, str] | None] = field(default_factory=dict)
-    # LocalQueues created since, by namespace/name: the workloads naming them routed again
-    # (KueuePolicy.local_queues_added)
+    # LocalQueues created, changed or deleted since, by namespace/name: the workloads naming them routed again
+    # (KueuePolicy.local_queues_changed)
     local_queues: set[str] = field(default_factory=set)
     # A ClusterQueue or Cohort changed beside its status: carried if only their quotas did (KueuePolicy.quotas_changed)
     quotas: bool = False
@@ -239,8 +239,8 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             out.nodes[c.key] = changed
         elif unread_status_only(c):
             continue
-        elif c.resource in _LOCAL_QUEUE_KEYS and c.type == "ADDED" and c.new is not None:
-            out.local_queues.add(c.key)
+        elif c.resource in _LOCAL_QUEUE_KEYS:
+            out.local_queues.add(c.key)  # created, changed or deleted: routed again (KueuePolicy.local_queues_changed)
         elif c.resource in _QUOTA_KEYS and c.type == "MODIFIED" and c.new is not None:
             out.quotas = True  # (carried if only quotas changed: KueuePolicy.quotas_changed)
         elif c.resource == r.NAMESPACES.key:
@@ -781,29 +781,36 @@ def _same_node(known: Node | None, parse: ParseCache, key: str, raw: JsonDict) -
 def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, now: float, *, parse: ParseCache,
                        scheduler_name: str, queue_kinds: Sequence[r.ResourceType],
                        requeue: Callable[[list[str]], object]) -> bool:
-    """Namespaces created, relabelled or deleted, LocalQueues created, and ClusterQueues or Cohorts changed, since
-    the kept cycle, and no other queue kind changed (:func:`carried_pods` says so): the world's queue objects read
-    again as a full cycle reads them (their generation with them), and the kept policy told
-    (``KueuePolicy.namespaces_changed``, ``local_queues_added``, ``quotas_changed``; the workloads routed again are
-    given back what Kueue kept of their requeues: ``requeue``). False (a full cycle) when the queues changed
-    otherwise (a ClusterQueue or Cohort beside its quotas) (Volcano's and KAI's queues are a
-    LocalQueue in every namespace), the read finds an error the kept one did not (a LocalQueue with no
-    ClusterQueue: a full cycle sets it aside and says so), or a workload admitted would go to a LocalQueue
-    created."""
+    """Namespaces created, relabelled or deleted, LocalQueues created, changed or deleted, and ClusterQueues or
+    Cohorts changed, since the kept cycle, and no other queue kind changed (:func:`carried_pods` says so): the
+    world's queue objects read again as a full cycle reads them (their generation with them), and the kept policy
+    told (``KueuePolicy.namespaces_changed``, ``local_queues_changed``, ``quotas_changed``; the workloads routed
+    again are given back what Kueue kept of their requeues: ``requeue``). False (a full cycle) when the queues
+    changed otherwise (a ClusterQueue or Cohort added, deleted or changed beside its quotas; Volcano's and KAI's
+    queues, a LocalQueue in every namespace), the read finds an error the kept one did not (a LocalQueue with no
+    ClusterQueue: a full cycle sets it aside and says so), or a workload admitted names a LocalQueue created,
+    pointed elsewhere or deleted."""
     world, policy = kept.world, kept.policy
     both = read_world_objects(snapshot, parse=parse, scheduler_name=scheduler_name, queue_kinds=queue_kinds)
     if both.rejected or len(both.manifests.problems.errors) > len(world.queues.problems.errors):
         return False
     old_lqs, old_rest = _queues_shape(world.queues)
     new_lqs, new_rest = _queues_shape(both.manifests)
-    created = {(lq.meta.namespace or "", lq.meta.name): lq.cluster_queue for lq in both.manifests.local_queues
-               if f"{lq.meta.namespace}/{lq.meta.name}" in carried.local_queues}
-    if new_rest != old_rest or set(new_lqs) != set(old_lqs) | {(ns, n, cq) for (ns, n), cq in created.items()}:
+    touched = {(ns, name) for ns, _, name in (key.partition("/") for key in carried.local_queues)}
+    if new_rest != old_rest or {q for q in new_lqs if q[:2] not in touched} != {
+            q for q in old_lqs if q[:2] not in touched}:
         return False
+    old_touched = [q for q in old_lqs if q[:2] in touched]
+    new_touched = [q for q in new_lqs if q[:2] in touched]
+    was_cq = {(ns, name): cq for ns, name, cq in old_touched}
+    now_cq = {(ns, name): cq for ns, name, cq in new_touched}
+    if len(was_cq) != len(old_touched) or len(now_cq) != len(new_touched):
+        return False  # (two LocalQueues of one name, Kueue's kind beside gpufleet's: a full cycle says which counts)
+    changed: dict[tuple[str, str], str | None] = {k: now_cq.get(k) for k in touched if now_cq.get(k) != was_cq.get(k)}
     if carried.quotas and not policy.quotas_changed(both.manifests):
         return False
-    if created:
-        moved = policy.local_queues_added(created, now)
+    if changed:
+        moved = policy.local_queues_changed(changed, now)
         if moved is None:
             return False
         requeue([before.key for before in moved])

@@ -122,25 +122,31 @@ class KueuePolicy:
         return GangPlacer(self._placer_factory(cluster, self.rng, list(self.config.topologies.values())),
                           self.config.flavors, self.memory)
 
-    def local_queues_added(self, added: Mapping[tuple[str, str], str], now: float) -> list[WorkloadInfo] | None:
-        """LocalQueues created under the policy, (namespace, name) -> ClusterQueue: the workloads that name one (or,
-        for a ``default`` one, name none) are routed to it again, as a new policy routes them, each submitted again;
-        their records as they were before. None, changing nothing, when a workload admitted would route to one: a
-        new policy charges it to that queue, which this one cannot do to a workload in place."""
+    def local_queues_changed(self, changed: Mapping[tuple[str, str], str | None],
+                             now: float) -> list[WorkloadInfo] | None:
+        """LocalQueues created, pointed at another ClusterQueue, or deleted (None) under the policy, (namespace, name)
+        -> ClusterQueue: the workloads that name one (or, for a ``default`` one, name none) are routed again, as a
+        new policy routes them, each submitted again (to a queue deleted: it waits, "LocalQueue ... doesn't exist",
+        as in Kueue; the ``default`` one deleted: it runs without quota); their records as they were before. None,
+        changing nothing, when a workload admitted names one: a new policy charges it where the queue now says,
+        which this one cannot do to a workload in place."""
         state, config = self.state, self.config
         moved = []
         for info in state.infos.values():
             wl = info.workload
             name = wl.queue if wl.queue is not None else DEFAULT_LOCAL_QUEUE
-            if (wl.namespace, name) not in added or info.state is FINISHED:
+            if (wl.namespace, name) not in changed or info.state is FINISHED:
                 continue
             if info.state is ADMITTED:
                 return None
             moved.append(info)
-        config.local_queues.update(added)
-        for (namespace, _), cq in added.items():
-            if cq in config.cluster_queues:
-                state.namespace_matches.setdefault(cq, {}).pop(namespace, None)
+        for key, cq in changed.items():
+            if cq is None:
+                config.local_queues.pop(key, None)
+            else:
+                config.local_queues[key] = cq
+                if cq in config.cluster_queues:
+                    state.namespace_matches.setdefault(cq, {}).pop(key[0], None)
         for info in moved:
             self.submit(info.workload, now)
         return moved
