@@ -1,6 +1,7 @@
-"""ClusterQueues' and Cohorts' quotas changed (an administrator giving a team more, or less), taken by a cycle that
-carries on (KueuePolicy.quotas_changed): each cycle decides what a rebuild on the same snapshot decides. Anything
-else of a ClusterQueue or Cohort changed takes a full cycle.
+"""ClusterQueues' and Cohorts' quotas changed (an administrator giving a team more, or less), a queue put on hold
+and released, its preemption policies or namespace selector changed, taken by a cycle that carries on
+(KueuePolicy.queues_changed): each cycle decides what a rebuild on the same snapshot decides. Anything else of a
+ClusterQueue or Cohort changed (one added or deleted, its cohort, flavors, queueing strategy) takes a full cycle.
 
 In process, as tests/kube/test_carried_cycles.py."""
 
@@ -81,12 +82,12 @@ def test_a_quota_lowered_keeps_what_runs_and_holds_back_what_comes() -> None:
     assert kept.policy.info(f"{NS}/run").admission is not None  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("change", ["preemption", "added", "flavor", "deleted", "cohort"])
+@pytest.mark.parametrize("change", ["strategy", "added", "flavor", "deleted", "cohort"])
 def test_anything_else_of_the_queues_takes_a_full_cycle(change: str) -> None:
     c, run, now = _one_queue_full()
     cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
-    if change == "preemption":
-        cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    if change == "strategy":
+        cq["spec"]["queueingStrategy"] = "StrictFIFO"
         c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
     elif change == "added":
         c.put(r.CLUSTER_QUEUES, cluster_queue("other", 4))
@@ -99,6 +100,23 @@ def test_anything_else_of_the_queues_takes_a_full_cycle(change: str) -> None:
         cq["spec"]["cohort"] = "company"
         c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
     assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_queue_held_then_released_carried_on() -> None:
+    """``stopPolicy: Hold`` (Kueue's ``kubectl kueue stop clusterqueue``): what runs runs on, nothing new is
+    admitted; back to ``None``, what waited is admitted."""
+    c, run, now = _one_queue_full()
+    _set_gpu_quota(c, "cq", nominalQuota=8)
+    held = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    held["spec"]["stopPolicy"] = "Hold"
+    c.put(r.CLUSTER_QUEUES, held, "MODIFIED")
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert not outcome(d)[0] and "inactive" in outcome(d)[1][f"{NS}/wait"]
+    released = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    released["spec"]["stopPolicy"] = "None"
+    c.put(r.CLUSTER_QUEUES, released, "MODIFIED")
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert outcome(d)[0] == {f"{NS}/wait"}
 
 
 def test_a_status_write_and_a_label_change_change_nothing() -> None:
@@ -140,13 +158,15 @@ LIMIT = st.one_of(st.none(), st.sampled_from([0, 1, 2, 4]))
     st.tuples(st.just("quota"), st.tuples(st.sampled_from(["cq", "cq2"]), QUOTA, LIMIT, LIMIT)),
     st.tuples(st.just("cohort"), QUOTA),
     st.tuples(st.just("preemption"), st.sampled_from(["cq", "cq2"])),
+    st.tuples(st.just("hold"), st.sampled_from(["cq", "cq2"])),
+    st.tuples(st.just("selector"), st.sampled_from(["cq", "cq2"])),
     st.tuples(st.just("pod"), st.tuples(st.sampled_from(["lq", "lq2"]), st.integers(1, 4))),
     st.tuples(st.just("finish"), st.integers(0, 9))), min_size=1, max_size=10))
 def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
         actions: list[tuple[str, Any]]) -> None:
-    """Two ClusterQueues in a cohort with a Cohort object of its own, their quotas, borrowing and lending limits and
-    the cohort's quota changed in any order among pods arriving and ending; each cycle decides what a rebuild
-    decides, carried on or not."""
+    """Two ClusterQueues in a cohort with a Cohort object of its own, their quotas, borrowing and lending limits, the
+    cohort's quota, the queues' preemption policies, holds and namespace selectors changed in any order among pods
+    arriving and ending; each cycle decides what a rebuild decides, carried on or not."""
     c = Cluster()
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", cohort="company"), "MODIFIED")
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 2, cpu="100000", cohort="company"))
@@ -170,6 +190,14 @@ def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
             cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, arg)))
             was = (cq["spec"].get("preemption") or {}).get("reclaimWithinCohort")
             cq["spec"]["preemption"] = {"reclaimWithinCohort": "Never" if was == "Any" else "Any"}
+            c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+        elif kind in ("hold", "selector"):
+            cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, arg)))
+            if kind == "hold":
+                cq["spec"]["stopPolicy"] = "None" if cq["spec"].get("stopPolicy") == "Hold" else "Hold"
+            else:
+                cq["spec"]["namespaceSelector"] = {} if cq["spec"]["namespaceSelector"] else {
+                    "matchLabels": {"team": "elsewhere"}}
             c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
         elif kind == "pod":
             queue, gpus = arg

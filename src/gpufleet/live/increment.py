@@ -199,7 +199,7 @@ class Carried:
     # LocalQueues created, changed or deleted since, by namespace/name: the workloads naming them routed again
     # (KueuePolicy.local_queues_changed)
     local_queues: set[str] = field(default_factory=set)
-    # A ClusterQueue or Cohort changed beside its status: carried if only their quotas did (KueuePolicy.quotas_changed)
+    # A ClusterQueue or Cohort changed beside its status: carried if only their quotas did (KueuePolicy.queues_changed)
     quotas: bool = False
     # Workload-kind objects of ours changed otherwise (a Deployment's rollout): carried if the workloads their pods
     # make read the same (gpufleet.live.owner_changes)
@@ -242,7 +242,7 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
         elif c.resource in _LOCAL_QUEUE_KEYS:
             out.local_queues.add(c.key)  # created, changed or deleted: routed again (KueuePolicy.local_queues_changed)
         elif c.resource in _QUOTA_KEYS and c.type == "MODIFIED" and c.new is not None:
-            out.quotas = True  # (carried if only quotas changed: KueuePolicy.quotas_changed)
+            out.quotas = True  # (carried if only quotas changed: KueuePolicy.queues_changed)
         elif c.resource == r.NAMESPACES.key:
             labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
             out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
@@ -784,7 +784,7 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     """Namespaces created, relabelled or deleted, LocalQueues created, changed or deleted, and ClusterQueues or
     Cohorts changed, since the kept cycle, and no other queue kind changed (:func:`carried_pods` says so): the
     world's queue objects read again as a full cycle reads them (their generation with them), and the kept policy
-    told (``KueuePolicy.namespaces_changed``, ``local_queues_changed``, ``quotas_changed``; the workloads routed
+    told (``KueuePolicy.namespaces_changed``, ``local_queues_changed``, ``queues_changed``; the workloads routed
     again are given back what Kueue kept of their requeues: ``requeue``). False (a full cycle) when the queues
     changed otherwise (a ClusterQueue or Cohort added, deleted or changed beside its quotas; Volcano's and KAI's
     queues, a LocalQueue in every namespace), the read finds an error the kept one did not (a LocalQueue with no
@@ -807,7 +807,7 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     if len(was_cq) != len(old_touched) or len(now_cq) != len(new_touched):
         return False  # (two LocalQueues of one name, Kueue's kind beside gpufleet's: a full cycle says which counts)
     changed: dict[tuple[str, str], str | None] = {k: now_cq.get(k) for k in touched if now_cq.get(k) != was_cq.get(k)}
-    if carried.quotas and not policy.quotas_changed(both.manifests):
+    if carried.quotas and not policy.queues_changed(both.manifests):
         return False
     if changed:
         moved = policy.local_queues_changed(changed, now)

@@ -84,6 +84,12 @@ def first_fit_factory(cluster: ClusterState, rng: random.Random, topologies: Seq
     return FirstFitPlacer(cluster)
 
 
+# What of a ClusterQueue's spec the policy reads afresh at each cycle (or keeps in its quota tree, which takes it in
+# place): a change to these alone is taken by a kept policy (KueuePolicy.queues_changed).
+_READ_EACH_CYCLE = ("quotas", "stopped", "preemption", "namespace_selector", "fungibility", "fair_weight",
+                    "mig_resize_on_oom")
+
+
 class KueuePolicy:
     """Kueue's admission (queues, quotas, fair sharing, preemption) plus gang placement on nodes."""
 
@@ -170,30 +176,34 @@ class KueuePolicy:
             if info.namespace in changed and info.state is PENDING and info.cluster_queue is not None:
                 state.queues.release_in_tree(info.cluster_queue)
 
-    def quotas_changed(self, manifests: Manifests) -> bool:
-        """The ClusterQueues and Cohorts of ``manifests`` as they are now, under the policy: where only their quotas
-        changed (nominal quotas, borrowing and lending limits: an administrator giving a team more), the quota tree
-        takes them in place, usage kept, and the workloads of the trees they are in are tried again at the next
-        cycle, as Kueue requeues a ClusterQueue's inadmissible workloads when the queue is updated. Workloads
-        admitted stay admitted, over a lowered quota too, as in Kueue (and as a new policy re-admits them from
-        their pods). False, changing nothing, when anything else of them differs (one added or gone, a flavor, a
-        cohort, a preemption policy): a new policy is made then."""
+    def queues_changed(self, manifests: Manifests) -> bool:
+        """The ClusterQueues and Cohorts of ``manifests`` as they are now, under the policy: where only what the
+        policy reads of them at each cycle changed (quotas: nominal, borrowing and lending limits; ``stopPolicy``;
+        the preemption policies; the namespace selector; flavor fungibility; fair-sharing weights; the MIG resize
+        opt-in), they are taken in place: the quota tree takes the new quotas and weights, usage kept, and the
+        workloads of the trees they are in are tried again at the next cycle, as Kueue requeues a ClusterQueue's
+        inadmissible workloads when the queue is updated. Workloads admitted stay admitted (over a lowered quota, in
+        a queue put on hold), as in Kueue, and as a new policy re-admits them from their pods. False, changing
+        nothing, when anything else of them differs (one added or gone, its cohort or a cohort's parent, its
+        resource groups and flavors, its queueing strategy, waitForPodsReady, the gang reservation): a new policy
+        is made then."""
         new, old = queue_config(manifests, extensions=self._extensions), self.config
         if (set(new.cluster_queues) != set(old.cluster_queues) or new.cohort_parents != old.cohort_parents
-                or new.cohort_weights != old.cohort_weights or set(new.cohort_quotas) != set(old.cohort_quotas)):
+                or set(new.cohort_quotas) != set(old.cohort_quotas)):
             return False
         queues: dict[str, CQSpec] = {}
         for name, spec in new.cluster_queues.items():
             was = old.cluster_queues[name]
-            if spec.quotas != was.quotas:
-                if replace(spec, quotas=was.quotas) != was:
-                    return False
-                queues[name] = spec
-            elif spec != was:
+            if spec == was:
+                continue
+            if replace(spec, **{f: getattr(was, f) for f in _READ_EACH_CYCLE}) != was:
                 return False
-        cohorts = {name: q for name, q in new.cohort_quotas.items() if q != old.cohort_quotas[name]}
+            queues[name] = spec
+        cohorts = {name for name in new.cohort_parents if new.cohort_quotas.get(name) != old.cohort_quotas.get(name)
+                   or new.cohort_weights.get(name, 1.0) != old.cohort_weights.get(name, 1.0)}
         if queues or cohorts:
-            self.state.quotas_changed(queues, cohorts)
+            self.state.queues_changed(queues, {name: (new.cohort_quotas.get(name, {}),
+                                                      new.cohort_weights.get(name, 1.0)) for name in cohorts})
         return True
 
     def add_nodes(self, nodes: Sequence[NodeState], now: float) -> None:

@@ -78,18 +78,22 @@ class SchedulerState:
         self.reserve = any(cq.reserve_after_s is not None for cq in config.cluster_queues.values())
         self.block_admission = any(cq.pods_ready.block_admission for cq in config.cluster_queues.values())
 
-    def quotas_changed(self, queues: Mapping[str, CQSpec], cohorts: Mapping[str, dict[FR, ResourceQuota]]) -> None:
-        """New quotas for ``queues`` (their specs otherwise as they were) and ``cohorts``: the tree takes them, usage
-        kept; what was worked out from the old ones is worked out again (flavor assigners, the nomination memo, the
-        preemptor's searches), and the workloads parked in their cohort trees are woken."""
+    def queues_changed(self, queues: Mapping[str, CQSpec],
+                       cohorts: Mapping[str, tuple[dict[FR, ResourceQuota], float]]) -> None:
+        """New specs for ``queues`` (the same cohort, resource groups, strategy and readiness rules: what the policy
+        reads at each cycle changed) and new quotas and fair-sharing weights for ``cohorts``: the tree takes them,
+        usage kept; what was worked out from the old ones is worked out again (flavor assigners, namespace matches,
+        the nomination memo, the preemptor's searches), and the workloads parked in their cohort trees are woken."""
         config, tree = self.config, self.tree
-        for name, quotas in cohorts.items():
+        for name, (quotas, weight) in cohorts.items():
             config.cohort_quotas[name] = quotas
-            tree.add_cohort(name, config.cohort_parents.get(name), quotas, config.cohort_weights.get(name, 1.0))
+            config.cohort_weights[name] = weight
+            tree.add_cohort(name, config.cohort_parents.get(name), quotas, weight)
         for name, spec in queues.items():
             config.cluster_queues[name] = spec
             tree.add_cluster_queue(name, spec.cohort, spec.quotas, spec.fair_weight)
             self._assigners.pop(name, None)
+            self.namespace_matches[name] = {}
         tree.finalize()
         self.preemptor = Preemptor(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
