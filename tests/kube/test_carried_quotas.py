@@ -82,15 +82,13 @@ def test_a_quota_lowered_keeps_what_runs_and_holds_back_what_comes() -> None:
     assert kept.policy.info(f"{NS}/run").admission is not None  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("change", ["strategy", "added", "flavor", "deleted", "cohort"])
+@pytest.mark.parametrize("change", ["strategy", "flavor", "deleted", "cohort"])
 def test_anything_else_of_the_queues_takes_a_full_cycle(change: str) -> None:
     c, run, now = _one_queue_full()
     cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
     if change == "strategy":
         cq["spec"]["queueingStrategy"] = "StrictFIFO"
         c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
-    elif change == "added":
-        c.put(r.CLUSTER_QUEUES, cluster_queue("other", 4))
     elif change == "flavor":
         c.put(r.RESOURCE_FLAVORS, {**json.loads(json.dumps(c.cache.get(r.RESOURCE_FLAVORS, "gpu"))),
                                    "spec": {"nodeLabels": {"pool": "a"}}}, "MODIFIED")
@@ -100,6 +98,27 @@ def test_anything_else_of_the_queues_takes_a_full_cycle(change: str) -> None:
         cq["spec"]["cohort"] = "company"
         c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
     assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_team_onboarded_carried_on() -> None:
+    """A namespace, its ClusterQueue (in the cohort of the others) and LocalQueue, and the team's first pods, in one
+    batch, then more pods: each cycle carries on and decides as a rebuild does."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", cohort="company"), "MODIFIED")
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("run", gpus=4, queue="lq", node_name="n0"))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq-b", 2, cpu="100000", cohort="company"))
+    c.put(r.LOCAL_QUEUES, local_queue("lq-b", "cq-b", ns="team-b"))
+    c.put(r.PODS, pod("first", gpus=2, queue="lq-b", ns="team-b"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert outcome(d)[0] == {"team-b/first"}
+    c.put(r.PODS, pod("second", gpus=2, queue="lq-b", ns="team-b"))  # over its quota, the cohort lends none
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert not outcome(d)[0] and "team-b/second" in outcome(d)[1]
 
 
 def test_a_queue_held_then_released_carried_on() -> None:
@@ -159,6 +178,8 @@ LIMIT = st.one_of(st.none(), st.sampled_from([0, 1, 2, 4]))
     st.tuples(st.just("cohort"), QUOTA),
     st.tuples(st.just("preemption"), st.sampled_from(["cq", "cq2"])),
     st.tuples(st.just("hold"), st.sampled_from(["cq", "cq2"])),
+    st.tuples(st.just("add"), st.sampled_from([None, "company"])),  # a third ClusterQueue and its LocalQueue
+    st.tuples(st.just("pod3"), st.integers(1, 4)),
     st.tuples(st.just("selector"), st.sampled_from(["cq", "cq2"])),
     st.tuples(st.just("pod"), st.tuples(st.sampled_from(["lq", "lq2"]), st.integers(1, 4))),
     st.tuples(st.just("finish"), st.integers(0, 9))), min_size=1, max_size=10))
@@ -191,6 +212,14 @@ def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
             was = (cq["spec"].get("preemption") or {}).get("reclaimWithinCohort")
             cq["spec"]["preemption"] = {"reclaimWithinCohort": "Never" if was == "Any" else "Any"}
             c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+        elif kind == "add":
+            if c.cache.get(r.CLUSTER_QUEUES, "cq3") is None:
+                c.put(r.CLUSTER_QUEUES, cluster_queue("cq3", 2, cpu="100000", cohort=arg))
+                c.put(r.LOCAL_QUEUES, local_queue("lq3", "cq3"))
+        elif kind == "pod3":
+            if c.cache.get(r.LOCAL_QUEUES, f"{NS}/lq3") is not None:
+                c.put(r.PODS, pod(f"p{made}", gpus=arg, queue="lq3"))
+                made += 1
         elif kind in ("hold", "selector"):
             cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, arg)))
             if kind == "hold":

@@ -49,10 +49,11 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   (:mod:`gpufleet.live.owner_changes`, judged by the cycle); any other change to one of ours (one that becomes or
   stops being ours, a CronJob's) takes a full cycle, as does any change to a kind other objects refer to
   (Volcano's and KAI's Queues, AdmissionChecks, training runtimes) or an object left out by the parse;
-* a Namespace created, relabelled or deleted, a LocalQueue created, changed or deleted, and ClusterQueues' and
-  Cohorts' quotas changed (:func:`read_queue_changes`): the queue objects read again and the kept policy told; any
-  other queue kind's change (a ClusterQueue's or Cohort's beside its quotas, one added or deleted, a flavor) takes a
-  full cycle.
+* a Namespace created, relabelled or deleted, a LocalQueue created, changed or deleted, a ClusterQueue created, and
+  ClusterQueues and Cohorts changed in what a kept policy takes in place (``KueuePolicy.queues_changed``: quotas,
+  holds, preemption policies...) (:func:`read_queue_changes`): the queue objects read again and the kept policy
+  told; any other queue kind's change (a ClusterQueue deleted, a Cohort added or deleted, a queue's cohort, flavors
+  or strategy, a flavor) takes a full cycle.
 
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
 
@@ -95,7 +96,7 @@ from gpufleet.live.wakeup import unread_status_only, without_status
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
 from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, account, pod_entry, read_world_objects
 from gpufleet.scheduling.kueue import KueuePolicy
-from gpufleet.scheduling.kueue.info import ADMITTED
+from gpufleet.scheduling.kueue.info import ADMITTED, WorkloadInfo
 from gpufleet.scheduling.kueue.late_members import joins_late
 
 JsonDict = dict[str, Any]
@@ -199,7 +200,8 @@ class Carried:
     # LocalQueues created, changed or deleted since, by namespace/name: the workloads naming them routed again
     # (KueuePolicy.local_queues_changed)
     local_queues: set[str] = field(default_factory=set)
-    # A ClusterQueue or Cohort changed beside its status: carried if only their quotas did (KueuePolicy.queues_changed)
+    # A ClusterQueue created, or a ClusterQueue or Cohort changed beside its status: carried where a kept policy can
+    # take it (KueuePolicy.queues_changed)
     quotas: bool = False
     # Workload-kind objects of ours changed otherwise (a Deployment's rollout): carried if the workloads their pods
     # make read the same (gpufleet.live.owner_changes)
@@ -241,8 +243,8 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             continue
         elif c.resource in _LOCAL_QUEUE_KEYS:
             out.local_queues.add(c.key)  # created, changed or deleted: routed again (KueuePolicy.local_queues_changed)
-        elif c.resource in _QUOTA_KEYS and c.type == "MODIFIED" and c.new is not None:
-            out.quotas = True  # (carried if only quotas changed: KueuePolicy.queues_changed)
+        elif c.resource in _QUOTA_KEYS and c.type != "DELETED" and c.new is not None:
+            out.quotas = True  # (a ClusterQueue added, or one changed where a kept policy can: queues_changed)
         elif c.resource == r.NAMESPACES.key:
             labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
             out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
@@ -797,8 +799,8 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     old_lqs, old_rest = _queues_shape(world.queues)
     new_lqs, new_rest = _queues_shape(both.manifests)
     touched = {(ns, name) for ns, _, name in (key.partition("/") for key in carried.local_queues)}
-    if new_rest != old_rest or {q for q in new_lqs if q[:2] not in touched} != {
-            q for q in old_lqs if q[:2] not in touched}:
+    if (new_rest[1] != old_rest[1] or (new_rest[0] != old_rest[0] and not carried.quotas)
+            or {q for q in new_lqs if q[:2] not in touched} != {q for q in old_lqs if q[:2] not in touched}):
         return False
     old_touched = [q for q in old_lqs if q[:2] in touched]
     new_touched = [q for q in new_lqs if q[:2] in touched]
@@ -807,12 +809,18 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     if len(was_cq) != len(old_touched) or len(now_cq) != len(new_touched):
         return False  # (two LocalQueues of one name, Kueue's kind beside gpufleet's: a full cycle says which counts)
     changed: dict[tuple[str, str], str | None] = {k: now_cq.get(k) for k in touched if now_cq.get(k) != was_cq.get(k)}
-    if carried.quotas and not policy.queues_changed(both.manifests):
-        return False
-    if changed:
-        moved = policy.local_queues_changed(changed, now)
-        if moved is None:
+    moved: list[WorkloadInfo] = []
+    if carried.quotas:
+        routed = policy.queues_changed(both.manifests, now)
+        if routed is None:
             return False
+        moved += routed
+    if changed:
+        routed = policy.local_queues_changed(changed, now)
+        if routed is None:
+            return False
+        moved += routed
+    if moved:
         requeue([before.key for before in moved])
         if kept.counts is not None:
             for before in moved:

@@ -176,35 +176,51 @@ class KueuePolicy:
             if info.namespace in changed and info.state is PENDING and info.cluster_queue is not None:
                 state.queues.release_in_tree(info.cluster_queue)
 
-    def queues_changed(self, manifests: Manifests) -> bool:
-        """The ClusterQueues and Cohorts of ``manifests`` as they are now, under the policy: where only what the
-        policy reads of them at each cycle changed (quotas: nominal, borrowing and lending limits; ``stopPolicy``;
-        the preemption policies; the namespace selector; flavor fungibility; fair-sharing weights; the MIG resize
-        opt-in), they are taken in place: the quota tree takes the new quotas and weights, usage kept, and the
-        workloads of the trees they are in are tried again at the next cycle, as Kueue requeues a ClusterQueue's
-        inadmissible workloads when the queue is updated. Workloads admitted stay admitted (over a lowered quota, in
-        a queue put on hold), as in Kueue, and as a new policy re-admits them from their pods. False, changing
-        nothing, when anything else of them differs (one added or gone, its cohort or a cohort's parent, its
-        resource groups and flavors, its queueing strategy, waitForPodsReady, the gang reservation): a new policy
-        is made then."""
+    def queues_changed(self, manifests: Manifests, now: float) -> list[WorkloadInfo] | None:
+        """The ClusterQueues and Cohorts of ``manifests`` as they are now, under the policy. ClusterQueues added (a
+        team onboarded) join the quota tree, and the workloads whose LocalQueue names one are routed to it, as a new
+        policy routes them. Where only what the policy reads of a queue at each cycle changed (quotas: nominal,
+        borrowing and lending limits; ``stopPolicy``; the preemption policies; the namespace selector; flavor
+        fungibility; fair-sharing weights; the MIG resize opt-in), it is taken in place: the quota tree takes the new
+        quotas and weights, usage kept. The workloads of the trees changed are tried again at the next cycle, as
+        Kueue requeues a ClusterQueue's inadmissible workloads when the queue is updated; workloads admitted stay
+        admitted (over a lowered quota, in a queue put on hold), as in Kueue, and as a new policy re-admits them
+        from their pods. Returns the workloads routed again, their records as they were before. None, changing
+        nothing, when anything else differs (a queue deleted, a cohort's parent, a queue's cohort, resource groups
+        and flavors, queueing strategy, waitForPodsReady, gang reservation; a workload admitted that a queue added
+        would take): a new policy is made then."""
         new, old = queue_config(manifests, extensions=self._extensions), self.config
-        if (set(new.cluster_queues) != set(old.cluster_queues) or new.cohort_parents != old.cohort_parents
+        added = {name: spec for name, spec in new.cluster_queues.items() if name not in old.cluster_queues}
+        if (set(old.cluster_queues) - set(new.cluster_queues) or new.cohort_parents != old.cohort_parents
                 or set(new.cohort_quotas) != set(old.cohort_quotas)):
-            return False
+            return None
         queues: dict[str, CQSpec] = {}
-        for name, spec in new.cluster_queues.items():
-            was = old.cluster_queues[name]
+        for name, was in old.cluster_queues.items():
+            spec = new.cluster_queues[name]
             if spec == was:
                 continue
             if replace(spec, **{f: getattr(was, f) for f in _READ_EACH_CYCLE}) != was:
-                return False
+                return None
             queues[name] = spec
         cohorts = {name for name in new.cohort_parents if new.cohort_quotas.get(name) != old.cohort_quotas.get(name)
                    or new.cohort_weights.get(name, 1.0) != old.cohort_weights.get(name, 1.0)}
-        if queues or cohorts:
+        moved = []
+        if added:
+            for info in self.state.infos.values():
+                wl = info.workload
+                name = wl.queue if wl.queue is not None else DEFAULT_LOCAL_QUEUE
+                if info.state is FINISHED or old.local_queues.get((wl.namespace, name)) not in added:
+                    continue
+                if info.state is ADMITTED:
+                    return None
+                moved.append(info)
+            self.state.add_cluster_queues(added, list(new.cluster_queues))
+        if queues or cohorts or added:
             self.state.queues_changed(queues, {name: (new.cohort_quotas.get(name, {}),
                                                       new.cohort_weights.get(name, 1.0)) for name in cohorts})
-        return True
+        for info in moved:
+            self.submit(info.workload, now)
+        return moved
 
     def add_nodes(self, nodes: Sequence[NodeState], now: float) -> None:
         """Nodes join the cluster under the policy (a live cluster scaling up): added to its cluster state, the

@@ -160,6 +160,12 @@ class QueueManager:
         # when the next cycle takes its heads (events arrive between cycles, so nothing is seen later).
         self._released: set[str] = set()
 
+    def add_queue(self, name: str, strategy: QueueingStrategy, tree: str) -> None:
+        """A ClusterQueue added under a running policy, in the cohort tree whose root is ``tree``."""
+        self.queues[name] = ClusterQueueHeap(name, strategy)
+        self.tree_of[name] = tree
+        self.members.setdefault(tree, []).append(name)
+
     def add(self, info: WorkloadInfo, now: float) -> None:
         assert info.cluster_queue is not None
         q = self.queues[info.cluster_queue]

@@ -7,8 +7,8 @@ nodes are known; placements are real as soon as they are decided.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from gpufleet.cluster.state import ClusterState
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gpufleet.scheduling.kueue.room import Nomination
 
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
+_V = TypeVar("_V")
 
 
 class SchedulerState:
@@ -77,6 +78,32 @@ class SchedulerState:
         self.reservations: dict[str, str] = {}
         self.reserve = any(cq.reserve_after_s is not None for cq in config.cluster_queues.values())
         self.block_admission = any(cq.pods_ready.block_admission for cq in config.cluster_queues.values())
+
+    def add_cluster_queues(self, queues: Mapping[str, CQSpec], order: Sequence[str]) -> None:
+        """ClusterQueues added (their cohorts' parents as they were): in the quota tree, with a heap, an admitted
+        list and namespace matches of their own, as a new state makes them, every table keyed by queue in
+        ``order`` (the new configuration's) as a new state's are (:meth:`queues_changed` then makes again what is
+        derived from every queue)."""
+        config, tree = self.config, self.tree
+        for name, spec in queues.items():
+            config.cluster_queues[name] = spec
+            tree.add_cluster_queue(name, spec.cohort, spec.quotas, spec.fair_weight)
+            self.admitted[name] = AdmittedQueue()
+            self.namespace_matches[name] = {}
+        tree.finalize()
+        for name, spec in queues.items():
+            node = tree.cluster_queue(name)
+            while node.parent is not None:
+                node = node.parent
+            self.queues.add_queue(name, spec.strategy, name if node.is_cluster_queue else "cohort:" + node.name)
+        rank = {name: i for i, name in enumerate(order)}
+        _reorder(config.cluster_queues, rank)
+        _reorder(self.admitted, rank)
+        _reorder(self.namespace_matches, rank)
+        _reorder(self.queues.queues, rank)
+        cqs = config.cluster_queues.values()
+        self.reserve = any(cq.reserve_after_s is not None for cq in cqs)
+        self.block_admission = any(cq.pods_ready.block_admission for cq in cqs)
 
     def queues_changed(self, queues: Mapping[str, CQSpec],
                        cohorts: Mapping[str, tuple[dict[FR, ResourceQuota], float]]) -> None:
@@ -296,3 +323,10 @@ def _larger_than_any_node(info: WorkloadInfo, largest: Mapping[str, int]) -> boo
             if most is not None and amount > most:
                 return True
     return False
+
+
+def _reorder(table: dict[str, _V], rank: Mapping[str, int]) -> None:
+    """``table``'s keys in ``rank``'s order, in place (others hold the same dict)."""
+    in_order = sorted(table.items(), key=lambda item: rank.get(item[0], len(rank)))
+    table.clear()
+    table.update(in_order)
