@@ -233,3 +233,114 @@ def test_rollouts_and_annotations_among_pods_ending_are_read_as_rebuilt(actions:
                     break
         read_as_rebuilt(run, c, now + step_no)
         _land_assumed(run, c)
+
+
+def test_an_object_made_again_under_its_name_takes_a_full_cycle() -> None:
+    """A relist after the watch expired shows a Job deleted and made again (a new UID) as one change: its workloads
+    come from the old one, so a review found the change carried, the kept workload left with the old queue."""
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 8, cpu="100000"))
+    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    owner = job("train", pods=2, gpus=3, queue="lq")
+    c.put(JOBS, owner)
+    for p in job_pods(owner):
+        c.put(r.PODS, p)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    again = _get(c, JOBS, f"{NS}/train")
+    again["metadata"].update(uid="job-train-2", resourceVersion="999")
+    again["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq2"
+    c.cache.replace(JOBS, [again])
+    assert not read_as_rebuilt(run, c, now + 1)
+
+
+def test_a_leader_worker_sets_scale_over_a_pod_in_no_workload_takes_a_full_cycle() -> None:
+    """A LeaderWorkerSet's group beyond its replicas (its pod seen before the scale) is in no workload; the scale
+    makes it one, which only a rebuild's grouping finds (a review found it left out)."""
+    from workload_env import WORKLOAD_TYPES, _meta, _pod_from, _template
+
+    lws_res = WORKLOAD_TYPES["leaderworkersets.leaderworkerset.x-k8s.io"]
+
+    def group_pod(owner: JsonDict, g: int) -> JsonDict:
+        return _pod_from(owner["spec"]["leaderWorkerTemplate"]["workerTemplate"], f"srv-{g}", NS, {
+            "leaderworkerset.sigs.k8s.io/name": "srv", "leaderworkerset.sigs.k8s.io/group-index": str(g),
+            "leaderworkerset.sigs.k8s.io/worker-index": "0"})
+
+    c = Cluster()
+    c.put(r.NODES, node("n0", gpus=4))
+    owner = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+             "metadata": _meta("srv", NS, "lq", "lws-srv"),
+             "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 1, "workerTemplate": _template(1)}}}
+    c.put(lws_res, owner)
+    c.put(r.PODS, group_pod(owner, 0))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, group_pod(owner, 1))
+    read_as_rebuilt(run, c, now + 1)
+    bigger = _get(c, lws_res, f"{NS}/srv")
+    bigger["spec"]["replicas"] = 2
+    c.put(lws_res, bigger, "MODIFIED")
+    assert not read_as_rebuilt(run, c, now + 2)
+    c.put(r.NODES, node("n0", gpus=4), "MODIFIED")  # (any change: the next cycle)
+    assert f"{NS}/srv-1" in {w.key for w in run.kept.world.workloads} if run.kept is not None else True
+
+
+def test_a_helm_upgrades_labels_are_carried_as_a_rebuild_reads_them() -> None:
+    """The chart's labels on the Deployment and in its template (and the image): nothing that decides."""
+    c = Cluster()
+    _deployment_with_its_replica_set(c)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    dep = _get(c, DEPLOYMENTS, f"{NS}/web")
+    dep["metadata"]["labels"]["helm.sh/chart"] = "web-1.2.4"
+    dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] = "1.2.4"
+    dep["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox:1.2.4"
+    c.put(DEPLOYMENTS, dep, "MODIFIED")
+    assert read_as_rebuilt(run, c, now + 1)
+    kept = run.kept
+    assert kept is not None
+    assert all(w.labels.get("helm.sh/chart") == "web-1.2.4" for w in kept.world.workloads if w.kind == "Deployment")
+    # The workload class, which the GPU memory it is known to use is read by, still takes a full cycle.
+    dep = _get(c, DEPLOYMENTS, f"{NS}/web")
+    dep["metadata"]["labels"]["gpufleet.io/workload-class"] = "inference"
+    c.put(DEPLOYMENTS, dep, "MODIFIED")
+    assert not read_as_rebuilt(run, c, now + 2)
+
+
+def test_quota_freed_by_a_deployment_moved_elsewhere_is_used_at_once() -> None:
+    """A running Deployment's pods moved to another queue free quota in theirs: the full cycle that follows admits
+    what waited for it (a review found the parked memory keeping it parked until something else ended)."""
+    from workload_env import deployment
+
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 10, cpu="100000"), "MODIFIED")
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 6, cpu="100000"))
+    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    for i in range(3):
+        c.put(r.NODES, node(f"n{i}", gpus=4))
+    train, big = job("train", pods=2, gpus=1, queue="lq"), job("big", pods=2, gpus=4, queue="lq")
+    for owner in (train, big):
+        c.put(JOBS, owner)
+        for p in job_pods(owner):
+            c.put(r.PODS, p)
+    dep = deployment("web", replicas=2, gpus=1)
+    dep["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    c.put(DEPLOYMENTS, dep)
+    for p in deployment_pods(dep):
+        c.put(r.PODS, p)
+    run = runner(c)
+    now = time.time()
+    first = first_cycle(run, now)
+    assert f"{NS}/train" in outcome(first)[1]  # 8 + 2 of cq's 10 GPUs held
+    _land_assumed(run, c)
+    moved = _get(c, DEPLOYMENTS, f"{NS}/web")
+    moved["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq2"
+    c.put(DEPLOYMENTS, moved, "MODIFIED")
+    snapshot = c.cache.snapshot()
+    assert run._carry_on(snapshot, now + 1) is None
+    d = _finish_cycle(run, snapshot, None, now + 1)
+    assert f"{NS}/train" in outcome(d)[0]

@@ -381,6 +381,8 @@ class CycleRunner:
         s = self.settings
         carried = carried_pods(kept, changes, scheduler_name=s.scheduler_name, parse=self.parse,
                                assumed=self.assumed, require_mutation=s.webhook.require_mutation)
+        if kept.owners_refused:
+            self.parked.owners_changed()
         if carried is None or any(e.problem is not None for e in carried.new):
             return None
         queue_kinds = queue_kinds_read(self.queue_kinds.resources)
@@ -394,6 +396,7 @@ class CycleRunner:
         # Objects of ours changed in place: their workloads grouped before and after the read, to compare.
         before = self._changed_owners(kept, carried)
         if before is None:
+            self.parked.owners_changed()
             return None
         if (carried.owners or carried.owners_gone) and not read_owners(
                 kept.world, snapshot, carried.owners, parse=self.parse, scheduler_name=s.scheduler_name,
@@ -401,6 +404,7 @@ class CycleRunner:
             return None
         if before and not owner_changes.read_same(kept.world, kept.policy, before,
                                                   {key: regrouped(kept.world, key) for key in before}):
+            self.parked.owners_changed()
             return None
         # Nodes cordoned, tainted, relabelled or turning ready: in place, before anything is placed.
         apply_nodes(kept.world, kept.policy, carried.nodes, now)
@@ -467,7 +471,7 @@ class CycleRunner:
             return {}
         keys = owner_changes.affected(kept.world, carried.changed)
         busy = {*carried.regrouped, *carried.regroup, *carried.ended, *(w for w, _ in carried.left)}
-        if keys is None or keys & busy:
+        if keys is None or keys & busy or owner_changes.set_aside(kept.world, carried.changed):
             return None
         return {key: regrouped(kept.world, key) for key in keys}
 

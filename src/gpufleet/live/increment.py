@@ -155,6 +155,9 @@ class Kept:
     version: int  # the cache version of the snapshot they were built from (or last carried on to)
     due: list[float] = field(default_factory=list)  # timers that take a rebuild when they fall due (wall clock)
     counts: QueueCounts | None = None  # the policy's pending and admitted workloads per queue, kept up to date
+    # Set when a change to a workload-kind object of ours refused to carry on: what the parked memory saw says
+    # nothing of it (ParkedMemory.owners_changed)
+    owners_refused: bool = False
 
     def timer_due(self, now: float) -> bool:
         """Whether a timer that takes a rebuild has fallen due."""
@@ -270,11 +273,13 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
                 out.owners_gone = True
                 continue
             if c.type == "MODIFIED" and c.old is not None and c.new is not None and (
-                    res.group, res.kind) not in owner_changes.NOT_CARRIED and all(
+                    res.group, res.kind) not in owner_changes.NOT_CARRIED and owner_changes.same_object(
+                    c.old, c.new) and all(
                     parse.ours(res, c.key, o, scheduler_name) for o in (c.old, c.new)):
                 out.owners_gone = True  # (read again; carried if its workloads read the same: cycle.py)
                 out.changed.append((res, c.new))
                 continue
+            kept.owners_refused = True
             return None
         else:
             return None

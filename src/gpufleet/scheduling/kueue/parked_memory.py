@@ -97,6 +97,12 @@ class ParkedMemory:
         longer says what the next rebuild will see, so that one evaluates the parked workloads afresh."""
         self.seen = None
 
+    def owners_changed(self) -> None:
+        """A workload-kind object changed in a way that moves or shrinks what admitted workloads are charged (its
+        queue label, its template), which :class:`Releases` does not see: the next rebuild evaluates the parked
+        workloads afresh (a quota freed in a ClusterQueue by a Deployment moved to another)."""
+        self.seen = None
+
     def queues_changed(self, generation: int) -> None:
         """The queue objects changed outside a rebuild, and the policy that lives on took the change in place and
         tried again the workloads it could concern (a Namespace relabelled, a LocalQueue created): what it leaves
