@@ -825,6 +825,9 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
         if routed is None:
             return False
         moved += routed
+    # A workload moved twice in one batch (to a ClusterQueue created, then by its LocalQueue pointed elsewhere): its
+    # record as it was before the first move is the one to count out (a review found it counted twice).
+    moved = list({before.key: before for before in reversed(moved)}.values())
     if moved:
         requeue([before.key for before in moved])
         if kept.counts is not None:

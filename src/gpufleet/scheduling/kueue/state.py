@@ -96,6 +96,7 @@ class SchedulerState:
             while node.parent is not None:
                 node = node.parent
             self.queues.add_queue(name, spec.strategy, name if node.is_cluster_queue else "cohort:" + node.name)
+            self.queues.release_in_tree(name)  # (its quota is the cohort's to lend: what is parked there may fit)
         rank = {name: i for i, name in enumerate(order)}
         _reorder(config.cluster_queues, rank)
         _reorder(self.admitted, rank)
