@@ -815,8 +815,12 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
         return False  # (two LocalQueues of one name, Kueue's kind beside gpufleet's: a full cycle says which counts)
     changed: dict[tuple[str, str], str | None] = {k: now_cq.get(k) for k in touched if now_cq.get(k) != was_cq.get(k)}
     moved: list[WorkloadInfo] = []
+    if carried.quotas and (both.manifests.controllers.cluster_queue_checks
+                           != world.queues.controllers.cluster_queue_checks):
+        return False  # (a ClusterQueue's admission checks hold workloads back: a rebuild reads them; a review)
     if carried.quotas:
-        routed = policy.queues_changed(both.manifests, now)
+        # (with the scheduler's configuration, which the queue objects' read leaves out: waitForPodsReady's default)
+        routed = policy.queues_changed(replace(both.manifests, config=world.config), now)
         if routed is None:
             return False
         moved += routed

@@ -126,7 +126,9 @@ class SchedulerState:
         self.preemptor = Preemptor(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
         if self.memo is not None:
+            shapes = self.memo._shapes  # (the workloads keep the shape ids it gave them: a review found them reused)
             self.memo = NominationMemo(tree, config.cluster_queues, self.admitted, config.fair_sharing)
+            self.memo._shapes = shapes
         roots = {self.queues.tree_of.get(name, name) for name in queues}
         for name in cohorts:
             node = tree.cohort(name)
@@ -136,6 +138,8 @@ class SchedulerState:
         for name in config.cluster_queues:
             if self.queues.tree_of.get(name, name) in roots:
                 self.queues.release_in_tree(name)
+                for info in self.queues.queues[name].pending():  # (Kueue resets where a flavor search resumes)
+                    info.last_tried = None
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
         """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""
