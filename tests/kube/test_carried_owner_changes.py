@@ -66,6 +66,19 @@ def _get(c: Cluster, res: r.ResourceType, key: str) -> JsonDict:
     return json.loads(json.dumps(found))
 
 
+def _second_queue(c: Cluster, gpus: int = 8) -> None:
+    """ClusterQueue ``cq2`` (``gpus`` GPUs of quota) and its LocalQueue ``lq2``, beside the cluster's ``lq``."""
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", gpus, cpu="100000"))
+    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+
+
+def _with_pods(c: Cluster, owner: JsonDict) -> None:
+    """A Job and the pods its controller makes."""
+    c.put(JOBS, owner)
+    for p in job_pods(owner):
+        c.put(r.PODS, p)
+
+
 def _restart(c: Cluster, stamp: str) -> None:
     """``kubectl rollout restart``: an annotation in the pod template, the generation bumped."""
     dep = _get(c, DEPLOYMENTS, f"{NS}/web")
@@ -118,8 +131,7 @@ def test_what_decides_still_takes_a_full_cycle() -> None:
     """A Deployment moved to another queue: its pods' workloads are charged elsewhere."""
     c = Cluster()
     _deployment_with_its_replica_set(c)
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 8, cpu="100000"))
-    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    _second_queue(c)
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
@@ -135,9 +147,7 @@ def test_a_jobs_annotation_is_carried_and_its_template_changed_is_not() -> None:
     c = Cluster()
     c.put(r.NODES, node("n0", gpus=4))
     owner = job("train", pods=2, gpus=3, queue="lq")  # 6 GPUs on a 4-GPU node: it waits
-    c.put(JOBS, owner)
-    for p in job_pods(owner):
-        c.put(r.PODS, p)
+    _with_pods(c, owner)
     run = runner(c)
     now = time.time()
     first = first_cycle(run, now)
@@ -187,15 +197,12 @@ def test_rollouts_and_annotations_among_pods_ending_are_read_as_rebuilt(actions:
     c = Cluster()
     _deployment_with_its_replica_set(c)
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 12, cpu="100000"), "MODIFIED")
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 8, cpu="100000"))
-    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    _second_queue(c)
     c.put(r.KUEUE_WORKLOAD_PRIORITY_CLASSES, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
                                         "metadata": {"name": "high"}, "value": 1000})
     c.put(r.NODES, node("n1", gpus=4))
     owner = job("train", pods=2, gpus=2, queue="lq")
-    c.put(JOBS, owner)
-    for p in job_pods(owner):
-        c.put(r.PODS, p)
+    _with_pods(c, owner)
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
@@ -240,12 +247,9 @@ def test_an_object_made_again_under_its_name_takes_a_full_cycle() -> None:
     come from the old one, so a review found the change carried, the kept workload left with the old queue."""
     c = Cluster()
     c.put(r.NODES, node("n0", gpus=4))
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 8, cpu="100000"))
-    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    _second_queue(c)
     owner = job("train", pods=2, gpus=3, queue="lq")
-    c.put(JOBS, owner)
-    for p in job_pods(owner):
-        c.put(r.PODS, p)
+    _with_pods(c, owner)
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
@@ -318,15 +322,12 @@ def test_quota_freed_by_a_deployment_moved_elsewhere_is_used_at_once() -> None:
 
     c = Cluster()
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 10, cpu="100000"), "MODIFIED")
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 6, cpu="100000"))
-    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    _second_queue(c, 6)
     for i in range(3):
         c.put(r.NODES, node(f"n{i}", gpus=4))
     train, big = job("train", pods=2, gpus=1, queue="lq"), job("big", pods=2, gpus=4, queue="lq")
     for owner in (train, big):
-        c.put(JOBS, owner)
-        for p in job_pods(owner):
-            c.put(r.PODS, p)
+        _with_pods(c, owner)
     dep = deployment("web", replicas=2, gpus=1)
     dep["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
     c.put(DEPLOYMENTS, dep)

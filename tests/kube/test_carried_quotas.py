@@ -49,6 +49,20 @@ def _cohort(name: str, gpus: int) -> JsonDict:
                 {"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}}
 
 
+def _two_teams(c: Cluster, gpus: int, gpus2: int, cohort_gpus: int) -> None:
+    """``cq`` and ``cq2`` (its LocalQueue ``lq2``) in cohort ``company``, which has a Cohort object of its own."""
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", gpus, cpu="100000", cohort="company"), "MODIFIED")
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", gpus2, cpu="100000", cohort="company"))
+    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
+    c.put(r.COHORTS, _cohort("company", cohort_gpus))
+
+
+def _set_cohort_quota(c: Cluster, gpus: int) -> None:
+    cohort = _cohort("company", gpus)
+    cohort["metadata"]["uid"] = c.cache.get(r.COHORTS, "company")["metadata"]["uid"]  # type: ignore[index]
+    c.put(r.COHORTS, cohort, "MODIFIED")
+
+
 def _one_queue_full() -> tuple[Cluster, CycleRunner, float]:
     """``cq`` has 4 GPUs of quota, held by ``run``; ``wait`` asks 4 more, on an 8-GPU node."""
     c = Cluster()
@@ -151,19 +165,14 @@ def test_a_status_write_and_a_label_change_change_nothing() -> None:
 def test_a_cohorts_quota_raised_lets_its_members_borrow_carried_on() -> None:
     """Two teams in cohort ``company``, whose own Cohort object lends 4 GPUs more once raised."""
     c = Cluster()
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", cohort="company"), "MODIFIED")
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 0, cpu="100000", cohort="company"))
-    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
-    c.put(r.COHORTS, _cohort("company", 0))
+    _two_teams(c, 4, 0, 0)
     c.put(r.NODES, node("n0", gpus=8))
     c.put(r.PODS, pod("run", gpus=4, queue="lq", node_name="n0"))
     c.put(r.PODS, pod("wait", gpus=4, queue="lq2"))
     run = runner(c)
     now = time.time()
     assert f"{NS}/wait" in outcome(first_cycle(run, now))[1]
-    cohort = _cohort("company", 4)
-    cohort["metadata"]["uid"] = c.cache.get(r.COHORTS, "company")["metadata"]["uid"]  # type: ignore[index]
-    c.put(r.COHORTS, cohort, "MODIFIED")
+    _set_cohort_quota(c, 4)
     d = _carried_as_rebuilt(run, c, now + 1)
     assert outcome(d)[0] == {f"{NS}/wait"}
 
@@ -189,10 +198,7 @@ def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
     cohort's quota, the queues' preemption policies, holds and namespace selectors changed in any order among pods
     arriving and ending; each cycle decides what a rebuild decides, carried on or not."""
     c = Cluster()
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", cohort="company"), "MODIFIED")
-    c.put(r.CLUSTER_QUEUES, cluster_queue("cq2", 2, cpu="100000", cohort="company"))
-    c.put(r.LOCAL_QUEUES, local_queue("lq2", "cq2"))
-    c.put(r.COHORTS, _cohort("company", 2))
+    _two_teams(c, 4, 2, 2)
     c.put(r.NODES, node("n0", gpus=8))
     c.put(r.NODES, node("n1", gpus=4))
     run = runner(c)
@@ -204,9 +210,7 @@ def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
             name, nominal, borrowing, lending = arg
             _set_gpu_quota(c, name, nominalQuota=nominal, borrowingLimit=borrowing, lendingLimit=lending)
         elif kind == "cohort":
-            cohort = _cohort("company", arg)
-            cohort["metadata"]["uid"] = c.cache.get(r.COHORTS, "company")["metadata"]["uid"]  # type: ignore[index]
-            c.put(r.COHORTS, cohort, "MODIFIED")
+            _set_cohort_quota(c, arg)
         elif kind == "preemption":
             cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, arg)))
             was = (cq["spec"].get("preemption") or {}).get("reclaimWithinCohort")

@@ -387,7 +387,7 @@ class CycleRunner:
             return None
         queue_kinds = queue_kinds_read(self.queue_kinds.resources)
         # (before the owners: their read holds the world's queue generation to the cache's)
-        if (carried.namespaces or carried.local_queues or carried.quotas) and not read_queue_changes(
+        if (carried.namespaces or carried.local_queues or carried.queue_specs) and not read_queue_changes(
                 kept, snapshot, carried, now, parse=self.parse, scheduler_name=s.scheduler_name,
                 queue_kinds=queue_kinds,
                 requeue=lambda keys: self.requeues.apply(kept.policy, now, functools.partial(owners_of, kept.world),
@@ -451,7 +451,7 @@ class CycleRunner:
         self._timed_out = self._timeout_policies(world, plan)
         planner.ready_as_bound(policy, plan, now)
         self.parked.remember_parked(policy)  # its holders once the Bindings are handed off (_after_hand_off)
-        if carried.namespaces or carried.local_queues or carried.quotas:  # (in place: what this round parks holds)
+        if carried.namespaces or carried.local_queues or carried.queue_specs:  # (in place: what this round parks holds)
             self.parked.queues_changed(world.queue_generation)
         policy_s = time.perf_counter() - started - world_s
         counts = self._carried_counts(kept.counts, policy, submitted, plan)

@@ -205,7 +205,7 @@ class Carried:
     local_queues: set[str] = field(default_factory=set)
     # A ClusterQueue created, or a ClusterQueue or Cohort changed beside its status: carried where a kept policy can
     # take it (KueuePolicy.queues_changed)
-    quotas: bool = False
+    queue_specs: bool = False
     # Workload-kind objects of ours changed otherwise (a Deployment's rollout): carried if the workloads their pods
     # make read the same (gpufleet.live.owner_changes)
     changed: list[tuple[r.ResourceType, JsonDict]] = field(default_factory=list)
@@ -247,7 +247,7 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
         elif c.resource in _LOCAL_QUEUE_KEYS:
             out.local_queues.add(c.key)  # created, changed or deleted: routed again (KueuePolicy.local_queues_changed)
         elif c.resource in _QUOTA_KEYS and c.type != "DELETED" and c.new is not None:
-            out.quotas = True  # (a ClusterQueue added, or one changed where a kept policy can: queues_changed)
+            out.queue_specs = True  # (a ClusterQueue added, or one changed where a kept policy can: queues_changed)
         elif c.resource == r.NAMESPACES.key:
             labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
             out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
@@ -804,7 +804,7 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     old_lqs, old_rest = _queues_shape(world.queues)
     new_lqs, new_rest = _queues_shape(both.manifests)
     touched = {(ns, name) for ns, _, name in (key.partition("/") for key in carried.local_queues)}
-    if (new_rest[1] != old_rest[1] or (new_rest[0] != old_rest[0] and not carried.quotas)
+    if (new_rest[1] != old_rest[1] or (new_rest[0] != old_rest[0] and not carried.queue_specs)
             or {q for q in new_lqs if q[:2] not in touched} != {q for q in old_lqs if q[:2] not in touched}):
         return False
     old_touched = [q for q in old_lqs if q[:2] in touched]
@@ -815,10 +815,9 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
         return False  # (two LocalQueues of one name, Kueue's kind beside gpufleet's: a full cycle says which counts)
     changed: dict[tuple[str, str], str | None] = {k: now_cq.get(k) for k in touched if now_cq.get(k) != was_cq.get(k)}
     moved: list[WorkloadInfo] = []
-    if carried.quotas and (both.manifests.controllers.cluster_queue_checks
-                           != world.queues.controllers.cluster_queue_checks):
-        return False  # (a ClusterQueue's admission checks hold workloads back: a rebuild reads them; a review)
-    if carried.quotas:
+    if carried.queue_specs:
+        if both.manifests.controllers.cluster_queue_checks != world.queues.controllers.cluster_queue_checks:
+            return False  # (a ClusterQueue's admission checks hold workloads back: a rebuild reads them; a review)
         # (with the scheduler's configuration, which the queue objects' read leaves out: waitForPodsReady's default)
         routed = policy.queues_changed(replace(both.manifests, config=world.config), now)
         if routed is None:

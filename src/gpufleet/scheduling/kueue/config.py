@@ -1,9 +1,9 @@
 """The queueing configuration a Kueue policy reads, derived once from a Manifests bundle.
 
-Everything here is static for the life of a policy: ClusterQueue specs with their resource groups, flavors,
-LocalQueue routing, namespace labels, waitForPodsReady per ClusterQueue, and the cohort quota tree. Because
-ClusterQueue specs never change inside one policy instance, Kueue's ``AllocatableResourceGeneration`` is
-constant and flavor-resume state (§1.10) never needs resetting for a quota change.
+ClusterQueue specs with their resource groups, flavors, LocalQueue routing, namespace labels, waitForPodsReady per
+ClusterQueue, and the cohort quota tree. A policy that lives on (the live scheduler's kept one) takes some changes
+in place (``KueuePolicy.queues_changed``, ``local_queues_changed``, ``namespaces_changed``); a quota change there
+resets the flavor-resume state (§1.10) of the workloads it wakes, as Kueue's ``AllocatableResourceGeneration`` does.
 """
 
 from __future__ import annotations

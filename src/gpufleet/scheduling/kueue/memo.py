@@ -170,7 +170,9 @@ class NominationMemo:
     """Remembered nominations per cohort tree, valid while the tree's generation stays the same."""
 
     def __init__(self, tree: QuotaTree, cqs: Mapping[str, CQSpec], admitted: Mapping[str, AdmittedQueue],
-                 fair_sharing: bool) -> None:
+                 fair_sharing: bool, shapes: Interner[Hashable] | None = None) -> None:
+        """``shapes``: an earlier memo's interner, for one made again under the same workloads (they keep the shape
+        ids it gave them: a fresh interner would give another workload the same id)."""
         self.tree = tree
         self.admitted = admitted
         self.fair_sharing = fair_sharing
@@ -185,7 +187,7 @@ class NominationMemo:
         # A queue's place among its siblings, found once per parent, not by searching its children for each queue.
         self._positions = {id(child): i for parent in parents.values() for i, child in enumerate(parent.children)}
         self._queues: dict[str, _Queue] = {name: self._queue(cq) for name, cq in cqs.items()}
-        self._shapes: Interner[Hashable] = Interner(MAX_SHAPES)
+        self.shapes: Interner[Hashable] = shapes if shapes is not None else Interner(MAX_SHAPES)
         self._tables: dict[int, tuple[tuple[int, int, int], dict[Hashable, Nomination]]] = {}
         # Lookups, and those that found no nomination to recall (a nomination was made for them); hits with targets
         # among the asking queue's own workloads made for another queue; lookups of queues above their quota
@@ -224,7 +226,7 @@ class NominationMemo:
             -1 if parent is None else self._positions[id(node)])
 
     def _shape(self, info: WorkloadInfo) -> int:
-        found = info.shape = self._shapes.id_of(head_key(info))
+        found = info.shape = self.shapes.id_of(head_key(info))
         return found
 
     def _own(self, q: _Queue, info: WorkloadInfo) -> tuple[Hashable, AdmittedQueue | None, int] | None:

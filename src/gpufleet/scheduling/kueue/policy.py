@@ -137,15 +137,9 @@ class KueuePolicy:
         changing nothing, when a workload admitted names one: a new policy charges it where the queue now says,
         which this one cannot do to a workload in place."""
         state, config = self.state, self.config
-        moved = []
-        for info in state.infos.values():
-            wl = info.workload
-            name = wl.queue if wl.queue is not None else DEFAULT_LOCAL_QUEUE
-            if (wl.namespace, name) not in changed or info.state is FINISHED:
-                continue
-            if info.state is ADMITTED:
-                return None
-            moved.append(info)
+        moved = self._naming(lambda key: key in changed)
+        if moved is None:
+            return None
         for key, cq in changed.items():
             if cq is None:
                 config.local_queues.pop(key, None)
@@ -156,6 +150,20 @@ class KueuePolicy:
         for info in moved:
             self.submit(info.workload, now)
         return moved
+
+    def _naming(self, local_queue: Callable[[tuple[str, str]], bool]) -> list[WorkloadInfo] | None:
+        """The workloads not finished whose LocalQueue, (namespace, name) (``default`` for those naming none), is one
+        ``local_queue`` takes; None when one of them is admitted."""
+        out = []
+        for info in self.state.infos.values():
+            wl = info.workload
+            if info.state is FINISHED or not local_queue(
+                    (wl.namespace, wl.queue if wl.queue is not None else DEFAULT_LOCAL_QUEUE)):
+                continue
+            if info.state is ADMITTED:
+                return None
+            out.append(info)
+        return out
 
     def namespaces_changed(self, changed: Mapping[str, Mapping[str, str] | None]) -> None:
         """Namespaces created, relabelled (their labels) or deleted (None) under the policy: the ClusterQueues'
@@ -204,16 +212,10 @@ class KueuePolicy:
             queues[name] = spec
         cohorts = {name for name in new.cohort_parents if new.cohort_quotas.get(name) != old.cohort_quotas.get(name)
                    or new.cohort_weights.get(name, 1.0) != old.cohort_weights.get(name, 1.0)}
-        moved = []
+        moved = self._naming(lambda key: old.local_queues.get(key) in added) if added else []
+        if moved is None:
+            return None
         if added:
-            for info in self.state.infos.values():
-                wl = info.workload
-                name = wl.queue if wl.queue is not None else DEFAULT_LOCAL_QUEUE
-                if info.state is FINISHED or old.local_queues.get((wl.namespace, name)) not in added:
-                    continue
-                if info.state is ADMITTED:
-                    return None
-                moved.append(info)
             self.state.add_cluster_queues(added, list(new.cluster_queues))
         if queues or cohorts or added:
             self.state.queues_changed(queues, {name: (new.cohort_quotas.get(name, {}),

@@ -20,7 +20,7 @@ from gpufleet.scheduling.kueue.memo import NominationMemo
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.preemption import Preemptor
 from gpufleet.scheduling.kueue.queues import QueueManager
-from gpufleet.scheduling.quota import FR, QuotaTree, ResourceQuota
+from gpufleet.scheduling.quota import FR, QuotaNode, QuotaTree, ResourceQuota
 from gpufleet.scheduling.types import AdmittedWorkload, PodAssignment
 
 if TYPE_CHECKING:
@@ -35,12 +35,7 @@ class SchedulerState:
                  tree_factory: Callable[[], QuotaTree] = QuotaTree) -> None:
         self.config = config
         self.tree = config.build_tree(tree_factory)
-        roots: dict[str, str] = {}
-        for name in config.cluster_queues:
-            node = self.tree.cluster_queue(name)
-            while node.parent is not None:
-                node = node.parent
-            roots[name] = ("cohort:" + node.name) if not node.is_cluster_queue else name
+        roots = {name: _tree_key(self.tree.cluster_queue(name)) for name in config.cluster_queues}
         self.queues = QueueManager({n: cq.strategy for n, cq in config.cluster_queues.items()}, roots)
         self.cluster = cluster
         self.gangs = gangs
@@ -92,10 +87,7 @@ class SchedulerState:
             self.namespace_matches[name] = {}
         tree.finalize()
         for name, spec in queues.items():
-            node = tree.cluster_queue(name)
-            while node.parent is not None:
-                node = node.parent
-            self.queues.add_queue(name, spec.strategy, name if node.is_cluster_queue else "cohort:" + node.name)
+            self.queues.add_queue(name, spec.strategy, _tree_key(tree.cluster_queue(name)))
             self.queues.release_in_tree(name)  # (its quota is the cohort's to lend: what is parked there may fit)
         rank = {name: i for i, name in enumerate(order)}
         _reorder(config.cluster_queues, rank)
@@ -125,16 +117,11 @@ class SchedulerState:
         tree.finalize()
         self.preemptor = Preemptor(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
-        if self.memo is not None:
-            shapes = self.memo._shapes  # (the workloads keep the shape ids it gave them: a review found them reused)
-            self.memo = NominationMemo(tree, config.cluster_queues, self.admitted, config.fair_sharing)
-            self.memo._shapes = shapes
-        roots = {self.queues.tree_of.get(name, name) for name in queues}
-        for name in cohorts:
-            node = tree.cohort(name)
-            while node.parent is not None:
-                node = node.parent
-            roots.add("cohort:" + node.name)
+        if self.memo is not None:  # (with its interner: the workloads keep the shape ids it gave them)
+            self.memo = NominationMemo(tree, config.cluster_queues, self.admitted, config.fair_sharing,
+                                       self.memo.shapes)
+        roots = {self.queues.tree_of.get(name, name) for name in queues} | {_tree_key(tree.cohort(name))
+                                                                             for name in cohorts}
         for name in config.cluster_queues:
             if self.queues.tree_of.get(name, name) in roots:
                 self.queues.release_in_tree(name)
@@ -142,7 +129,7 @@ class SchedulerState:
                     info.last_tried = None
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
-        """The flavor assigner of a ClusterQueue (one per queue, kept for the life of the policy)."""
+        """The flavor assigner of a ClusterQueue (one per queue, kept until the queue's spec changes)."""
         found = self._assigners.get(cluster_queue)
         if found is None:
             config = self.config
@@ -328,6 +315,13 @@ def _larger_than_any_node(info: WorkloadInfo, largest: Mapping[str, int]) -> boo
             if most is not None and amount > most:
                 return True
     return False
+
+
+def _tree_key(node: QuotaNode) -> str:
+    """The QueueManager's name for the cohort tree ``node`` is in: its root cohort's, or a ClusterQueue's own."""
+    while node.parent is not None:
+        node = node.parent
+    return node.name if node.is_cluster_queue else "cohort:" + node.name
 
 
 def _reorder(table: dict[str, _V], rank: Mapping[str, int]) -> None:
