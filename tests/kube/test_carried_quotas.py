@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from live_env import NS, cluster_queue, local_queue, node, pod
 from test_carried_cycles import Cluster, _carried_as_rebuilt, first_cycle, outcome, runner
 from test_carried_references import _land_assumed, decided_as_rebuilt
+from workload_env import admission_check
 
 from gpufleet.k8s import resources as r
 from gpufleet.live.cycle import CycleRunner
+from gpufleet.scheduling.kueue.memo import head_key
 
 JsonDict = dict[str, Any]
 
@@ -283,3 +285,45 @@ def test_a_workload_moved_twice_in_one_batch_is_counted_once() -> None:
     c.put(r.LOCAL_QUEUES, lq, "MODIFIED")
     d = _carried_as_rebuilt(run, c, now + 1)
     assert outcome(d)[0] == {f"{NS}/w"}
+
+
+def test_a_quota_raised_with_an_admission_check_added_holds_as_rebuilt() -> None:
+    """Kueue admits nothing of a ClusterQueue whose admission checks are not Ready; a check added in the same
+    change as a quota raised must hold ``wait`` back as a rebuild does (a review found the carried cycle admitting
+    it, the checks ignored)."""
+    c, run, now = _one_queue_full()
+    c.put(r.KUEUE_ADMISSION_CHECKS, admission_check("provisioning", "kueue.x-k8s.io/provisioning-request"))
+    assert not decided_as_rebuilt(run, c, now + 0.5)  # (a check nothing names yet: a full cycle reads it)
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    cq["spec"]["admissionChecks"] = ["provisioning"]
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] = [
+        {**q, "nominalQuota": 8} if q["name"] == "nvidia.com/gpu" else q
+        for q in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]]
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    assert not decided_as_rebuilt(run, c, now + 1)  # a full cycle, which reads the checks
+    assert run.kept is not None and run.kept.policy.info(f"{NS}/wait").admission is None  # type: ignore[union-attr]
+
+
+def test_the_memo_made_again_keeps_the_shape_ids_its_workloads_hold() -> None:
+    """A quota change makes the nomination memo again; the waiting workloads keep the shape ids the old one gave
+    them, so the new one must give the same ids to the same shapes and never one of them to another shape (a
+    review found ids counted from 1 again: a workload recalled another's nomination)."""
+    c, run, now = _one_queue_full()
+    c.put(r.PODS, pod("other", gpus=2, queue="lq"))  # a second shape waiting
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert {f"{NS}/wait", f"{NS}/other"} <= set(outcome(d)[1])
+    kept = run.kept
+    assert kept is not None
+    held = {key: info.shape for key in (f"{NS}/wait", f"{NS}/other")
+            if (info := kept.policy.info(key)) is not None and info.shape is not None}
+    assert len(held) == 2 and len(set(held.values())) == 2  # the memo gave both an id
+    _set_gpu_quota(c, "cq", nominalQuota=5)  # one GPU more, which none of the waiting fits in
+    c.put(r.PODS, pod("third", gpus=3, queue="lq"))  # a new shape, interned by the new memo
+    _carried_as_rebuilt(run, c, now + 2)
+    memo = kept.policy.state.memo
+    assert memo is not None
+    for key, shape in held.items():
+        info = kept.policy.info(key)
+        assert info is not None and memo.shapes.id_of(head_key(info)) == shape
+    third = kept.policy.info(f"{NS}/third")
+    assert third is not None and memo.shapes.id_of(head_key(third)) not in held.values()
