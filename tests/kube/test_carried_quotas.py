@@ -1,7 +1,9 @@
 """ClusterQueues' and Cohorts' quotas changed (an administrator giving a team more, or less), a queue put on hold
 and released, its preemption policies or namespace selector changed, taken by a cycle that carries on
 (KueuePolicy.queues_changed): each cycle decides what a rebuild on the same snapshot decides. Anything else of a
-ClusterQueue or Cohort changed (one added or deleted, its cohort, flavors, queueing strategy) takes a full cycle.
+ClusterQueue or Cohort changed (a ClusterQueue deleted, a Cohort object that joins trees or names a cohort nothing
+else makes, a queue's cohort, flavors, queueing strategy) takes a full cycle; a Cohort object created for a cohort
+its ClusterQueues make, or deleted from it, is taken in place.
 
 In process, as tests/kube/test_carried_cycles.py."""
 
@@ -60,9 +62,23 @@ def _two_teams(c: Cluster, gpus: int, gpus2: int, cohort_gpus: int) -> None:
 
 
 def _set_cohort_quota(c: Cluster, gpus: int) -> None:
+    """The Cohort object ``company`` given ``gpus`` of quota; created if it is not there."""
     cohort = _cohort("company", gpus)
-    cohort["metadata"]["uid"] = c.cache.get(r.COHORTS, "company")["metadata"]["uid"]  # type: ignore[index]
+    was = c.cache.get(r.COHORTS, "company")
+    if was is None:
+        c.put(r.COHORTS, cohort)
+        return
+    cohort["metadata"]["uid"] = was["metadata"]["uid"]
     c.put(r.COHORTS, cohort, "MODIFIED")
+
+
+def _toggle_cohort_object(c: Cluster, gpus: int) -> None:
+    """The Cohort object ``company`` deleted (its cohort left implicit), or created with ``gpus`` of quota."""
+    was = c.cache.get(r.COHORTS, "company")
+    if was is None:
+        _set_cohort_quota(c, gpus)
+    else:
+        c.put(r.COHORTS, was, "DELETED")
 
 
 def _one_queue_full() -> tuple[Cluster, CycleRunner, float]:
@@ -164,16 +180,25 @@ def test_a_status_write_and_a_label_change_change_nothing() -> None:
     assert not outcome(d)[0]
 
 
-def test_a_cohorts_quota_raised_lets_its_members_borrow_carried_on() -> None:
-    """Two teams in cohort ``company``, whose own Cohort object lends 4 GPUs more once raised."""
+def _borrowing_teams(cohort_object: bool) -> tuple[Cluster, CycleRunner, float]:
+    """``cq`` (4 GPUs, all held by ``run``) and ``cq2`` (none) in cohort ``company``, which has a Cohort object of no
+    quota or none at all; ``wait`` asks 4 GPUs of ``cq2``."""
     c = Cluster()
     _two_teams(c, 4, 0, 0)
+    if not cohort_object:
+        c.put(r.COHORTS, c.cache.get(r.COHORTS, "company"), "DELETED")  # type: ignore[arg-type]
     c.put(r.NODES, node("n0", gpus=8))
     c.put(r.PODS, pod("run", gpus=4, queue="lq", node_name="n0"))
     c.put(r.PODS, pod("wait", gpus=4, queue="lq2"))
     run = runner(c)
     now = time.time()
     assert f"{NS}/wait" in outcome(first_cycle(run, now))[1]
+    return c, run, now
+
+
+def test_a_cohorts_quota_raised_lets_its_members_borrow_carried_on() -> None:
+    """Two teams in cohort ``company``, whose own Cohort object lends 4 GPUs more once raised."""
+    c, run, now = _borrowing_teams(cohort_object=True)
     _set_cohort_quota(c, 4)
     d = _carried_as_rebuilt(run, c, now + 1)
     assert outcome(d)[0] == {f"{NS}/wait"}
@@ -187,6 +212,7 @@ LIMIT = st.one_of(st.none(), st.sampled_from([0, 1, 2, 4]))
 @given(actions=st.lists(st.one_of(
     st.tuples(st.just("quota"), st.tuples(st.sampled_from(["cq", "cq2"]), QUOTA, LIMIT, LIMIT)),
     st.tuples(st.just("cohort"), QUOTA),
+    st.tuples(st.just("cohortobj"), QUOTA),
     st.tuples(st.just("preemption"), st.sampled_from(["cq", "cq2"])),
     st.tuples(st.just("hold"), st.sampled_from(["cq", "cq2"])),
     st.tuples(st.just("add"), st.sampled_from([None, "company"])),  # a third ClusterQueue and its LocalQueue
@@ -197,8 +223,9 @@ LIMIT = st.one_of(st.none(), st.sampled_from([0, 1, 2, 4]))
 def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
         actions: list[tuple[str, Any]]) -> None:
     """Two ClusterQueues in a cohort with a Cohort object of its own, their quotas, borrowing and lending limits, the
-    cohort's quota, the queues' preemption policies, holds and namespace selectors changed in any order among pods
-    arriving and ending; each cycle decides what a rebuild decides, carried on or not."""
+    cohort's quota (its object deleted and created again), the queues' preemption policies, holds and namespace
+    selectors changed in any order among pods arriving and ending; each cycle decides what a rebuild decides,
+    carried on or not."""
     c = Cluster()
     _two_teams(c, 4, 2, 2)
     c.put(r.NODES, node("n0", gpus=8))
@@ -213,6 +240,8 @@ def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
             _set_gpu_quota(c, name, nominalQuota=nominal, borrowingLimit=borrowing, lendingLimit=lending)
         elif kind == "cohort":
             _set_cohort_quota(c, arg)
+        elif kind == "cohortobj":
+            _toggle_cohort_object(c, arg)
         elif kind == "preemption":
             cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, arg)))
             was = (cq["spec"].get("preemption") or {}).get("reclaimWithinCohort")
@@ -327,3 +356,39 @@ def test_the_memo_made_again_keeps_the_shape_ids_its_workloads_hold() -> None:
         assert info is not None and memo.shapes.id_of(head_key(info)) == shape
     third = kept.policy.info(f"{NS}/third")
     assert third is not None and memo.shapes.id_of(head_key(third)) not in held.values()
+
+
+def test_a_cohort_object_created_and_deleted_carried_on() -> None:
+    """Kueue's Cohort object given to a cohort its ClusterQueues made (to give it quota of its own), and deleted
+    again: the quota tree takes it in place. What borrowed it runs on once it is gone, as Kueue keeps what it
+    admitted; what comes next waits."""
+    c, run, now = _borrowing_teams(cohort_object=False)
+    c.put(r.COHORTS, _cohort("company", 4))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert outcome(d)[0] == {f"{NS}/wait"}
+    _land_assumed(run, c)
+    c.put(r.COHORTS, c.cache.get(r.COHORTS, "company"), "DELETED")  # type: ignore[arg-type]
+    c.put(r.PODS, pod("more", gpus=1, queue="lq2"))
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert not outcome(d)[0] and f"{NS}/more" in outcome(d)[1]
+    kept = run.kept
+    assert kept is not None and kept.policy.info(f"{NS}/wait").admission is not None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("change", ["parent", "unused", "parent-deleted"])
+def test_a_cohort_object_that_changes_the_trees_takes_a_full_cycle(change: str) -> None:
+    """A Cohort object with a parent joins trees; one naming a cohort nothing uses adds a node: a new policy."""
+    c, run, now = _borrowing_teams(cohort_object=False)
+    if change == "parent":
+        cohort = _cohort("company", 4)
+        cohort["spec"]["parentName"] = "org"
+        c.put(r.COHORTS, cohort)
+    elif change == "unused":
+        c.put(r.COHORTS, _cohort("elsewhere", 4))
+    else:
+        cohort = _cohort("company", 4)
+        cohort["spec"]["parentName"] = "org"
+        c.put(r.COHORTS, cohort)
+        assert not decided_as_rebuilt(run, c, now + 0.5)
+        c.put(r.COHORTS, c.cache.get(r.COHORTS, "company"), "DELETED")  # type: ignore[arg-type]
+    assert not decided_as_rebuilt(run, c, now + 1)

@@ -52,7 +52,8 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 * a Namespace created, relabelled or deleted, a LocalQueue created, changed or deleted, a ClusterQueue created, and
   ClusterQueues and Cohorts changed in what a kept policy takes in place (``KueuePolicy.queues_changed``: quotas,
   holds, preemption policies...) (:func:`read_queue_changes`): the queue objects read again and the kept policy
-  told; any other queue kind's change (a ClusterQueue deleted, a Cohort added or deleted, a queue's cohort, flavors
+  told (a Cohort object created or deleted for a cohort ClusterQueues make, with no parent, too); any other queue
+  kind's change (a ClusterQueue deleted, a Cohort object that changes the trees, a queue's cohort, flavors
   or strategy, a flavor) takes a full cycle.
 
 A pod with DRA claims, and any change to a DRA object, takes a full cycle.
@@ -246,8 +247,10 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             continue
         elif c.resource in _LOCAL_QUEUE_KEYS:
             out.local_queues.add(c.key)  # created, changed or deleted: routed again (KueuePolicy.local_queues_changed)
-        elif c.resource in _QUOTA_KEYS and c.type != "DELETED" and c.new is not None:
-            out.queue_specs = True  # (a ClusterQueue added, or one changed where a kept policy can: queues_changed)
+        elif c.resource in _QUOTA_KEYS and (c.resource in _COHORT_KEYS or (c.type != "DELETED" and c.new is not None)):
+            # (a ClusterQueue added, one changed or a Cohort object added, changed or deleted where a kept policy
+            # can take it: queues_changed; a ClusterQueue deleted takes a full cycle)
+            out.queue_specs = True
         elif c.resource == r.NAMESPACES.key:
             labels = ((c.new or {}).get("metadata") or {}).get("labels") if c.type != "DELETED" else None
             out.namespaces[c.key] = None if c.type == "DELETED" or c.new is None else {
@@ -296,7 +299,8 @@ def deletion_marked(old: JsonDict, new: JsonDict) -> bool:
 
 
 _LOCAL_QUEUE_KEYS = frozenset({r.LOCAL_QUEUES.key, r.KUEUE_LOCAL_QUEUES.key})  # gpufleet's, or Kueue's own
-_QUOTA_KEYS = frozenset({r.CLUSTER_QUEUES.key, r.KUEUE_CLUSTER_QUEUES.key, r.COHORTS.key, r.KUEUE_COHORTS.key})
+_COHORT_KEYS = frozenset({r.COHORTS.key, r.KUEUE_COHORTS.key})
+_QUOTA_KEYS = frozenset({r.CLUSTER_QUEUES.key, r.KUEUE_CLUSTER_QUEUES.key, *_COHORT_KEYS})
 
 # What a Deployment's controller writes on its ReplicaSets as it scales them, beside spec.replicas.
 _SCALE_ANNOTATIONS = ("deployment.kubernetes.io/desired-replicas", "deployment.kubernetes.io/max-replicas")
@@ -804,7 +808,8 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     old_lqs, old_rest = _queues_shape(world.queues)
     new_lqs, new_rest = _queues_shape(both.manifests)
     touched = {(ns, name) for ns, _, name in (key.partition("/") for key in carried.local_queues)}
-    if (new_rest[1] != old_rest[1] or (new_rest[0] != old_rest[0] and not carried.queue_specs)
+    # (ClusterQueues and Cohort objects added or gone: queues_changed says whether it takes them)
+    if ((new_rest != old_rest and not carried.queue_specs)
             or {q for q in new_lqs if q[:2] not in touched} != {q for q in old_lqs if q[:2] not in touched}):
         return False
     old_touched = [q for q in old_lqs if q[:2] in touched]

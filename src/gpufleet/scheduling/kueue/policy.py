@@ -193,14 +193,15 @@ class KueuePolicy:
         quotas and weights, usage kept. The workloads of the trees changed are tried again at the next cycle, as
         Kueue requeues a ClusterQueue's inadmissible workloads when the queue is updated; workloads admitted stay
         admitted (over a lowered quota, in a queue put on hold), as in Kueue, and as a new policy re-admits them
-        from their pods. Returns the workloads routed again, their records as they were before. None, changing
+        from their pods. A Cohort object created for a cohort the ClusterQueues make, or deleted from one, gives it
+        or takes away its own quota and weight (:func:`_cohort_objects_in_place`). Returns the workloads routed
+        again, their records as they were before. None, changing
         nothing, when anything else differs (a queue deleted, a cohort's parent, a queue's cohort, resource groups
         and flavors, queueing strategy, waitForPodsReady, gang reservation; a workload admitted that a queue added
         would take): a new policy is made then."""
         new, old = queue_config(manifests, extensions=self._extensions), self.config
         added = {name: spec for name, spec in new.cluster_queues.items() if name not in old.cluster_queues}
-        if (set(old.cluster_queues) - set(new.cluster_queues) or new.cohort_parents != old.cohort_parents
-                or set(new.cohort_quotas) != set(old.cohort_quotas)):
+        if set(old.cluster_queues) - set(new.cluster_queues) or not _cohort_objects_in_place(old, new):
             return None
         queues: dict[str, CQSpec] = {}
         for name, was in old.cluster_queues.items():
@@ -210,16 +211,19 @@ class KueuePolicy:
             if replace(spec, **{f: getattr(was, f) for f in _READ_EACH_CYCLE}) != was:
                 return None
             queues[name] = spec
-        cohorts = {name for name in new.cohort_parents if new.cohort_quotas.get(name) != old.cohort_quotas.get(name)
-                   or new.cohort_weights.get(name, 1.0) != old.cohort_weights.get(name, 1.0)}
+        # (a Cohort object deleted leaves its cohort implicit: no quota of its own, weight 1)
+        cohorts = {name for name in {*new.cohort_parents, *old.cohort_parents}
+                   if new.cohort_quotas.get(name, {}) != old.cohort_quotas.get(name, {})
+                   or new.cohort_weights.get(name, 1.0) != old.cohort_weights.get(name, 1.0)
+                   or (name in new.cohort_parents) != (name in old.cohort_parents)}
         moved = self._naming(lambda key: old.local_queues.get(key) in added) if added else []
         if moved is None:
             return None
         if added:
             self.state.add_cluster_queues(added, list(new.cluster_queues))
         if queues or cohorts or added:
-            self.state.queues_changed(queues, {name: (new.cohort_quotas.get(name, {}),
-                                                      new.cohort_weights.get(name, 1.0)) for name in cohorts})
+            self.state.queues_changed(queues, {name: (new.cohort_quotas[name], new.cohort_weights[name])
+                                               if name in new.cohort_parents else None for name in cohorts})
         for info in moved:
             self.submit(info.workload, now)
         return moved
@@ -675,3 +679,22 @@ class KueuePolicy:
                     ps.template, f, keys):
                 return name
         return flavors[0]
+
+
+def _cohort_objects_in_place(old: QueueConfig, new: QueueConfig) -> bool:
+    """Whether the Cohort objects of ``new`` can be taken by the quota tree of ``old`` in place: each keeps its
+    parent, and one created or deleted names a cohort of no parent that ClusterQueues or other cohorts make
+    before and after (a cohort turned explicit to give it quota, or back): the tree's shape stays. A cohort that
+    comes or goes with its object, or one whose parent is set, changes the trees: a new policy is made."""
+    def in_use(config: QueueConfig, name: str) -> bool:
+        return (any(cq.cohort == name for cq in config.cluster_queues.values())
+                or any(parent == name for parent in config.cohort_parents.values()))
+
+    for name in {*old.cohort_parents, *new.cohort_parents}:
+        if name in old.cohort_parents and name in new.cohort_parents:
+            if old.cohort_parents[name] != new.cohort_parents[name]:
+                return False
+        elif (old.cohort_parents.get(name) or new.cohort_parents.get(name)) is not None \
+                or not (in_use(old, name) and in_use(new, name)):
+            return False
+    return True

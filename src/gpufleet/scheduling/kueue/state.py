@@ -99,15 +99,25 @@ class SchedulerState:
         self.block_admission = any(cq.pods_ready.block_admission for cq in cqs)
 
     def queues_changed(self, queues: Mapping[str, CQSpec],
-                       cohorts: Mapping[str, tuple[dict[FR, ResourceQuota], float]]) -> None:
+                       cohorts: Mapping[str, tuple[dict[FR, ResourceQuota], float] | None]) -> None:
         """New specs for ``queues`` (the same cohort, resource groups, strategy and readiness rules: what the policy
-        reads at each cycle changed) and new quotas and fair-sharing weights for ``cohorts``: the tree takes them,
-        usage kept; what was worked out from the old ones is worked out again (flavor assigners, namespace matches,
-        the nomination memo, the preemptor's searches), and the workloads parked in their cohort trees are woken."""
+        reads at each cycle changed) and new quotas and fair-sharing weights for ``cohorts`` (None: its Cohort
+        object deleted, the cohort left implicit; one not known yet: its object created, with no parent): the tree
+        takes them, usage kept; what was worked out from the old ones is worked out again (flavor assigners,
+        namespace matches, the nomination memo, the preemptor's searches), and the workloads parked in their cohort
+        trees are woken."""
         config, tree = self.config, self.tree
-        for name, (quotas, weight) in cohorts.items():
-            config.cohort_quotas[name] = quotas
-            config.cohort_weights[name] = weight
+        for name, change in cohorts.items():
+            quotas: dict[FR, ResourceQuota]
+            if change is None:
+                for table in (config.cohort_parents, config.cohort_quotas, config.cohort_weights):
+                    table.pop(name, None)
+                quotas, weight = {}, 1.0
+            else:
+                quotas, weight = change
+                config.cohort_parents.setdefault(name, None)
+                config.cohort_quotas[name] = quotas
+                config.cohort_weights[name] = weight
             tree.add_cohort(name, config.cohort_parents.get(name), quotas, weight)
         for name, spec in queues.items():
             config.cluster_queues[name] = spec
