@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from live_env import NS, cluster_queue, local_queue, node, pod
+from live_env import NS, cluster_queue, local_queue, node, pod, priority_class, stamp
 from test_carried_cycles import Cluster, _carried_as_rebuilt, first_cycle, outcome, runner
+from test_carried_evictions import _deleting, _rebuilt, _step
 from test_carried_references import _land_assumed, decided_as_rebuilt
 from workload_env import admission_check
 
@@ -114,14 +115,11 @@ def test_a_quota_lowered_keeps_what_runs_and_holds_back_what_comes() -> None:
     assert kept.policy.info(f"{NS}/run").admission is not None  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("change", ["strategy", "flavor", "deleted", "cohort"])
+@pytest.mark.parametrize("change", ["flavor", "deleted", "cohort"])
 def test_anything_else_of_the_queues_takes_a_full_cycle(change: str) -> None:
     c, run, now = _one_queue_full()
     cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
-    if change == "strategy":
-        cq["spec"]["queueingStrategy"] = "StrictFIFO"
-        c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
-    elif change == "flavor":
+    if change == "flavor":
         c.put(r.RESOURCE_FLAVORS, {**json.loads(json.dumps(c.cache.get(r.RESOURCE_FLAVORS, "gpu"))),
                                    "spec": {"nodeLabels": {"pool": "a"}}}, "MODIFIED")
     elif change == "deleted":
@@ -215,6 +213,7 @@ LIMIT = st.one_of(st.none(), st.sampled_from([0, 1, 2, 4]))
     st.tuples(st.just("cohortobj"), QUOTA),
     st.tuples(st.just("preemption"), st.sampled_from(["cq", "cq2"])),
     st.tuples(st.just("hold"), st.sampled_from(["cq", "cq2"])),
+    st.tuples(st.just("strategy"), st.sampled_from(["cq", "cq2"])),
     st.tuples(st.just("add"), st.sampled_from([None, "company"])),  # a third ClusterQueue and its LocalQueue
     st.tuples(st.just("pod3"), st.integers(1, 4)),
     st.tuples(st.just("selector"), st.sampled_from(["cq", "cq2"])),
@@ -223,9 +222,9 @@ LIMIT = st.one_of(st.none(), st.sampled_from([0, 1, 2, 4]))
 def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
         actions: list[tuple[str, Any]]) -> None:
     """Two ClusterQueues in a cohort with a Cohort object of its own, their quotas, borrowing and lending limits, the
-    cohort's quota (its object deleted and created again), the queues' preemption policies, holds and namespace
-    selectors changed in any order among pods arriving and ending; each cycle decides what a rebuild decides,
-    carried on or not."""
+    cohort's quota (its object deleted and created again), the queues' preemption policies, holds, queueing
+    strategies and namespace selectors changed in any order among pods arriving and ending; each cycle decides
+    what a rebuild decides, carried on or not."""
     c = Cluster()
     _two_teams(c, 4, 2, 2)
     c.put(r.NODES, node("n0", gpus=8))
@@ -255,9 +254,12 @@ def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
             if c.cache.get(r.LOCAL_QUEUES, f"{NS}/lq3") is not None:
                 c.put(r.PODS, pod(f"p{made}", gpus=arg, queue="lq3"))
                 made += 1
-        elif kind in ("hold", "selector"):
+        elif kind in ("hold", "selector", "strategy"):
             cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, arg)))
-            if kind == "hold":
+            if kind == "strategy":
+                cq["spec"]["queueingStrategy"] = ("BestEffortFIFO" if cq["spec"].get("queueingStrategy")
+                                                  == "StrictFIFO" else "StrictFIFO")
+            elif kind == "hold":
                 cq["spec"]["stopPolicy"] = "None" if cq["spec"].get("stopPolicy") == "Hold" else "Hold"
             else:
                 cq["spec"]["namespaceSelector"] = {} if cq["spec"]["namespaceSelector"] else {
@@ -392,3 +394,51 @@ def test_a_cohort_object_that_changes_the_trees_takes_a_full_cycle(change: str) 
         assert not decided_as_rebuilt(run, c, now + 0.5)
         c.put(r.COHORTS, c.cache.get(r.COHORTS, "company"), "DELETED")  # type: ignore[arg-type]
     assert not decided_as_rebuilt(run, c, now + 1)
+
+
+def test_a_queueing_strategy_changed_carried_on() -> None:
+    """StrictFIFO: a head that does not fit blocks the queue; BestEffortFIFO lets what fits behind it in; and back."""
+    c, run, now = _one_queue_full()  # (``wait``, 4 GPUs, waits for ``run``'s)
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    cq["spec"]["queueingStrategy"] = "StrictFIFO"
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    _set_gpu_quota(c, "cq", nominalQuota=6)
+    c.put(r.PODS, pod("small", gpus=1, queue="lq", created="2026-01-02T00:00:00Z"))
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert not outcome(d)[0], "behind a head that does not fit, under StrictFIFO"
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    cq["spec"]["queueingStrategy"] = "BestEffortFIFO"
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    d = _carried_as_rebuilt(run, c, now + 2)
+    assert outcome(d)[0] == {f"{NS}/small"}
+
+
+def test_a_head_waiting_for_its_preemptions_is_not_first_any_more_under_strictfifo() -> None:
+    """Under BestEffortFIFO a head waiting for its victims to go stays first (Kueue's sticky workload); its queue
+    turned StrictFIFO, it ranks by priority again, as in a queue made anew: the higher priority that came since
+    takes the room (without that, the kept policy admitted the sticky one, which the other then preempted)."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", preemption={"withinClusterQueue": "LowerPriority"}),
+          "MODIFIED")
+    for name, value in (("low", 1), ("mid", 50), ("high", 100)):
+        c.put(r.PRIORITY_CLASSES, priority_class(name, value))
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("lo", gpus=4, queue="lq", priority_class="low", node_name="n0", created=stamp(100.0)))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("p", gpus=4, queue="lq", priority_class="mid", created=stamp(now)))
+    d, _ = _step(run, now + 1)
+    assert [v.workload for v in d.victims] == [f"{NS}/lo"]
+    _deleting(c, f"{NS}/lo")
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
+    cq["spec"]["queueingStrategy"] = "StrictFIFO"
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    c.put(r.PODS, pod("h", gpus=4, queue="lq", priority_class="high", created=stamp(now + 1)))
+    for step_no in (2, 3):
+        rebuilt = _rebuilt(c, run, now + step_no)
+        d, carried = _step(run, now + step_no)
+        assert carried and outcome(d)[0] == outcome(rebuilt)[0]
+        if step_no == 2:  # the victim's pod gone
+            c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/lo"), "DELETED")  # type: ignore[arg-type]
+    assert outcome(d)[0] == {f"{NS}/h"}

@@ -87,7 +87,7 @@ def first_fit_factory(cluster: ClusterState, rng: random.Random, topologies: Seq
 # What of a ClusterQueue's spec the policy reads afresh at each cycle (or keeps in its quota tree, which takes it in
 # place): a change to these alone is taken by a kept policy (KueuePolicy.queues_changed).
 _READ_EACH_CYCLE = ("quotas", "stopped", "preemption", "namespace_selector", "fungibility", "fair_weight",
-                    "mig_resize_on_oom")
+                    "mig_resize_on_oom", "strategy")
 
 
 class KueuePolicy:
@@ -189,15 +189,15 @@ class KueuePolicy:
         team onboarded) join the quota tree, and the workloads whose LocalQueue names one are routed to it, as a new
         policy routes them. Where only what the policy reads of a queue at each cycle changed (quotas: nominal,
         borrowing and lending limits; ``stopPolicy``; the preemption policies; the namespace selector; flavor
-        fungibility; fair-sharing weights; the MIG resize opt-in), it is taken in place: the quota tree takes the new
-        quotas and weights, usage kept. The workloads of the trees changed are tried again at the next cycle, as
-        Kueue requeues a ClusterQueue's inadmissible workloads when the queue is updated; workloads admitted stay
-        admitted (over a lowered quota, in a queue put on hold), as in Kueue, and as a new policy re-admits them
-        from their pods. A Cohort object created for a cohort the ClusterQueues make, or deleted from one, gives it
-        or takes away its own quota and weight (:func:`_cohort_objects_in_place`). Returns the workloads routed
-        again, their records as they were before. None, changing
-        nothing, when anything else differs (a queue deleted, a cohort's parent, a queue's cohort, resource groups
-        and flavors, queueing strategy, waitForPodsReady, gang reservation; a workload admitted that a queue added
+        fungibility; fair-sharing weights; the MIG resize opt-in; the queueing strategy), it is taken in place: the
+        quota tree takes the new quotas and weights, usage kept, and a queue's heap its strategy. The workloads of
+        the trees changed are tried again at the next cycle, as Kueue requeues a ClusterQueue's inadmissible
+        workloads when the queue is updated; workloads admitted stay admitted (over a lowered quota, in a queue put
+        on hold), as in Kueue, and as a new policy re-admits them from their pods. A Cohort object created for a
+        cohort the ClusterQueues make, or deleted from one, gives it or takes away its own quota and weight
+        (:func:`_cohort_objects_in_place`). Returns the workloads routed again, their records as they were before.
+        None, changing nothing, when anything else differs (a queue deleted, a cohort's parent, a queue's cohort,
+        resource groups and flavors, waitForPodsReady, gang reservation; a workload admitted that a queue added
         would take): a new policy is made then."""
         new, old = queue_config(manifests, extensions=self._extensions), self.config
         added = {name: spec for name, spec in new.cluster_queues.items() if name not in old.cluster_queues}

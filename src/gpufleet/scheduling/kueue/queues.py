@@ -97,6 +97,19 @@ class ClusterQueueHeap:
         elif self._backoff:
             self._backoff.discard(key)
 
+    def set_strategy(self, strategy: QueueingStrategy, keep_sticky: bool = False) -> None:
+        """The queue's strategy changed under a running policy: its sticky head (one waiting for its preemptions)
+        is sticky no more, as a queue made anew has none, unless ``keep_sticky`` (a reservation holds it, which any
+        strategy keeps: kueue.reservation); what is parked stays parked until a release wakes it."""
+        self.strategy = strategy
+        key = self.sticky
+        if key is None or keep_sticky:
+            return
+        self.sticky = None
+        item = self.active.get(key)
+        if item is not None:
+            self.push(item[5])  # (its heap item ranked it first: made again, by its priority and timestamp)
+
     def remove(self, key: str) -> None:
         self.active.pop(key, None)
         if self.parked.pop(key, None) is not None:

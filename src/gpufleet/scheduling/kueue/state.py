@@ -100,12 +100,12 @@ class SchedulerState:
 
     def queues_changed(self, queues: Mapping[str, CQSpec],
                        cohorts: Mapping[str, tuple[dict[FR, ResourceQuota], float] | None]) -> None:
-        """New specs for ``queues`` (the same cohort, resource groups, strategy and readiness rules: what the policy
-        reads at each cycle changed) and new quotas and fair-sharing weights for ``cohorts`` (None: its Cohort
-        object deleted, the cohort left implicit; one not known yet: its object created, with no parent): the tree
-        takes them, usage kept; what was worked out from the old ones is worked out again (flavor assigners,
-        namespace matches, the nomination memo, the preemptor's searches), and the workloads parked in their cohort
-        trees are woken."""
+        """New specs for ``queues`` (the same cohort, resource groups and readiness rules: what the policy reads at
+        each cycle changed, and the queueing strategy, which the queue's heap takes) and new quotas and fair-sharing
+        weights for ``cohorts`` (None: its Cohort object deleted, the cohort left implicit; one not known yet: its
+        object created, with no parent): the tree takes them, usage kept; what was worked out from the old ones is
+        worked out again (flavor assigners, namespace matches, the nomination memo, the preemptor's searches), and
+        the workloads parked in their cohort trees are woken."""
         config, tree = self.config, self.tree
         for name, change in cohorts.items():
             quotas: dict[FR, ResourceQuota]
@@ -120,6 +120,8 @@ class SchedulerState:
                 config.cohort_weights[name] = weight
             tree.add_cohort(name, config.cohort_parents.get(name), quotas, weight)
         for name, spec in queues.items():
+            if spec.strategy != config.cluster_queues[name].strategy:
+                self.queues.queues[name].set_strategy(spec.strategy, keep_sticky=name in self.reservations)
             config.cluster_queues[name] = spec
             tree.add_cluster_queue(name, spec.cohort, spec.quotas, spec.fair_weight)
             self._assigners.pop(name, None)
