@@ -48,6 +48,13 @@ def _set_gpu_quota(c: Cluster, name: str, **fields: Any) -> None:
     c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
 
 
+def _set_spec(c: Cluster, name: str, **fields: Any) -> None:
+    """The ClusterQueue ``name``'s spec given ``fields`` (``queueingStrategy="StrictFIFO"``...)."""
+    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, name)))
+    cq["spec"].update(fields)
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+
+
 def _cohort(name: str, gpus: int) -> JsonDict:
     return {"apiVersion": "gpufleet.io/v1alpha1", "kind": "Cohort", "metadata": {"name": name},
             "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
@@ -156,14 +163,10 @@ def test_a_queue_held_then_released_carried_on() -> None:
     admitted; back to ``None``, what waited is admitted."""
     c, run, now = _one_queue_full()
     _set_gpu_quota(c, "cq", nominalQuota=8)
-    held = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
-    held["spec"]["stopPolicy"] = "Hold"
-    c.put(r.CLUSTER_QUEUES, held, "MODIFIED")
+    _set_spec(c, "cq", stopPolicy="Hold")
     d = _carried_as_rebuilt(run, c, now + 1)
     assert not outcome(d)[0] and "inactive" in outcome(d)[1][f"{NS}/wait"]
-    released = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
-    released["spec"]["stopPolicy"] = "None"
-    c.put(r.CLUSTER_QUEUES, released, "MODIFIED")
+    _set_spec(c, "cq", stopPolicy="None")
     d = _carried_as_rebuilt(run, c, now + 2)
     assert outcome(d)[0] == {f"{NS}/wait"}
 
@@ -399,16 +402,12 @@ def test_a_cohort_object_that_changes_the_trees_takes_a_full_cycle(change: str) 
 def test_a_queueing_strategy_changed_carried_on() -> None:
     """StrictFIFO: a head that does not fit blocks the queue; BestEffortFIFO lets what fits behind it in; and back."""
     c, run, now = _one_queue_full()  # (``wait``, 4 GPUs, waits for ``run``'s)
-    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
-    cq["spec"]["queueingStrategy"] = "StrictFIFO"
-    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    _set_spec(c, "cq", queueingStrategy="StrictFIFO")
     _set_gpu_quota(c, "cq", nominalQuota=6)
     c.put(r.PODS, pod("small", gpus=1, queue="lq", created="2026-01-02T00:00:00Z"))
     d = _carried_as_rebuilt(run, c, now + 1)
     assert not outcome(d)[0], "behind a head that does not fit, under StrictFIFO"
-    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
-    cq["spec"]["queueingStrategy"] = "BestEffortFIFO"
-    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    _set_spec(c, "cq", queueingStrategy="BestEffortFIFO")
     d = _carried_as_rebuilt(run, c, now + 2)
     assert outcome(d)[0] == {f"{NS}/small"}
 
@@ -431,9 +430,7 @@ def test_a_head_waiting_for_its_preemptions_is_not_first_any_more_under_strictfi
     d, _ = _step(run, now + 1)
     assert [v.workload for v in d.victims] == [f"{NS}/lo"]
     _deleting(c, f"{NS}/lo")
-    cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
-    cq["spec"]["queueingStrategy"] = "StrictFIFO"
-    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    _set_spec(c, "cq", queueingStrategy="StrictFIFO")
     c.put(r.PODS, pod("h", gpus=4, queue="lq", priority_class="high", created=stamp(now + 1)))
     for step_no in (2, 3):
         rebuilt = _rebuilt(c, run, now + step_no)
