@@ -9,6 +9,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,14 @@ class Peer(ThreadingHTTPServer):
             self.ended += ended
             self.changed.notify_all()
 
+    def shutdown_request(self, request: Any) -> None:
+        # Counted once its socket is closed, not when its handler returns (before the close): a client told the
+        # connection ended must find it closed (CI once saw a silent close counted, then raced, on a loaded machine).
+        try:
+            super().shutdown_request(request)
+        finally:
+            self.note(ended=1)
+
     def wait_ended(self, count: int) -> None:
         with self.changed:
             assert self.changed.wait_for(lambda: self.ended >= count, WAIT_S), (
@@ -55,12 +64,6 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.server.note(opened=1)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.note(ended=1)
 
     def do_GET(self) -> None:
         body = json.dumps({"kind": "Pod", "path": self.path}).encode()
