@@ -666,3 +666,39 @@ def test_a_local_queue_created_for_a_workload_backing_off_keeps_its_backoff() ->
     assert f"{NS}/train" in outcome(d)[1]
     info = d.plan.policy.info(f"{NS}/train")
     assert info is not None and info.cluster_queue == "cq" and info.requeue_count == 1
+
+
+def _pool_flavor(name: str, pool: str) -> JsonDict:
+    return {"apiVersion": "gpufleet.io/v1alpha1", "kind": "ResourceFlavor", "metadata": {"name": name},
+            "spec": {"nodeLabels": {"pool": pool}}}
+
+
+def test_a_preemptor_searches_from_the_first_flavor_again_in_the_next_cycle() -> None:
+    """``hi`` cannot preempt in flavor ``fa`` (its 4 GPUs held by a peer of its priority) and preempts ``y`` in
+    ``fb``; then ``fa`` comes free. The next cycle admits it on ``fa`` at once, as a rebuild does (a review found
+    the kept policy's search resuming at ``fb``, waiting there for its victim to go)."""
+    c = Cluster()
+    c.put(r.RESOURCE_FLAVORS, _pool_flavor("fa", "a"))
+    c.put(r.RESOURCE_FLAVORS, _pool_flavor("fb", "b"))
+    cq = cluster_queue("cq", 4, flavor_name="fa", cpu="100000", preemption=PREEMPTION)
+    group = cq["spec"]["resourceGroups"][0]
+    group["flavors"].append({**json.loads(json.dumps(group["flavors"][0])), "name": "fb"})
+    c.put(r.CLUSTER_QUEUES, cq, "MODIFIED")
+    c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
+    c.put(r.PRIORITY_CLASSES, priority_class("high", 100))
+    c.put(r.NODES, node("a0", gpus=4, labels={"pool": "a"}))
+    c.put(r.NODES, node("b0", gpus=4, labels={"pool": "b"}))
+    c.put(r.PODS, pod("x", gpus=4, queue="lq", priority_class="high", node_name="a0", created=stamp(100.0)))
+    c.put(r.PODS, pod("y", gpus=4, queue="lq", priority_class="low", node_name="b0", created=stamp(100.0)))
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod("hi", gpus=4, queue="lq", priority_class="high", created=stamp(now)))
+    d, carried = _step(run, now + 1)
+    assert carried and [v.workload for v in d.victims] == [f"{NS}/y"]
+    _deleting(c, f"{NS}/y")
+    _phase_now(c, f"{NS}/x", "Succeeded")
+    rebuilt = _rebuilt(c, run, now + 2)
+    d, carried = _step(run, now + 2)
+    assert carried and outcome(d)[0] == outcome(rebuilt)[0] == {f"{NS}/hi"}
+    assert {p.node for job in d.jobs for p in job.pods} == {"a0"}

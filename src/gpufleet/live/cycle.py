@@ -569,8 +569,15 @@ class CycleRunner:
             return
         # The room a preemption holds on nodes for its preemptor (the core's nominations) is not kept: a rebuilt
         # policy holds none, and makes it again when the preemptor is processed; kept, it would hold back workloads
-        # a rebuild admits first.
-        d.plan.policy.state.nominations = {}
+        # a rebuild admits first. Nor is where the preemptor's flavor search was to resume (at the flavors of the
+        # room, for its sake): with no room held it searches from the first flavor, as a rebuild does and as Kueue
+        # does after a preemption (a review found it waiting for its victims in a later flavor while an earlier one
+        # had come free).
+        policy = d.plan.policy
+        for key in policy.state.nominations:
+            if (info := policy.info(key)) is not None:
+                info.last_tried = None
+        policy.state.nominations = {}
         self.kept = Kept(d.world, d.plan.policy, snapshot.version, d.due, d.counts)
 
     def _answer_later(self, report: CycleReport, evictions: list[tuple[Victim, Future[EvictResult]]],
