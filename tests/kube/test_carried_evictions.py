@@ -668,6 +668,19 @@ def test_a_local_queue_created_for_a_workload_backing_off_keeps_its_backoff() ->
     assert info is not None and info.cluster_queue == "cq" and info.requeue_count == 1
 
 
+def preempting(c: Cluster, preemptor: str, victim: str, **asks: Any) -> tuple[CycleRunner, float]:
+    """A runner's first cycle on ``c``, then ``preemptor`` (a pod asking ``asks``) created, and a cycle that evicts
+    ``victim`` alone for it, whose pod the API then marks deleted: the runner, and when the first cycle ran."""
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, pod(preemptor, queue="lq", created=stamp(now), **asks))
+    d, carried = _step(run, now + 1)
+    assert carried and [v.workload for v in d.victims] == [f"{NS}/{victim}"]
+    _deleting(c, f"{NS}/{victim}")
+    return run, now
+
+
 def _pool_flavor(name: str, pool: str) -> JsonDict:
     return {"apiVersion": "gpufleet.io/v1alpha1", "kind": "ResourceFlavor", "metadata": {"name": name},
             "spec": {"nodeLabels": {"pool": pool}}}
@@ -690,13 +703,7 @@ def test_a_preemptor_searches_from_the_first_flavor_again_in_the_next_cycle() ->
     c.put(r.NODES, node("b0", gpus=4, labels={"pool": "b"}))
     c.put(r.PODS, pod("x", gpus=4, queue="lq", priority_class="high", node_name="a0", created=stamp(100.0)))
     c.put(r.PODS, pod("y", gpus=4, queue="lq", priority_class="low", node_name="b0", created=stamp(100.0)))
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
-    c.put(r.PODS, pod("hi", gpus=4, queue="lq", priority_class="high", created=stamp(now)))
-    d, carried = _step(run, now + 1)
-    assert carried and [v.workload for v in d.victims] == [f"{NS}/y"]
-    _deleting(c, f"{NS}/y")
+    run, now = preempting(c, "hi", "y", gpus=4, priority_class="high")
     _phase_now(c, f"{NS}/x", "Succeeded")
     rebuilt = _rebuilt(c, run, now + 2)
     d, carried = _step(run, now + 2)

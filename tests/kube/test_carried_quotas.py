@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_env import NS, cluster_queue, local_queue, node, pod, priority_class, stamp
 from test_carried_cycles import Cluster, _carried_as_rebuilt, first_cycle, outcome, runner
-from test_carried_evictions import _deleting, _rebuilt, _step
+from test_carried_evictions import _rebuilt, _step, preempting
 from test_carried_references import _land_assumed, decided_as_rebuilt
 from workload_env import admission_check
 
@@ -423,13 +423,7 @@ def test_a_head_waiting_for_its_preemptions_is_not_first_any_more_under_strictfi
         c.put(r.PRIORITY_CLASSES, priority_class(name, value))
     c.put(r.NODES, node("n0", gpus=8))
     c.put(r.PODS, pod("lo", gpus=4, queue="lq", priority_class="low", node_name="n0", created=stamp(100.0)))
-    run = runner(c)
-    now = time.time()
-    first_cycle(run, now)
-    c.put(r.PODS, pod("p", gpus=4, queue="lq", priority_class="mid", created=stamp(now)))
-    d, _ = _step(run, now + 1)
-    assert [v.workload for v in d.victims] == [f"{NS}/lo"]
-    _deleting(c, f"{NS}/lo")
+    run, now = preempting(c, "p", "lo", gpus=4, priority_class="mid")
     _set_spec(c, "cq", queueingStrategy="StrictFIFO")
     c.put(r.PODS, pod("h", gpus=4, queue="lq", priority_class="high", created=stamp(now + 1)))
     for step_no in (2, 3):
