@@ -167,3 +167,5 @@ def test_a_cluster_queue_naming_admission_checks_is_memoised_with_them() -> None
     assert parse.parses == before + 1  # the namespace alone
     assert again.manifests.controllers.cluster_queue_checks == {"cq": ("gpufleet-placement",)}
     assert again.manifests.cluster_queues == first.manifests.cluster_queues
+    # The very object again: the kept policy reads again only the ClusterQueues that are not (queues_changed)
+    assert again.manifests.cluster_queues[0] is first.manifests.cluster_queues[0]

@@ -136,6 +136,10 @@ class ParseCache:
         # object, its problems, the admission checks it names)
         self._queue_docs: dict[tuple[str, str, str], tuple[str, str, Any, tuple[ManifestError, ...],
                                                             dict[str, tuple[str, ...]]]] = {}
+        # queue object -> (its typed object, its place in the input, the object placed there): the same object
+        # handed out again while neither changes, so that a reader may tell what changed by identity (the kept
+        # policy reads again only the ClusterQueues that are not the very objects it read: queues_changed)
+        self._queue_placed: dict[tuple[str, str, str], tuple[Any, int, Any]] = {}
         self._generation = 0
         self.parses = 0  # objects parsed (not served from the memo), for the benchmark and tests
 
@@ -233,6 +237,8 @@ class ParseCache:
         live_docs = {_doc_key(o) for o in docs}
         for stale in [k for k in self._queue_docs if k not in live_docs]:
             del self._queue_docs[stale]
+        for stale in [k for k in self._queue_placed if k not in live_docs]:
+            del self._queue_placed[stale]
         rejected: list[Rejected] = []
         linked: dict[tuple[str, str], tuple[ResourceType, Mapping[str, Any]]] = {}
         for res, key, obj in owned:
@@ -290,7 +296,11 @@ class ParseCache:
             return
         _, attr, made_once, problems, checks = hit
         typed: Any = made_once
-        getattr(builder.out, attr).append(replace(typed, meta=replace(typed.meta, order=position)))
+        placed = self._queue_placed.get(memo_key)
+        if placed is None or placed[0] is not made_once or placed[1] != position:
+            placed = self._queue_placed[memo_key] = (made_once, position,
+                                                     replace(typed, meta=replace(typed.meta, order=position)))
+        getattr(builder.out, attr).append(placed[2])
         builder.out.problems.extend(problems)
         if checks:
             builder.out.controllers.cluster_queue_checks.update(checks)

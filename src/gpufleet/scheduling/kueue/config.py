@@ -156,12 +156,25 @@ def _cq_spec(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor], global_rea
     )
 
 
-def queue_config(manifests: Manifests, *, extensions: bool = True) -> QueueConfig:
+def queue_config(manifests: Manifests, *, extensions: bool = True, previous: QueueConfig | None = None,
+                 read_from: Mapping[str, ClusterQueue] | None = None) -> QueueConfig:
     """The queues, quotas and cohorts of ``manifests``; ``extensions=False`` leaves out what only gpufleet reads
-    on Kueue's objects (the gang reservation, the MIG resize), as Kueue itself would."""
+    on Kueue's objects (the gang reservation, the MIG resize), as Kueue itself would. ``previous`` and
+    ``read_from``: a configuration read the same way and the ClusterQueue objects its specs were read from; a
+    ClusterQueue that is the very object it was then (a live parse is memoised per resourceVersion) keeps its
+    spec, while the flavors and the global waitForPodsReady are the same (thousands of queues, one changed)."""
     scheduler = manifests.config or SchedulerConfig()
     flavors = {f.name: f for f in manifests.flavors}
-    cqs = {cq.name: _cq_spec(cq, flavors, scheduler.pods_ready, extensions) for cq in manifests.cluster_queues}
+    kept: Mapping[str, CQSpec] = {}
+    if previous is not None and read_from and previous.flavors == flavors \
+            and previous.scheduler.pods_ready == scheduler.pods_ready:
+        kept = {name: previous.cluster_queues[name] for name, cq in read_from.items()
+                if name in previous.cluster_queues}
+    cqs: dict[str, CQSpec] = {}
+    for cq in manifests.cluster_queues:
+        known = kept.get(cq.name)
+        cqs[cq.name] = known if known is not None and read_from is not None and read_from.get(cq.name) is cq \
+            else _cq_spec(cq, flavors, scheduler.pods_ready, extensions)
     lqs = {(lq.meta.namespace or "default", lq.meta.name): lq.cluster_queue for lq in manifests.local_queues}
     ns_labels = {ns.meta.name: {**ns.meta.labels, NAMESPACE_NAME_LABEL: ns.meta.name} for ns in manifests.namespaces}
     config = QueueConfig(flavors, cqs, lqs, ns_labels, {t.meta.name: t for t in manifests.topologies}, scheduler)

@@ -69,7 +69,7 @@ and without it on random setups (``tests/kueue/test_nomination_memo.py``).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.scheduling.kueue.admitted import AdmittedQueue
@@ -177,6 +177,7 @@ class NominationMemo:
         self.admitted = admitted
         self.fair_sharing = fair_sharing
         interned: dict[Hashable, int] = {}
+        self._spec_ids = interned
         self._spec: dict[str, int] = {name: interned.setdefault(_spec_key(cq), len(interned))
                                       for name, cq in cqs.items()}
         # What a lookup reads of each queue's spec and place in the tree, worked out with the rest of what is kept
@@ -199,6 +200,22 @@ class NominationMemo:
         self.above_quota_hits = 0
         # Fair sharing: lookups answered by a searching nomination shared by value (NominationMemo._fair_lookup).
         self.alike_hits = 0
+
+    def specs_changed(self, cqs: Mapping[str, CQSpec], names: Collection[str]) -> bool:
+        """The specs of ``names`` changed in what a running policy takes in place (quotas, preemption policies...),
+        the tree's shape and flavor-resources the same: what is kept of those queues worked out again and every
+        remembered nomination dropped, as a memo made again would have them. False, changing nothing, when the
+        tree's flavor-resources or its queues are not those the memo knows: it must be made again."""
+        if list(self._columns) != self.tree.flavor_resources() or any(name not in self._queues for name in cqs) \
+                or len(cqs) != len(self._queues):
+            return False
+        interned = self._spec_ids
+        for name in names:
+            self._spec[name] = interned.setdefault(_spec_key(cqs[name]), len(interned))
+        for name in names:
+            self._queues[name] = self._queue(cqs[name])
+        self._tables.clear()
+        return True
 
     @property
     def hits(self) -> int:

@@ -111,6 +111,9 @@ class KueuePolicy:
             self.name = name
         self.config: QueueConfig = queue_config(manifests, extensions=extensions)
         self._extensions = extensions
+        # The ClusterQueue objects the configuration's specs were read from (queues_changed reads only those that
+        # are not these very objects again)
+        self._read_from = {cq.name: cq for cq in manifests.cluster_queues}
         self.cluster = cluster
         self.rng = random.Random(seed)
         self.memory = MemoryBook(cluster) if memory_aware else None
@@ -199,14 +202,15 @@ class KueuePolicy:
         None, changing nothing, when anything else differs (a queue deleted, a cohort's parent, a queue's cohort,
         resource groups and flavors, waitForPodsReady, gang reservation; a workload admitted that a queue added
         would take): a new policy is made then."""
-        new, old = queue_config(manifests, extensions=self._extensions), self.config
+        new, old = queue_config(manifests, extensions=self._extensions, previous=self.config,
+                                read_from=self._read_from), self.config
         added = {name: spec for name, spec in new.cluster_queues.items() if name not in old.cluster_queues}
         if set(old.cluster_queues) - set(new.cluster_queues) or not _cohort_objects_in_place(old, new):
             return None
         queues: dict[str, CQSpec] = {}
         for name, was in old.cluster_queues.items():
             spec = new.cluster_queues[name]
-            if spec == was:
+            if spec is was or spec == was:
                 continue
             if replace(spec, **{f: getattr(was, f) for f in _READ_EACH_CYCLE}) != was:
                 return None
@@ -224,6 +228,7 @@ class KueuePolicy:
         if queues or cohorts or added:
             self.state.queues_changed(queues, {name: (new.cohort_quotas[name], new.cohort_weights[name])
                                                if name in new.cohort_parents else None for name in cohorts})
+        self._read_from = {cq.name: cq for cq in manifests.cluster_queues}
         for info in moved:
             self.submit(info.workload, now)
         return moved

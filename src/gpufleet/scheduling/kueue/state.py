@@ -129,7 +129,8 @@ class SchedulerState:
         tree.finalize()
         self.preemptor = Preemptor(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
-        if self.memo is not None:  # (with its interner: the workloads keep the shape ids it gave them)
+        if self.memo is not None and not self.memo.specs_changed(config.cluster_queues, list(queues)):
+            # (made again with its interner: the workloads keep the shape ids it gave them)
             self.memo = NominationMemo(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                        self.memo.shapes)
         roots = {self.queues.tree_of.get(name, name) for name in queues} | {_tree_key(tree.cohort(name))
