@@ -745,6 +745,17 @@ def _repairs(d: _Decided) -> set[tuple[str, str, tuple[str, ...]]]:
     return {(a.kind, a.workload, a.pods) for a in d.repairs}
 
 
+def carried_beside_rebuilt(run: CycleRunner, c: Cluster, now: float) -> tuple[_Decided, _Decided]:
+    """The next cycle, which must carry on, and what a fresh runner (the runner's assumptions copied) decides on the
+    same snapshot; neither is kept."""
+    snapshot = c.cache.snapshot()
+    carried = run._carry_on(snapshot, now)
+    assert carried is not None, "carried on"
+    fresh = runner(c, run.settings)
+    fresh.assumed = run.assumed.copy()
+    return carried, fresh._decide_isolating(snapshot, now)
+
+
 def _carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     """The next cycle carried on, deciding what a rebuild on the same snapshot decides; kept as run() keeps it."""
     snapshot = c.cache.snapshot()

@@ -24,7 +24,9 @@ from workload_env import job_pods
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, POD_GROUP_LABEL, PodsReadyPolicy, SchedulerConfig
 from gpufleet.k8s import resources as r
 from gpufleet.k8s.annotations import ASSIGNED_AT_ANNOTATION, Intent, format_time, intent_annotations
+from gpufleet.k8s.informer import CacheSnapshot
 from gpufleet.live import gangs
+from gpufleet.live.assumed import AssumedPods
 from gpufleet.live.binder import Binder
 from gpufleet.live.cycle import CycleReport, CycleRunner, _Decided
 from gpufleet.live.queuestatus import QueueCounts
@@ -55,6 +57,14 @@ def _step(run: CycleRunner, now: float, *, evicted: bool = True, refused: bool =
     if d is None:
         run._last_full = run._statuses_at = now
         d = run._decide_isolating(snapshot, now)
+    kept_as_run(run, d, snapshot, now, evicted=evicted, refused=refused)
+    return d, carried
+
+
+def kept_as_run(run: CycleRunner, d: _Decided, snapshot: CacheSnapshot, now: float, *, evicted: bool = True,
+                refused: bool = False) -> None:
+    """The cycle ``d`` decided on ``snapshot`` handed off and kept as run() keeps it, its evictions answered as
+    ``evicted``/``refused`` say."""
     run._assume(d.world, d.jobs, now)
     run._after_hand_off(d)
     report = CycleReport(run.count, now)
@@ -64,7 +74,6 @@ def _step(run: CycleRunner, now: float, *, evicted: bool = True, refused: bool =
     if refused:
         report.refused = [v.workload for v in d.victims]
     run._keep(d, snapshot, run._keepable(d, d.victims, report))
-    return d, carried
 
 
 def _rebuilt(c: Cluster, run: CycleRunner, now: float) -> _Decided:
@@ -127,8 +136,8 @@ PREEMPT_ALL = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "An
 
 def _victims(d: _Decided) -> list[tuple[int, str | None]]:
     """The preempted workloads by what a rebuild must agree on: their priority and queue. Which of two workloads
-    of one priority and queue is chosen may differ: the kept policy orders them by when it admitted them (the
-    UID among those admitted in one cycle), a rebuild by their creation (docs/live-scheduler.md)."""
+    of one priority and queue admitted in one cycle may differ: the kept policy breaks the tie by their workloads'
+    UIDs, a rebuild by what it reads (docs/live-scheduler.md)."""
     out = []
     for p in d.plan.preempted:
         info = d.plan.policy.info(p.workload)
@@ -709,3 +718,32 @@ def test_a_preemptor_searches_from_the_first_flavor_again_in_the_next_cycle() ->
     d, carried = _step(run, now + 2)
     assert carried and outcome(d)[0] == outcome(rebuilt)[0] == {f"{NS}/hi"}
     assert {p.node for job in d.jobs for p in job.pods} == {"a0"}
+
+
+def test_a_rebuild_orders_victims_by_when_they_were_admitted() -> None:
+    """Kueue preempts the most recently admitted of equal priority first. ``y`` (created at 50, admitted by a later
+    cycle than ``x``, created at 100 and found running) is the one: in the kept policy, and in a rebuild, which reads
+    when ``y``'s Binding was sent off its pod (a review found a rebuild ordering them by creation, choosing ``x``)."""
+    c = Cluster()
+    c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 8, cpu="100000", preemption=PREEMPTION), "MODIFIED")
+    c.put(r.PRIORITY_CLASSES, priority_class("low", 1))
+    c.put(r.PRIORITY_CLASSES, priority_class("high", 100))
+    c.put(r.NODES, node("n0", gpus=8))
+    c.put(r.PODS, pod("w", gpus=4, queue="lq", priority_class="low", node_name="n0", created=stamp(10.0)))
+    c.put(r.PODS, pod("x", gpus=4, queue="lq", priority_class="low", node_name="n0", created=stamp(100.0)))
+    c.put(r.PODS, pod("y", gpus=4, queue="lq", priority_class="low", created=stamp(50.0)))  # waits for quota
+    run = runner(c)
+    now = time.time()
+    assert f"{NS}/y" in outcome(first_cycle(run, now))[1]
+    _phase_now(c, f"{NS}/w", "Succeeded")
+    d, carried = _step(run, now + 1)
+    assert carried and outcome(d)[0] == {f"{NS}/y"}
+    [job] = d.jobs
+    [bind] = job.pods
+    _landed(c, c.cache.get(r.PODS, f"{NS}/y"), Intent(bind.node, bind.devices, now + 1))  # type: ignore[arg-type]
+    run.assumed = AssumedPods()  # (the rebuild reads the Binding off the pod alone)
+    c.put(r.PODS, pod("z", gpus=4, queue="lq", priority_class="high", created=stamp(200.0)))
+    rebuilt = _rebuilt(c, run, now + 2)
+    d, carried = _step(run, now + 2)
+    assert carried and {p.workload for p in d.plan.preempted} == {p.workload for p in rebuilt.plan.preempted} == {
+        f"{NS}/y"}

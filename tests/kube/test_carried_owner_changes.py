@@ -326,6 +326,7 @@ def test_quota_freed_by_a_deployment_moved_elsewhere_is_used_at_once() -> None:
     for i in range(3):
         c.put(r.NODES, node(f"n{i}", gpus=4))
     train, big = job("train", pods=2, gpus=1, queue="lq"), job("big", pods=2, gpus=4, queue="lq")
+    train["metadata"]["creationTimestamp"] = "2026-01-01T00:00:01Z"  # (the last in its queue)
     for owner in (train, big):
         _with_pods(c, owner)
     dep = deployment("web", replicas=2, gpus=1)

@@ -145,7 +145,13 @@ def _deployment_with_its_replica_set(c: Cluster) -> None:
     """A Deployment in queue ``lq`` (4 GPUs of quota) whose ReplicaSet made two 4-GPU pods: one fits the quota."""
     c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000"), "MODIFIED")
     c.put(r.NODES, node("n0", gpus=8))
-    dep = deployment("web", replicas=2, gpus=4)
+    web_and_its_replica_set(c, gpus=4)
+
+
+def web_and_its_replica_set(c: Cluster, gpus: int) -> None:
+    """The Deployment ``web`` (in LocalQueue ``lq``, two replicas of ``gpus`` GPUs), its ReplicaSet
+    ``web-5d8f7c9b6`` (UID ``rs-web``) and the ReplicaSet's two pods."""
+    dep = deployment("web", replicas=2, gpus=gpus)
     dep["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
     c.put(DEPLOYMENTS, dep)
     rs = json.loads(json.dumps(dep))

@@ -57,6 +57,8 @@ def test_the_same_pods_evicted_again_are_the_same_eviction() -> None:
     # pair deactivated after its first timeout, counted twice)
     assert m.evicted("ns/w", POLICY, 101.5, pods=frozenset({"p2"})) == first
     assert m.evicted("ns/w", POLICY, 200.0, pods=frozenset({"p3", "p4"})).count == 2  # its pods made again
+    # One stuck being deleted beside pods made since: the new ones' own timeout, one more requeue (a review)
+    assert m.evicted("ns/w", POLICY, 300.0, pods=frozenset({"p4", "p5"})).count == 3
 
 
 def test_an_entry_outlives_its_workloads_absence_for_a_while_then_goes() -> None:

@@ -93,6 +93,10 @@ class Workload:
     # Why its DRA claims are charged to no quota although Kueue manages it (Kueue's DRA integration is off)
     claim_quota_note: str | None = None
     origin: ObjectMeta | None = None  # the object it comes from (its file and line, its creation time)
+    # When the Bindings of its pods found running were sent, as the scheduler recorded it on them: a policy built
+    # afresh admits it then (Kueue orders preemption candidates by admission time), as the one that bound it did;
+    # None: at its creation
+    bound_at: float | None = None
 
     @property
     def size(self) -> int:

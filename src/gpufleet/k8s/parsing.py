@@ -45,7 +45,10 @@ JsonDict = dict[str, Any]
 DraObject = ResourceSlice | DeviceClass | ResourceClaim | ResourceClaimTemplate
 
 
-def document(obj: Mapping[str, Any], index: int = 0) -> Document:
+_LIVE_ORDER = 0  # the input order of every object read live (document's default): see ParseCache.world_objects
+
+
+def document(obj: Mapping[str, Any], index: int = _LIVE_ORDER) -> Document:
     return Document(data=obj, file=SOURCE, line=0, index=index)
 
 
@@ -241,11 +244,15 @@ class ParseCache:
             del self._queue_placed[stale]
         rejected: list[Rejected] = []
         linked: dict[tuple[str, str], tuple[ResourceType, Mapping[str, Any]]] = {}
+        # A workload object's input order (its workloads' last tie-break in a queue before their keys) is not its
+        # place in this read: every queue object created, or an owner sorting before it, would move it, while the
+        # workloads a kept world grouped keep theirs (a review found two Jobs of one creation second queued in
+        # another order than a rebuild's). Live, every owner is 0, as every pod is: ties go to the key.
         for res, key, obj in owned:
             if (res.group, res.kind) == _LINKED:
                 linked[(res.kind, key)] = (res, obj)
                 self.parses += 1
-                builder.add(document(obj, out.documents))
+                builder.add(document(obj, _LIVE_ORDER))
                 continue
             alone = self._read_alone(res, key, obj)
             out.problems.extend(alone.problems)
@@ -253,7 +260,7 @@ class ParseCache:
                 errors = [e for e in alone.problems if e.severity == "error"]
                 rejected.append((res, key, obj, f"{res.kind} left out: {_joined(errors)}"))
             else:
-                intake.keep(alone.made, out.controllers, out.documents)
+                intake.keep(alone.made, out.controllers, _LIVE_ORDER)
             out.documents += 1
         manifests = builder.finish(queue_names=False)  # its warnings are read by no one live
         # What only the whole input shows (a TrainJob whose runtime is missing): told by kind and name, as the

@@ -386,17 +386,19 @@ class CycleRunner:
         if carried is None or any(e.problem is not None for e in carried.new):
             return None
         queue_kinds = queue_kinds_read(self.queue_kinds.resources)
+        # Objects of ours changed in place: their workloads grouped as they were before any read of the objects (a
+        # queue change's reads the owners too: a review found an owner's move to another queue carried, unseen,
+        # beside a Namespace relabelled), to compare with how they group after.
+        before = self._changed_owners(kept, carried)
+        if before is None:
+            self.parked.owners_changed()
+            return None
         # (before the owners: their read holds the world's queue generation to the cache's)
         if (carried.namespaces or carried.local_queues or carried.queue_specs) and not read_queue_changes(
                 kept, snapshot, carried, now, parse=self.parse, scheduler_name=s.scheduler_name,
                 queue_kinds=queue_kinds,
                 requeue=lambda keys: self.requeues.apply(kept.policy, now, functools.partial(owners_of, kept.world),
                                                          only=keys)):
-            return None
-        # Objects of ours changed in place: their workloads grouped before and after the read, to compare.
-        before = self._changed_owners(kept, carried)
-        if before is None:
-            self.parked.owners_changed()
             return None
         if (carried.owners or carried.owners_gone) and not read_owners(
                 kept.world, snapshot, carried.owners, parse=self.parse, scheduler_name=s.scheduler_name,

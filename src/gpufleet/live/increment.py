@@ -95,7 +95,15 @@ from gpufleet.live.gpu_oom import ended, gpu_ooms
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.wakeup import unread_status_only, without_status
 from gpufleet.live.workloadsource import WORKLOAD_KEYS
-from gpufleet.live.world import TERMINAL_PHASES, PodEntry, World, account, pod_entry, read_world_objects
+from gpufleet.live.world import (
+    TERMINAL_PHASES,
+    PodEntry,
+    World,
+    account,
+    pod_entry,
+    read_world_objects,
+    stamp_bound_at,
+)
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import ADMITTED, WorkloadInfo
 from gpufleet.scheduling.kueue.late_members import joins_late
@@ -619,6 +627,7 @@ def _grouped(world: World, pods: list[Pod]) -> list[Workload] | None:
                                       workload_priority_classes=q.workload_priority_classes,
                                       local_queues=q.local_queues, controllers=q.controllers),
                             problems, create_missing=False) if pods else []
+    stamp_bound_at(world, built)
     return None if problems.errors else built
 
 
@@ -819,6 +828,9 @@ def read_queue_changes(kept: Kept, snapshot: CacheSnapshot, carried: Carried, no
     if len(was_cq) != len(old_touched) or len(now_cq) != len(new_touched):
         return False  # (two LocalQueues of one name, Kueue's kind beside gpufleet's: a full cycle says which counts)
     changed: dict[tuple[str, str], str | None] = {k: now_cq.get(k) for k in touched if now_cq.get(k) != was_cq.get(k)}
+    checked = both.manifests.controllers.cluster_queue_checks
+    if checked and any(cq in checked for cq in (*changed.values(), *(was_cq.get(k) for k in changed))):
+        return False  # (its workloads' holds are read at grouping, against the LocalQueue's ClusterQueue's checks)
     moved: list[WorkloadInfo] = []
     if carried.queue_specs:
         if both.manifests.controllers.cluster_queue_checks != world.queues.controllers.cluster_queue_checks:

@@ -34,8 +34,8 @@ class Requeue:
     # The UIDs of the evicted pods' owners (a Job's): a workload of the same name whose pods another owner made (the
     # Job deleted and created again) is a new workload, as Kueue makes a new Workload for it, and starts afresh.
     owners: frozenset[str] = frozenset()
-    # The UIDs of the pods evicted: any of them evicted again (a cycle that ran before all of their deletions
-    # reached the cache) is the same eviction, not one more requeue.
+    # The UIDs of the pods evicted: some of them evicted again, and no other (a cycle that ran before all of their
+    # deletions reached the cache), is the same eviction, not one more requeue.
     pods: frozenset[str] = frozenset()
 
 
@@ -66,10 +66,11 @@ class RequeueMemory:
     def evicted(self, workload: str, policy: PodsReadyPolicy, now: float,
                 owners: frozenset[str] = frozenset(), pods: frozenset[str] = frozenset()) -> Requeue:
         """The workload was evicted for ``PodsReadyTimeout`` at ``now`` under ``policy``: one more requeue, unless
-        some of these ``pods`` (UIDs) were evicted already (the rest of a gang whose other deletions were seen
-        first). ``owners``: its pods' owners' UIDs."""
+        these ``pods`` (UIDs) were all evicted then already (the rest of a gang whose other deletions were seen
+        first; with a pod of its own, one stuck being deleted beside new ones, it is one more). ``owners``: its
+        pods' owners' UIDs."""
         before = self._entries.get(workload)
-        if before is not None and pods and not pods.isdisjoint(before.pods):
+        if before is not None and pods and pods <= before.pods:
             return before
         same = before is not None and not made_again(before.owners, owners)
         count = (before.count if before is not None and same else 0) + 1

@@ -448,6 +448,17 @@ def held_by_claims(world: World, holders: Iterable[PodEntry]) -> dict[str, froze
     return out
 
 
+def stamp_bound_at(world: World, workloads: Iterable[Workload]) -> None:
+    """Give each workload the time its first Binding was sent, from the pods' records of it (``Intent.at``): a
+    policy built afresh admits it then, as the cycle that bound it did (a review found a rebuild ordering
+    preemption candidates by creation, the kept policy by admission)."""
+    pods = world.pods
+    for w in workloads:
+        sent = [e.intent.at for p in w.pods if (e := pods.get(p.key)) is not None and e.node is not None
+                and e.intent is not None and e.intent.at]
+        w.bound_at = min(sent) if sent else None
+
+
 def finish(world: World) -> None:
     """Build our workloads (single pods, pod groups, the workloads of the kinds watched) from our schedulable and
     bound pods."""
@@ -473,6 +484,7 @@ def finish(world: World) -> None:
                                           config=world.config),
                                 problems, create_missing=False)
     world.workloads = workloads
+    stamp_bound_at(world, workloads)
     for w in workloads:
         keys = [p.key for p in w.pods]
         world.pods_of[w.key] = keys

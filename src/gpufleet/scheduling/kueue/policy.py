@@ -673,7 +673,8 @@ class KueuePolicy:
             podsets.append(PodSetAdmission(ps.name, ps.count, flavors))
         info.no_quota = cq is None
         state.commit_admission(info, cq_name if cq is not None else None, AdmissionShape.of(podsets, usage), pods,
-                               now, admitted_at=info.workload.created, ready=True)
+                               now, ready=True, admitted_at=info.workload.created if info.workload.bound_at is None
+                               else info.workload.bound_at)
 
     def _flavor_on_node(self, flavors: tuple[str, ...], keys: frozenset[str], ps: Any,
                         labels: dict[str, str]) -> str:

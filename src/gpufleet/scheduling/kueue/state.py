@@ -85,11 +85,25 @@ class SchedulerState:
             tree.add_cluster_queue(name, spec.cohort, spec.quotas, spec.fair_weight)
             self.admitted[name] = AdmittedQueue()
             self.namespace_matches[name] = {}
+        # A parent's children as a new tree lists them (its child cohorts, then its ClusterQueues in the
+        # configuration's order), not the new ones last: fair sharing ranks queues of equal share by that order (a
+        # review found another victim chosen).
+        rank = {name: i for i, name in enumerate(order)}
+        parents = {id(p): p for name in queues if (p := tree.cluster_queue(name).parent) is not None}
+        for parent in parents.values():
+            parent.children.sort(key=lambda child: (child.is_cluster_queue,
+                                                    rank.get(child.name, -1) if child.is_cluster_queue else 0))
         tree.finalize()
         for name, spec in queues.items():
             self.queues.add_queue(name, spec.strategy, _tree_key(tree.cluster_queue(name)))
             self.queues.release_in_tree(name)  # (its quota is the cohort's to lend: what is parked there may fit)
-        rank = {name: i for i, name in enumerate(order)}
+        # The waiting workloads of the trees joined search their flavors afresh, as on a quota change
+        # (:meth:`queues_changed`): the new queue's quota is theirs to borrow.
+        roots = {self.queues.tree_of[name] for name in queues}
+        for name in config.cluster_queues:
+            if name not in queues and self.queues.tree_of.get(name, name) in roots:
+                for info in self.queues.queues[name].pending():
+                    info.last_tried = None
         _reorder(config.cluster_queues, rank)
         _reorder(self.admitted, rank)
         _reorder(self.namespace_matches, rank)
