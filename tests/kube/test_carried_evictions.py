@@ -747,3 +747,39 @@ def test_a_rebuild_orders_victims_by_when_they_were_admitted() -> None:
     d, carried = _step(run, now + 2)
     assert carried and {p.workload for p in d.plan.preempted} == {p.workload for p in rebuilt.plan.preempted} == {
         f"{NS}/y"}
+
+
+def test_a_full_cycle_keeps_first_the_head_waiting_for_its_preemptions() -> None:
+    """Under BestEffortFIFO a head whose preemptions are under way stays first (Kueue's sticky workload) though a
+    higher priority comes meanwhile; the scheduler's own full cycles keep it so too (its parked memory carries the
+    heads), deciding as the cycles that carry on do: two runners on two copies of a cluster, one carrying on, one
+    rebuilding at every cycle, admit the same (before, the rebuilding one admitted the newcomer and left the
+    preemptor waiting)."""
+    clusters = {"carrying": Cluster(), "rebuilding": Cluster()}
+    runs: dict[str, CycleRunner] = {}
+    now = time.time()
+    for name, c in clusters.items():
+        c.put(r.CLUSTER_QUEUES, cluster_queue("cq", 4, cpu="100000", preemption=PREEMPTION), "MODIFIED")
+        for pc, value in (("low", 1), ("mid", 50), ("high", 100)):
+            c.put(r.PRIORITY_CLASSES, priority_class(pc, value))
+        c.put(r.NODES, node("n0", gpus=8))
+        c.put(r.PODS, pod("lo", gpus=4, queue="lq", priority_class="low", node_name="n0", created=stamp(100.0)))
+        runs[name] = runner(c)
+        first_cycle(runs[name], now)
+        c.put(r.PODS, pod("p", gpus=4, queue="lq", priority_class="mid", created=stamp(now)))
+    admitted: dict[str, list[set[str]]] = {name: [] for name in clusters}
+    for step_no in range(1, 4):
+        for name, c in clusters.items():
+            if step_no == 2:
+                _deleting(c, f"{NS}/lo")
+                c.put(r.PODS, pod("h", gpus=4, queue="lq", priority_class="high", created=stamp(now + 1)))
+            if step_no == 3:
+                c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/lo"), "DELETED")  # type: ignore[arg-type]
+            run = runs[name]
+            if name == "rebuilding":
+                run.kept = None
+            d, carried = _step(run, now + step_no)
+            assert carried == (name == "carrying"), (name, step_no)
+            admitted[name].append(outcome(d)[0])
+    assert admitted["carrying"] == admitted["rebuilding"]
+    assert {f"{NS}/p"} in admitted["rebuilding"]  # (the preemptor, once its victim is gone)

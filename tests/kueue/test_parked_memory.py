@@ -28,7 +28,7 @@ from gpufleet.cluster.state import ClusterState, NodeState
 from gpufleet.cluster.workloads import PodSet, Workload, WorkloadPod
 from gpufleet.scheduling.kueue import KueuePolicy, first_fit_factory
 from gpufleet.scheduling.kueue.info import State
-from gpufleet.scheduling.kueue.parked_memory import ParkedMemory, Releases, parked_in
+from gpufleet.scheduling.kueue.parked_memory import Heads, ParkedMemory, Releases, parked_in
 from gpufleet.scheduling.kueue.shields import Shields
 from tests.kueue.scenario import Scenario, job, names, preempted
 from tests.kueue.test_cohorts import FLAVOR, cq
@@ -96,6 +96,26 @@ def test_a_workload_admitted_or_gone_since_is_not_parked_again() -> None:
     s.workloads = [w for w in s.workloads if w.key != "default/huge"]
     policy = rebuilt(s)
     assert memory.carry(policy, SAME) == 0 and not parked_in(policy.state)
+
+
+def test_the_heads_a_queue_keeps_first_are_kept_first_again_whatever_was_released() -> None:
+    """A gang reserving its queue's quota (kueue.reservation) stays its queue's head in a policy built afresh, and a
+    workload gone since is not held; a release changes nothing (a release is what they wait for)."""
+    s = Scenario(BACKLOG, cluster=True)
+    q = s.policy.state.queues.queues["team"]
+    s.policy.state.reservations["team"] = "default/also"
+    q.sticky = "default/also"
+    memory = ParkedMemory()
+    memory.remember_parked(s.policy)
+    assert memory.heads == {"team": Heads("default/also", "default/also")}
+    again = rebuilt(s)
+    memory.carry(again, replace(SAME, holders=frozenset()))  # (a holder gone: a release)
+    head = again.state.queues.queues["team"].peek()
+    assert again.state.reservations == {"team": "default/also"} and head is not None and head.key == "default/also"
+    s.workloads = [w for w in s.workloads if w.key != "default/also"]
+    gone = rebuilt(s)
+    memory.carry(gone, SAME)
+    assert not gone.state.reservations and gone.state.queues.queues["team"].sticky is None
 
 
 def test_a_shielded_workload_keeps_its_nodes_and_is_no_victim() -> None:

@@ -8,6 +8,10 @@ backlog deeper than one cycle's budget, the workloads queued after it would star
 the parked set from the policy a cycle ends with into the one the next cycle builds, for as long as nothing was
 released in between.
 
+The heads a queue keeps first (:class:`Heads`: a BestEffortFIFO head waiting for its preemptions, Kueue's sticky
+workload; a gang reserving its queue's quota, kueue.reservation) are carried too, whatever was released: what they
+wait for is a release.
+
 "Nothing released" is judged on a :class:`Releases`: what the driver sees of the things whose change could wake a
 parked workload (the queue objects' generation, the nodes, the pods holding capacity). The memory holds while the
 queues and the nodes are the same and every pod that held capacity still does; new pods holding capacity release
@@ -36,6 +40,13 @@ class Parked(NamedTuple):
     for_nodes: bool
 
 
+class Heads(NamedTuple):
+    """What a ClusterQueue keeps first: its sticky workload, and the workload reserving its quota (None: none)."""
+
+    sticky: str | None
+    reserving: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class Releases:
     """What a release would change, as the driver sees it at one moment."""
@@ -55,6 +66,31 @@ def parked_in(state: SchedulerState) -> dict[str, Parked]:
     """The workloads ``state``'s queues hold parked, with why they wait."""
     return {key: Parked(name, info.message, info.pending, info.placement_parked)
             for name, q in state.queues.queues.items() for key, info in q.parked.items()}
+
+
+def heads_in(state: SchedulerState) -> dict[str, Heads]:
+    """The ClusterQueues of ``state`` that keep a workload first, and which."""
+    reservations = state.reservations
+    return {name: Heads(q.sticky, reservations.get(name)) for name, q in state.queues.queues.items()
+            if q.sticky is not None or name in reservations}
+
+
+def hold_heads(state: SchedulerState, heads: dict[str, Heads]) -> int:
+    """Keep first in ``state`` the workloads of ``heads`` still waiting, active, in the same ClusterQueue (the others
+    are gone, admitted or moved, and left as they are), as the policy that kept them did; how many."""
+    count = 0
+    queues = state.queues.queues
+    for name, h in heads.items():
+        q = queues.get(name)
+        if q is None:
+            continue
+        if h.reserving is not None and h.reserving in q.active:
+            state.reservations[name] = h.reserving
+        if h.sticky is not None and (item := q.active.get(h.sticky)) is not None:
+            q.sticky = h.sticky
+            q.push(item[5])  # (its heap item made again: the sticky one ranks first)
+            count += 1
+    return count
 
 
 def park_again(state: SchedulerState, parked: dict[str, Parked]) -> int:
@@ -81,6 +117,7 @@ class ParkedMemory:
 
     def __init__(self) -> None:
         self.parked: dict[str, Parked] = {}
+        self.heads: dict[str, Heads] = {}
         self.seen: Releases | None = None  # what the driver saw when it last looked
 
     def carry(self, policy: KueuePolicy, now: Releases) -> int:
@@ -89,6 +126,7 @@ class ParkedMemory:
         unless :meth:`note_holders` brings the holders up to date first."""
         valid = self.seen is not None and not now.released_since(self.seen)
         count = park_again(policy.state, self.parked) if valid else 0
+        hold_heads(policy.state, self.heads)  # (whatever was released: a release is what they wait for)
         self.seen = now
         return count
 
@@ -111,8 +149,9 @@ class ParkedMemory:
             self.seen = Releases(generation, self.seen.nodes, self.seen.holders)
 
     def remember_parked(self, policy: KueuePolicy) -> None:
-        """What the round just run left parked."""
+        """What the round just run left parked, and the heads its queues keep first."""
         self.parked = parked_in(policy.state)
+        self.heads = heads_in(policy.state)
 
     def note_holders(self, holders: frozenset[str]) -> None:
         """The pods holding capacity as the round ends (those it placed included): a later cycle re-parks only while
