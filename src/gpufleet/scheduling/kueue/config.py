@@ -165,16 +165,14 @@ def queue_config(manifests: Manifests, *, extensions: bool = True, previous: Que
     spec, while the flavors and the global waitForPodsReady are the same (thousands of queues, one changed)."""
     scheduler = manifests.config or SchedulerConfig()
     flavors = {f.name: f for f in manifests.flavors}
-    kept: Mapping[str, CQSpec] = {}
-    if previous is not None and read_from and previous.flavors == flavors \
-            and previous.scheduler.pods_ready == scheduler.pods_ready:
-        kept = {name: previous.cluster_queues[name] for name, cq in read_from.items()
-                if name in previous.cluster_queues}
+    same = (previous is not None and read_from is not None and previous.flavors == flavors
+            and previous.scheduler.pods_ready == scheduler.pods_ready)
+    specs: Mapping[str, CQSpec] = previous.cluster_queues if same and previous is not None else {}
+    objects: Mapping[str, ClusterQueue] = read_from if same and read_from is not None else {}
     cqs: dict[str, CQSpec] = {}
     for cq in manifests.cluster_queues:
-        known = kept.get(cq.name)
-        cqs[cq.name] = known if known is not None and read_from is not None and read_from.get(cq.name) is cq \
-            else _cq_spec(cq, flavors, scheduler.pods_ready, extensions)
+        known = specs.get(cq.name) if objects.get(cq.name) is cq else None
+        cqs[cq.name] = known if known is not None else _cq_spec(cq, flavors, scheduler.pods_ready, extensions)
     lqs = {(lq.meta.namespace or "default", lq.meta.name): lq.cluster_queue for lq in manifests.local_queues}
     ns_labels = {ns.meta.name: {**ns.meta.labels, NAMESPACE_NAME_LABEL: ns.meta.name} for ns in manifests.namespaces}
     config = QueueConfig(flavors, cqs, lqs, ns_labels, {t.meta.name: t for t in manifests.topologies}, scheduler)

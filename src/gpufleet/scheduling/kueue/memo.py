@@ -212,8 +212,7 @@ class NominationMemo:
         interned = self._spec_ids
         for name in names:
             self._spec[name] = interned.setdefault(_spec_key(cqs[name]), len(interned))
-        for name in names:
-            self._queues[name] = self._queue(cqs[name])
+            self._queues[name] = self._queue(cqs[name])  # (after its spec id: _queue reads it)
         self._tables.clear()
         return True
 
