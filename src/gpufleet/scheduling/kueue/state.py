@@ -99,11 +99,7 @@ class SchedulerState:
             self.queues.release_in_tree(name)  # (its quota is the cohort's to lend: what is parked there may fit)
         # The waiting workloads of the trees joined search their flavors afresh, as on a quota change
         # (:meth:`queues_changed`): the new queue's quota is theirs to borrow.
-        roots = {self.queues.tree_of[name] for name in queues}
-        for name in config.cluster_queues:
-            if name not in queues and self.queues.tree_of.get(name, name) in roots:
-                for info in self.queues.queues[name].pending():
-                    info.last_tried = None
+        self._search_afresh({self.queues.tree_of[name] for name in queues}, release=False)
         _reorder(config.cluster_queues, rank)
         _reorder(self.admitted, rank)
         _reorder(self.namespace_matches, rank)
@@ -147,12 +143,18 @@ class SchedulerState:
             # (made again with its interner: the workloads keep the shape ids it gave them)
             self.memo = NominationMemo(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                        self.memo.shapes)
-        roots = {self.queues.tree_of.get(name, name) for name in queues} | {_tree_key(tree.cohort(name))
-                                                                             for name in cohorts}
-        for name in config.cluster_queues:
+        self._search_afresh({self.queues.tree_of.get(name, name) for name in queues}
+                            | {_tree_key(tree.cohort(name)) for name in cohorts}, release=True)
+
+    def _search_afresh(self, roots: set[str], *, release: bool) -> None:
+        """The pending workloads of every ClusterQueue in the cohort trees ``roots`` search their flavors from the
+        first again (Kueue resets where a flavor search resumes when a tree's quotas change), the workloads parked
+        there woken first when ``release``."""
+        for name in self.config.cluster_queues:
             if self.queues.tree_of.get(name, name) in roots:
-                self.queues.release_in_tree(name)
-                for info in self.queues.queues[name].pending():  # (Kueue resets where a flavor search resumes)
+                if release:
+                    self.queues.release_in_tree(name)
+                for info in self.queues.queues[name].pending():
                     info.last_tried = None
 
     def assigner(self, cluster_queue: str) -> FlavorAssigner:
