@@ -84,6 +84,7 @@ from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, Node, Pod
 from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster import grouping
 from gpufleet.cluster.build import build_workloads
+from gpufleet.cluster.dra_claims import claim_names
 from gpufleet.cluster.state import NodeState, node_state_from
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
@@ -91,6 +92,7 @@ from gpufleet.k8s.informer import CacheChange, CacheSnapshot, ObjectCache
 from gpufleet.k8s.parsing import ParseCache, WorkloadObject
 from gpufleet.live import observed_memory, owner_changes, planner
 from gpufleet.live.assumed import AssumedPods
+from gpufleet.live.claim_changes import ClaimChanges, claim_statuses
 from gpufleet.live.gpu_oom import ended, gpu_ooms
 from gpufleet.live.queuestatus import QueueCounts
 from gpufleet.live.wakeup import unread_status_only, without_status
@@ -103,6 +105,7 @@ from gpufleet.live.world import (
     pod_entry,
     read_world_objects,
     stamp_bound_at,
+    world_manifests,
 )
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import ADMITTED, WorkloadInfo
@@ -228,6 +231,7 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
     nodes: dict[str, Node] | None = None  # by name, made at the first node change
     new: dict[str, PodEntry] = dict(world.unjoined)  # the members waiting for the rest of their gang, first
     out = Carried()
+    claims = ClaimChanges(world, kept.policy, parse)
     for c in changes:
         if c.resource == r.PODS.key:
             if not _pod_change(world, c, new, out, scheduler_name=scheduler_name, parse=parse, assumed=assumed,
@@ -253,6 +257,9 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             out.nodes[c.key] = changed
         elif unread_status_only(c):
             continue
+        elif c.resource == r.RESOURCE_CLAIMS.key:
+            if not claims.take(c):
+                return None
         elif c.resource in _LOCAL_QUEUE_KEYS:
             out.local_queues.add(c.key)  # created, changed or deleted: routed again (KueuePolicy.local_queues_changed)
         elif c.resource in _QUOTA_KEYS and (c.resource in _COHORT_KEYS or (c.type != "DELETED" and c.new is not None)):
@@ -294,6 +301,7 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             return None
         else:
             return None
+    claims.apply()
     out.new = list(new.values())
     return out
 
@@ -361,14 +369,17 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
     if spec.get("schedulerName") != scheduler_name and not spec.get("nodeName") and not (
             c.old is not None and (c.old.get("spec") or {}).get("nodeName")):
         return True  # another scheduler's pod that holds no node: none of our business, as in a full cycle
-    if spec.get("resourceClaims"):
-        # A pod with DRA claims is resolved against the claims' objects, which the controller creates and writes
-        # (its status names them): only a full cycle reads them together.
-        return False
+    # A pod with DRA claims: one of ours created unbound, its status naming the claims made for it, its Binding
+    # landing and its status changing beside its claims are carried (its claims resolved against the kept world's,
+    # gpufleet.live.claim_changes); one ending, or bound by another scheduler, frees or holds devices through its
+    # claims' allocations, which only a full cycle reads together.
+    claimed = bool(spec.get("resourceClaims"))
     if c.type == "ADDED":
         if c.key in world.pods or c.key in new:
             return False
         if spec.get("nodeName"):  # created on its node (a DaemonSet's pod, a static pod's mirror)
+            if claimed:
+                return False
             return _bound_elsewhere(world, c.key, obj, parse=parse, scheduler_name=scheduler_name,
                                     assumed=assumed, require_mutation=require_mutation)
         created = pod_entry(c.key, obj, parse, scheduler_name, assumed, world.now, require_mutation)
@@ -377,18 +388,27 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         new[c.key] = created
         return True
     if c.type == "DELETED":
-        return c.key not in new and _ended(world, c.key, None, out)
+        return not claimed and c.key not in new and _ended(world, c.key, None, out)
     if c.old is None or c.new is None:
         return False
     if c.key in new:
         if without_status(c.old) != without_status(c.new) or _phase(c.old) != _phase(c.new):
             return False
+        if claimed and claim_statuses(c.old) != claim_statuses(c.new):
+            # The resourceclaim controller naming the claims it made for it: read again (the names are its claims').
+            made = pod_entry(c.key, c.new, parse, scheduler_name, assumed, world.now, require_mutation)
+            if made.deleting or made.gated or made.terminal or made.node is not None:
+                return False
+            new[c.key] = made
+            return True
         new[c.key].raw = c.new
         return True
     entry = world.pods.get(c.key)
     old_node = (c.old.get("spec") or {}).get("nodeName")
     new_node = (c.new.get("spec") or {}).get("nodeName")
     if entry is None or not entry.ours:
+        if claimed and (old_node != new_node or entry is None):
+            return False  # (bound by its allocator where its claims are: a full cycle charges their devices)
         if old_node is None and new_node is not None:
             # Another scheduler bound its pod (kube-scheduler's): charged where it went, as a full cycle would.
             world.pods.pop(c.key, None)
@@ -409,6 +429,9 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         return False
     if _unobserved(c.old) != _unobserved(c.new):
         return False
+    if claimed and (claim_statuses(c.old) != claim_statuses(c.new) or _phase(c.new) in TERMINAL_PHASES
+                    or (c.new.get("metadata") or {}).get("deletionTimestamp")):
+        return False  # (its claims named otherwise, or its claims' devices to be released: a full cycle's)
     if _memory_used(c.old) != _memory_used(c.new):
         # The node agent's observation of what it uses of its GPUs: the parse reads it; the policy is told. One
         # removed or unreadable takes a full cycle (the kept policy cannot unlearn it; a rebuild never learns it).
@@ -621,12 +644,8 @@ def regrouped(world: World, key: str, extra: Sequence[Pod] = ()) -> Workload | N
 def _grouped(world: World, pods: list[Pod]) -> list[Workload] | None:
     """``pods`` grouped into workloads as a full cycle groups them (the kept world's workload objects); None when
     the grouping reports a problem (a full cycle says it)."""
-    q = world.queues
     problems = Problems()
-    built = build_workloads(Manifests(pods=pods, priority_classes=q.priority_classes,
-                                      workload_priority_classes=q.workload_priority_classes,
-                                      local_queues=q.local_queues, controllers=q.controllers),
-                            problems, create_missing=False) if pods else []
+    built = build_workloads(world_manifests(world, pods), problems, create_missing=False) if pods else []
     stamp_bound_at(world, built)
     return None if problems.errors else built
 
@@ -900,7 +919,10 @@ def extend(kept: Kept, entries: list[PodEntry], now: float, readmitted: list[str
     (a Job's replacement pods while its old ones are being deleted: their keys added to ``readmitted``). None
     (nothing changed) when a pod belongs with pods the world knows otherwise: a full cycle groups them."""
     world = kept.world
-    chosen = [e.pod for e in entries if e.pod is not None and e.problem is None]
+    unclaimed = _claims_to_come(world, entries)
+    if unclaimed is None:
+        return None
+    chosen = [e.pod for e in entries if e.pod is not None and e.problem is None and e.key not in unclaimed]
     built = _grouped(world, chosen)
     if built is None:
         return None
@@ -927,7 +949,7 @@ def extend(kept: Kept, entries: list[PodEntry], now: float, readmitted: list[str
                 return None  # a late member of a pod group (a gang left incomplete), or of a pending workload...
     late = {w.key for w in (*joining, *remade)}
     # A gang short of members (a controller still creating them) waits for the rest a little, off the books.
-    waiting = {p.key for w in workloads if not w.complete and w.key not in late for p in w.pods}
+    waiting = {p.key for w in workloads if not w.complete and w.key not in late for p in w.pods} | unclaimed
     world.unjoined = {e.key: e for e in entries if e.key in waiting}
     world.unjoined_at = {key: world.unjoined_at.get(key, now) for key in world.unjoined}
     workloads = [w for w in workloads if w.complete and w.key not in late]
@@ -954,6 +976,40 @@ def extend(kept: Kept, entries: list[PodEntry], now: float, readmitted: list[str
         world.late.add(merged.key)
         readmitted.append(merged.key)
     return workloads
+
+
+def _claims_to_come(world: World, entries: list[PodEntry]) -> set[str] | None:
+    """The new pods whose DRA claims are not all there yet (the resourceclaim controller still to create them, or
+    to name them in the pod's status): they wait off the books with the members of gangs still short of some, as
+    kube-scheduler's PreEnqueue keeps such a pod out of its queue (past :data:`UNJOINED_WAIT`, a full cycle says
+    why it waits). None (a full cycle) when one names a claim that is allocated or reserved already, or one another
+    pod names (a full cycle refuses claims several pods share, and binds where an allocation is)."""
+    claimed = [e for e in entries if e.pod is not None and e.problem is None and e.pod.template.resource_claims]
+    if not claimed:
+        return set()
+    claims = {c.key: c for c in world.dra.resource_claims}
+    named: dict[str, int] = {}
+    by_name = any(ref.resource_claim_name is not None for e in claimed if e.pod is not None
+                  for ref in e.pod.template.resource_claims)
+    for e in (*world.pods.values(), *entries) if by_name else ():  # (claims made from templates are the pod's own)
+        if e.pod is not None and e.pod.template.resource_claims:
+            for ref in e.pod.template.resource_claims:
+                if ref.resource_claim_name is not None:
+                    key = f"{e.namespace}/{ref.resource_claim_name}"
+                    named[key] = named.get(key, 0) + 1
+    waiting: set[str] = set()
+    for e in claimed:
+        assert e.pod is not None
+        refs = e.pod.template.resource_claims
+        names = claim_names(e.namespace, refs)
+        found = [claims.get(name) for name in names]
+        if any(claim is not None and (claim.allocation is not None or claim.reserved_for) for claim in found) or any(
+                named.get(f"{e.namespace}/{ref.resource_claim_name}", 0) > 1 for ref in refs
+                if ref.resource_claim_name is not None):
+            return None
+        if len(names) != len(refs) or not all(found):
+            waiting.add(e.key)
+    return waiting
 
 
 def _joinable(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:

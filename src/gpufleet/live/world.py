@@ -459,6 +459,19 @@ def stamp_bound_at(world: World, workloads: Iterable[Workload]) -> None:
         w.bound_at = min(sent) if sent else None
 
 
+def world_manifests(world: World, pods: list[Pod]) -> Manifests:
+    """What ``pods`` are grouped into workloads with: the world's queue objects, its workload kinds' objects, its
+    DRA objects (the pods' claims resolved against them) and the scheduler's configuration. A cycle that carries
+    on groups the pods created since with the same, as a full cycle groups them all."""
+    q = world.queues
+    dra = world.dra
+    return Manifests(pods=pods, priority_classes=q.priority_classes,
+                     workload_priority_classes=q.workload_priority_classes, local_queues=q.local_queues,
+                     controllers=q.controllers, nodes=world.nodes, resource_slices=dra.resource_slices,
+                     device_classes=dra.device_classes, resource_claims=dra.resource_claims,
+                     resource_claim_templates=dra.resource_claim_templates, config=world.config)
+
+
 def finish(world: World) -> None:
     """Build our workloads (single pods, pod groups, the workloads of the kinds watched) from our schedulable and
     bound pods."""
@@ -473,16 +486,7 @@ def finish(world: World) -> None:
             pod = replace(pod, node_name=e.node)  # assumed or being completed: the core sees it bound
         chosen.append(pod)
     problems = Problems()
-    q = world.queues
-    dra = world.dra
-    workloads = build_workloads(Manifests(pods=chosen, priority_classes=q.priority_classes,
-                                          workload_priority_classes=q.workload_priority_classes,
-                                          local_queues=q.local_queues, controllers=q.controllers,
-                                          nodes=world.nodes, resource_slices=dra.resource_slices,
-                                          device_classes=dra.device_classes, resource_claims=dra.resource_claims,
-                                          resource_claim_templates=dra.resource_claim_templates,
-                                          config=world.config),
-                                problems, create_missing=False)
+    workloads = build_workloads(world_manifests(world, chosen), problems, create_missing=False)
     world.workloads = workloads
     stamp_bound_at(world, workloads)
     for w in workloads:

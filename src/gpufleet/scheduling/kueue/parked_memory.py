@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gpufleet.api.dra_need import DraNeed
+from gpufleet.cluster.workloads import Workload
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.policy import KueuePolicy
 from gpufleet.scheduling.kueue.state import SchedulerState
@@ -38,6 +40,7 @@ class Parked(NamedTuple):
     message: str
     reason: PendingReason
     for_nodes: bool
+    workload: Workload  # as it was parked: one whose DRA claims now read otherwise is evaluated afresh
 
 
 class Heads(NamedTuple):
@@ -64,7 +67,7 @@ class Releases:
 
 def parked_in(state: SchedulerState) -> dict[str, Parked]:
     """The workloads ``state``'s queues hold parked, with why they wait."""
-    return {key: Parked(name, info.message, info.pending, info.placement_parked)
+    return {key: Parked(name, info.message, info.pending, info.placement_parked, info.workload)
             for name, q in state.queues.queues.items() for key, info in q.parked.items()}
 
 
@@ -94,14 +97,16 @@ def hold_heads(state: SchedulerState, heads: dict[str, Heads]) -> int:
 
 
 def park_again(state: SchedulerState, parked: dict[str, Parked]) -> int:
-    """Park in ``state`` the workloads of ``parked`` that are waiting, active, in the same ClusterQueue (the others
-    are gone, admitted, or moved: they are left as they are), as they were parked; how many."""
+    """Park in ``state`` the workloads of ``parked`` that are waiting, active, in the same ClusterQueue, their DRA
+    claims resolved as they were (the others are gone, admitted, moved, or ask otherwise: they are left as they
+    are), as they were parked; how many."""
     count = 0
     queues = state.queues.queues
     for key, p in parked.items():
         info = state.infos.get(key)
         q = queues.get(p.cluster_queue)
-        if info is not None and q is not None and key in q.active:
+        if info is not None and q is not None and key in q.active and (
+                p.workload is info.workload or _claims(p.workload) == _claims(info.workload)):
             q.park(info)
             info.message = p.message  # why it waits, for its pods' condition and the pending gauge
             info.pending = p.reason
@@ -110,6 +115,12 @@ def park_again(state: SchedulerState, parked: dict[str, Parked]) -> int:
                 state.placement_parked[key] = info
             count += 1
     return count
+
+
+def _claims(workload: Workload) -> tuple[tuple[str, DraNeed], ...]:
+    """The workload's pods' DRA claims as resolved (what the claims' objects, not a release, change: a claim the
+    resourceclaim controller made, a slice published)."""
+    return tuple((p.key, p.template.dra) for p in workload.pods if p.template.dra is not None)
 
 
 class ParkedMemory:
