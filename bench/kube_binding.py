@@ -146,7 +146,7 @@ def emulator_role(args: argparse.Namespace) -> int:
 def _final_state(sim: Any, pods_key: str, nodes_key: str) -> JsonDict:
     """Double binds and over-commitment, from the emulator's objects (run on its loop thread)."""
     double = sorted(k for k, n in sim.accepted.items() if n > 1)
-    capacity = {name: int(o["status"]["allocatable"]["nvidia.com/gpu"])
+    capacity = {name: int(o["status"]["allocatable"].get("nvidia.com/gpu", 0))
                 for (_, name), o in sim.objects[nodes_key].items()}
     held: Counter[str] = Counter()
     devices: dict[str, list[str]] = {}

@@ -86,6 +86,7 @@ from revision_src import revision_src  # noqa: E402
 
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 BASELINE_REF = "e36a5e0"  # the live scheduler before its cycles ran on timers (issue 27)
+DRA_DRIVER = "gpu.nvidia.com"
 
 JsonDict = dict[str, Any]
 
@@ -159,7 +160,7 @@ def emulator_role(args: argparse.Namespace) -> int:
               r.CLUSTER_QUEUES, r.LOCAL_QUEUES, r.COHORTS, r.WORKLOAD_PRIORITY_CLASSES,
               *([jobs_res] if args.victim_job_pods else []),
               *([replica_sets] if args.foreign_churn or args.rollouts else []),
-              *([deployments] if args.rollouts else []))
+              *([deployments] if args.rollouts else []), *(r.DRA_RESOURCES if args.dra else ()))
     held = 5  # of each node's 8 GPUs
     total_gpus = args.nodes * 8 + 16 * args.backlog + args.arrivals * args.gang_size  # the queue's quota
     urgent = int(args.preempt_rate * args.arrivals / args.rate) if args.preempt_rate else 0  # high pods to come
@@ -173,16 +174,69 @@ def emulator_role(args: argparse.Namespace) -> int:
                                           "batch.kubernetes.io/job-name": name})
         return out
 
+    def claimed(obj: JsonDict, gpus: int, named: bool) -> JsonDict:
+        """--dra: the pod asks its GPUs through a claim made from a template instead of nvidia.com/gpu; ``named``:
+        its status names the claim the resourceclaim controller made."""
+        container = obj["spec"]["containers"][0]
+        container["resources"] = {"requests": {k: v for k, v in container["resources"]["requests"].items()
+                                               if k != "nvidia.com/gpu"}, "claims": [{"name": "gpus"}]}
+        obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"gpus-{gpus}"}]
+        if named:
+            obj["status"]["resourceClaimStatuses"] = [{"name": "gpus",
+                                                       "resourceClaimName": dra_claim_name(obj["metadata"]["name"])}]
+        return obj
+
+    def dra_claim(pod_name: str, gpus: int, node_name: str | None = None, devices: list[str] | None = None,
+                  uid: str = "") -> JsonDict:
+        """The claim the resourceclaim controller makes for a pod (allocated and reserved for it when it runs)."""
+        from live_env import NS
+
+        claim: JsonDict = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                           "metadata": {"name": dra_claim_name(pod_name), "namespace": NS},
+                           "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                               "deviceClassName": DRA_DRIVER, "count": gpus}}]}}}
+        if node_name is not None and devices is not None:
+            claim["status"] = {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": DRA_DRIVER, "pool": node_name, "device": d} for d in devices]}},
+                "reservedFor": [{"resource": "pods", "name": pod_name, "uid": uid}]}
+        return claim
+
+    def fill_dra(s: ApiSim) -> None:
+        """--dra: the driver's DeviceClass and the templates pods make their claims from (1 and 16 GPUs)."""
+        from live_env import NS
+
+        s._create(r.DEVICE_CLASSES, {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                     "metadata": {"name": DRA_DRIVER},
+                                     "spec": {"selectors": [{"cel": {"expression":
+                                                                     f"device.driver == '{DRA_DRIVER}'"}}]}}, None)
+        for gpus in (1, 16):
+            s._create(r.RESOURCE_CLAIM_TEMPLATES, {
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"gpus-{gpus}", "namespace": NS},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": DRA_DRIVER, "count": gpus}}]}}}}, None)
+
     def fill(s: ApiSim) -> None:
+        if args.dra:
+            fill_dra(s)
         for i in range(args.nodes):
             name = f"node-{i:05d}"
-            s._create(r.NODES, node(name, gpus=8), None)
+            if args.dra:  # its GPUs published by the DRA driver, not counted by a device plugin
+                s._create(r.NODES, dra_node(name), None)
+                s._create(r.RESOURCE_SLICES, dra_slice(name, 8), None)
+            else:
+                s._create(r.NODES, node(name, gpus=8), None)
             for j in range(held):
                 group = {} if args.running_gang_size == 1 else {
                     "group": f"job-{i:05d}-{j // args.running_gang_size}", "group_size": args.running_gang_size}
                 running = pod(f"run-{i:05d}-{j}", gpus=1, queue="team", node_name=name, **group)
                 if args.pods_ready:
                     running["status"] = READY
+                if args.dra:
+                    made = s._create(r.PODS, claimed(running, 1, named=True), None)
+                    s._create(r.RESOURCE_CLAIMS, dra_claim(f"run-{i:05d}-{j}", 1, name, [f"gpu-{j}"],
+                                                           made["metadata"]["uid"]), None)
+                    continue
                 s._create(r.PODS, running, None)
         s._create(r.RESOURCE_FLAVORS, flavor(), None)
         total = total_gpus
@@ -193,7 +247,11 @@ def emulator_role(args: argparse.Namespace) -> int:
         s._create(r.CLUSTER_QUEUES, queue, None)
         s._create(r.LOCAL_QUEUES, local_queue("team", "all"), None)
         for k in range(args.backlog):
-            s._create(r.PODS, pod(f"big-{k:05d}", gpus=16, queue="team"), None)
+            big = pod(f"big-{k:05d}", gpus=16, queue="team")
+            if args.dra:
+                s._create(r.RESOURCE_CLAIMS, dra_claim(f"big-{k:05d}", 16), None)
+                claimed(big, 16, named=True)
+            s._create(r.PODS, big, None)
         if args.preempt_rate:
             # A queue of its own, full of low-priority pods (one on each of the first nodes), for the high ones.
             s._create(r.PRIORITY_CLASSES, priority_class("urgent-low", 1), None)
@@ -397,6 +455,15 @@ def emulator_role(args: argparse.Namespace) -> int:
             name = f"new-{k:05d}"
 
             def create(name: str = name) -> None:
+                if args.dra:
+                    # The pod, then what the resourceclaim controller does on seeing it: the claim made from the
+                    # template, then the pod's status naming it (a watch event each).
+                    sim._create(r.PODS, claimed(pod(name, gpus=1, queue="team"), 1, named=False), None)
+                    sim.created[f"{pod_ns}/{name}"] = time.monotonic()
+                    sim._create(r.RESOURCE_CLAIMS, dra_claim(name, 1), None)
+                    sim._patched(r.PODS, pod_ns, name, {"status": {"resourceClaimStatuses": [
+                        {"name": "gpus", "resourceClaimName": dra_claim_name(name)}]}})
+                    return
                 if args.gang_size == 1:
                     sim._create(r.PODS, pod(name, gpus=1, queue="team"), None)
                     sim.created[f"{pod_ns}/{name}"] = time.monotonic()
@@ -435,7 +502,8 @@ def emulator_role(args: argparse.Namespace) -> int:
                         "high_latencies": [sim.bound[k] - sim.high_created[k] for k in high
                                            if k in sim.high_created],
                         "double_bound": sorted(k for k, n in sim.accepted.items() if n > 1),
-                        **_final_state(sim, r.PODS.key, r.NODES.key)}
+                        **_final_state(sim, r.PODS.key, r.NODES.key),
+                        **({"shared_gpus_nodes": _shared_claimed(sim, r.RESOURCE_CLAIMS.key)} if args.dra else {})}
             _emit(sim.harness.call(gather, timeout=120))
         elif command == "quit":
             break
@@ -445,6 +513,43 @@ def emulator_role(args: argparse.Namespace) -> int:
 
 
 # --- the scheduler process --------------------------------------------------------------------------------
+
+
+def dra_claim_name(pod_name: str) -> str:
+    return f"{pod_name}-gpus-x7k2p"  # (the resourceclaim controller's five random letters)
+
+
+def dra_node(name: str) -> JsonDict:
+    """--dra: a node whose 8 GPUs only its DRA driver's ResourceSlice publishes."""
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"capacity": resources, "allocatable": resources,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def dra_slice(node_name: str, gpus: int) -> JsonDict:
+    devices = [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"},
+                                                  "uuid": {"string": f"GPU-{node_name}-{i}"},
+                                                  "productName": {"string": "NVIDIA A100-SXM4-80GB"}},
+                "capacity": {"memory": {"value": "81920Mi"}}} for i in range(gpus)]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node_name}-{DRA_DRIVER}"},
+            "spec": {"driver": DRA_DRIVER, "nodeName": node_name,
+                     "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
+
+
+def _shared_claimed(sim: Any, claims_key: str) -> list[str]:
+    """--dra: the nodes (pools) one of whose devices two allocated claims name (run on the emulator's loop)."""
+    seen: set[tuple[str, str]] = set()
+    shared: set[str] = set()
+    for claim in sim.objects[claims_key].values():
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for res in (allocation.get("devices") or {}).get("results") or []:
+            device = (res.get("pool") or "", res.get("device") or "")
+            if device in seen:
+                shared.add(device[0])
+            seen.add(device)
+    return sorted(shared)
 
 
 def scheduler_role(args: argparse.Namespace) -> int:
@@ -547,7 +652,7 @@ def _child(role: str, args: argparse.Namespace, extra: list[str], src: Path) -> 
                "--rollouts", str(args.rollouts), "--quota-changes", str(args.quota_changes),
                "--preempt-rate", str(args.preempt_rate), "--victim-job-pods", str(args.victim_job_pods),
                "--grace", str(args.grace), "--nodes-lost", str(args.nodes_lost), "--gc-after", str(args.gc_after),
-               "--running-gang-size", str(args.running_gang_size), *extra]
+               "--running-gang-size", str(args.running_gang_size), *(["--dra"] if args.dra else []), *extra]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
@@ -672,6 +777,9 @@ def main() -> int:
                         help="waitForPodsReady timeout in seconds (0: off); bound pods turn Ready at once")
     parser.add_argument("--never-ready", type=int, default=0,
                         help="with --pods-ready, every Nth new pod never gets Ready (0: none), so it times out")
+    parser.add_argument("--dra", action="store_true",
+                        help="GPUs published by a DRA driver's ResourceSlices, every pod asking them through a claim "
+                             "made from a template (the resourceclaim controller emulated)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of nothing changing, CPU measured")
     parser.add_argument("--within", type=float, default=120.0, help="seconds after its creation a pod counts bound")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the backlog's first look")
@@ -700,6 +808,7 @@ def main() -> int:
              if args.preempt_rate else "")
           + (f" (pod groups of {args.running_gang_size})" if args.running_gang_size > 1 else "")
           + (f", waitForPodsReady {args.pods_ready:g}s" if args.pods_ready else "")
+          + (", every pod's GPUs through a DRA claim" if args.dra else "")
           + (f" (every {args.never_ready}th new pod never Ready)" if args.pods_ready and args.never_ready else "")
           + f" ({os.cpu_count()} CPUs)", flush=True)
     runs: dict[str, list[JsonDict]] = {"current": [], "baseline": []}

@@ -2,20 +2,23 @@
 
 On a DRA cluster each pod of ours brings the claim the resourceclaim controller makes for it, the pod's status
 naming that claim, the finalizer and the allocation our binder writes, then the Binding: every one of those changes
-used to rebuild everything. Carried on, the cycle decides what a full rebuild decides on the same snapshot, and a
-pod whose claim is still to come waits off the books until it comes (kube-scheduler's PreEnqueue), never longer
-than a gang's members wait for the rest."""
+used to rebuild everything. Carried on, the cycle decides what a full rebuild decides on the same snapshot. A pod
+whose claim is still to come waits out of its queue (held, as kube-scheduler's PreEnqueue keeps it out of its
+queue), in a full cycle as in one that carries on, and is submitted again once its claim comes."""
 
 from __future__ import annotations
 
 import copy
+import os
 import time
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_env import NS, pod
 from test_carried_cycles import (
+    JOBS,
     Cluster,
     _finish_cycle,
     _nonzero,
@@ -25,12 +28,14 @@ from test_carried_cycles import (
     runner,
     step,
 )
+from workload_env import job as job_object
+from workload_env import job_pods
 
 from gpufleet.k8s import resources as r
 from gpufleet.live.claims import reserved, with_finalizer
 from gpufleet.live.cycle import CycleRunner, _Decided
-from gpufleet.live.increment import UNJOINED_WAIT
 from gpufleet.live.queuestatus import QueueCounts
+from gpufleet.scheduling.placement.dra import CLAIM_HOLD_PREFIX
 
 JsonDict = dict[str, Any]
 DRIVER = "gpu.nvidia.com"
@@ -133,20 +138,21 @@ def land_all(c: Cluster, d: _Decided) -> None:
 
 def carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     """The next cycle, which must carry on, deciding what a fresh runner (the assumptions copied) decides on the
-    same snapshot, but for the pods held off the books for their claims; kept as run() keeps it."""
+    same snapshot; kept as run() keeps it."""
     snapshot = c.cache.snapshot()
     carried = run._carry_on(snapshot, now)
     assert carried is not None, "carried on"
     fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
     rebuilt = fresh._decide_isolating(snapshot, now)
-    waiting = set(carried.world.unjoined)
     assert outcome(carried)[0] == outcome(rebuilt)[0]
-    assert set(outcome(carried)[1]) == set(outcome(rebuilt)[1]) - waiting
-    for key in waiting:  # (a rebuild says why it waits)
-        assert "waiting for the resourceclaim controller" in outcome(rebuilt)[1][key]
+    assert set(outcome(carried)[1]) == set(outcome(rebuilt)[1])
+    for key, why in outcome(carried)[1].items():  # (held while its claim is to come: said alike)
+        if "waiting for the resourceclaim controller" in why:
+            assert outcome(rebuilt)[1][key] == why
     assert carried.counts is not None
     assert _nonzero(carried.counts) == _nonzero(QueueCounts(carried.plan.policy))
+    assert _nonzero(carried.counts) == _nonzero(QueueCounts(rebuilt.plan.policy))
     carried.world.cluster.check_invariants()
     # The devices each sent pod's claims are written with are free ones, never another claim's or pod's.
     sent = [(res.pool, res.device) for job in carried.jobs for p in job.pods for w in p.claims for res in w.results]
@@ -158,90 +164,203 @@ def carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     return _finish_cycle(run, snapshot, carried, now)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(gpus=st.lists(st.integers(1, 4), min_size=1, max_size=3),
-       busy=st.integers(0, 3),
-       arrivals=st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from(["together", "pod first",
-                                                                               "named later"])),
-                         min_size=1, max_size=5))
-def test_pods_with_claims_arriving_are_decided_carried_on_as_a_rebuild_decides_them(
-        gpus: list[int], busy: int, arrivals: list[tuple[int, str]]) -> None:
+_ARRIVAL = st.tuples(st.just("arrive"), st.sampled_from([1, 2]), st.sampled_from(["together", "pod first",
+                                                                                    "named later"]))
+_END = st.tuples(st.just("end"), st.integers(0, 20), st.sampled_from(["deleted", "Succeeded"]))
+
+
+@settings(max_examples=int(os.environ.get("GPUFLEET_CARRIED_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(gpus=st.lists(st.integers(1, 4), min_size=1, max_size=3), busy=st.integers(0, 3),
+       events=st.lists(st.one_of(_ARRIVAL, _END), min_size=1, max_size=8))
+def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuild_decides_them(
+        gpus: list[int], busy: int, events: list[tuple[str, int, str]]) -> None:
     c = dra_cluster(gpus)
-    for i in range(min(busy, gpus[0])):
-        running(c, f"old-{i}", 1, "dra-0", [f"gpu-{i}"])
+    bound = [f"old-{i}" for i in range(min(busy, gpus[0]))]
+    for i, name in enumerate(bound):
+        running(c, name, 1, "dra-0", [f"gpu-{i}"])
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
-    for i, (count, how) in enumerate(arrivals):
-        name = f"new-{i}"
-        c.put(r.PODS, dra_pod(name, count))
-        if how == "pod first":  # the cycle sees the pod before its claim: it waits off the books
+    arrived = ended = 0
+    for kind, n, how in events:
+        if kind == "end":
+            if not bound:
+                continue
+            name = bound.pop(n % len(bound))
+            ended += 1
+            if how == "deleted":
+                c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/{name}"), "DELETED")
+            else:
+                obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/{name}"))
+                obj["status"]["phase"] = how
+                c.put(r.PODS, obj, "MODIFIED")
+            carried_as_rebuilt(run, c, now)
+            release_claim(c, name)  # (its devices free now: a pod waiting for them is placed)
             d = carried_as_rebuilt(run, c, now)
-            assert f"{NS}/{name}" in d.world.unjoined and not d.jobs
-        c.put(r.RESOURCE_CLAIMS, made_claim(name, count))
-        if how == "named later":  # its claim there, the pod's status not naming it yet
-            d = carried_as_rebuilt(run, c, now)
-            assert f"{NS}/{name}" in d.world.unjoined
-        name_claim(c, name)
+            c.put(r.RESOURCE_CLAIMS, c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name(name)}"), "DELETED")
+        else:
+            name = f"new-{arrived}"
+            arrived += 1
+            c.put(r.PODS, dra_pod(name, n))
+            if how == "pod first":  # the cycle sees the pod before its claim: held out of its queue
+                d = carried_as_rebuilt(run, c, now)
+                assert "waiting for the resourceclaim controller" in d.plan.pending[f"{NS}/{name}"] and not d.jobs
+            c.put(r.RESOURCE_CLAIMS, made_claim(name, n))
+            if how == "named later":  # its claim there, the pod's status not naming it yet
+                d = carried_as_rebuilt(run, c, now)
+                assert "waiting for the resourceclaim controller" in d.plan.pending[f"{NS}/{name}"]
+            name_claim(c, name)
         d = carried_as_rebuilt(run, c, now)
-        assert f"{NS}/{name}" not in d.world.unjoined
         write_claims(c, d)  # our own writes coming back
         carried_as_rebuilt(run, c, now)
         land_all(c, d)
+        bound += [p.key.split("/")[1] for job in d.jobs for p in job.pods]
         carried_as_rebuilt(run, c, now)
-    # Every GPU a claim holds, held once; as many pods running as the GPUs allowed, in order of arrival.
+    # Every GPU a claim holds, held once, by a pod bound where the claim's devices are.
     claims = [claim for claim in c.cache.snapshot().of(r.RESOURCE_CLAIMS).values()
               if (claim.get("status") or {}).get("allocation")]
     held = [(res["pool"], res["device"]) for claim in claims
             for res in claim["status"]["allocation"]["devices"]["results"]]
     assert len(held) == len(set(held)) <= sum(gpus)
-    old = min(busy, gpus[0])
-    if all(count == 1 for count, _ in arrivals) and len(arrivals) <= sum(gpus) - old:
-        assert len(held) == old + len(arrivals)  # room for all: every one runs
+    assert sorted(claim_name(name) for name in bound) == sorted(claim["metadata"]["name"] for claim in claims)
+    if all(n == 1 for kind, n, _ in events if kind == "arrive") and arrived + min(busy, gpus[0]) <= sum(gpus):
+        assert len(held) == len(bound) == min(busy, gpus[0]) + arrived - ended  # room for all: every one runs
 
 
-def test_a_pod_whose_claim_never_comes_waits_off_the_books_then_a_full_cycle_says_why() -> None:
+@pytest.mark.parametrize("strategy", ["BestEffortFIFO", "StrictFIFO"])
+def test_a_pod_waiting_for_its_claim_is_held_out_of_its_queue_and_holds_back_no_other(strategy: str) -> None:
+    # Created first, its claim still to come: kube-scheduler's PreEnqueue keeps such a pod out of its queue, so a
+    # StrictFIFO queue's later pods are not held back behind it (a review found a carried cycle and a rebuild
+    # disagreeing there); once its claim comes it is submitted again, carried on as a rebuild submits it.
+    c = dra_cluster([2])
+    queue = copy.deepcopy(c.cache.get(r.CLUSTER_QUEUES, "cq"))
+    queue["spec"]["queueingStrategy"] = strategy
+    c.put(r.CLUSTER_QUEUES, queue, "MODIFIED")
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, dra_pod("early", 1) | {"metadata": {**dra_pod("early", 1)["metadata"],
+                                                      "creationTimestamp": "2025-12-31T00:00:00Z"}})
+    d = carried_as_rebuilt(run, c, now)
+    assert "waiting for the resourceclaim controller" in d.plan.pending[f"{NS}/early"]
+    c.put(r.PODS, dra_pod("late", 1))
+    c.put(r.RESOURCE_CLAIMS, made_claim("late", 1))
+    name_claim(c, "late")
+    d = carried_as_rebuilt(run, c, now)
+    assert {a.workload for a in d.plan.admitted} == {f"{NS}/late"}
+    c.put(r.RESOURCE_CLAIMS, made_claim("early", 1))
+    d = carried_as_rebuilt(run, c, now)  # (not named by its pod yet: nothing changes for it)
+    assert f"{NS}/early" in d.plan.pending
+    name_claim(c, "early")
+    d = carried_as_rebuilt(run, c, now)
+    assert {a.workload for a in d.plan.admitted} == {f"{NS}/early"}
+
+
+def test_a_claim_named_before_it_exists_resolves_the_pod_again_when_it_comes_carried_on() -> None:
+    # The pod's status names its claim before the claim reaches the cache (the watches race): it waits for it,
+    # then is resolved again when it comes.
     c = dra_cluster([2])
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
-    c.put(r.PODS, dra_pod("early", 1))
-    d, carried = step(run, now)
-    assert carried and f"{NS}/early" in d.world.unjoined and not d.plan.pending
-    d, carried = step(run, now + UNJOINED_WAIT + 0.1)
-    assert not carried
-    assert "waiting for the resourceclaim controller" in d.plan.pending[f"{NS}/early"]
-    # Its claim made then: the kept world resolved the pod without it, a full cycle reads them together.
-    c.put(r.RESOURCE_CLAIMS, made_claim("early", 1))
-    name_claim(c, "early")
-    d, carried = step(run, now + UNJOINED_WAIT + 0.2)
-    assert not carried and {a.workload for a in d.plan.admitted} == {f"{NS}/early"}
+    c.put(r.PODS, dra_pod("p", 1, named=True))
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{NS}/p" in d.plan.pending
+    c.put(r.RESOURCE_CLAIMS, made_claim("p", 1))
+    d = carried_as_rebuilt(run, c, now)
+    assert {a.workload for a in d.plan.admitted} == {f"{NS}/p"}
 
 
-def test_claims_allocated_by_another_scheduler_or_pods_with_claims_ending_take_a_full_cycle() -> None:
-    c = dra_cluster([4])
-    running(c, "old", 1, "dra-0", ["gpu-0"])
+def test_a_workload_parked_for_its_claims_is_evaluated_afresh_by_a_full_cycle_once_they_resolve() -> None:
+    # A full cycle parks again what the last one parked unless something was released; a workload whose claims
+    # now resolve otherwise (its DeviceClass's selector corrected) must be evaluated anew, not left parked with
+    # its old verdict until an unrelated release.
+    c = dra_cluster([2])
+    wrong = copy.deepcopy(CLASS)
+    wrong["spec"]["selectors"] = [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]
+    c.put(r.DEVICE_CLASSES, wrong, "MODIFIED")
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
-    # kube-scheduler allocating a claim for a pod of its own: its devices are held, read by a full cycle.
-    other = made_claim("theirs", 1)
-    c.put(r.RESOURCE_CLAIMS, other)
+    c.put(r.PODS, dra_pod("p", 1))
+    c.put(r.RESOURCE_CLAIMS, made_claim("p", 1))
+    name_claim(c, "p")
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{NS}/p" in d.plan.pending and f"{NS}/p" in run.parked.parked
+    c.put(r.DEVICE_CLASSES, copy.deepcopy(CLASS), "MODIFIED")
     d, carried = step(run, now)
-    assert carried  # (created unallocated: nobody's yet)
+    assert not carried and {a.workload for a in d.plan.admitted} == {f"{NS}/p"}
+
+
+def test_a_claim_allocated_by_another_scheduler_takes_a_full_cycle() -> None:
+    c = dra_cluster([4])
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.RESOURCE_CLAIMS, made_claim("theirs", 1))
+    assert step(run, now)[1]  # (created unallocated: nobody's yet)
+    # kube-scheduler allocating it for a pod of its own: its devices are held, which a full cycle reads.
     other = copy.deepcopy(c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name('theirs')}"))
     other["status"] = {"allocation": {"devices": {"results": [
         {"request": "gpus", "driver": DRIVER, "pool": "dra-0", "device": "gpu-3"}]}},
         "reservedFor": [{"resource": "pods", "name": "theirs", "uid": "uid-theirs"}]}
     c.put(r.RESOURCE_CLAIMS, other, "MODIFIED")
-    d, carried = step(run, now)
-    assert not carried
-    # Our running pod finishing: its claim's devices stay held until the claim is released, a full cycle's read.
-    obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/old"))
-    obj["status"]["phase"] = "Succeeded"
-    c.put(r.PODS, obj, "MODIFIED")
-    d, carried = step(run, now)
-    assert not carried
+    assert not step(run, now)[1]
+
+
+def release_claim(c: Cluster, pod_name: str) -> None:
+    """What gpufleet.live.claim_release (or the resourceclaim controller) writes once the pod is gone: unreserved and
+    deallocated in one status write, then the finalizer removed, then the claim deleted (its owner gone)."""
+    key = f"{NS}/{claim_name(pod_name)}"
+    claim = copy.deepcopy(c.cache.get(r.RESOURCE_CLAIMS, key))
+    claim["status"] = {}
+    c.put(r.RESOURCE_CLAIMS, claim, "MODIFIED")
+    claim = copy.deepcopy(claim)
+    claim["metadata"]["finalizers"] = []
+    c.put(r.RESOURCE_CLAIMS, claim, "MODIFIED")
+
+
+@pytest.mark.parametrize("how", ["deleted", "Succeeded"])
+def test_a_pod_with_claims_ending_keeps_its_devices_held_until_its_claim_is_released_carried_on(how: str) -> None:
+    # A full cycle counts the devices of an allocated claim no pod holds as in use (kube-scheduler's allocator
+    # does too), until the claim is released: a pod waiting for them gets them only then, carried on as rebuilt.
+    c = dra_cluster([2])
+    running(c, "old-0", 1, "dra-0", ["gpu-0"])
+    running(c, "old-1", 1, "dra-0", ["gpu-1"])
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, dra_pod("next", 1))
+    c.put(r.RESOURCE_CLAIMS, made_claim("next", 1))
+    name_claim(c, "next")
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{NS}/next" in d.plan.pending
+    if how == "deleted":
+        c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/old-0"), "DELETED")
+    else:
+        obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/old-0"))
+        obj["status"]["phase"] = how
+        c.put(r.PODS, obj, "MODIFIED")
+    d = carried_as_rebuilt(run, c, now)
+    assert not d.plan.admitted and f"{CLAIM_HOLD_PREFIX}{NS}/{claim_name('old-0')}" in d.world.cluster.placements
+    release_claim(c, "old-0")
+    d = carried_as_rebuilt(run, c, now)
+    assert {a.workload for a in d.plan.admitted} == {f"{NS}/next"}
+    [write] = d.jobs[0].pods[0].claims
+    assert [res.device for res in write.results] == ["gpu-0"]
+    c.put(r.RESOURCE_CLAIMS, c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name('old-0')}"), "DELETED")
+    carried_as_rebuilt(run, c, now)
+
+
+def test_a_claim_released_while_its_pod_still_runs_takes_a_full_cycle() -> None:
+    c = dra_cluster([2])
+    running(c, "old", 1, "dra-0", ["gpu-0"])
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    release_claim(c, "old")
+    assert not step(run, now)[1]
 
 
 def test_an_allocation_on_other_devices_than_the_kept_placement_takes_a_full_cycle() -> None:
@@ -267,3 +386,32 @@ def test_an_allocation_on_other_devices_than_the_kept_placement_takes_a_full_cyc
 
 def _fields(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def test_a_jobs_pods_one_of_whose_claims_comes_late_are_carried_on_as_a_rebuild_decides_them() -> None:
+    # A Job's pods are one workload: held while one pod's claim is still to come, then taken back and submitted
+    # again whole once it comes, carried on as a rebuild submits it.
+    c = dra_cluster([4])
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    owner = job_object("train", pods=2, gpus=0, queue="lq")
+    spec = owner["spec"]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "gpus-1"}]
+    spec["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    c.put(JOBS, owner)
+    first, second = (p["metadata"]["name"] for p in job_pods(owner))
+    for p in job_pods(owner):
+        c.put(r.PODS, p)
+    c.put(r.RESOURCE_CLAIMS, made_claim(first, 1))
+    name_claim(c, first)
+    d = carried_as_rebuilt(run, c, now)
+    assert "waiting for the resourceclaim controller" in d.plan.pending[f"{NS}/train"]
+    c.put(r.RESOURCE_CLAIMS, made_claim(second, 1))
+    name_claim(c, second)
+    d = carried_as_rebuilt(run, c, now)
+    assert {a.workload for a in d.plan.admitted} == {f"{NS}/train"} and len(d.jobs[0].pods) == 2
+    write_claims(c, d)
+    carried_as_rebuilt(run, c, now)
+    land_all(c, d)
+    carried_as_rebuilt(run, c, now)

@@ -56,6 +56,10 @@ class DraNeed:
     claims: tuple[str, ...]
     choices: tuple[DraChoice, ...] = ()
     problem: str | None = None
+    # Live, a claim the pod needs does not exist yet (the resourceclaim controller still to make it from the
+    # template, or a claim it names not created yet): the pod is kept out of its queue until it does, as
+    # kube-scheduler's PreEnqueue keeps it (its workload is held: gpufleet.cluster.dra_claims).
+    awaiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from gpufleet.api.objects import KUEUE_QUEUE_LABEL, POD_GROUP_COUNT_ANNOTATION, 
 from gpufleet.api.reader import parse_int_text
 from gpufleet.api.workloadkinds.kueuefeatures import hold_reason
 from gpufleet.cluster import grouping
-from gpufleet.cluster.dra_claims import resolve_workload_claims
+from gpufleet.cluster.dra_claims import DraCatalog, resolve_workload_claims
 from gpufleet.cluster.dra_quota import claim_quota
 from gpufleet.cluster.kueue_objects import fold_kueue_workloads
 from gpufleet.cluster.workloads import (
@@ -36,7 +36,7 @@ def _created(meta: ObjectMeta) -> float:
 
 
 def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
-                    create_missing: bool = True) -> list[Workload]:
+                    create_missing: bool = True, dra_catalog: DraCatalog | None = None) -> list[Workload]:
     """Every workload of the manifests, in input order.
 
     ``create_missing``: the pods an owner of the input (a Job, a JobSet...) plans and no pod of the input stands
@@ -126,7 +126,7 @@ def build_workloads(manifests: Manifests, problems: Problems | None = None, *,
     out[:] = fold_kueue_workloads(out)  # a Kueue Workload object and the Job (pods...) it stands for: counted once
     _hold_for_admission_checks(out, manifests, problems)
     # DRA: each pod's claims become its GPU demand and allowed devices (live: only claims that exist)
-    resolve_workload_claims(out, manifests, live=not create_missing)
+    resolve_workload_claims(out, manifests, live=not create_missing, catalog=dra_catalog)
     claim_quota(out, manifests)  # ... and their devices are charged to quota as Kueue's deviceClassMappings say
     _unique_keys(out, problems)
     out.sort(key=lambda w: w.order)

@@ -263,14 +263,21 @@ def generated_claim_name(pod: str, claim: str, seed: str) -> str:
     return base + "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
 
 
+@dataclass(frozen=True, slots=True)
+class _Awaited:
+    """A claim the pod needs that does not exist yet, live: why it waits (DraNeed.awaiting)."""
+
+    why: str
+
+
 def _claim_spec(namespace: str, pod: str, ref: PodResourceClaim, catalog: DraCatalog,
-                seed: str, live: bool = False) -> tuple[str, ClaimSpec] | str:
+                seed: str, live: bool = False) -> tuple[str, ClaimSpec] | str | _Awaited:
     if ref.resource_claim_template_name is not None:
         if live and (ref.generated_name is None or f"{namespace}/{ref.generated_name}" not in catalog.claims):
             # Live, the claim must exist to be allocated: the resourceclaim controller makes it, and the pod's
             # status names it (kube-scheduler's PreEnqueue waits the same way).
-            return (f"claim {ref.name}: waiting for the resourceclaim controller to create the claim from "
-                    f"ResourceClaimTemplate {namespace}/{ref.resource_claim_template_name}")
+            return _Awaited(f"claim {ref.name}: waiting for the resourceclaim controller to create the claim from "
+                            f"ResourceClaimTemplate {namespace}/{ref.resource_claim_template_name}")
         if ref.generated_name is not None and f"{namespace}/{ref.generated_name}" in catalog.claims:
             made = catalog.claims[f"{namespace}/{ref.generated_name}"]
             if made.allocation is not None:
@@ -287,6 +294,8 @@ def _claim_spec(namespace: str, pod: str, ref: PodResourceClaim, catalog: DraCat
     key = f"{namespace}/{ref.resource_claim_name}"
     claim = catalog.claims.get(key)
     if claim is None:
+        if live:  # (created after the pod: kube-scheduler's PreEnqueue waits for it too)
+            return _Awaited(f"claim {ref.name}: waiting for ResourceClaim {key} to be created")
         return f"claim {ref.name}: ResourceClaim {key} is not in the input; add it"
     if claim.allocation is not None:
         return (f"claim {key} is already allocated; gpufleet does not plan pods on claims allocated before "
@@ -418,6 +427,8 @@ def resolve_pod_claims(namespace: str, pod: str, refs: Sequence[PodResourceClaim
     distinct: list[tuple[str, tuple[str, ...], str]] = []  # distinctAttribute, the same way
     for ref in refs:
         resolved = _claim_spec(namespace, pod, ref, catalog, f"{namespace}/{pod}/{ref.name}", live)
+        if isinstance(resolved, _Awaited):
+            return DraNeed(tuple(claim_names), problem=resolved.why, awaiting=True)
         if isinstance(resolved, str):
             return DraNeed(tuple(claim_names), problem=resolved)
         claim, spec = resolved
@@ -589,10 +600,12 @@ def published_devices(nodes: Sequence[Node], slices: Sequence[ResourceSlice]) ->
     return out
 
 
-def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests, *, live: bool = False) -> int:
+def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests, *, live: bool = False,
+                            catalog: DraCatalog | None = None) -> int:
     """Resolve the claims of every pod of ``workloads`` against the input (each pod's template gets its
     :class:`DraNeed` and, when it can be met, the demand of its first choice, as does its pod set's template);
-    how many pods have claims."""
+    how many pods have claims. ``catalog``: the input's DRA objects as a catalog the caller keeps (the live
+    scheduler's, whose device matches serve every cycle that carries on), else one is made of ``manifests``."""
     # Live, a pod placed on DRA devices through an extended resource needs the claim kube-scheduler creates for
     # it (KEP-5004), which gpufleet does not create yet: the live scheduler leaves such pods to device plugins.
     extended = extended_resources(manifests.device_classes) if manifests.resource_slices and not live else {}
@@ -606,7 +619,7 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
         for _, p in pods:
             p.template = replace(p.template, dra=DraNeed((), problem=NO_DRA_OBJECTS))
         return len(pods)
-    catalog = DraCatalog(
+    catalog = catalog if catalog is not None else DraCatalog(
         classes={c.name: c for c in manifests.device_classes},
         templates={t.key: t for t in manifests.resource_claim_templates},
         claims={c.key: c for c in manifests.resource_claims},
@@ -630,6 +643,10 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
             need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared, live=live)
         gpu = need.choices[0].demand if need.choices else p.template.gpu
         p.template = replace(p.template, dra=need, gpu=gpu)
+        if need.awaiting and w.hold is None:
+            # Out of its queue until its claims exist (kube-scheduler's PreEnqueue): a StrictFIFO head waiting
+            # for the resourceclaim controller would hold back the queue behind it.
+            w.hold = f"pod {p.key}: {need.problem}"
     _pod_set_demands({id(w): w for w, _ in pods}.values())
     return len(pods)
 

@@ -4,10 +4,13 @@ On a DRA cluster every pod of ours brings claim changes of its own: the resource
 from the template (unallocated), then the binder writes the finalizer and the allocation with the pod in
 ``reservedFor`` (gpufleet.live.claims), before the Binding. None of these decides anything new about what the kept
 world holds: a claim created is only read by the pod that names it (still off the books, or arriving), and our own
-allocation names the devices the kept cluster placed the pod on already. :class:`ClaimChanges` takes those in place
-and refuses (a full cycle) everything else: a claim allocated or reserved by someone else (kube-scheduler, another
-gpufleet), one allocated to other devices than the kept placement, a claim named by a pod the kept world resolved
-without it, any allocated claim deleted or released, and one that does not parse.
+allocation names the devices the kept cluster placed the pod on already. Once the pod has ended, its claim
+released (unreserved and deallocated at once, by gpufleet.live.claim_release or the controller) frees the devices a
+placeholder held for it meanwhile, and the claim deleted then is nobody's. :class:`ClaimChanges` takes those in
+place and refuses (a full cycle) everything else: a claim allocated or reserved by someone else (kube-scheduler,
+another gpufleet), one allocated to other devices than the kept placement, a claim named by a pod the kept world
+resolved without it, a claim released while a pod still holds it, an allocated claim deleted, and one that does not
+parse.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from gpufleet.k8s.parsing import ParseCache
 from gpufleet.live.claims import allocated, result_keys
 from gpufleet.live.world import World
 from gpufleet.scheduling.kueue import KueuePolicy
+from gpufleet.scheduling.placement.dra import CLAIM_HOLD_PREFIX
 from gpufleet.scheduling.placement.dra_results import assignment_claims
 
 JsonDict = dict[str, Any]
@@ -41,13 +45,16 @@ class ClaimChanges:
         self.policy = policy
         self.parse = parse
         self.changed: dict[str, ResourceClaim | None] = {}  # key -> the claim now (None: deleted)
-        self._named: set[str] | None = None
+        self.freed: list[str] = []  # the placeholders of the claims released (cluster placement keys)
+        self.awaited: list[str] = []  # pods of the world that name a claim created now: resolved again
+        self._named: dict[str, list[str]] | None = None  # claim -> the world's pods (short of finished) naming it
 
     def take(self, c: CacheChange) -> bool:
         """Take one ResourceClaim change in place; False when it needs a full cycle."""
         if c.type == "DELETED" or c.new is None:
             old = self._parsed(c.key, c.old) if c.old is not None else None
-            if old is None or old.allocation is not None or old.reserved_for or self._named_by_world(c.key):
+            if c.old is None or old is None or old.allocation is not None or old.reserved_for or self._naming(
+                    c.key, c.old):
                 return False  # (an allocation gone frees devices a full cycle counted held)
             self.changed[c.key] = None
             return True
@@ -56,46 +63,85 @@ class ClaimChanges:
             return False
         old = self._parsed(c.key, c.old) if c.old is not None else None
         if old is None:
-            # Created (by the resourceclaim controller, for a pod still to come or waiting off the books); one made
-            # allocated, or for a pod the kept world resolved without it, is a full cycle's to read.
-            if new.allocation is not None or new.reserved_for or self._named_by_world(c.key):
+            # Created (by the resourceclaim controller, for a pod arriving or already waiting for it); one made
+            # allocated is a full cycle's to read. The pods that name it wait for it: they are resolved again.
+            if new.allocation is not None or new.reserved_for:
                 return False
-        elif (new.allocation, new.reserved_for) != (old.allocation, old.reserved_for) and not (
-                old.allocation is None and not old.reserved_for and self._our_allocation(c.new)):
-            return False
+            self.awaited.extend(self._naming(c.key, c.new))
+        elif (new.allocation, new.reserved_for) != (old.allocation, old.reserved_for):
+            if old.allocation is None and not old.reserved_for and self._our_allocation(c.new):
+                pass  # (our binder's allocation, on the devices the kept cluster placed its pod on)
+            elif old.allocation is not None and new.allocation is None and not new.reserved_for and not any(
+                    self._holds(f"{old.meta.namespace or ''}/{consumer.name}") for consumer in old.reserved_for):
+                # Released once its pod ended (gpufleet.live.claim_release, the resourceclaim controller): the
+                # devices a placeholder held for it are free (hold_left_claims).
+                self.freed.append(CLAIM_HOLD_PREFIX + c.key)
+            else:
+                return False
         self.changed[c.key] = new
         return True
 
     def apply(self) -> None:
-        """Write the claims changed on the world's DRA objects, sorted by key as a full cycle lists them."""
+        """Write the claims changed on the world: its DRA objects' list (a claim changed in its place, one created
+        last, one deleted replaced by the last: a full cycle lists them afresh) and its catalog's claims."""
         if not self.changed:
             return
-        changed = dict(self.changed)
-        claims: list[ResourceClaim] = []
-        for claim in self.world.dra.resource_claims:
-            if claim.key in changed:
-                now = changed.pop(claim.key)
-                if now is not None:
-                    claims.append(now)
-            else:
+        world = self.world
+        claims = world.dra.resource_claims
+        if world.claim_at is None:
+            world.claim_at = {claim.key: i for i, claim in enumerate(claims)}
+        at = world.claim_at
+        catalog = world.dra_catalog
+        by_key = catalog.claims if catalog is not None else None
+        assert by_key is None or isinstance(by_key, dict)
+        for key, claim in self.changed.items():
+            i = at.get(key)
+            if claim is None:
+                if i is not None:
+                    last = claims.pop()
+                    del at[key]
+                    if last.key != key:
+                        claims[i] = last
+                        at[last.key] = i
+                if by_key is not None:
+                    by_key.pop(key, None)
+                continue
+            if i is None:
+                at[key] = len(claims)
                 claims.append(claim)
-        added = [claim for claim in changed.values() if claim is not None]
-        if added:
-            claims.extend(added)
-            claims.sort(key=lambda claim: claim.key)
-        self.world.dra.resource_claims = claims
+            else:
+                claims[i] = claim
+            if by_key is not None:
+                by_key[key] = claim
 
     def _parsed(self, key: str, raw: JsonDict | None) -> ResourceClaim | None:
         parsed = self.parse.one(r.RESOURCE_CLAIMS, key, raw) if raw is not None else None
         return parsed.obj if parsed is not None and isinstance(parsed.obj, ResourceClaim) else None
 
-    def _named_by_world(self, key: str) -> bool:
-        """Whether a pod the kept world knows names the claim: it was resolved without this claim as it is now."""
+    def _holds(self, pod: str) -> bool:
+        entry = self.world.pods.get(pod)
+        return entry is not None and entry.holds_capacity
+
+    def _naming(self, key: str, raw: JsonDict) -> list[str]:
+        """The pods the kept world knows, short of finished, that name the claim (they were resolved without it as
+        it is now). A claim the resourceclaim controller made for a pod (its controller owner) is named by that
+        pod alone, once its status says so; another is looked for among every pod of the world."""
+        world = self.world
+        meta = raw.get("metadata") or {}
+        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+        if owner is not None and owner.get("kind") == "Pod" and owner.get("apiVersion") == "v1":
+            pod = f"{meta.get('namespace') or ''}/{owner.get('name') or ''}"
+            entry = world.pods.get(pod)
+            named = entry is not None and not entry.terminal and entry.pod is not None and key in claim_names(
+                entry.namespace, entry.pod.template.resource_claims)
+            return [pod] if named else []
         if self._named is None:
-            self._named = {name for e in self.world.pods.values() if e.pod is not None
-                           and e.pod.template.resource_claims
-                           for name in claim_names(e.namespace, e.pod.template.resource_claims)}
-        return key in self._named
+            self._named = {}
+            for e in world.pods.values():
+                if e.pod is not None and not e.terminal and e.pod.template.resource_claims:
+                    for name in claim_names(e.namespace, e.pod.template.resource_claims):
+                        self._named.setdefault(name, []).append(e.key)
+        return self._named.get(key, [])
 
     def _our_allocation(self, raw: JsonDict) -> bool:
         """Whether the claim's allocation is the one our binder writes for the pod it is now reserved for: a pod of

@@ -60,6 +60,7 @@ from gpufleet.live.increment import (
     apply_nodes,
     carried_pods,
     extend,
+    hold_left_claims,
     read_owners,
     read_queue_changes,
     regrouped,
@@ -423,6 +424,8 @@ class CycleRunner:
         # What ended first: a Job's next pod after its last one finished makes a workload of its own again, as a
         # rebuild makes it (the kept world is dropped if extend() then says a full cycle is needed).
         release(kept, carried, now)
+        if not hold_left_claims(kept.world, carried.claims_left):  # (their claims allocated until released)
+            return None
         readmitted = list(carried.regroup)  # (made again from their pods, on their way out)
         if not remove_nodes(kept, carried.gone, now, readmitted):  # (drained, the releases took the last pods off)
             return None

@@ -56,7 +56,14 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
   kind's change (a ClusterQueue deleted, a Cohort object that changes the trees, a queue's cohort, flavors
   or strategy, a flavor) takes a full cycle.
 
-A pod with DRA claims, and any change to a DRA object, takes a full cycle.
+On a DRA cluster: a pod of ours with claims created unbound, the claim the resourceclaim controller makes for it,
+its status naming that claim (a pending workload whose claims resolve otherwise is taken back and submitted again:
+:func:`_claims_came`; one whose claims are not all there yet is held, as kube-scheduler's PreEnqueue keeps it out
+of its queue), our own finalizer and allocation coming back, its Binding landing, a pod of its own (or another
+scheduler's) ending, its claims' devices held until the claims are released (:func:`hold_left_claims`), and the
+claims released and deleted then are carried (:mod:`gpufleet.live.claim_changes`); a member of a workload of
+several pods with claims ending, one bound by another scheduler, any other claim change and any change to a
+ResourceSlice, DeviceClass or ResourceClaimTemplate take a full cycle.
 
 After a preemption whose every eviction was accepted the next cycle carries on: the victims are on their way out
 in the kept policy (they hold their quota and nodes until their pods are gone, read as any pod's ending; a full
@@ -105,11 +112,13 @@ from gpufleet.live.world import (
     pod_entry,
     read_world_objects,
     stamp_bound_at,
+    world_catalog,
     world_manifests,
 )
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import ADMITTED, WorkloadInfo
 from gpufleet.scheduling.kueue.late_members import joins_late
+from gpufleet.scheduling.placement.dra import hold_claims, keys_by_device_id
 
 JsonDict = dict[str, Any]
 
@@ -221,6 +230,11 @@ class Carried:
     # Workload-kind objects of ours changed otherwise (a Deployment's rollout): carried if the workloads their pods
     # make read the same (gpufleet.live.owner_changes)
     changed: list[tuple[r.ResourceType, JsonDict]] = field(default_factory=list)
+    # Pods with DRA claims that stopped holding their nodes: (pod, its node, its claims), whose claims' devices stay
+    # held while the claims are allocated (hold_left_claims)
+    claims_left: list[tuple[str, str | None, tuple[str, ...]]] = field(default_factory=list)
+    # Pending workloads whose pods' DRA claims now resolve otherwise: taken back, their pods submitted again
+    withdrawn: list[str] = field(default_factory=list)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -302,6 +316,12 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
         else:
             return None
     claims.apply()
+    out.freed.extend(claims.freed)  # (the placeholders of claims released: their devices free)
+    for key in claims.awaited:  # (pods that waited for a claim created now: resolved again)
+        entry = world.pods.get(key)
+        if entry is not None and not _claims_came(world, key, entry.raw, new, out, scheduler_name=scheduler_name,
+                                                  parse=parse, assumed=assumed, require_mutation=require_mutation):
+            return None
     out.new = list(new.values())
     return out
 
@@ -388,7 +408,9 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         new[c.key] = created
         return True
     if c.type == "DELETED":
-        return not claimed and c.key not in new and _ended(world, c.key, None, out)
+        if c.key in new or (claimed and not _claims_end(world, c.key, True, out)):
+            return False
+        return _ended(world, c.key, None, out)
     if c.old is None or c.new is None:
         return False
     if c.key in new:
@@ -429,9 +451,13 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
         return False
     if _unobserved(c.old) != _unobserved(c.new):
         return False
-    if claimed and (claim_statuses(c.old) != claim_statuses(c.new) or _phase(c.new) in TERMINAL_PHASES
-                    or (c.new.get("metadata") or {}).get("deletionTimestamp")):
-        return False  # (its claims named otherwise, or its claims' devices to be released: a full cycle's)
+    if claimed and claim_statuses(c.old) != claim_statuses(c.new):
+        # (the claims made for it named: resolved again)
+        return _claims_came(world, c.key, c.new, new, out, scheduler_name=scheduler_name, parse=parse,
+                            assumed=assumed, require_mutation=require_mutation)
+    if claimed and (_phase(c.new) in TERMINAL_PHASES or (c.new.get("metadata") or {}).get("deletionTimestamp")) and (
+            not _claims_end(world, c.key, _phase(c.new) in TERMINAL_PHASES, out)):
+        return False
     if _memory_used(c.old) != _memory_used(c.new):
         # The node agent's observation of what it uses of its GPUs: the parse reads it; the policy is told. One
         # removed or unreadable takes a full cycle (the kept policy cannot unlearn it; a rebuild never learns it).
@@ -455,6 +481,41 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
     entry.raw = c.new
     if entry.ours and entry.node is not None:
         out.restated.append(c.key)
+    return True
+
+
+def _claims_end(world: World, key: str, stops: bool, out: Carried) -> bool:
+    """A pod with DRA claims ending (``stops``: it holds its node no more) or being deleted: carried for a pod of
+    ours that is a workload of its own, and for another scheduler's; its claims, still allocated until they are
+    released, are noted (``Carried.claims_left``) for their devices to stay held (:func:`hold_left_claims`). False
+    (a full cycle) for a member of a workload of several pods, whose gang a full cycle judges."""
+    entry = world.pods.get(key)
+    if entry is None or entry.pod is None:
+        return False
+    workload = world.workload_of.get(key) if entry.ours else None
+    if workload is not None and world.pods_of.get(workload) != [key]:
+        return False
+    if stops and (entry.holds_capacity or key in world.cluster.placements):
+        out.claims_left.append((key, entry.node, tuple(claim_names(entry.namespace,
+                                                                   entry.pod.template.resource_claims))))
+    return True
+
+
+def hold_left_claims(world: World, left: list[tuple[str, str | None, tuple[str, ...]]]) -> bool:
+    """After the releases: the devices of the claims the pods that ended still have allocated are held by
+    placeholders, as a full cycle holds an allocated claim no pod holds (``hold_claims``) until it is released
+    (:class:`gpufleet.live.claim_changes.ClaimChanges` frees them then). False (a full cycle) when such a claim is
+    reserved for another pod too (a claim pods share: a full cycle charges it to the one left)."""
+    if not left:
+        return True
+    claims = world_catalog(world).claims
+    for pod, node, names in left:
+        held = [claim for name in names if (claim := claims.get(name)) is not None and claim.allocation is not None]
+        namespace = pod.partition("/")[0]
+        if any(f"{namespace}/{consumer.name}" != pod for claim in held for consumer in claim.reserved_for):
+            return False
+        ns = world.cluster.nodes.get(node) if node is not None else None
+        hold_claims(world.cluster, held, {k: ns.name for k in keys_by_device_id(ns).values()} if ns else None)
     return True
 
 
@@ -645,7 +706,9 @@ def _grouped(world: World, pods: list[Pod]) -> list[Workload] | None:
     """``pods`` grouped into workloads as a full cycle groups them (the kept world's workload objects); None when
     the grouping reports a problem (a full cycle says it)."""
     problems = Problems()
-    built = build_workloads(world_manifests(world, pods), problems, create_missing=False) if pods else []
+    built = build_workloads(world_manifests(world, pods), problems, create_missing=False,
+                            dra_catalog=world_catalog(world) if any(p.template.resource_claims for p in pods)
+                            else None) if pods else []
     stamp_bound_at(world, built)
     return None if problems.errors else built
 
@@ -919,10 +982,9 @@ def extend(kept: Kept, entries: list[PodEntry], now: float, readmitted: list[str
     (a Job's replacement pods while its old ones are being deleted: their keys added to ``readmitted``). None
     (nothing changed) when a pod belongs with pods the world knows otherwise: a full cycle groups them."""
     world = kept.world
-    unclaimed = _claims_to_come(world, entries)
-    if unclaimed is None:
+    if not _claims_carried(world, entries):
         return None
-    chosen = [e.pod for e in entries if e.pod is not None and e.problem is None and e.key not in unclaimed]
+    chosen = [e.pod for e in entries if e.pod is not None and e.problem is None]
     built = _grouped(world, chosen)
     if built is None:
         return None
@@ -949,7 +1011,7 @@ def extend(kept: Kept, entries: list[PodEntry], now: float, readmitted: list[str
                 return None  # a late member of a pod group (a gang left incomplete), or of a pending workload...
     late = {w.key for w in (*joining, *remade)}
     # A gang short of members (a controller still creating them) waits for the rest a little, off the books.
-    waiting = {p.key for w in workloads if not w.complete and w.key not in late for p in w.pods} | unclaimed
+    waiting = {p.key for w in workloads if not w.complete and w.key not in late for p in w.pods}
     world.unjoined = {e.key: e for e in entries if e.key in waiting}
     world.unjoined_at = {key: world.unjoined_at.get(key, now) for key in world.unjoined}
     workloads = [w for w in workloads if w.complete and w.key not in late]
@@ -978,16 +1040,16 @@ def extend(kept: Kept, entries: list[PodEntry], now: float, readmitted: list[str
     return workloads
 
 
-def _claims_to_come(world: World, entries: list[PodEntry]) -> set[str] | None:
-    """The new pods whose DRA claims are not all there yet (the resourceclaim controller still to create them, or
-    to name them in the pod's status): they wait off the books with the members of gangs still short of some, as
-    kube-scheduler's PreEnqueue keeps such a pod out of its queue (past :data:`UNJOINED_WAIT`, a full cycle says
-    why it waits). None (a full cycle) when one names a claim that is allocated or reserved already, or one another
-    pod names (a full cycle refuses claims several pods share, and binds where an allocation is)."""
+def _claims_carried(world: World, entries: list[PodEntry]) -> bool:
+    """Whether the new pods' DRA claims are for a cycle that carries on: False (a full cycle) when one names a claim
+    that is allocated or reserved already (a full cycle binds where an allocation is), or one another pod names (a
+    full cycle refuses claims several pods share). A pod whose claims are not all there yet is submitted held
+    (``DraNeed.awaiting``), as a full cycle submits it, and submitted again once they are
+    (:func:`_claims_came`)."""
     claimed = [e for e in entries if e.pod is not None and e.problem is None and e.pod.template.resource_claims]
     if not claimed:
-        return set()
-    claims = {c.key: c for c in world.dra.resource_claims}
+        return True
+    claims = world_catalog(world).claims
     named: dict[str, int] = {}
     by_name = any(ref.resource_claim_name is not None for e in claimed if e.pod is not None
                   for ref in e.pod.template.resource_claims)
@@ -997,19 +1059,41 @@ def _claims_to_come(world: World, entries: list[PodEntry]) -> set[str] | None:
                 if ref.resource_claim_name is not None:
                     key = f"{e.namespace}/{ref.resource_claim_name}"
                     named[key] = named.get(key, 0) + 1
-    waiting: set[str] = set()
     for e in claimed:
         assert e.pod is not None
         refs = e.pod.template.resource_claims
-        names = claim_names(e.namespace, refs)
-        found = [claims.get(name) for name in names]
-        if any(claim is not None and (claim.allocation is not None or claim.reserved_for) for claim in found) or any(
+        if any(claim is not None and (claim.allocation is not None or claim.reserved_for)
+               for claim in (claims.get(name) for name in claim_names(e.namespace, refs))) or any(
                 named.get(f"{e.namespace}/{ref.resource_claim_name}", 0) > 1 for ref in refs
                 if ref.resource_claim_name is not None):
-            return None
-        if len(names) != len(refs) or not all(found):
-            waiting.add(e.key)
-    return waiting
+            return False
+    return True
+
+
+def _claims_came(world: World, key: str, raw: JsonDict, new: dict[str, PodEntry], out: Carried, *,
+                 scheduler_name: str, parse: ParseCache, assumed: AssumedPods, require_mutation: bool) -> bool:
+    """A pending pod of ours whose DRA claims now resolve otherwise (its status names the claim made for it, or a
+    claim it names was created): its workload, pending, is withdrawn (``Carried.withdrawn``) and its pods submitted
+    again as new (this one read again), grouped as a full cycle groups them now. False (a full cycle) when a pod of
+    that workload is placed or bound."""
+    entry = world.pods.get(key)
+    workload = world.workload_of.get(key)
+    if entry is None or not entry.ours or workload is None or key in new:
+        return False
+    members = world.pods_of.get(workload, [])
+    entries = [world.pods.get(k) for k in members]
+    if not all(e is not None and e.ours and e.node is None and e.key not in world.cluster.placements
+               and not e.terminal for e in entries):
+        return False
+    made = pod_entry(key, raw, parse, scheduler_name, assumed, world.now, require_mutation)
+    if made.deleting or made.gated or made.terminal or made.node is not None or made.problem is not None:
+        return False
+    for e in entries:
+        assert e is not None
+        del world.pods[e.key]
+        new[e.key] = made if e.key == key else e
+    out.withdrawn.append(workload)
+    return True
 
 
 def _joinable(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:
@@ -1064,15 +1148,15 @@ def release(kept: Kept, carried: Carried, now: float) -> None:
         policy.state.unpark_placement(now)
     for key, left in carried.regroup.items():
         _readmitted(kept, key, left, now)
-    if not carried.ended:
+    if not carried.ended and not carried.withdrawn:
         return
-    ended = set(carried.ended)
+    ended = {*carried.ended, *carried.withdrawn}
     for key in ended:
         info = policy.info(key)
         if info is not None and kept.counts is not None:
             kept.counts.add(info, -1)  # as it stood: pending or admitted; finished, it is counted nowhere
         policy.finish(key, now)
-        if info is not None and joins_late(info.workload):
+        if info is not None and joins_late(info.workload) and key not in carried.withdrawn:
             world.ended.add(key)
         for pod in world.pods_of.pop(key, []):
             world.workload_of.pop(pod, None)

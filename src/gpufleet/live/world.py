@@ -125,6 +125,11 @@ class World:
     # The DRA objects (ResourceSlices, DeviceClasses, ResourceClaims, ResourceClaimTemplates) when the cluster
     # serves them: the nodes' DRA GPUs come from the slices, the pods' claims are resolved against the rest.
     dra: Manifests = field(default_factory=Manifests)
+    # The catalog the pods' claims are resolved against (world_catalog), kept with the world: the devices' matches
+    # are worked out once for every cycle that carries on from it. Where each claim is in ``dra.resource_claims``
+    # (gpufleet.live.claim_changes keeps both up to date).
+    dra_catalog: DraCatalog | None = None
+    claim_at: dict[str, int] | None = None
     claim_bound: list[str] = field(default_factory=list)  # pods bound where their claims are (PodEntry.claim_bound)
     # Pods of ours a carried cycle saw arrive whose gang is still short of members (gpufleet.live.increment): not
     # in ``pods`` nor submitted until the rest arrive, or a full cycle builds the gang as it is. Since when.
@@ -459,6 +464,17 @@ def stamp_bound_at(world: World, workloads: Iterable[Workload]) -> None:
         w.bound_at = min(sent) if sent else None
 
 
+def world_catalog(world: World) -> DraCatalog:
+    """The world's DRA catalog (its classes, templates, claims and the devices of its slices), made once."""
+    if world.dra_catalog is None:
+        dra = world.dra
+        world.dra_catalog = DraCatalog(classes={c.name: c for c in dra.device_classes},
+                                       templates={t.key: t for t in dra.resource_claim_templates},
+                                       claims={c.key: c for c in dra.resource_claims},
+                                       devices=published_devices(world.nodes, dra.resource_slices))
+    return world.dra_catalog
+
+
 def world_manifests(world: World, pods: list[Pod]) -> Manifests:
     """What ``pods`` are grouped into workloads with: the world's queue objects, its workload kinds' objects, its
     DRA objects (the pods' claims resolved against them) and the scheduler's configuration. A cycle that carries
@@ -470,6 +486,10 @@ def world_manifests(world: World, pods: list[Pod]) -> Manifests:
                      controllers=q.controllers, nodes=world.nodes, resource_slices=dra.resource_slices,
                      device_classes=dra.device_classes, resource_claims=dra.resource_claims,
                      resource_claim_templates=dra.resource_claim_templates, config=world.config)
+
+
+def _claiming(pods: Iterable[Pod]) -> bool:
+    return any(p.template.resource_claims for p in pods)
 
 
 def finish(world: World) -> None:
@@ -486,7 +506,8 @@ def finish(world: World) -> None:
             pod = replace(pod, node_name=e.node)  # assumed or being completed: the core sees it bound
         chosen.append(pod)
     problems = Problems()
-    workloads = build_workloads(world_manifests(world, chosen), problems, create_missing=False)
+    workloads = build_workloads(world_manifests(world, chosen), problems, create_missing=False,
+                                dra_catalog=world_catalog(world) if _claiming(chosen) else None)
     world.workloads = workloads
     stamp_bound_at(world, workloads)
     for w in workloads:

@@ -22,7 +22,7 @@ No I/O and no clock. A driver whose policy lives on needs none of it: its policy
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from gpufleet.api.dra_need import DraNeed
@@ -117,10 +117,17 @@ def park_again(state: SchedulerState, parked: dict[str, Parked]) -> int:
     return count
 
 
-def _claims(workload: Workload) -> tuple[tuple[str, DraNeed], ...]:
+def _claims(workload: Workload) -> tuple[tuple[str, object], ...]:
     """The workload's pods' DRA claims as resolved (what the claims' objects, not a release, change: a claim the
-    resourceclaim controller made, a slice published)."""
-    return tuple((p.key, p.template.dra) for p in workload.pods if p.template.dra is not None)
+    resourceclaim controller made, a slice published), comparable across rebuilds: a ``distinctAttribute``'s values
+    are one object per catalog, compared by identity, so the attribute stands for them (the devices they are of
+    are in the choice's groups)."""
+    return tuple((p.key, _comparable(p.template.dra)) for p in workload.pods if p.template.dra is not None)
+
+
+def _comparable(need: DraNeed) -> object:
+    return (need.claims, need.problem, need.awaiting,
+            tuple(c if c.distinct is None else (replace(c, distinct=None), c.distinct.attribute) for c in need.choices))
 
 
 class ParkedMemory:
