@@ -187,12 +187,16 @@ def emulator_role(args: argparse.Namespace) -> int:
         return obj
 
     def dra_claim(pod_name: str, gpus: int, node_name: str | None = None, devices: list[str] | None = None,
-                  uid: str = "") -> JsonDict:
-        """The claim the resourceclaim controller makes for a pod (allocated and reserved for it when it runs)."""
+                  uid: str = "", owner: str = "") -> JsonDict:
+        """The claim the resourceclaim controller makes for a pod (allocated and reserved for it, ``uid``, when it
+        runs on ``devices``), the pod its controller owner (``owner``: its uid) as the controller writes it."""
         from live_env import NS
 
-        claim: JsonDict = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                           "metadata": {"name": dra_claim_name(pod_name), "namespace": NS},
+        meta: JsonDict = {"name": dra_claim_name(pod_name), "namespace": NS}
+        if owner:
+            meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": owner,
+                                        "controller": True, "blockOwnerDeletion": True}]
+        claim: JsonDict = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
                            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
                                "deviceClassName": DRA_DRIVER, "count": gpus}}]}}}
         if node_name is not None and devices is not None:
@@ -235,7 +239,7 @@ def emulator_role(args: argparse.Namespace) -> int:
                 if args.dra:
                     made = s._create(r.PODS, claimed(running, 1, named=True), None)
                     s._create(r.RESOURCE_CLAIMS, dra_claim(f"run-{i:05d}-{j}", 1, name, [f"gpu-{j}"],
-                                                           made["metadata"]["uid"]), None)
+                                                           made["metadata"]["uid"], made["metadata"]["uid"]), None)
                     continue
                 s._create(r.PODS, running, None)
         s._create(r.RESOURCE_FLAVORS, flavor(), None)
@@ -249,8 +253,9 @@ def emulator_role(args: argparse.Namespace) -> int:
         for k in range(args.backlog):
             big = pod(f"big-{k:05d}", gpus=16, queue="team")
             if args.dra:
-                s._create(r.RESOURCE_CLAIMS, dra_claim(f"big-{k:05d}", 16), None)
-                claimed(big, 16, named=True)
+                made = s._create(r.PODS, claimed(big, 16, named=True), None)
+                s._create(r.RESOURCE_CLAIMS, dra_claim(f"big-{k:05d}", 16, owner=made["metadata"]["uid"]), None)
+                continue
             s._create(r.PODS, big, None)
         if args.preempt_rate:
             # A queue of its own, full of low-priority pods (one on each of the first nodes), for the high ones.
@@ -458,9 +463,9 @@ def emulator_role(args: argparse.Namespace) -> int:
                 if args.dra:
                     # The pod, then what the resourceclaim controller does on seeing it: the claim made from the
                     # template, then the pod's status naming it (a watch event each).
-                    sim._create(r.PODS, claimed(pod(name, gpus=1, queue="team"), 1, named=False), None)
+                    made = sim._create(r.PODS, claimed(pod(name, gpus=1, queue="team"), 1, named=False), None)
                     sim.created[f"{pod_ns}/{name}"] = time.monotonic()
-                    sim._create(r.RESOURCE_CLAIMS, dra_claim(name, 1), None)
+                    sim._create(r.RESOURCE_CLAIMS, dra_claim(name, 1, owner=made["metadata"]["uid"]), None)
                     sim._patched(r.PODS, pod_ns, name, {"status": {"resourceClaimStatuses": [
                         {"name": "gpus", "resourceClaimName": dra_claim_name(name)}]}})
                     return
