@@ -237,6 +237,34 @@ def test_a_conflict_on_the_status_write_reads_the_claim_again_and_retries(dra: A
     assert len(dra.writes(r.RESOURCE_CLAIMS, "PUT")) == 1  # the finalizer, once: the re-read found it there
 
 
+@pytest.mark.parametrize("stale", [False, True])
+def test_the_claim_is_read_from_the_cache_first_and_a_stale_copy_costs_a_conflict_and_a_fresh_read(
+        dra: ApiSim, client: KubeClient, stale: bool) -> None:
+    # kube-scheduler's allocator writes from its informer's copy: one request fewer per claim before the Binding.
+    # Every write carries the resourceVersion read, so a copy older than the claim is refused (409) and read again.
+    dra.create(r.RESOURCE_CLAIMS, claim("c1"))
+    created = dra.create(r.PODS, dra_pod("p1", "c1"))
+    cached = json_copy(get_claim(dra, "c1"))
+    if stale:  # another writer (a driver's label, say) changed it since the cache's copy
+        dra.harness.call(lambda: dra._patch(r.RESOURCE_CLAIMS, NS, "c1", {"metadata": {"labels": {"touched": "yes"}}}))
+    dra.harness.call(lambda: dra.kmock["put", CLAIMS_RES] << (lambda q: put_with_concurrency(dra, q)))
+    binder = Binder(client, Recorder(client, "gpufleet", "test"), SchedulerMetrics(), may_write=lambda: True,
+                    retries=3, backoff=0.01, sleep=lambda _: None, cached_claim=lambda ns, name: cached)
+    result = run(binder, bind_of(created, ClaimWrite(NS, "c1", results("c1", "gpu-0"))))
+
+    assert result.bound == [f"{NS}/p1"] and bound_node(dra, "p1") == NODE
+    final = get_claim(dra, "c1")
+    assert final["metadata"]["finalizers"] == [FINALIZER]
+    assert final["status"]["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": created["metadata"]["uid"]}]
+    reads = dra.requests(r.RESOURCE_CLAIMS, "FETCH")
+    puts = dra.writes(r.RESOURCE_CLAIMS, "PUT")
+    if stale:
+        assert len(reads) == 1 and len(puts) == 2  # the refused write, then the one after the fresh read
+        assert final["metadata"]["labels"] == {"touched": "yes"}
+    else:
+        assert not reads and len(puts) == 1
+
+
 def test_a_refused_binding_unreserves_and_deallocates_the_claim(dra: ApiSim, binder: Binder) -> None:
     dra.create(r.RESOURCE_CLAIMS, claim("c1"))
     created = dra.create(r.PODS, dra_pod("p1", "c1"))

@@ -125,8 +125,12 @@ class Binder:
     def __init__(self, client: KubeClient, recorder: Recorder, metrics: SchedulerMetrics, *,
                  may_write: Callable[[], bool], retries: int = 5, backoff: float = 0.1,
                  sleep: Callable[[float], None] = time.sleep, pending: PendingSince | None = None,
-                 member_workers: int = 8) -> None:
+                 member_workers: int = 8, cached_claim: Callable[[str, str], JsonDict | None] | None = None) -> None:
         self.client = client
+        # A claim as the informer's cache holds it (namespace, name), read first instead of asking the API server:
+        # every write is guarded by the resourceVersion read, so a stale copy costs a Conflict and a fresh read,
+        # as kube-scheduler's allocator writes from its cache.
+        self.cached_claim = cached_claim
         # Threads for a gang's members once its plan is recorded (0: one after another, on the job's thread).
         self.member_workers = member_workers
         self._pool: ThreadPoolExecutor | None = None
@@ -327,8 +331,10 @@ class Binder:
                 self.sleep(self._delay(attempt - 1, error))
             try:
                 # Read it anew each attempt: a Conflict means someone wrote it meanwhile, and an unanswered write
-                # may have landed; judging the fresh claim settles both.
-                current = self.client.get(RESOURCE_CLAIMS, claim.name, claim.namespace)
+                # may have landed; judging the fresh claim settles both. The first attempt reads the cache's.
+                cached = self.cached_claim(claim.namespace, claim.name) if not attempt and self.cached_claim else None
+                current = cached if cached is not None else self.client.get(RESOURCE_CLAIMS, claim.name,
+                                                                            claim.namespace)
                 verdict, why = dra.judge(current, claim.results, p.uid)
                 if verdict == "reserved":
                     return None

@@ -226,7 +226,8 @@ class CycleRunner:
         # Listens before the wakeup and the change log do, so a pod's first event is noted before a cycle reads it.
         self.pending_since = PendingSince(cache, settings.scheduler_name)
         self.binder = Binder(self.writes, self.recorder, metrics, may_write=may_write, retries=b.retries,
-                             backoff=b.retry_backoff, pending=self.pending_since)
+                             backoff=b.retry_backoff, pending=self.pending_since,
+                             cached_claim=lambda ns, name: cache.get(r.RESOURCE_CLAIMS, f"{ns}/{name}"))
         self.evictor = Evictor(self.writes, self.recorder, metrics, may_write=may_write)
         self.resizer = MigResizer(self.writes, tuple(resources), cache.get)
         self.pool = pool or ThreadPoolExecutor(b.workers, thread_name_prefix="gpufleet-api")
