@@ -87,3 +87,22 @@ def test_a_waiting_pods_condition_does_not_wake_the_loop_its_phase_or_spec_does(
     ready["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     cache.apply(r.PODS, "MODIFIED", ready)
     assert wakeup.version == 5  # a bound pod's status (its readiness) still wakes the loop
+
+
+def test_a_waiting_pods_status_naming_the_claim_made_for_it_wakes_the_loop() -> None:
+    # What a pod with DRA claims from templates waits for: the resourceclaim controller naming, in the pod's status,
+    # the claim it made. Skipped as a mere condition, the pod waited for an unrelated change or the resync (300 s)
+    # whenever its claim reached the cache before its status did.
+    cache, assumed = ObjectCache(), AssumedPods(30.0)
+    wakeup = Wakeup(cache, assumed, clock=lambda: 1000.0)
+    cache.apply(r.PODS, "ADDED", versioned(pod("p"), 1))
+    named = versioned(pod("p"), 2)
+    named["status"] = {"phase": "Pending", "resourceClaimStatuses": [{"name": "gpus",
+                                                                     "resourceClaimName": "p-gpus-x7k2p"}]}
+    cache.apply(r.PODS, "MODIFIED", named)
+    assert (wakeup.version, wakeup.skipped) == (2, 0)
+    told = versioned(named, 3)
+    told["status"] = {**named["status"], "conditions": [  # type: ignore[dict-item]
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "waiting"}]}
+    cache.apply(r.PODS, "MODIFIED", told)
+    assert (wakeup.version, wakeup.skipped) == (2, 1)  # our condition beside it: nothing to do

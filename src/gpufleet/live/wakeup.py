@@ -11,8 +11,9 @@ therefore waits for *work*, counted here:
   - a ClusterQueue's or LocalQueue's status alone changing (ours, written by the cycles; or Kueue's): no
     decision reads a queue's status; nor the status of a workload kind's object (a Job's, a Deployment's: their
     controllers rewrite it as their pods come and go, and the pods' own changes wake the cycle);
-  - the status of a pod that holds no node changing but for its phase: our own ``PodScheduled=False``
-    conditions on the pods that wait (a backlog of thousands writes as many), which no decision reads;
+  - the status of a pod that holds no node changing but for its phase and the DRA claims it names: our own
+    ``PodScheduled=False`` conditions on the pods that wait (a backlog of thousands writes as many), which no
+    decision reads;
   - an object of a workload kind whose pod templates name another scheduler, before and after the change
     (every Deployment and ReplicaSet of the cluster is watched; their rollouts and scaling decide nothing here);
 * a Binding that failed (:meth:`Wakeup.poke`): the capacity assumed for it is free again;
@@ -105,15 +106,22 @@ def unread_status_only(change: CacheChange) -> bool:
 
 
 def _waiting_pod_status(change: CacheChange) -> bool:
-    """A pod that holds no node, before and after, whose change is in its status alone, its phase kept."""
+    """A pod that holds no node, before and after, whose change is in its status alone, its phase and the DRA claims
+    it names kept (the resourceclaim controller naming the claim it made for the pod is what the pod waited for)."""
     old, new = change.old, change.new
     if change.resource != PODS.key or change.type != "MODIFIED" or old is None or new is None:
         return False
     if (old.get("spec") or {}).get("nodeName") or (new.get("spec") or {}).get("nodeName"):
         return False
-    if (old.get("status") or {}).get("phase") != (new.get("status") or {}).get("phase"):
+    before, after = old.get("status") or {}, new.get("status") or {}
+    if before.get("phase") != after.get("phase") or any(before.get(f) != after.get(f) for f in _READ_STATUS):
         return False
     return without_status(old) == without_status(new)
+
+
+# What a pod's status says that scheduling reads: the claims made for it (its ResourceClaimTemplates' claims), and
+# the claim kube-scheduler made for its extended resources backed by DRA (KEP-5004).
+_READ_STATUS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
 
 
 def without_status(obj: dict[str, Any], ignored: tuple[str, ...] = ()) -> dict[str, Any]:
