@@ -167,12 +167,21 @@ def carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
 _ARRIVAL = st.tuples(st.just("arrive"), st.sampled_from([1, 2]), st.sampled_from(["together", "pod first",
                                                                                     "named later"]))
 _END = st.tuples(st.just("end"), st.integers(0, 20), st.sampled_from(["deleted", "Succeeded"]))
+_JOB = st.tuples(st.just("job"), st.integers(1, 2), st.sampled_from(["together", "one late"]))
+
+
+def claiming_job(name: str, pods: int) -> JsonDict:
+    owner = job_object(name, pods=pods, gpus=0, queue="lq")
+    spec = owner["spec"]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "gpus-1"}]
+    spec["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    return owner
 
 
 @settings(max_examples=int(os.environ.get("GPUFLEET_CARRIED_EXAMPLES", "40")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(gpus=st.lists(st.integers(1, 4), min_size=1, max_size=3), busy=st.integers(0, 3),
-       events=st.lists(st.one_of(_ARRIVAL, _END), min_size=1, max_size=8))
+       events=st.lists(st.one_of(_ARRIVAL, _END, _JOB), min_size=1, max_size=8))
 def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuild_decides_them(
         gpus: list[int], busy: int, events: list[tuple[str, int, str]]) -> None:
     c = dra_cluster(gpus)
@@ -182,23 +191,39 @@ def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuil
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
-    arrived = ended = 0
+    arrived = ended = jobs = 0
+    job_pods_made: set[str] = set()
     for kind, n, how in events:
         if kind == "end":
             if not bound:
                 continue
             name = bound.pop(n % len(bound))
             ended += 1
-            if how == "deleted":
+            if how == "deleted" and name not in job_pods_made:  # (a Job's pod deleted while it runs: its repair)
                 c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/{name}"), "DELETED")
             else:
                 obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/{name}"))
-                obj["status"]["phase"] = how
+                obj["status"]["phase"] = "Succeeded"
                 c.put(r.PODS, obj, "MODIFIED")
             carried_as_rebuilt(run, c, now)
             release_claim(c, name)  # (its devices free now: a pod waiting for them is placed)
             d = carried_as_rebuilt(run, c, now)
             c.put(r.RESOURCE_CLAIMS, c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name(name)}"), "DELETED")
+        elif kind == "job":  # a Job's pods, one GPU each (a pending Job ends only with its pods)
+            owner = claiming_job(f"job-{arrived}", n)
+            arrived += n
+            jobs += n
+            c.put(JOBS, owner)
+            names = [p["metadata"]["name"] for p in job_pods(owner)]
+            job_pods_made.update(names)
+            for p in job_pods(owner):
+                c.put(r.PODS, p)
+            for k, name in enumerate(names):
+                if how == "one late" and k == len(names) - 1:
+                    d = carried_as_rebuilt(run, c, now)  # (held while one pod's claim is to come)
+                    assert f"{NS}/{owner['metadata']['name']}" in d.plan.pending
+                c.put(r.RESOURCE_CLAIMS, made_claim(name, 1))
+                name_claim(c, name)
         else:
             name = f"new-{arrived}"
             arrived += 1
@@ -224,7 +249,8 @@ def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuil
             for res in claim["status"]["allocation"]["devices"]["results"]]
     assert len(held) == len(set(held)) <= sum(gpus)
     assert sorted(claim_name(name) for name in bound) == sorted(claim["metadata"]["name"] for claim in claims)
-    if all(n == 1 for kind, n, _ in events if kind == "arrive") and arrived + min(busy, gpus[0]) <= sum(gpus):
+    if not jobs and all(n == 1 for kind, n, _ in events if kind == "arrive") and (
+            arrived + min(busy, gpus[0]) <= sum(gpus)):
         assert len(held) == len(bound) == min(busy, gpus[0]) + arrived - ended  # room for all: every one runs
 
 
@@ -415,3 +441,67 @@ def test_a_jobs_pods_one_of_whose_claims_comes_late_are_carried_on_as_a_rebuild_
     carried_as_rebuilt(run, c, now)
     land_all(c, d)
     carried_as_rebuilt(run, c, now)
+
+
+def test_a_jobs_pods_with_claims_finishing_one_by_one_keep_their_devices_held_until_released_carried_on() -> None:
+    # A training job's pods end one by one: the job stays admitted on the others, each finished pod's devices held
+    # by its claim until the claim is released, then free for a pod that waits; the last one ends the job.
+    c = dra_cluster([2])
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    owner = job_object("train", pods=2, gpus=0, queue="lq")
+    spec = owner["spec"]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "gpus-1"}]
+    spec["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    c.put(JOBS, owner)
+    names = [p["metadata"]["name"] for p in job_pods(owner)]
+    for p in job_pods(owner):
+        c.put(r.PODS, p)
+    for name in names:
+        c.put(r.RESOURCE_CLAIMS, made_claim(name, 1))
+        name_claim(c, name)
+    d = carried_as_rebuilt(run, c, now)
+    write_claims(c, d)
+    land_all(c, d)
+    carried_as_rebuilt(run, c, now)
+    c.put(r.PODS, dra_pod("next", 1))
+    c.put(r.RESOURCE_CLAIMS, made_claim("next", 1))
+    name_claim(c, "next")
+    assert f"{NS}/next" in carried_as_rebuilt(run, c, now).plan.pending
+    for name in names:
+        obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/{name}"))
+        obj["status"]["phase"] = "Succeeded"
+        c.put(r.PODS, obj, "MODIFIED")
+        d = carried_as_rebuilt(run, c, now)
+        assert not d.plan.admitted  # (its devices held by its claim)
+        release_claim(c, name)
+        d = carried_as_rebuilt(run, c, now)
+        if name == names[0]:
+            assert {a.workload for a in d.plan.admitted} == {f"{NS}/next"}
+            write_claims(c, d)
+            land_all(c, d)
+            carried_as_rebuilt(run, c, now)
+
+
+def test_a_claim_made_again_under_its_name_and_seen_as_one_change_takes_a_full_cycle() -> None:
+    # A relist after a watch broke shows a claim deleted and created again as one MODIFIED: its spec (and uid) are
+    # new, and the pods naming it must be resolved against it (a review found the change taken as a no-op, a pod
+    # left waiting for 2 GPUs its claim no longer asked).
+    c = dra_cluster([2])
+    running(c, "old", 1, "dra-0", ["gpu-0"])
+    x = made_claim("x", 2)
+    x["metadata"]["name"] = "x"
+    x["metadata"].pop("ownerReferences")
+    c.put(r.RESOURCE_CLAIMS, x)
+    p = dra_pod("p", 1)
+    p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "x"}]
+    c.put(r.PODS, p)
+    run = runner(c)
+    now = time.time()
+    assert f"{NS}/p" in first_cycle(run, now).plan.pending
+    again = made_claim("x", 1)
+    again["metadata"] = {"name": "x", "namespace": NS, "uid": "uid-x-again"}
+    c.put(r.RESOURCE_CLAIMS, again, "MODIFIED")
+    d, carried = step(run, now)
+    assert not carried and {a.workload for a in d.plan.admitted} == {f"{NS}/p"}

@@ -62,6 +62,10 @@ class ClaimChanges:
         if new is None:
             return False
         old = self._parsed(c.key, c.old) if c.old is not None else None
+        if c.old is not None and (old is None or old.meta.uid != new.meta.uid or old.spec != new.spec):
+            # Read before as invalid, or made again under its name (a relist shows a deletion and a creation as one
+            # change), or changed in what it asks: a full cycle resolves the pods naming it against it.
+            return False
         if old is None:
             # Created (by the resourceclaim controller, for a pod arriving or already waiting for it); one made
             # allocated is a full cycle's to read. The pods that name it wait for it: they are resolved again.

@@ -485,15 +485,12 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
 
 
 def _claims_end(world: World, key: str, stops: bool, out: Carried) -> bool:
-    """A pod with DRA claims ending (``stops``: it holds its node no more) or being deleted: carried for a pod of
-    ours that is a workload of its own, and for another scheduler's; its claims, still allocated until they are
-    released, are noted (``Carried.claims_left``) for their devices to stay held (:func:`hold_left_claims`). False
-    (a full cycle) for a member of a workload of several pods, whose gang a full cycle judges."""
+    """A pod with DRA claims ending (``stops``: it holds its node no more) or being deleted, judged as any pod's
+    ending is (:func:`_ended`: a member of a workload of several pods as its gang's rules say); its claims, still
+    allocated until they are released, are noted (``Carried.claims_left``) for their devices to stay held
+    (:func:`hold_left_claims`). False (a full cycle) for a pod the world does not know."""
     entry = world.pods.get(key)
     if entry is None or entry.pod is None:
-        return False
-    workload = world.workload_of.get(key) if entry.ours else None
-    if workload is not None and world.pods_of.get(workload) != [key]:
         return False
     if stops and (entry.holds_capacity or key in world.cluster.placements):
         out.claims_left.append((key, entry.node, tuple(claim_names(entry.namespace,
