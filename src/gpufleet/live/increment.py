@@ -59,11 +59,11 @@ What a carried-on cycle accepts (:func:`carried_pods`), every other change makin
 On a DRA cluster: a pod of ours with claims created unbound, the claim the resourceclaim controller makes for it,
 its status naming that claim (a pending workload whose claims resolve otherwise is taken back and submitted again:
 :func:`_claims_came`; one whose claims are not all there yet is held, as kube-scheduler's PreEnqueue keeps it out
-of its queue), our own finalizer and allocation coming back, its Binding landing, a pod of its own (or another
-scheduler's) ending, its claims' devices held until the claims are released (:func:`hold_left_claims`), and the
-claims released and deleted then are carried (:mod:`gpufleet.live.claim_changes`); a member of a workload of
-several pods with claims ending, one bound by another scheduler, any other claim change and any change to a
-ResourceSlice, DeviceClass or ResourceClaimTemplate take a full cycle.
+of its queue), our own finalizer and allocation coming back, its Binding landing, a pod ending (judged as any
+pod's ending is, :func:`_ended`), its claims' devices held until the claims are released
+(:func:`hold_left_claims`), and the claims released and deleted then are carried
+(:mod:`gpufleet.live.claim_changes`); a pod with claims bound by another scheduler, any other claim change and any
+change to a ResourceSlice, DeviceClass or ResourceClaimTemplate take a full cycle.
 
 After a preemption whose every eviction was accepted the next cycle carries on: the victims are on their way out
 in the kept policy (they hold their quota and nodes until their pods are gone, read as any pod's ending; a full
