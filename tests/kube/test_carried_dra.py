@@ -505,3 +505,48 @@ def test_a_claim_made_again_under_its_name_and_seen_as_one_change_takes_a_full_c
     c.put(r.RESOURCE_CLAIMS, again, "MODIFIED")
     d, carried = step(run, now)
     assert not carried and {a.workload for a in d.plan.admitted} == {f"{NS}/p"}
+
+
+def test_a_running_jobs_next_pod_waiting_for_its_claim_leaves_the_job_admitted_and_is_placed_once_it_comes() -> None:
+    # A Job whose completions exceed its parallelism makes a pod as each one ends; with claims from a template, the
+    # next pod comes before its claim. The Job stays admitted on its running pod (a hold is for workloads not
+    # running yet); the pod waits to be placed, then is placed beside it once its claim is there.
+    c = dra_cluster([4])
+    owner = claiming_job("train", 2)
+    owner["spec"]["completions"] = 3
+    c.put(JOBS, owner)
+    pods = job_pods(owner)
+    for i, p in enumerate(pods):
+        name = p["metadata"]["name"]
+        p["spec"]["nodeName"] = "dra-0"
+        p["status"] = {"phase": "Running", "resourceClaimStatuses": [{"name": "gpus",
+                                                                     "resourceClaimName": claim_name(name)}]}
+        c.put(r.PODS, p)
+        claim = made_claim(name, 1)
+        claim["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpus", "driver": DRIVER, "pool": "dra-0", "device": f"gpu-{i}"}]}},
+            "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-{NS}-{name}"}]}
+        c.put(r.RESOURCE_CLAIMS, claim)
+    run = runner(c)
+    now = time.time()
+    assert f"{NS}/train" not in first_cycle(run, now).plan.pending
+    first = pods[0]["metadata"]["name"]
+    done = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/{first}"))
+    done["status"]["phase"] = "Succeeded"
+    c.put(r.PODS, done, "MODIFIED")
+    release_claim(c, first)
+    carried_as_rebuilt(run, c, now)
+    following = copy.deepcopy(pods[0])
+    following["metadata"] = {k: v for k, v in following["metadata"].items() if k not in ("uid", "resourceVersion")}
+    following["metadata"]["name"] = "train-p2x"
+    following["spec"].pop("nodeName")
+    following["status"] = {"phase": "Pending"}
+    c.put(r.PODS, following)
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{NS}/train" not in d.plan.pending and not d.jobs  # admitted still; its next pod waits for its claim
+    c.put(r.RESOURCE_CLAIMS, made_claim("train-p2x", 1))
+    name_claim(c, "train-p2x")
+    d, _ = step(run, now)
+    assert [(j.workload, [p.key for p in j.pods]) for j in d.jobs] == [(f"{NS}/train", [f"{NS}/train-p2x"])]
+    [write] = d.jobs[0].pods[0].claims
+    assert [res.device for res in write.results] in (["gpu-0"], ["gpu-2"], ["gpu-3"])

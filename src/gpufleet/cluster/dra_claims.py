@@ -643,9 +643,10 @@ def resolve_workload_claims(workloads: Sequence[Workload], manifests: Manifests,
             need = resolve_pod_claims(w.namespace, name, p.template.resource_claims, catalog, shared, live=live)
         gpu = need.choices[0].demand if need.choices else p.template.gpu
         p.template = replace(p.template, dra=need, gpu=gpu)
-        if need.awaiting and w.hold is None:
+        if need.awaiting and w.hold is None and not any(q.node_name for q in w.pods):
             # Out of its queue until its claims exist (kube-scheduler's PreEnqueue): a StrictFIFO head waiting
-            # for the resourceclaim controller would hold back the queue behind it.
+            # for the resourceclaim controller would hold back the queue behind it. (A workload running already,
+            # a Job whose next pod waits for its claim, stays admitted: its late pod waits to be placed.)
             w.hold = f"pod {p.key}: {need.problem}"
     _pod_set_demands({id(w): w for w, _ in pods}.values())
     return len(pods)
