@@ -168,6 +168,15 @@ _ARRIVAL = st.tuples(st.just("arrive"), st.sampled_from([1, 2]), st.sampled_from
                                                                                     "named later"]))
 _END = st.tuples(st.just("end"), st.integers(0, 20), st.sampled_from(["deleted", "Succeeded"]))
 _JOB = st.tuples(st.just("job"), st.integers(1, 2), st.sampled_from(["together", "one late"]))
+_THEIRS = st.tuples(st.just("theirs"), st.just(1), st.just(""))
+
+
+def free_device(c: Cluster, gpus: list[int]) -> tuple[str, str] | None:
+    """A device no claim of the cache holds (every pod of ours landed and its claim written: the cluster's free)."""
+    taken = {(res["pool"], res["device"]) for claim in c.cache.snapshot().of(r.RESOURCE_CLAIMS).values()
+             for res in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results", [])}
+    return next(((f"dra-{i}", f"gpu-{j}") for i, n in enumerate(gpus) for j in range(n)
+                 if (f"dra-{i}", f"gpu-{j}") not in taken), None)
 
 
 def claiming_job(name: str, pods: int) -> JsonDict:
@@ -181,7 +190,7 @@ def claiming_job(name: str, pods: int) -> JsonDict:
 @settings(max_examples=int(os.environ.get("GPUFLEET_CARRIED_EXAMPLES", "40")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(gpus=st.lists(st.integers(1, 4), min_size=1, max_size=3), busy=st.integers(0, 3),
-       events=st.lists(st.one_of(_ARRIVAL, _END, _JOB), min_size=1, max_size=8))
+       events=st.lists(st.one_of(_ARRIVAL, _END, _JOB, _THEIRS), min_size=1, max_size=8))
 def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuild_decides_them(
         gpus: list[int], busy: int, events: list[tuple[str, int, str]]) -> None:
     c = dra_cluster(gpus)
@@ -193,6 +202,7 @@ def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuil
     first_cycle(run, now)
     arrived = ended = jobs = 0
     job_pods_made: set[str] = set()
+    foreign: list[str] = []
     for kind, n, how in events:
         if kind == "end":
             if not bound:
@@ -209,6 +219,18 @@ def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuil
             release_claim(c, name)  # (its devices free now: a pod waiting for them is placed)
             d = carried_as_rebuilt(run, c, now)
             c.put(r.RESOURCE_CLAIMS, c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name(name)}"), "DELETED")
+        elif kind == "theirs":  # kube-scheduler's pod with a claim: made, allocated, then bound
+            where = free_device(c, gpus)
+            if where is None:
+                continue
+            name = f"theirs-{len(foreign)}"
+            theirs(c, name)
+            carried_as_rebuilt(run, c, now)
+            allocate_theirs(c, name, *where)
+            carried_as_rebuilt(run, c, now)
+            bind_theirs(c, name, where[0])
+            foreign.append(name)
+            bound.append(name)
         elif kind == "job":  # a Job's pods, one GPU each (a pending Job ends only with its pods)
             owner = claiming_job(f"job-{arrived}", n)
             arrived += n
@@ -249,7 +271,7 @@ def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuil
             for res in claim["status"]["allocation"]["devices"]["results"]]
     assert len(held) == len(set(held)) <= sum(gpus)
     assert sorted(claim_name(name) for name in bound) == sorted(claim["metadata"]["name"] for claim in claims)
-    if not jobs and all(n == 1 for kind, n, _ in events if kind == "arrive") and (
+    if not jobs and not foreign and all(n == 1 for kind, n, _ in events if kind == "arrive") and (
             arrived + min(busy, gpus[0]) <= sum(gpus)):
         assert len(held) == len(bound) == min(busy, gpus[0]) + arrived - ended  # room for all: every one runs
 
@@ -319,19 +341,77 @@ def test_a_workload_parked_for_its_claims_is_evaluated_afresh_by_a_full_cycle_on
     assert not carried and {a.workload for a in d.plan.admitted} == {f"{NS}/p"}
 
 
-def test_a_claim_allocated_by_another_scheduler_takes_a_full_cycle() -> None:
-    c = dra_cluster([4])
+def theirs(c: Cluster, name: str) -> None:
+    """kube-scheduler's pod with a claim made for it (then :func:`allocate_theirs`, its PreBind, then
+    :func:`bind_theirs`)."""
+    obj = dra_pod(name, 1)
+    obj["spec"]["schedulerName"] = "default-scheduler"
+    obj["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claim_name(name)}]
+    c.put(r.PODS, obj)
+    c.put(r.RESOURCE_CLAIMS, made_claim(name, 1))
+
+
+def allocate_theirs(c: Cluster, name: str, node: str, device: str) -> None:
+    claim = copy.deepcopy(c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name(name)}"))
+    claim["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpus", "driver": DRIVER, "pool": node, "device": device}]}},
+        "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-{NS}-{name}"}]}
+    c.put(r.RESOURCE_CLAIMS, claim, "MODIFIED")
+
+
+def bind_theirs(c: Cluster, name: str, node: str) -> None:
+    obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/{name}"))
+    obj["spec"]["nodeName"] = node
+    obj["status"]["phase"] = "Running"
+    c.put(r.PODS, obj, "MODIFIED")
+
+
+def test_another_schedulers_pod_with_a_claim_is_carried_on_from_its_allocation_to_its_release() -> None:
+    # kube-scheduler beside gpufleet on one DRA cluster: its allocation holds the device from the moment it is
+    # written (before its Binding), its pod holds it while it runs, its claim until released; carried on throughout,
+    # as a rebuild counts it at each step.
+    c = dra_cluster([2])
     run = runner(c)
     now = time.time()
     first_cycle(run, now)
-    c.put(r.RESOURCE_CLAIMS, made_claim("theirs", 1))
-    assert step(run, now)[1]  # (created unallocated: nobody's yet)
-    # kube-scheduler allocating it for a pod of its own: its devices are held, which a full cycle reads.
-    other = copy.deepcopy(c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name('theirs')}"))
-    other["status"] = {"allocation": {"devices": {"results": [
-        {"request": "gpus", "driver": DRIVER, "pool": "dra-0", "device": "gpu-3"}]}},
-        "reservedFor": [{"resource": "pods", "name": "theirs", "uid": "uid-theirs"}]}
-    c.put(r.RESOURCE_CLAIMS, other, "MODIFIED")
+    theirs(c, "web")
+    carried_as_rebuilt(run, c, now)
+    allocate_theirs(c, "web", "dra-0", "gpu-1")
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{CLAIM_HOLD_PREFIX}{NS}/{claim_name('web')}" in d.world.cluster.placements
+    bind_theirs(c, "web", "dra-0")
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{CLAIM_HOLD_PREFIX}{NS}/{claim_name('web')}" not in d.world.cluster.placements
+    assert d.world.cluster.placements[f"{NS}/web"].node == "dra-0"
+    for name in ("a", "b"):  # two pods of ours for the one device left
+        c.put(r.PODS, dra_pod(name, 1))
+        c.put(r.RESOURCE_CLAIMS, made_claim(name, 1))
+        name_claim(c, name)
+    d = carried_as_rebuilt(run, c, now)
+    [job] = d.jobs
+    assert [res.device for res in job.pods[0].claims[0].results] == ["gpu-0"]
+    write_claims(c, d)
+    land_all(c, d)
+    carried_as_rebuilt(run, c, now)
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/web"), "DELETED")
+    d = carried_as_rebuilt(run, c, now)
+    assert not d.plan.admitted  # (its claim holds gpu-1 until released)
+    release_claim(c, "web")
+    d = carried_as_rebuilt(run, c, now)
+    assert len(d.plan.admitted) == 1 and [res.device for res in d.jobs[0].pods[0].claims[0].results] == ["gpu-1"]
+
+
+def test_an_allocation_by_another_scheduler_for_a_pod_of_ours_takes_a_full_cycle() -> None:
+    c = dra_cluster([2])
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    c.put(r.PODS, dra_pod("mine", 1))
+    c.put(r.RESOURCE_CLAIMS, made_claim("mine", 1))
+    name_claim(c, "mine")
+    d, _ = step(run, now)  # (placed by us, its claim not written yet)
+    ours = d.jobs[0].pods[0].claims[0].results[0].device
+    allocate_theirs(c, "mine", "dra-0", "gpu-1" if ours == "gpu-0" else "gpu-0")
     assert not step(run, now)[1]
 
 

@@ -46,6 +46,9 @@ class ClaimChanges:
         self.parse = parse
         self.changed: dict[str, ResourceClaim | None] = {}  # key -> the claim now (None: deleted)
         self.freed: list[str] = []  # the placeholders of the claims released (cluster placement keys)
+        # Claims allocated for another scheduler's pods (kube-scheduler's), their devices to hold until the pods
+        # bind (gpufleet.live.increment.charge_claimed)
+        self.held: list[str] = []
         self.awaited: list[str] = []  # pods of the world that name a claim created now: resolved again
         self._named: dict[str, list[str]] | None = None  # claim -> the world's pods (short of finished) naming it
 
@@ -75,6 +78,10 @@ class ClaimChanges:
         elif (new.allocation, new.reserved_for) != (old.allocation, old.reserved_for):
             if old.allocation is None and not old.reserved_for and self._our_allocation(c.new):
                 pass  # (our binder's allocation, on the devices the kept cluster placed its pod on)
+            elif old.allocation is None and not old.reserved_for and new.allocation is not None and (
+                    new.reserved_for) and all(self._anothers_to_bind(f"{new.meta.namespace or ''}/{consumer.name}")
+                                              for consumer in new.reserved_for):
+                self.held.append(c.key)  # (another scheduler's allocation, its pod to bind: its devices held)
             elif old.allocation is not None and new.allocation is None and not new.reserved_for and not any(
                     self._holds(f"{old.meta.namespace or ''}/{consumer.name}") for consumer in old.reserved_for):
                 # Released once its pod ended (gpufleet.live.claim_release, the resourceclaim controller): the
@@ -121,6 +128,11 @@ class ClaimChanges:
     def _parsed(self, key: str, raw: JsonDict | None) -> ResourceClaim | None:
         parsed = self.parse.one(r.RESOURCE_CLAIMS, key, raw) if raw is not None else None
         return parsed.obj if parsed is not None and isinstance(parsed.obj, ResourceClaim) else None
+
+    def _anothers_to_bind(self, pod: str) -> bool:
+        """Whether ``pod`` is none of ours and holds no node in the world (another scheduler's pod, pending)."""
+        entry = self.world.pods.get(pod)
+        return entry is None or (not entry.ours and not entry.holds_capacity)
 
     def _holds(self, pod: str) -> bool:
         entry = self.world.pods.get(pod)

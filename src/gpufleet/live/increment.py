@@ -81,7 +81,7 @@ gpufleet.live.gangs.tell_readiness), which its round acts on as the simulator's 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -91,7 +91,7 @@ from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, Node, Pod
 from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster import grouping
 from gpufleet.cluster.build import build_workloads
-from gpufleet.cluster.dra_claims import claim_names
+from gpufleet.cluster.dra_claims import claim_names, held_claims
 from gpufleet.cluster.state import NodeState, node_state_from
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
@@ -118,7 +118,7 @@ from gpufleet.live.world import (
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import ADMITTED, WorkloadInfo
 from gpufleet.scheduling.kueue.late_members import joins_late
-from gpufleet.scheduling.placement.dra import hold_claims, keys_by_device_id
+from gpufleet.scheduling.placement.dra import CLAIM_HOLD_PREFIX, hold_claims, keys_by_device_id
 
 JsonDict = dict[str, Any]
 
@@ -235,6 +235,8 @@ class Carried:
     claims_left: list[tuple[str, str | None, tuple[str, ...]]] = field(default_factory=list)
     # Pending workloads whose pods' DRA claims now resolve otherwise: taken back, their pods submitted again
     withdrawn: list[str] = field(default_factory=list)
+    # Another scheduler's pods with DRA claims bound since, charged once the claims are read (charge_claimed)
+    claimed_elsewhere: dict[str, PodEntry] = field(default_factory=dict)
 
 
 def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str, parse: ParseCache,
@@ -317,6 +319,8 @@ def carried_pods(kept: Kept, changes: list[CacheChange], *, scheduler_name: str,
             return None
     claims.apply()
     out.freed.extend(claims.freed)  # (the placeholders of claims released: their devices free)
+    if (out.claimed_elsewhere or claims.held) and not charge_claimed(world, out.claimed_elsewhere, claims.held):
+        return None
     for key in claims.awaited:  # (pods that waited for a claim created now: resolved again)
         entry = world.pods.get(key)
         if entry is not None and not _claims_came(world, key, entry.raw, new, out, scheduler_name=scheduler_name,
@@ -399,7 +403,8 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
             return False
         if spec.get("nodeName"):  # created on its node (a DaemonSet's pod, a static pod's mirror)
             if claimed:
-                return False
+                return _claimed_elsewhere(world, c.key, obj, out, parse=parse, scheduler_name=scheduler_name,
+                                          assumed=assumed, require_mutation=require_mutation)
             return _bound_elsewhere(world, c.key, obj, parse=parse, scheduler_name=scheduler_name,
                                     assumed=assumed, require_mutation=require_mutation)
         created = pod_entry(c.key, obj, parse, scheduler_name, assumed, world.now, require_mutation)
@@ -429,8 +434,14 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
     old_node = (c.old.get("spec") or {}).get("nodeName")
     new_node = (c.new.get("spec") or {}).get("nodeName")
     if entry is None or not entry.ours:
+        if claimed and old_node is None and new_node is not None:
+            # Bound by its allocator (kube-scheduler) where its claims' allocations are: charged on those devices
+            # once the claims are read (after this batch's claim changes), as a full cycle charges them.
+            world.pods.pop(c.key, None)
+            return _claimed_elsewhere(world, c.key, c.new, out, parse=parse, scheduler_name=scheduler_name,
+                                      assumed=assumed, require_mutation=require_mutation)
         if claimed and (old_node != new_node or entry is None):
-            return False  # (bound by its allocator where its claims are: a full cycle charges their devices)
+            return False
         if old_node is None and new_node is not None:
             # Another scheduler bound its pod (kube-scheduler's): charged where it went, as a full cycle would.
             world.pods.pop(c.key, None)
@@ -513,6 +524,49 @@ def hold_left_claims(world: World, left: list[tuple[str, str | None, tuple[str, 
             return False
         ns = world.cluster.nodes.get(node) if node is not None else None
         hold_claims(world.cluster, held, {k: ns.name for k in keys_by_device_id(ns).values()} if ns else None)
+    return True
+
+
+def _claimed_elsewhere(world: World, key: str, raw: JsonDict, out: Carried, *, parse: ParseCache,
+                       scheduler_name: str, assumed: AssumedPods, require_mutation: bool) -> bool:
+    """Another scheduler's pod with DRA claims now on a node: noted (``Carried.claimed_elsewhere``), to be charged on
+    its claims' devices once this batch's claim changes are read (:func:`charge_claimed`). False for a pod of ours."""
+    entry = pod_entry(key, raw, parse, scheduler_name, assumed, world.now, require_mutation)
+    if entry.ours or entry.pod is None or not entry.pod.template.resource_claims:
+        return False
+    out.claimed_elsewhere[key] = entry
+    return True
+
+
+def charge_claimed(world: World, entries: Mapping[str, PodEntry], held: list[str]) -> bool:
+    """After a batch's claim changes: another scheduler's pods bound since (``entries``) charged on the devices their
+    claims' allocations name, each claim's placeholder given up to its pod; then the claims allocated since for
+    another scheduler's pods still to bind (``held``) held by placeholders, as a full cycle holds an allocated claim
+    no pod holds (``hold_claims``). False (a full cycle) when a pod's claims are not all allocated, or its devices
+    are not free."""
+    catalog = world_catalog(world)
+    named: set[str] = set()
+    for key, entry in entries.items():
+        assert entry.pod is not None
+        refs = entry.pod.template.resource_claims
+        need = held_claims(entry.namespace, refs, catalog)
+        if entry.holds_capacity and not need.choices:
+            return False
+        for name in claim_names(entry.namespace, refs):
+            named.add(name)
+            if CLAIM_HOLD_PREFIX + name in world.cluster.placements:
+                world.cluster.release(CLAIM_HOLD_PREFIX + name)
+        if entry.holds_capacity and not account(world.cluster, entry, need.choices[0].groups[0]):
+            return False
+        world.pods[key] = entry
+    claims = [claim for name in held if name not in named and (claim := catalog.claims.get(name)) is not None
+              and claim.allocation is not None]
+    for claim in claims:
+        assert claim.allocation is not None
+        ns = world.cluster.nodes.get(claim.allocation.node_name) if claim.allocation.node_name else None
+        if not hold_claims(world.cluster, [claim], {k: ns.name for k in keys_by_device_id(ns).values()}
+                           if ns is not None else None):
+            return False  # (its devices not all free, or not on one node: a full cycle judges)
     return True
 
 
