@@ -62,8 +62,9 @@ its status naming that claim (a pending workload whose claims resolve otherwise 
 of its queue), our own finalizer and allocation coming back, its Binding landing, a pod ending (judged as any
 pod's ending is, :func:`_ended`), its claims' devices held until the claims are released
 (:func:`hold_left_claims`), and the claims released and deleted then are carried
-(:mod:`gpufleet.live.claim_changes`); a pod with claims bound by another scheduler, any other claim change and any
-change to a ResourceSlice, DeviceClass or ResourceClaimTemplate take a full cycle.
+(:mod:`gpufleet.live.claim_changes`), as are another scheduler's claims allocated (held by placeholders) and its
+pods bound on them (:func:`charge_claimed`); any other claim change and any change to a ResourceSlice,
+DeviceClass or ResourceClaimTemplate take a full cycle.
 
 After a preemption whose every eviction was accepted the next cycle carries on: the victims are on their way out
 in the kept policy (they hold their quota and nodes until their pods are gone, read as any pod's ending; a full
