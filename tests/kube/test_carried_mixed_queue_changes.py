@@ -97,12 +97,15 @@ ACTION = st.one_of(
 
 def _check(run: CycleRunner, c: Cluster, now: float, log: list[str]) -> bool:
     snapshot = c.cache.snapshot()
-    carried = run._carry_on(snapshot, now)
+    # The scheduler's memory as the last cycle left it (what a full cycle parks again: ParkedMemory), copied before
+    # the carried cycle remembers what it decides on this very snapshot (a fresh runner given a later copy re-parked
+    # a head the carried cycle had just parked, and never evaluated it).
     fresh = runner(c, run.settings)
     fresh.assumed = run.assumed.copy()
     fresh.requeues = run.requeues.copy()
     fresh.seen_ready = set(run.seen_ready)
-    fresh.parked = copy.deepcopy(run.parked)  # (what a full cycle of the scheduler parks again: ParkedMemory)
+    fresh.parked = copy.deepcopy(run.parked)
+    carried = run._carry_on(snapshot, now)
     fresh.parse = run.parse  # (whose queue generation the parked memory is judged against)
     rebuilt = fresh._decide_isolating(snapshot, now)
     d = carried

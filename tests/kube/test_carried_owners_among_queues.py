@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from live_env import NS, cluster_queue, fast_settings, local_queue, node, pod, stamp
 from test_carried_cycles import JOBS, Cluster, runner
@@ -152,6 +152,11 @@ EXAMPLES = int(os.environ.get("GPUFLEET_CARRIED_EXAMPLES", "40"))
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=st.lists(st.lists(ACTION, min_size=1, max_size=3), min_size=1, max_size=8))
+# A head within its queue's nominal quota that finds nothing to preempt reserves the quota it asks (Kueue), which
+# keeps a borrower of the cohort out; the harness's rebuild had been given the parked memory after the carried
+# cycle had parked that head on the same snapshot, so it never evaluated it (CI, 2026-12-08).
+@example(actions=[[("pod", ("lq2", 1)), ("job", (1, 2, "lq", False))],
+                  [("quota", ("cq2", 0)), ("pod", ("lq2", 1)), ("job", (1, 2, "lq", False))]])
 def test_owner_changes_among_queue_changes_decided_as_rebuilt(actions: list[list[tuple[str, Any]]]) -> None:
     c, run, now = _world()
     st_: dict[str, Any] = {"made": 0, "rest": []}
