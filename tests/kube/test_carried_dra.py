@@ -136,6 +136,11 @@ def land_all(c: Cluster, d: _Decided) -> None:
             land(c, p.key.split("/")[1], p.node)
 
 
+def held_where(d: _Decided, leave_out: set[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {k: (p.node, tuple(sorted(p.device_ids))) for k, p in d.world.cluster.placements.items()
+            if k not in leave_out}
+
+
 def carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     """The next cycle, which must carry on, deciding what a fresh runner (the assumptions copied) decides on the
     same snapshot; kept as run() keeps it."""
@@ -154,6 +159,10 @@ def carried_as_rebuilt(run: CycleRunner, c: Cluster, now: float) -> _Decided:
     assert _nonzero(carried.counts) == _nonzero(QueueCounts(carried.plan.policy))
     assert _nonzero(carried.counts) == _nonzero(QueueCounts(rebuilt.plan.policy))
     carried.world.cluster.check_invariants()
+    # What holds nodes and devices, placeholders of claims included, as a rebuild charges it (the pods placed by
+    # this very cycle aside: nodes that tie are broken at random by each).
+    placed = {pa.pod for d in (carried, rebuilt) for a in d.plan.admitted for pa in a.pods}
+    assert held_where(carried, placed) == held_where(rebuilt, placed)
     # The devices each sent pod's claims are written with are free ones, never another claim's or pod's.
     sent = [(res.pool, res.device) for job in carried.jobs for p in job.pods for w in p.claims for res in w.results]
     assert len(sent) == len(set(sent))
@@ -630,3 +639,68 @@ def test_a_running_jobs_next_pod_waiting_for_its_claim_leaves_the_job_admitted_a
     assert [(j.workload, [p.key for p in j.pods]) for j in d.jobs] == [(f"{NS}/train", [f"{NS}/train-p2x"])]
     [write] = d.jobs[0].pods[0].claims
     assert [res.device for res in write.results] in (["gpu-0"], ["gpu-2"], ["gpu-3"])
+
+
+def running_job(c: Cluster, name: str, pods: int) -> list[str]:
+    """A Job of ``pods`` pods running on dra-0, each on gpu-<i> through its claim; its pods' names."""
+    owner = claiming_job(name, pods)
+    c.put(JOBS, owner)
+    names = []
+    for i, p in enumerate(job_pods(owner)):
+        member = p["metadata"]["name"]
+        names.append(member)
+        p["spec"]["nodeName"] = "dra-0"
+        p["status"] = {"phase": "Running", "resourceClaimStatuses": [{"name": "gpus",
+                                                                     "resourceClaimName": claim_name(member)}]}
+        c.put(r.PODS, p)
+        claim = made_claim(member, 1)
+        claim["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpus", "driver": DRIVER, "pool": "dra-0", "device": f"gpu-{i}"}]}},
+            "reservedFor": [{"resource": "pods", "name": member, "uid": f"uid-{NS}-{member}"}]}
+        c.put(r.RESOURCE_CLAIMS, claim)
+    return names
+
+
+def test_a_jobs_member_gone_while_the_job_is_evicted_leaves_the_others_on_their_claims_devices() -> None:
+    # A Job's pods all being deleted (a preemption's victims), one gone: the Job is made again from the member left,
+    # which a rebuild charges on its claim's device; the gone one's claim holds its device until released. A review
+    # found the member left charged on no device, and a new 2-GPU pod given its GPU.
+    c = dra_cluster([3])
+    names = running_job(c, "train", 2)
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    for member in names:
+        obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/{member}"))
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        c.put(r.PODS, obj, "MODIFIED")
+    carried_as_rebuilt(run, c, now)
+    c.put(r.PODS, c.cache.get(r.PODS, f"{NS}/{names[0]}"), "DELETED")
+    c.put(r.PODS, dra_pod("next", 2))
+    c.put(r.RESOURCE_CLAIMS, made_claim("next", 2))
+    name_claim(c, "next")
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{NS}/next" in d.plan.pending
+    assert d.world.cluster.placements[f"{NS}/{names[1]}"].device_ids  # (on its claim's GPU)
+
+
+def test_another_schedulers_pod_seen_bound_and_finished_at_once_leaves_its_claim_holding_the_device() -> None:
+    # A relist shows kube-scheduler's pod bound and Succeeded in one change: it holds nothing, its claim (still
+    # allocated) holds the device; a review found the placeholder released and the device given to a pod of ours.
+    c = dra_cluster([1])
+    run = runner(c)
+    now = time.time()
+    first_cycle(run, now)
+    theirs(c, "web")
+    allocate_theirs(c, "web", "dra-0", "gpu-0")
+    carried_as_rebuilt(run, c, now)
+    obj = copy.deepcopy(c.cache.get(r.PODS, f"{NS}/web"))
+    obj["spec"]["nodeName"] = "dra-0"
+    obj["status"]["phase"] = "Succeeded"
+    c.put(r.PODS, obj, "MODIFIED")
+    c.put(r.PODS, dra_pod("mine", 1))
+    c.put(r.RESOURCE_CLAIMS, made_claim("mine", 1))
+    name_claim(c, "mine")
+    d = carried_as_rebuilt(run, c, now)
+    assert f"{NS}/mine" in d.plan.pending
+    assert f"{CLAIM_HOLD_PREFIX}{NS}/{claim_name('web')}" in d.world.cluster.placements

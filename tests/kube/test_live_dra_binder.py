@@ -265,6 +265,25 @@ def test_the_claim_is_read_from_the_cache_first_and_a_stale_copy_costs_a_conflic
         assert not reads and len(puts) == 1
 
 
+def test_a_cached_copy_saying_reserved_is_confirmed_by_the_server_before_the_binding(
+        dra: ApiSim, client: KubeClient) -> None:
+    # Only a write is guarded by the version read: a cache lagging behind our own Unreserve still shows the claim
+    # reserved for the pod. Trusted, the Binding went out with the claim unallocated on the server (found by review).
+    dra.create(r.RESOURCE_CLAIMS, claim("c1"))
+    created = dra.create(r.PODS, dra_pod("p1", "c1"))
+    stale = json_copy(get_claim(dra, "c1"))
+    stale["status"] = {"allocation": allocation("gpu-0"),
+                       "reservedFor": [{"resource": "pods", "name": "p1", "uid": created["metadata"]["uid"]}]}
+    binder = Binder(client, Recorder(client, "gpufleet", "test"), SchedulerMetrics(), may_write=lambda: True,
+                    retries=3, backoff=0.01, sleep=lambda _: None, cached_claim=lambda ns, name: stale)
+    result = run(binder, bind_of(created, ClaimWrite(NS, "c1", results("c1", "gpu-0"))))
+
+    assert result.bound == [f"{NS}/p1"]
+    status = get_claim(dra, "c1")["status"]
+    assert status["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": created["metadata"]["uid"]}]
+    assert status["allocation"]["devices"]["results"] == allocation("gpu-0")["devices"]["results"]
+
+
 def test_a_refused_binding_unreserves_and_deallocates_the_claim(dra: ApiSim, binder: Binder) -> None:
     dra.create(r.RESOURCE_CLAIMS, claim("c1"))
     created = dra.create(r.PODS, dra_pod("p1", "c1"))

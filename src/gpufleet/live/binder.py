@@ -336,6 +336,12 @@ class Binder:
                 current = cached if cached is not None else self.client.get(RESOURCE_CLAIMS, claim.name,
                                                                             claim.namespace)
                 verdict, why = dra.judge(current, claim.results, p.uid)
+                if cached is not None and verdict != "write":
+                    # Only a write is guarded by the version read: "reserved" or "refused" from a copy that may lag
+                    # (a release by our own Unreserve not seen yet) is confirmed by the server's (a review found a
+                    # pod bound on a stale "reserved", its claim unallocated).
+                    current = self.client.get(RESOURCE_CLAIMS, claim.name, claim.namespace)
+                    verdict, why = dra.judge(current, claim.results, p.uid)
                 if verdict == "reserved":
                     return None
                 if verdict == "refused":

@@ -86,6 +86,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpufleet.api.dra_need import DeviceKey
 from gpufleet.api.errors import Problems
 from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, Node, Pod
@@ -548,18 +549,19 @@ def charge_claimed(world: World, entries: Mapping[str, PodEntry], held: list[str
     catalog = world_catalog(world)
     named: set[str] = set()
     for key, entry in entries.items():
+        world.pods[key] = entry
+        if not entry.holds_capacity:
+            continue  # (bound and finished in one change, a relist's: its claims' placeholders hold on)
         assert entry.pod is not None
-        refs = entry.pod.template.resource_claims
-        need = held_claims(entry.namespace, refs, catalog)
-        if entry.holds_capacity and not need.choices:
+        claimed = claimed_devices(world, entry)
+        if claimed is None:
             return False
-        for name in claim_names(entry.namespace, refs):
+        for name in claim_names(entry.namespace, entry.pod.template.resource_claims):
             named.add(name)
             if CLAIM_HOLD_PREFIX + name in world.cluster.placements:
                 world.cluster.release(CLAIM_HOLD_PREFIX + name)
-        if entry.holds_capacity and not account(world.cluster, entry, need.choices[0].groups[0]):
+        if not account(world.cluster, entry, claimed):
             return False
-        world.pods[key] = entry
     claims = [claim for name in held if name not in named and (claim := catalog.claims.get(name)) is not None
               and claim.allocation is not None]
     for claim in claims:
@@ -569,6 +571,15 @@ def charge_claimed(world: World, entries: Mapping[str, PodEntry], held: list[str
                            if ns is not None else None):
             return False  # (its devices not all free, or not on one node: a full cycle judges)
     return True
+
+
+def claimed_devices(world: World, entry: PodEntry) -> frozenset[DeviceKey] | None:
+    """The devices a bound pod's DRA claims' allocations name (a rebuild charges it on those: ``held_by_claims``);
+    None for a pod without claims, or one whose claims are not all allocated."""
+    if entry.pod is None or not entry.pod.template.resource_claims:
+        return None
+    need = held_claims(entry.namespace, entry.pod.template.resource_claims, world_catalog(world))
+    return need.choices[0].groups[0] if need.choices else None
 
 
 def _bound_elsewhere(world: World, key: str, raw: JsonDict, *, parse: ParseCache, scheduler_name: str,
@@ -1243,7 +1254,9 @@ def _admitted_again(kept: Kept, key: str, workload: Workload, now: float) -> Non
     for k in keys:
         entry = world.pods[k]
         if entry.holds_capacity and k not in world.cluster.placements:
-            account(world.cluster, entry)  # (a member left on a node that is gone stays charged nowhere)
+            # (a member left on a node that is gone stays charged nowhere; one with DRA claims on its claims'
+            # devices, as a rebuild charges it: a review found it charged on none, its GPU handed out again)
+            account(world.cluster, entry, claimed_devices(world, entry))
         world.workload_of[k] = key
     world.pods_of[key] = keys
     world.workloads = [workload if w.key == key else w for w in world.workloads]
