@@ -171,6 +171,22 @@ def test_a_queue_held_then_released_carried_on() -> None:
     assert outcome(d)[0] == {f"{NS}/wait"}
 
 
+def test_a_queue_held_and_drained_evicts_what_it_admitted_carried_on_as_rebuilt() -> None:
+    """``stopPolicy: HoldAndDrain``: what the queue admitted is evicted (Kueue's ClusterQueueStopped), carried on as a
+    rebuild evicts it; nothing is admitted there until the queue is resumed."""
+    c, run, now = _one_queue_full()
+    _set_gpu_quota(c, "cq", nominalQuota=8)
+    _set_spec(c, "cq", stopPolicy="HoldAndDrain")
+    d = _carried_as_rebuilt(run, c, now + 1)
+    assert not outcome(d)[0]
+    assert [(v.workload, v.preemptor, v.reason) for v in d.victims] == [(f"{NS}/run", "", "ClusterQueueStopped")]
+    assert "ClusterQueue cq is stopped" in d.victims[0].message
+    fresh = runner(c, run.settings)
+    fresh.assumed = run.assumed.copy()
+    rebuilt = fresh._decide_isolating(c.cache.snapshot(), now + 1)
+    assert [(v.workload, v.reason) for v in rebuilt.victims] == [(f"{NS}/run", "ClusterQueueStopped")]
+
+
 def test_a_status_write_and_a_label_change_change_nothing() -> None:
     c, run, now = _one_queue_full()
     cq = json.loads(json.dumps(c.cache.get(r.CLUSTER_QUEUES, "cq")))
@@ -263,7 +279,8 @@ def test_quotas_changing_among_pods_arriving_and_ending_are_decided_as_rebuilt(
                 cq["spec"]["queueingStrategy"] = ("BestEffortFIFO" if cq["spec"].get("queueingStrategy")
                                                   == "StrictFIFO" else "StrictFIFO")
             elif kind == "hold":
-                cq["spec"]["stopPolicy"] = "None" if cq["spec"].get("stopPolicy") == "Hold" else "Hold"
+                following = {"Hold": "HoldAndDrain", "HoldAndDrain": "None"}  # (None -> Hold -> drained -> None)
+                cq["spec"]["stopPolicy"] = following.get(cq["spec"].get("stopPolicy", "None"), "Hold")
             else:
                 cq["spec"]["namespaceSelector"] = {} if cq["spec"]["namespaceSelector"] else {
                     "matchLabels": {"team": "elsewhere"}}

@@ -3,7 +3,7 @@ without queue, priority order, StrictFIFO and BestEffortFIFO, and requeueing on 
 
 from __future__ import annotations
 
-from tests.kueue.scenario import Scenario, job, names
+from tests.kueue.scenario import Scenario, job, load, names
 from tests.kueue.test_cohorts import FLAVOR, cq
 
 
@@ -167,6 +167,30 @@ def test_stopped_cluster_queue_admits_nothing() -> None:
     s = Scenario(FLAVOR + cq("held", 4, None, spec="\n  stopPolicy: Hold") + job("w", "held"))
     s.cycle()
     assert s.pending()["w"] == "ClusterQueue held is inactive"
+
+
+def test_hold_and_drain_evicts_what_the_stopped_queue_admitted_and_hold_keeps_it() -> None:
+    # Kueue's stopPolicy: Hold admits nothing new and lets what runs run on; HoldAndDrain also evicts every workload
+    # the queue admitted (reason ClusterQueueStopped), which then waits there, held, until the queue is resumed (it
+    # was read as Hold, its admitted workloads left running, without a word).
+    def text(stop: str = "") -> str:
+        return (FLAVOR + cq("team", 4, None, spec=stop) + cq("other", 4, None) + job("w", "team", cpu="2", created=1)
+                + job("x", "other", cpu="2", created=2))
+
+    for policy in ("Hold", "HoldAndDrain"):
+        s = Scenario(text())
+        assert names(s.cycle().admitted) == ["w", "x"]
+        s.policy.queues_changed(load(text(f"\n  stopPolicy: {policy}")), s.now)
+        d = s.cycle()
+        if policy == "Hold":
+            assert not d.preempted and s.admitted() == {"w", "x"}
+            continue
+        assert [(p.workload, p.preemptor, p.reason) for p in d.preempted] == [("default/w", "", "ClusterQueueStopped")]
+        assert s.admitted() == {"x"}
+        assert not s.cycle().preempted and s.admitted() == {"x"}  # (held, not admitted again)
+        assert s.pending()["w"] == "ClusterQueue team is inactive"
+        s.policy.queues_changed(load(text()), s.now)  # resumed
+        assert names(s.cycle().admitted) == ["w"]
 
 
 def test_partial_admission_shrinks_a_job_to_what_fits() -> None:

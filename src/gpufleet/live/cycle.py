@@ -82,6 +82,7 @@ from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import WorkloadInfo
 from gpufleet.scheduling.kueue.pending import PendingReason
 from gpufleet.scheduling.kueue.shields import Shields
+from gpufleet.scheduling.kueue.state import CLUSTER_QUEUE_STOPPED
 from gpufleet.scheduling.memory import OomLesson
 from gpufleet.scheduling.placement.dra_results import assignment_claims, pod_needs
 from gpufleet.scheduling.types import AdmittedWorkload, PreemptedWorkload
@@ -179,7 +180,11 @@ def _claim_writes(needs: dict[str, DraNeed], world: World, key: str, node: str,
 
 
 def _timeout_note(plan: planner.Plan, evicted: PreemptedWorkload) -> str:
-    """What the eviction's Event says of a waitForPodsReady timeout ("" for a preemption: its reason says it)."""
+    """What the eviction's Event says of a waitForPodsReady timeout, or of a ClusterQueue drained ("" for a
+    preemption: its reason says it)."""
+    if evicted.reason == CLUSTER_QUEUE_STOPPED:
+        info = plan.policy.info(evicted.workload)
+        return f"The ClusterQueue {info.cluster_queue if info else ''} is stopped (stopPolicy HoldAndDrain)"
     if evicted.reason != gangs.PODS_READY_TIMEOUT or (policy := plan.pods_ready_policy(evicted.workload)) is None:
         return ""
     return f"not all pods were ready {policy.timeout_s:g}s after the workload was bound"

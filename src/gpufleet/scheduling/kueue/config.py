@@ -58,6 +58,7 @@ class CQSpec:
     pods_ready: PodsReadyPolicy
     reserve_after_s: float | None = None  # gang reservation (kueue.reservation); None: off
     mig_resize_on_oom: bool = False  # a MIG OOM offers the next larger profile (gpufleet.api.mig_resized)
+    drain: bool = False  # stopPolicy HoldAndDrain: its admitted workloads are evicted too (kueue.cycle)
 
     def nominal(self, fr: FR) -> int:
         q = self.quotas.get(fr)
@@ -152,7 +153,7 @@ def _cq_spec(cq: ClusterQueue, flavors: Mapping[str, ResourceFlavor], global_rea
         fungibility=cq.flavor_fungibility, fair_weight=cq.fair_weight, stopped=cq.stop_policy != "None",
         pods_ready=cq.pods_ready if cq.pods_ready is not None else global_ready,
         reserve_after_s=cq.reserve_after_s if extensions else None,
-        mig_resize_on_oom=cq.mig_resize_on_oom and extensions,
+        mig_resize_on_oom=cq.mig_resize_on_oom and extensions, drain=cq.stop_policy == "HoldAndDrain",
     )
 
 

@@ -37,7 +37,7 @@ from gpufleet.scheduling.kueue.reservation import BACKFILL_LIMIT, quota_hold, st
 from gpufleet.scheduling.kueue.reservation import message as reservation_message
 from gpufleet.scheduling.kueue.room import HeldRooms, Nomination, Room, make_room
 from gpufleet.scheduling.kueue.search_reads import SearchReads
-from gpufleet.scheduling.kueue.state import PODS_READY_TIMEOUT, SchedulerState
+from gpufleet.scheduling.kueue.state import CLUSTER_QUEUE_STOPPED, PODS_READY_TIMEOUT, SchedulerState
 from gpufleet.scheduling.quota import FR
 from gpufleet.scheduling.types import Decisions, PendingWorkload, PodAssignment, PreemptedWorkload
 
@@ -127,6 +127,13 @@ class Cycle:
             if info.ready_deadline is not None and info.ready_deadline <= now and info.evicting is None:
                 state.begin_eviction(info, PODS_READY_TIMEOUT)
                 self.decisions.preempted.append(PreemptedWorkload(info.key, "", PODS_READY_TIMEOUT))
+        for name in state.draining:
+            # stopPolicy HoldAndDrain: Kueue evicts every workload the stopped ClusterQueue admitted ("The
+            # ClusterQueue is stopped"); they wait there, held, until it is resumed.
+            for info in state.admitted[name].ordered():
+                if info.evicting is None:
+                    state.begin_eviction(info, CLUSTER_QUEUE_STOPPED)
+                    self.decisions.preempted.append(PreemptedWorkload(info.key, "", CLUSTER_QUEUE_STOPPED))
 
     def _no_quota(self) -> None:
         state = self.state

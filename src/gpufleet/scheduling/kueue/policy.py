@@ -86,7 +86,7 @@ def first_fit_factory(cluster: ClusterState, rng: random.Random, topologies: Seq
 
 # What of a ClusterQueue's spec the policy reads afresh at each cycle (or keeps in its quota tree, which takes it in
 # place): a change to these alone is taken by a kept policy (KueuePolicy.queues_changed).
-_READ_EACH_CYCLE = ("quotas", "stopped", "preemption", "namespace_selector", "fungibility", "fair_weight",
+_READ_EACH_CYCLE = ("quotas", "stopped", "drain", "preemption", "namespace_selector", "fungibility", "fair_weight",
                     "mig_resize_on_oom", "strategy")
 
 

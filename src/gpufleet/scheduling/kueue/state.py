@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from gpufleet.scheduling.kueue.room import Nomination
 
 PODS_READY_TIMEOUT = "PodsReadyTimeout"
+# Kueue's eviction reason for an admitted workload of a ClusterQueue stopped with stopPolicy HoldAndDrain.
+CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
 _V = TypeVar("_V")
 
 
@@ -73,6 +75,8 @@ class SchedulerState:
         self.reservations: dict[str, str] = {}
         self.reserve = any(cq.reserve_after_s is not None for cq in config.cluster_queues.values())
         self.block_admission = any(cq.pods_ready.block_admission for cq in config.cluster_queues.values())
+        # ClusterQueues stopped with HoldAndDrain: each cycle evicts what they still admit (kueue.cycle).
+        self.draining = [name for name, cq in config.cluster_queues.items() if cq.drain]
 
     def add_cluster_queues(self, queues: Mapping[str, CQSpec], order: Sequence[str]) -> None:
         """ClusterQueues added (their cohorts' parents as they were): in the quota tree, with a heap, an admitted
@@ -107,6 +111,7 @@ class SchedulerState:
         cqs = config.cluster_queues.values()
         self.reserve = any(cq.reserve_after_s is not None for cq in cqs)
         self.block_admission = any(cq.pods_ready.block_admission for cq in cqs)
+        self.draining = [cq.name for cq in cqs if cq.drain]
 
     def queues_changed(self, queues: Mapping[str, CQSpec],
                        cohorts: Mapping[str, tuple[dict[FR, ResourceQuota], float] | None]) -> None:
@@ -137,6 +142,7 @@ class SchedulerState:
             self._assigners.pop(name, None)
             self.namespace_matches[name] = {}
         tree.finalize()
+        self.draining = [name for name, cq in config.cluster_queues.items() if cq.drain]
         self.preemptor = Preemptor(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
         if self.memo is not None and not self.memo.specs_changed(config.cluster_queues, list(queues)):
