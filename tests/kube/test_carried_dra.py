@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from live_env import NS, pod
 from test_carried_cycles import (
@@ -200,6 +200,9 @@ def claiming_job(name: str, pods: int) -> JsonDict:
           suppress_health_check=[HealthCheck.too_slow])
 @given(gpus=st.lists(st.integers(1, 4), min_size=1, max_size=3), busy=st.integers(0, 3),
        events=st.lists(st.one_of(_ARRIVAL, _END, _JOB, _THEIRS), min_size=1, max_size=8))
+# A Job waiting for the only GPU, placed when a pod ends and its claim is released, then kube-scheduler's pod: the
+# harness had left the Job's claim unwritten, and gave the other scheduler the same device (CI, 2026-12-08).
+@example(gpus=[1], busy=1, events=[("job", 1, "together"), ("end", 0, "deleted"), ("theirs", 1, "")])
 def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuild_decides_them(
         gpus: list[int], busy: int, events: list[tuple[str, int, str]]) -> None:
     c = dra_cluster(gpus)
@@ -227,6 +230,9 @@ def test_pods_with_claims_arriving_and_ending_are_decided_carried_on_as_a_rebuil
             carried_as_rebuilt(run, c, now)
             release_claim(c, name)  # (its devices free now: a pod waiting for them is placed)
             d = carried_as_rebuilt(run, c, now)
+            write_claims(c, d)  # (and bound, before anything else takes its devices: CI found it left unwritten)
+            land_all(c, d)
+            bound += [p.key.split("/")[1] for job in d.jobs for p in job.pods]
             c.put(r.RESOURCE_CLAIMS, c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name(name)}"), "DELETED")
         elif kind == "theirs":  # kube-scheduler's pod with a claim: made, allocated, then bound
             where = free_device(c, gpus)
