@@ -28,6 +28,8 @@ from test_carried_cycles import (
     runner,
     step,
 )
+from test_live_dra import _node as dra_node
+from test_live_dra import _slice as dra_slice
 from workload_env import job as job_object
 from workload_env import job_pods
 
@@ -47,22 +49,6 @@ def _spec(count: int) -> JsonDict:
     return {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": count}}]}}
 
 
-def _dra_node(name: str) -> JsonDict:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                       "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
-
-
-def _slice(node: str, gpus: int) -> JsonDict:
-    devices = [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{i}"},
-                                                  "productName": {"string": "NVIDIA H100 80GB HBM3"}},
-                "capacity": {"memory": {"value": "81559Mi"}}} for i in range(gpus)]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
-                                                                  "resourceSliceCount": 1}, "devices": devices}}
-
-
 def dra_cluster(gpus: list[int]) -> Cluster:
     c = Cluster()
     c.put(r.DEVICE_CLASSES, copy.deepcopy(CLASS))
@@ -71,8 +57,8 @@ def dra_cluster(gpus: list[int]) -> Cluster:
                                            "metadata": {"name": f"gpus-{count}", "namespace": NS},
                                            "spec": {"spec": _spec(count)}})
     for i, n in enumerate(gpus):
-        c.put(r.NODES, _dra_node(f"dra-{i}"))
-        c.put(r.RESOURCE_SLICES, _slice(f"dra-{i}", n))
+        c.put(r.NODES, dra_node(f"dra-{i}"))
+        c.put(r.RESOURCE_SLICES, dra_slice(f"dra-{i}", n))
     return c
 
 
@@ -107,12 +93,17 @@ def name_claim(c: Cluster, pod_name: str) -> None:
     c.put(r.PODS, obj, "MODIFIED")
 
 
+def allocated_to(pod_name: str, node: str, devices: list[str]) -> JsonDict:
+    """A claim's status: allocated on ``devices`` of ``node`` and reserved for the pod."""
+    return {"allocation": {"devices": {"results": [
+        {"request": "gpus", "driver": DRIVER, "pool": node, "device": d} for d in devices]}},
+        "reservedFor": [{"resource": "pods", "name": pod_name, "uid": f"uid-{NS}-{pod_name}"}]}
+
+
 def running(c: Cluster, name: str, count: int, node: str, devices: list[str]) -> None:
     """A pod of ours running on ``node`` on ``devices``, through its claim allocated and reserved for it."""
     claim = made_claim(name, count)
-    claim["status"] = {"allocation": {"devices": {"results": [
-        {"request": "gpus", "driver": DRIVER, "pool": node, "device": d} for d in devices]}},
-        "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-{NS}-{name}"}]}
+    claim["status"] = allocated_to(name, node, devices)
     c.put(r.RESOURCE_CLAIMS, claim)
     c.put(r.PODS, dra_pod(name, count, node=node, named=True))
 
@@ -368,9 +359,7 @@ def theirs(c: Cluster, name: str) -> None:
 
 def allocate_theirs(c: Cluster, name: str, node: str, device: str) -> None:
     claim = copy.deepcopy(c.cache.get(r.RESOURCE_CLAIMS, f"{NS}/{claim_name(name)}"))
-    claim["status"] = {"allocation": {"devices": {"results": [
-        {"request": "gpus", "driver": DRIVER, "pool": node, "device": device}]}},
-        "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-{NS}-{name}"}]}
+    claim["status"] = allocated_to(name, node, [device])
     c.put(r.RESOURCE_CLAIMS, claim, "MODIFIED")
 
 
@@ -607,21 +596,7 @@ def test_a_running_jobs_next_pod_waiting_for_its_claim_leaves_the_job_admitted_a
     # next pod comes before its claim. The Job stays admitted on its running pod (a hold is for workloads not
     # running yet); the pod waits to be placed, then is placed beside it once its claim is there.
     c = dra_cluster([4])
-    owner = claiming_job("train", 2)
-    owner["spec"]["completions"] = 3
-    c.put(JOBS, owner)
-    pods = job_pods(owner)
-    for i, p in enumerate(pods):
-        name = p["metadata"]["name"]
-        p["spec"]["nodeName"] = "dra-0"
-        p["status"] = {"phase": "Running", "resourceClaimStatuses": [{"name": "gpus",
-                                                                     "resourceClaimName": claim_name(name)}]}
-        c.put(r.PODS, p)
-        claim = made_claim(name, 1)
-        claim["status"] = {"allocation": {"devices": {"results": [
-            {"request": "gpus", "driver": DRIVER, "pool": "dra-0", "device": f"gpu-{i}"}]}},
-            "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-{NS}-{name}"}]}
-        c.put(r.RESOURCE_CLAIMS, claim)
+    pods = running_job(c, "train", 2, completions=3)
     run = runner(c)
     now = time.time()
     assert f"{NS}/train" not in first_cycle(run, now).plan.pending
@@ -647,24 +622,23 @@ def test_a_running_jobs_next_pod_waiting_for_its_claim_leaves_the_job_admitted_a
     assert [res.device for res in write.results] in (["gpu-0"], ["gpu-2"], ["gpu-3"])
 
 
-def running_job(c: Cluster, name: str, pods: int) -> list[str]:
-    """A Job of ``pods`` pods running on dra-0, each on gpu-<i> through its claim; its pods' names."""
+def running_job(c: Cluster, name: str, pods: int, completions: int | None = None) -> list[JsonDict]:
+    """A Job of ``pods`` pods running on dra-0, each on gpu-<i> through its claim; its pods, as made."""
     owner = claiming_job(name, pods)
+    if completions is not None:
+        owner["spec"]["completions"] = completions
     c.put(JOBS, owner)
-    names = []
-    for i, p in enumerate(job_pods(owner)):
+    made = job_pods(owner)
+    for i, p in enumerate(made):
         member = p["metadata"]["name"]
-        names.append(member)
         p["spec"]["nodeName"] = "dra-0"
         p["status"] = {"phase": "Running", "resourceClaimStatuses": [{"name": "gpus",
                                                                      "resourceClaimName": claim_name(member)}]}
         c.put(r.PODS, p)
         claim = made_claim(member, 1)
-        claim["status"] = {"allocation": {"devices": {"results": [
-            {"request": "gpus", "driver": DRIVER, "pool": "dra-0", "device": f"gpu-{i}"}]}},
-            "reservedFor": [{"resource": "pods", "name": member, "uid": f"uid-{NS}-{member}"}]}
+        claim["status"] = allocated_to(member, "dra-0", [f"gpu-{i}"])
         c.put(r.RESOURCE_CLAIMS, claim)
-    return names
+    return made
 
 
 def test_a_jobs_member_gone_while_the_job_is_evicted_leaves_the_others_on_their_claims_devices() -> None:
@@ -672,7 +646,7 @@ def test_a_jobs_member_gone_while_the_job_is_evicted_leaves_the_others_on_their_
     # which a rebuild charges on its claim's device; the gone one's claim holds its device until released. A review
     # found the member left charged on no device, and a new 2-GPU pod given its GPU.
     c = dra_cluster([3])
-    names = running_job(c, "train", 2)
+    names = [p["metadata"]["name"] for p in running_job(c, "train", 2)]
     run = runner(c)
     now = time.time()
     first_cycle(run, now)

@@ -92,8 +92,7 @@ from gpufleet.api.manifests import Manifests
 from gpufleet.api.objects import GPU_MEMORY_USED_ANNOTATION, Node, Pod
 from gpufleet.api.workloadkinds.table import RULES
 from gpufleet.cluster import grouping
-from gpufleet.cluster.build import build_workloads
-from gpufleet.cluster.dra_claims import claim_names, held_claims
+from gpufleet.cluster.dra_claims import claim_names
 from gpufleet.cluster.state import NodeState, node_state_from
 from gpufleet.cluster.workloads import Workload
 from gpufleet.k8s import resources as r
@@ -111,11 +110,12 @@ from gpufleet.live.world import (
     PodEntry,
     World,
     account,
+    claimed_devices,
     pod_entry,
     read_world_objects,
     stamp_bound_at,
     world_catalog,
-    world_manifests,
+    world_workloads,
 )
 from gpufleet.scheduling.kueue import KueuePolicy
 from gpufleet.scheduling.kueue.info import ADMITTED, WorkloadInfo
@@ -425,8 +425,8 @@ def _pod_change(world: World, c: CacheChange, new: dict[str, PodEntry], out: Car
             return False
         if claimed and claim_statuses(c.old) != claim_statuses(c.new):
             # The resourceclaim controller naming the claims it made for it: read again (the names are its claims').
-            made = pod_entry(c.key, c.new, parse, scheduler_name, assumed, world.now, require_mutation)
-            if made.deleting or made.gated or made.terminal or made.node is not None:
+            made = _still_waiting(world, c.key, c.new, parse, scheduler_name, assumed, require_mutation)
+            if made is None:
                 return False
             new[c.key] = made
             return True
@@ -524,8 +524,7 @@ def hold_left_claims(world: World, left: list[tuple[str, str | None, tuple[str, 
         namespace = pod.partition("/")[0]
         if any(f"{namespace}/{consumer.name}" != pod for claim in held for consumer in claim.reserved_for):
             return False
-        ns = world.cluster.nodes.get(node) if node is not None else None
-        hold_claims(world.cluster, held, {k: ns.name for k in keys_by_device_id(ns).values()} if ns else None)
+        hold_claims(world.cluster, held, _devices_on(world, node))
     return True
 
 
@@ -566,20 +565,16 @@ def charge_claimed(world: World, entries: Mapping[str, PodEntry], held: list[str
               and claim.allocation is not None]
     for claim in claims:
         assert claim.allocation is not None
-        ns = world.cluster.nodes.get(claim.allocation.node_name) if claim.allocation.node_name else None
-        if not hold_claims(world.cluster, [claim], {k: ns.name for k in keys_by_device_id(ns).values()}
-                           if ns is not None else None):
+        if not hold_claims(world.cluster, [claim], _devices_on(world, claim.allocation.node_name)):
             return False  # (its devices not all free, or not on one node: a full cycle judges)
     return True
 
 
-def claimed_devices(world: World, entry: PodEntry) -> frozenset[DeviceKey] | None:
-    """The devices a bound pod's DRA claims' allocations name (a rebuild charges it on those: ``held_by_claims``);
-    None for a pod without claims, or one whose claims are not all allocated."""
-    if entry.pod is None or not entry.pod.template.resource_claims:
-        return None
-    need = held_claims(entry.namespace, entry.pod.template.resource_claims, world_catalog(world))
-    return need.choices[0].groups[0] if need.choices else None
+def _devices_on(world: World, node: str | None) -> dict[DeviceKey, str] | None:
+    """The node of each DRA device of ``node`` (``hold_claims``' lookup, for one node instead of every node);
+    None when the node is not known: ``hold_claims`` looks at every node then."""
+    ns = world.cluster.nodes.get(node) if node is not None else None
+    return {k: ns.name for k in keys_by_device_id(ns).values()} if ns is not None else None
 
 
 def _bound_elsewhere(world: World, key: str, raw: JsonDict, *, parse: ParseCache, scheduler_name: str,
@@ -769,9 +764,7 @@ def _grouped(world: World, pods: list[Pod]) -> list[Workload] | None:
     """``pods`` grouped into workloads as a full cycle groups them (the kept world's workload objects); None when
     the grouping reports a problem (a full cycle says it)."""
     problems = Problems()
-    built = build_workloads(world_manifests(world, pods), problems, create_missing=False,
-                            dra_catalog=world_catalog(world) if any(p.template.resource_claims for p in pods)
-                            else None) if pods else []
+    built = world_workloads(world, pods, problems) if pods else []
     stamp_bound_at(world, built)
     return None if problems.errors else built
 
@@ -1148,8 +1141,8 @@ def _claims_came(world: World, key: str, raw: JsonDict, new: dict[str, PodEntry]
     if not all(e is not None and e.ours and e.node is None and e.key not in world.cluster.placements
                and not e.terminal for e in entries):
         return False
-    made = pod_entry(key, raw, parse, scheduler_name, assumed, world.now, require_mutation)
-    if made.deleting or made.gated or made.terminal or made.node is not None or made.problem is not None:
+    made = _still_waiting(world, key, raw, parse, scheduler_name, assumed, require_mutation)
+    if made is None or made.problem is not None:
         return False
     for e in entries:
         assert e is not None
@@ -1157,6 +1150,14 @@ def _claims_came(world: World, key: str, raw: JsonDict, new: dict[str, PodEntry]
         new[e.key] = made if e.key == key else e
     out.withdrawn.append(workload)
     return True
+
+
+def _still_waiting(world: World, key: str, raw: JsonDict, parse: ParseCache, scheduler_name: str,
+                   assumed: AssumedPods, require_mutation: bool) -> PodEntry | None:
+    """The pod read again (its claims named anew), if it still waits for a node: not being deleted, gated, finished
+    or placed."""
+    made = pod_entry(key, raw, parse, scheduler_name, assumed, world.now, require_mutation)
+    return None if made.deleting or made.gated or made.terminal or made.node is not None else made
 
 
 def _joinable(kept: Kept, new: Workload, pods: list[Pod]) -> Workload | None:

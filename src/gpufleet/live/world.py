@@ -338,7 +338,7 @@ def _hold_allocated_claims(world: World, holders: Iterable[PodEntry]) -> None:
     """As kube-scheduler's allocator, count every allocated device as in use: a pending pod of ours whose claims
     are all allocated and reserved for it is bound where they are (it holds them; the cycle sends its Binding),
     and the devices of allocated claims no pod holds go to placeholders (gpufleet.scheduling.placement.dra)."""
-    claims = {c.key: c for c in world.dra.resource_claims}
+    claims = world_catalog(world).claims
     held = {k for e in holders if e.pod is not None and not e.terminal
             for k in claim_names(e.namespace, e.pod.template.resource_claims)}
     where: dict[DeviceKey, str] | None = None
@@ -438,19 +438,10 @@ def _dra_objects(snapshot: CacheSnapshot, parse: ParseCache,
 
 def held_by_claims(world: World, holders: Iterable[PodEntry]) -> dict[str, frozenset[DeviceKey]]:
     """The DRA devices each bound pod holds through its claims' allocations (pods without claims left out)."""
-    dra = world.dra
-    if not dra.resource_claims:
+    if not world.dra.resource_claims:
         return {}
-    catalog = DraCatalog(claims={c.key: c for c in dra.resource_claims},
-                         devices=published_devices(world.nodes, dra.resource_slices))
-    out: dict[str, frozenset[DeviceKey]] = {}
-    for e in holders:
-        if e.pod is None or not e.pod.template.resource_claims:
-            continue
-        need = held_claims(e.namespace, e.pod.template.resource_claims, catalog)
-        if need.choices:
-            out[e.key] = need.choices[0].groups[0]
-    return out
+    # (the world's catalog: its devices published once for this lookup and the pods' claims resolved after)
+    return {e.key: devices for e in holders if (devices := claimed_devices(world, e)) is not None}
 
 
 def stamp_bound_at(world: World, workloads: Iterable[Workload]) -> None:
@@ -475,21 +466,29 @@ def world_catalog(world: World) -> DraCatalog:
     return world.dra_catalog
 
 
-def world_manifests(world: World, pods: list[Pod]) -> Manifests:
-    """What ``pods`` are grouped into workloads with: the world's queue objects, its workload kinds' objects, its
-    DRA objects (the pods' claims resolved against them) and the scheduler's configuration. A cycle that carries
-    on groups the pods created since with the same, as a full cycle groups them all."""
+def world_workloads(world: World, pods: list[Pod], problems: Problems) -> list[Workload]:
+    """``pods`` grouped into workloads with the world's queue objects, its workload kinds' objects, its DRA objects
+    (the pods' claims resolved against its catalog) and the scheduler's configuration. A cycle that carries on
+    groups the pods created since with the same, as a full cycle groups them all."""
     q = world.queues
     dra = world.dra
-    return Manifests(pods=pods, priority_classes=q.priority_classes,
-                     workload_priority_classes=q.workload_priority_classes, local_queues=q.local_queues,
-                     controllers=q.controllers, nodes=world.nodes, resource_slices=dra.resource_slices,
-                     device_classes=dra.device_classes, resource_claims=dra.resource_claims,
-                     resource_claim_templates=dra.resource_claim_templates, config=world.config)
+    manifests = Manifests(pods=pods, priority_classes=q.priority_classes,
+                          workload_priority_classes=q.workload_priority_classes, local_queues=q.local_queues,
+                          controllers=q.controllers, nodes=world.nodes, resource_slices=dra.resource_slices,
+                          device_classes=dra.device_classes, resource_claims=dra.resource_claims,
+                          resource_claim_templates=dra.resource_claim_templates, config=world.config)
+    claiming = any(p.template.resource_claims for p in pods)
+    return build_workloads(manifests, problems, create_missing=False,
+                           dra_catalog=world_catalog(world) if claiming else None)
 
 
-def _claiming(pods: Iterable[Pod]) -> bool:
-    return any(p.template.resource_claims for p in pods)
+def claimed_devices(world: World, entry: PodEntry) -> frozenset[DeviceKey] | None:
+    """The devices a bound pod's DRA claims' allocations name (a rebuild charges it on those); None for a pod
+    without claims, or one whose claims are not all allocated."""
+    if entry.pod is None or not entry.pod.template.resource_claims:
+        return None
+    need = held_claims(entry.namespace, entry.pod.template.resource_claims, world_catalog(world))
+    return need.choices[0].groups[0] if need.choices else None
 
 
 def finish(world: World) -> None:
@@ -506,8 +505,7 @@ def finish(world: World) -> None:
             pod = replace(pod, node_name=e.node)  # assumed or being completed: the core sees it bound
         chosen.append(pod)
     problems = Problems()
-    workloads = build_workloads(world_manifests(world, chosen), problems, create_missing=False,
-                                dra_catalog=world_catalog(world) if _claiming(chosen) else None)
+    workloads = world_workloads(world, chosen, problems)
     world.workloads = workloads
     stamp_bound_at(world, workloads)
     for w in workloads:

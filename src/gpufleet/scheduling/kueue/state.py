@@ -73,10 +73,18 @@ class SchedulerState:
         self.nominations: dict[str, Nomination] = {}
         # Gang reservations (kueue.reservation): ClusterQueue -> the workload reserving its quota.
         self.reservations: dict[str, str] = {}
-        self.reserve = any(cq.reserve_after_s is not None for cq in config.cluster_queues.values())
-        self.block_admission = any(cq.pods_ready.block_admission for cq in config.cluster_queues.values())
-        # ClusterQueues stopped with HoldAndDrain: each cycle evicts what they still admit (kueue.cycle).
-        self.draining = [name for name, cq in config.cluster_queues.items() if cq.drain]
+        self.reserve = self.block_admission = False
+        self.draining: list[str] = []
+        self._note_specs()
+
+    def _note_specs(self) -> None:
+        """What is read of every ClusterQueue's spec at each cycle, worked out once per configuration: whether some
+        queue reserves for gangs or blocks admission (waitForPodsReady), and the queues stopped with HoldAndDrain,
+        whose admitted workloads each cycle evicts (kueue.cycle)."""
+        cqs = self.config.cluster_queues.values()
+        self.reserve = any(cq.reserve_after_s is not None for cq in cqs)
+        self.block_admission = any(cq.pods_ready.block_admission for cq in cqs)
+        self.draining = [cq.name for cq in cqs if cq.drain]
 
     def add_cluster_queues(self, queues: Mapping[str, CQSpec], order: Sequence[str]) -> None:
         """ClusterQueues added (their cohorts' parents as they were): in the quota tree, with a heap, an admitted
@@ -108,10 +116,7 @@ class SchedulerState:
         _reorder(self.admitted, rank)
         _reorder(self.namespace_matches, rank)
         _reorder(self.queues.queues, rank)
-        cqs = config.cluster_queues.values()
-        self.reserve = any(cq.reserve_after_s is not None for cq in cqs)
-        self.block_admission = any(cq.pods_ready.block_admission for cq in cqs)
-        self.draining = [cq.name for cq in cqs if cq.drain]
+        self._note_specs()
 
     def queues_changed(self, queues: Mapping[str, CQSpec],
                        cohorts: Mapping[str, tuple[dict[FR, ResourceQuota], float] | None]) -> None:
@@ -142,7 +147,7 @@ class SchedulerState:
             self._assigners.pop(name, None)
             self.namespace_matches[name] = {}
         tree.finalize()
-        self.draining = [name for name, cq in config.cluster_queues.items() if cq.drain]
+        self._note_specs()
         self.preemptor = Preemptor(tree, config.cluster_queues, self.admitted, config.fair_sharing,
                                    config.scheduler.fair_sharing_strategies)
         if self.memo is not None and not self.memo.specs_changed(config.cluster_queues, list(queues)):
